@@ -1,0 +1,4 @@
+from cublaslt_probe.cli import main
+
+if __name__ == "__main__":
+    main()
