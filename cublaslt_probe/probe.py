@@ -183,6 +183,12 @@ class Builder:
                      float(res[0].wavesCount))
 
 
+def _lap(ph: dict, name: str, t0: float) -> float:
+    t = time.perf_counter()
+    ph[name] = round((t - t0) * 1e3, 3)
+    return t
+
+
 # --- the probe ------------------------------------------------------------------------------------------------
 class Probe:
     """Runs windows of Cases and returns one raw record (a dict) per Case. One per process."""
@@ -246,35 +252,49 @@ class Probe:
         """Run `calls` (list of (setup, fn)) under torch.profiler; kernels of each call, in launch order."""
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "trace.json")
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for setup, fn in calls:
-                    setup()
-                    self.marker.fill_(1)
-                    fn()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for setup, fn in calls:
+                setup()
                 self.marker.fill_(1)
-                torch.cuda.synchronize()
-            prof.export_chrome_trace(path)
-            with open(path) as f:
-                trace = json.load(f)
-        evs = [e for e in trace.get("traceEvents", [])
-               if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
-        evs.sort(key=lambda e: (e.get("ts", 0)))
+                fn()
+            self.marker.fill_(1)
+            torch.cuda.synchronize()
+        evs = self._device_events(prof)
         if not evs:
             raise CaptureError("the profiler recorded no kernels (is CUPTI available?)")
-        marker = evs[0]["name"]
+        marker = evs[0][1]
         groups: list[list[tuple[str, float]]] = []
-        for e in evs:
-            if e["name"] == marker:
+        for _, name, dur in evs:
+            if name == marker:
                 groups.append([])
             elif groups:
-                groups[-1].append((e["name"], float(e.get("dur", 0.0))))
+                groups[-1].append((name, dur))
         groups = groups[:-1]  # the closing marker opens an empty group
         if len(groups) != len(calls):
             raise CaptureError(f"split the kernel stream into {len(groups)} groups for {len(calls)} GEMMs: "
                                "another stream or process launched kernels inside the window")
         return groups
+
+    @staticmethod
+    def _device_events(prof) -> list[tuple[float, str, float]]:
+        """(start, name, duration µs) of every kernel/memset/memcpy, in start order.
+
+        Reads kineto's results directly (fast); falls back to the Chrome-trace export.
+        """
+        try:
+            from torch.autograd import DeviceType
+            out = [(e.start_ns(), e.name(), e.duration_ns() / 1e3)
+                   for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA]
+        except (AttributeError, RuntimeError):
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "trace.json")
+                prof.export_chrome_trace(path)
+                with open(path) as f:
+                    trace = json.load(f)
+            out = [(e.get("ts", 0), e["name"], float(e.get("dur", 0.0))) for e in trace.get("traceEvents", [])
+                   if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
+        out.sort(key=lambda x: x[0])
+        return out
 
     # one window --------------------------------------------------------------------------------------------
     def run_window(self, cases: list[Case]) -> list[dict]:
@@ -290,12 +310,15 @@ class Probe:
             if why:
                 rec["error"] = f"invalid: {why}"
                 continue
+            ph = rec["probe_ms"] = {}
+            t = time.perf_counter()
             try:
                 self.builder.set_flags(c)
                 b = self.builder.build(c)
                 for _ in range(2):
                     b.fn()
                 torch.cuda.synchronize()
+                t = _lap(ph, "build_warm", t)
                 # one logged call
                 self.logger.take()
                 self.logger.set_level(2)
@@ -305,7 +328,9 @@ class Probe:
                 finally:
                     self.logger.set_level(0)
                 rec["log_lines"] = self.lt_lines(self.logger.take())
+                t = _lap(ph, "log", t)
                 rec["time_us"], times = self.time_gpu(b.fn)
+                t = _lap(ph, "time", t)
                 rec["time_us_reps"] = len(times)
                 rec["time_us_min"] = min(times)
                 rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
@@ -316,14 +341,18 @@ class Probe:
                 continue
             try:
                 rec["heuristic_miss_us"], rec["heuristic_hit_us"] = self.time_heuristic(c)
+                _lap(ph, "heuristic", t)
             except Exception as e:  # noqa: BLE001  (e.g. no algo for this problem in the direct call)
                 rec["heuristic_error"] = f"{type(e).__name__}: {e}"[:300]
         if built:
+            t = time.perf_counter()
             try:
                 groups = self._profile([(lambda c=c: self.builder.set_flags(c), b.fn) for _, c, b in built])
+                share = (time.perf_counter() - t) * 1e3 / len(built)
                 for (rec, _, _), g in zip(built, groups):
                     rec["kernels"] = [n for n, _ in g]
                     rec["kernel_us"] = [d for _, d in g]
+                    rec["probe_ms"]["profile_share"] = round(share, 3)
             except Exception as e:  # noqa: BLE001
                 for rec, _, _ in built:
                     rec["error"] = rec["error"] or f"kernel capture failed: {type(e).__name__}: {e}"[:500]

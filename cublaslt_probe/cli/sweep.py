@@ -1,0 +1,129 @@
+"""`sweep`, `merge`, `dataset`: run a shape sweep on the GPU and turn its raw records into the dataset."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import click
+
+from cublaslt_probe.errors import ProbeError
+
+
+@click.command("sweep")
+@click.option("--preset", type=click.Choice(["quick", "llm", "square", "decode"]), help="A built-in sweep.")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="A sweep spec file (.toml or .json).")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False),
+              help="Dataset to write (Parquet); raw records go to OUT.raw.jsonl as the sweep runs.")
+@click.option("--backends", default=None, help="Comma list to keep: torch,torch-lt,cupy,lt (default: the spec's).")
+@click.option("--resume", is_flag=True, help="Finish a sweep whose raw file exists, skipping the GEMMs it holds.")
+@click.option("--shard", default=None, metavar="I/N", help="Run only the I-th of N deterministic slices (1-based).")
+@click.option("--devices", default=None, metavar="0,1", help="One worker per GPU, each a shard; parts are merged.")
+@click.option("--window", default=32, show_default=True,
+              help="GEMMs per profiler window (records are written after each window).")
+@click.option("--reps", default=20, show_default=True, help="Most timed repetitions per GEMM.")
+@click.option("--flush-l2", is_flag=True, help="Flush L2 (zero 256 MB) before each timed repetition.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
+@click.option("--no-progress", is_flag=True, help="No progress line on stderr.")
+def sweep_cmd(preset, spec_path, out, backends, resume, shard, devices, window, reps, flush_l2, dry_run, no_progress):
+    """Run GEMMs over shapes × dtypes × layouts × ops × backends; write one row per GEMM.
+
+    Needs an NVIDIA GPU (torch; cupy for the cupy backend).
+    """
+    from cublaslt_probe import sweep
+    bes = backends.split(",") if backends else None
+    plan = sweep.plan(preset, spec_path, bes)
+    cases = sweep.shard(plan.cases, shard)
+    click.echo(plan.summary() + (f"\n  shard {shard}: {len(cases)} GEMMs" if shard else ""), err=True)
+    if dry_run:
+        return
+    if not cases:
+        raise ProbeError("the plan is empty: nothing to run (check --backends and the spec)")
+    if devices:
+        return _multi_device(devices, out, sys.argv)
+    if all(c.backend == "numpy" for c in cases):
+        executor = sweep.NumpyExecutor()
+    else:
+        from cublaslt_probe.probe import Probe
+        executor = Probe(reps=reps, flush_l2=flush_l2)
+    df = sweep.run(cases, out, executor, resume=resume, window=window, progress=not no_progress,
+                   meta={"sweep": plan.name, "shard": shard})
+    n_err = int(df["error"].notna().sum())
+    click.echo(f"wrote {out}: {len(df)} rows ({n_err} error rows); raw records in {sweep.raw_path(out)}", err=True)
+
+
+def _multi_device(devices: str, out: str, argv: list[str]):
+    from cublaslt_probe import sweep
+    devs = [d.strip() for d in devices.split(",") if d.strip()]
+    base = out[:-len(".parquet")] if out.endswith(".parquet") else out
+    args, skip = [], False
+    for a in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if a in ("--devices", "-o", "--out", "--shard"):
+            skip = True
+            continue
+        if a.startswith(("--devices=", "--out=", "--shard=")):
+            continue
+        args.append(a)
+    procs, parts = [], []
+    for i, d in enumerate(devs, 1):
+        part = f"{base}.part{i}of{len(devs)}.parquet"
+        parts.append(part)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=d)
+        cmd = [sys.executable, "-m", "cublaslt_probe"] + args + ["--shard", f"{i}/{len(devs)}", "-o", part,
+                                                                 "--no-progress"]
+        procs.append(subprocess.Popen(cmd, env=env))
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise ProbeError(f"device workers exited with {codes}; finish with --resume (parts: {', '.join(parts)})")
+    df = sweep.merge(parts, out)
+    click.echo(f"merged {len(parts)} device shards into {out}: {len(df)} rows", err=True)
+
+
+@click.command("merge")
+@click.argument("parts", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--allow-env-mismatch", is_flag=True, help="Merge datasets from different GPUs or libraries.")
+def merge_cmd(parts, out, allow_env_mismatch):
+    """Join the datasets of a sharded sweep into one (duplicates: the later part wins)."""
+    from cublaslt_probe import sweep
+    df = sweep.merge(list(parts), out, allow_env_mismatch)
+    click.echo(f"wrote {out}: {len(df)} rows from {len(parts)} parts", err=True)
+
+
+@click.command("dataset")
+@click.argument("raw", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--env", "env_path", type=click.Path(dir_okay=False), help="env.json for raw files without an env line.")
+def dataset_cmd(raw, out, env_path):
+    """Build the tidy Parquet dataset from raw probe records (JSONL)."""
+    import json
+
+    from cublaslt_probe import dataset
+    env, recs = {}, []
+    for p in raw:
+        if not os.path.exists(p):
+            raise ProbeError(f"raw file {p} does not exist")
+        e, r = dataset.read_raw(p)
+        env = env or e
+        recs += r
+    if env_path:
+        with open(env_path) as f:
+            env = json.load(f)
+    df = dataset.build(recs, env)
+    dataset.write_parquet(df, out, env)
+    click.echo(f"wrote {out}: {len(df)} rows, {int(df['error'].notna().sum())} error rows, "
+               f"{int(df['consistent'].eq(True).sum())} consistent / {int(df['consistent'].notna().sum())} comparable",
+               err=True)
+
+
+@click.command("schema")
+def schema_cmd():
+    """Print the dataset schema (Markdown table)."""
+    from cublaslt_probe import dataset
+    click.echo(dataset.schema_markdown())
+
+
+COMMANDS = [sweep_cmd, merge_cmd, dataset_cmd, schema_cmd]

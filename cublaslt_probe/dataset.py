@@ -1,0 +1,294 @@
+"""Raw probe records -> one tidy table (one row per backend, op, dtype, layout, shape) -> Parquet.
+
+CPU only. The schema lives here (`SCHEMA`, documented in docs/dataset.md) and `validate(df)` checks it.
+Each row joins three independent pieces of evidence for one GEMM:
+- the kernels the profiler saw (`kernels`; `kernel` is the main GEMM kernel) and their decoded fields,
+- the algo cuBLASLt logged for that call (`algo_*`, from its level-2 trace line),
+- the measurements (`time_us`, `tflops`, `heuristic_miss_us`, `heuristic_hit_us`).
+`consistent` says whether the first two agree on tile, cluster and split-K.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator
+
+import pandas as pd
+
+from cublaslt_probe.errors import SchemaError
+
+log = logging.getLogger(__name__)
+
+ENV_COLUMNS = ["gpu", "sm_count", "driver", "cuda_runtime", "cublaslt_version", "torch_version", "cupy_version"]
+
+# column -> (pandas dtype, meaning). Integers are nullable (Int64); repeated strings are categories.
+SCHEMA: dict[str, tuple[str, str]] = {
+    "gpu": ("category", "GPU name as the driver reports it"),
+    "sm_count": ("Int64", "streaming multiprocessors"),
+    "driver": ("category", "NVIDIA driver version"),
+    "cuda_runtime": ("category", "CUDA runtime version torch was built with"),
+    "cublaslt_version": ("category", "version of the libcublasLt instance the process loaded (cublasLtGetVersion)"),
+    "torch_version": ("category", "torch version"),
+    "cupy_version": ("category", "cupy version (null when cupy is not installed)"),
+    "key": ("string", "backend|op|dtype|layout|m|n|k|batch: the row's identity"),
+    "backend": ("category", "torch (cuBLAS path), torch-lt (cuBLASLt path), cupy, lt (direct cuBLASLt), numpy (CPU test backend)"),
+    "op": ("category", "mm, bmm, addmm (bias epilogue, = F.linear with bias), scaled_mm (fp8)"),
+    "dtype": ("category", "fp32, tf32, fp16, bf16, fp8 (e4m3 x e4m3), fp8_e5m2 (e5m2 x e4m3); fp8 output is bf16"),
+    "layout": ("category", "torch view: NN = A m×k, B k×n, both contiguous; a T = that operand stored transposed (NT = F.linear)"),
+    "m": ("Int64", "torch view: rows of A and C"),
+    "n": ("Int64", "torch view: columns of B and C"),
+    "k": ("Int64", "torch view: reduction dimension"),
+    "batch": ("Int64", "batch count (bmm), 1 otherwise"),
+    "blas_m": ("Int64", "column-major problem cuBLAS received: m (= torch n)"),
+    "blas_n": ("Int64", "column-major problem: n (= torch m)"),
+    "blas_k": ("Int64", "column-major problem: k"),
+    "blas_trans_a": ("category", "cuBLAS op(A): N or T (= torch layout's second letter)"),
+    "blas_trans_b": ("category", "cuBLAS op(B): N or T (= torch layout's first letter)"),
+    "kernel": ("string", "main GEMM kernel: the first launched kernel of a GEMM family (else the first kernel)"),
+    "kernels": ("object", "every kernel launched by the GEMM, in launch order (list of str)"),
+    "n_kernels": ("Int64", "len(kernels)"),
+    "family": ("category", "decoded family of `kernel` (nvjet, xmma, cutlass, gemv, ...; unknown if not understood)"),
+    "tile_m": ("Int64", "decoded tile M of `kernel` (as the name writes it)"),
+    "tile_n": ("Int64", "decoded tile N"),
+    "tile_k": ("Int64", "decoded K tile"),
+    "stages": ("Int64", "decoded pipeline stages"),
+    "cluster_m": ("Int64", "decoded cluster M"),
+    "cluster_n": ("Int64", "decoded cluster N"),
+    "split_k": ("boolean", "decoded: the name says split-K (null when the family says nothing)"),
+    "kernel_short": ("string", "compact decoded form for legends, e.g. 256x128 · 64x4 · 1x2 · coopA"),
+    "log_function": ("category", "function of the logged trace line (cublasLtMatmul, cublasLtTSTMatmul, ...)"),
+    "algo_id": ("Int64", "logged algoId"),
+    "algo_tile": ("string", "logged tile, e.g. 256x128 (null when the log omits it)"),
+    "algo_stages": ("string", "logged stages, e.g. 64xAUTO"),
+    "algo_cluster": ("string", "logged cluster shape, e.g. 1x2x1"),
+    "algo_split_k": ("Int64", "logged numSplitsK (1 when absent)"),
+    "algo_reduction_scheme": ("string", "logged reductionScheme"),
+    "algo_custom_option": ("Int64", "logged customOption (0 when absent)"),
+    "algo_cta_swizzling": ("Int64", "logged CTA swizzling"),
+    "workspace_bytes": ("Int64", "workspace size passed with the logged call"),
+    "epilogue": ("string", "logged epilogue (null = default)"),
+    "time_us": ("float64", "median GPU time of one GEMM, µs (CUDA events)"),
+    "time_us_min": ("float64", "fastest repetition, µs"),
+    "time_reps": ("Int64", "repetitions behind time_us"),
+    "kernel_time_us": ("float64", "sum of the kernels' own durations in the profiled call (CUPTI), µs"),
+    "tflops": ("float64", "2·m·n·k·batch / time_us / 1e6"),
+    "heuristic_miss_us": ("float64", "cublasLtMatmulAlgoGetHeuristic host time with the heuristics cache off, µs (median)"),
+    "heuristic_hit_us": ("float64", "same with the cache on and warm, µs (median)"),
+    "lt_algo_tile": ("string", "lt backend: tile of the algo it ran (from the algo config)"),
+    "lt_waves": ("float64", "lt backend: the heuristic's wavesCount for that algo"),
+    "error": ("string", "why this GEMM produced no measurement (null when it ran)"),
+    "consistent": ("boolean", "decoded kernel agrees with the logged algo on tile, cluster and split-K (null: no log line or nothing to compare)"),
+}
+COLUMNS = list(SCHEMA)
+MAIN_FAMILIES = ("nvjet", "xmma", "cutlass", "cutlass3x", "legacy", "gemv", "gemmSN", "gemm")
+
+
+def read_raw(path: str | os.PathLike) -> tuple[dict, list[dict]]:
+    """Read a raw sweep file (JSONL): returns (env, records). Tolerates a truncated last line.
+
+    The first line may be an env record (`{"type": "env", ...}`); a later record with the same key
+    replaces an earlier one (resume re-runs a window that was cut off).
+    """
+    env: dict = {}
+    recs: dict[str, dict] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("%s:%d: unreadable record skipped (a sweep cut off mid-write?)", path, i)
+                continue
+            if obj.get("type") == "env":
+                env = {k: v for k, v in obj.items() if k != "type"}
+            elif "key" in obj:
+                recs[obj["key"]] = obj
+    return env, list(recs.values())
+
+
+def main_kernel(kernels: list[str]) -> str | None:
+    """The GEMM kernel among those a call launched (split-K reduce, memsets, casts are helpers)."""
+    from cublaslt_probe.names import decode
+    for k in kernels:
+        if decode(k).family in MAIN_FAMILIES:
+            return k
+    return kernels[0] if kernels else None
+
+
+def _trace_record(lines: list[str]):
+    from cublaslt_probe.logs import parse_line
+    for i, line in enumerate(lines, 1):
+        r = parse_line(line, i)
+        if r is not None and r.kind == "trace":
+            return r
+    return None
+
+
+def _cluster2(s: str | None) -> tuple[int, int] | None:
+    if not s:
+        return None
+    parts = s.split("x")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+# How each family's name relates to the logged algo (measured on the H200 fixtures, 1,166 GEMMs, see
+# docs/dataset.md): nvjet and cutlass write the log's tile as MxN; xmma's `tilesize` writes it as NxM.
+# Only nvjet names encode split-K (`splitK` <=> numSplitsK > 1); other families reduce in a separate kernel,
+# in place after a memset, or inside the kernel, so their split-K is not compared.
+TILE_SWAPPED = {"xmma"}
+SPLIT_IN_NAME = {"nvjet"}
+
+
+def consistency(kn, rec) -> bool | None:
+    """Does the decoded kernel agree with the logged algo on tile, cluster and split-K?
+
+    Compared only where both sides carry the field (a gemv algo logs no tile, a pre-Hopper name no
+    cluster, only nvjet names say split-K); None when there is no log line or nothing to compare.
+    """
+    if rec is None or kn is None:
+        return None
+    checks = []
+    if kn.tile_m is not None and kn.tile_n is not None and rec.tile and rec.tile[:1].isdigit():
+        a, b = (kn.tile_n, kn.tile_m) if kn.family in TILE_SWAPPED else (kn.tile_m, kn.tile_n)
+        checks.append(f"{a}x{b}" == rec.tile)
+    c = _cluster2(rec.cluster)
+    if kn.cluster_m is not None and c is not None:
+        a, b = (kn.cluster_n, kn.cluster_m) if kn.family in TILE_SWAPPED else (kn.cluster_m, kn.cluster_n)
+        checks.append((a, b) == c)
+    if kn.family in SPLIT_IN_NAME and kn.split_k is not None and rec.split_k is not None and rec.split_k >= 1:
+        checks.append(bool(kn.split_k) == (rec.split_k > 1))
+    return all(checks) if checks else None
+
+
+def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dict]:
+    from cublaslt_probe.names import decode
+    env = env or {}
+    for r in records:
+        kernels = list(r.get("kernels") or [])
+        main = main_kernel(kernels)
+        kn = decode(main) if main else None
+        rec = _trace_record(r.get("log_lines") or [])
+        t = r.get("time_us")
+        flops = 2 * r["m"] * r["n"] * r["k"] * r.get("batch", 1)
+        cfg = r.get("lt_config") or {}
+        row = {c: env.get(c) for c in ENV_COLUMNS}
+        row.update({c: r.get(c, row.get(c)) for c in ENV_COLUMNS if r.get(c) is not None})
+        row.update({
+            "key": r["key"], "backend": r["backend"], "op": r["op"], "dtype": r["dtype"], "layout": r["layout"],
+            "m": r["m"], "n": r["n"], "k": r["k"], "batch": r.get("batch", 1),
+            "blas_m": r.get("blas_m"), "blas_n": r.get("blas_n"), "blas_k": r.get("blas_k"),
+            "blas_trans_a": r.get("blas_trans_a"), "blas_trans_b": r.get("blas_trans_b"),
+            "kernel": main, "kernels": kernels, "n_kernels": len(kernels),
+            "family": kn.family if kn else None,
+            "tile_m": kn.tile_m if kn else None, "tile_n": kn.tile_n if kn else None,
+            "tile_k": kn.tile_k if kn else None, "stages": kn.stages if kn else None,
+            "cluster_m": kn.cluster_m if kn else None, "cluster_n": kn.cluster_n if kn else None,
+            "split_k": kn.split_k if kn else None, "kernel_short": kn.short if kn else None,
+            "log_function": rec.function if rec else None,
+            "algo_id": rec.algo_id if rec else None, "algo_tile": rec.tile if rec else None,
+            "algo_stages": rec.stages if rec else None, "algo_cluster": rec.cluster if rec else None,
+            "algo_split_k": rec.split_k if rec else None,
+            "algo_reduction_scheme": rec.reduction_scheme if rec else None,
+            "algo_custom_option": rec.custom_option if rec else None,
+            "algo_cta_swizzling": _int_or_none(rec.cta_swizzling) if rec else None,
+            "workspace_bytes": rec.workspace_bytes if rec else None,
+            "epilogue": rec.epilogue if rec else None,
+            "time_us": t, "time_us_min": r.get("time_us_min"), "time_reps": r.get("time_us_reps"),
+            "kernel_time_us": sum(r.get("kernel_us") or []) or None,
+            "tflops": flops / t / 1e6 if t else None,
+            "heuristic_miss_us": r.get("heuristic_miss_us"), "heuristic_hit_us": r.get("heuristic_hit_us"),
+            "lt_algo_tile": cfg.get("tile"), "lt_waves": r.get("lt_waves"),
+            "error": r.get("error"),
+            "consistent": consistency(kn, rec) if (kn and not r.get("error")) else None,
+        })
+        yield row
+
+
+def _int_or_none(v):
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def build(records: Iterable[dict], env: dict | None = None) -> pd.DataFrame:
+    """Raw probe records (+ env) -> the tidy DataFrame, typed by SCHEMA."""
+    rows = list(build_rows(records, env))
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return coerce(df)
+
+
+def coerce(df: pd.DataFrame) -> pd.DataFrame:
+    for col, (dt, _) in SCHEMA.items():
+        if col not in df:
+            continue
+        if dt == "object":
+            continue
+        if dt == "category":
+            df[col] = df[col].astype("string").astype("category")
+        else:
+            df[col] = df[col].astype(dt)
+    return df
+
+
+def validate(df: pd.DataFrame) -> pd.DataFrame:
+    """Check that `df` has every schema column with a compatible type; raises SchemaError naming them."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise SchemaError(f"dataset lacks columns {missing}; it has {list(df.columns)}. Rebuild it with "
+                          "`cublaslt-probe dataset RAW.jsonl -o OUT.parquet`")
+    bad = []
+    for col, (dt, _) in SCHEMA.items():
+        s = df[col]
+        ok = {"Int64": pd.api.types.is_integer_dtype, "float64": pd.api.types.is_float_dtype,
+              "boolean": lambda x: pd.api.types.is_bool_dtype(x) or x.isna().all(),
+              }.get(dt, lambda x: True)(s)
+        if not ok:
+            bad.append(f"{col} ({s.dtype}, expected {dt})")
+    if bad:
+        raise SchemaError(f"dataset columns of the wrong type: {', '.join(bad)}")
+    if df["key"].duplicated().any():
+        dup = df.loc[df["key"].duplicated(), "key"].iloc[0]
+        raise SchemaError(f"dataset has duplicate rows for key {dup!r}: merge with `cublaslt-probe merge`")
+    return df
+
+
+def write_parquet(df: pd.DataFrame, path: str | os.PathLike, env: dict | None = None) -> None:
+    """Parquet with the environment also stored as file metadata (it travels with the file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    validate(df)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[b"cublaslt_probe.env"] = json.dumps(env or {}).encode()
+    meta[b"cublaslt_probe.schema"] = b"1"
+    pq.write_table(table.replace_schema_metadata(meta), path)
+
+
+def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a dataset; the env sidecar is in `df.attrs['env']`."""
+    import pyarrow.parquet as pq
+    if not os.path.exists(path):
+        raise SchemaError(f"no dataset at {path}: build one with `cublaslt-probe sweep` or use the shipped "
+                          "data/h200.parquet")
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001  (pyarrow raises several kinds)
+        raise SchemaError(f"{path} is not a readable Parquet dataset: {e}") from e
+    df = table.to_pandas()
+    meta = table.schema.metadata or {}
+    df.attrs["env"] = json.loads(meta.get(b"cublaslt_probe.env", b"{}"))
+    return df
+
+
+def schema_markdown() -> str:
+    lines = ["| column | type | meaning |", "|---|---|---|"]
+    for col, (dt, meaning) in SCHEMA.items():
+        lines.append(f"| `{col}` | {dt} | {meaning} |")
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""The dataset builder on real H200 probe records (tests/fixtures/probe, see its PROVENANCE)."""
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from cublaslt_probe import dataset
+from cublaslt_probe.cli import main
+from cublaslt_probe.errors import SchemaError
+
+
+@pytest.fixture(scope="module")
+def raw(fixtures=None):
+    from conftest import FIXTURES
+    env = json.loads((FIXTURES / "probe" / "env.json").read_text())
+    _, recs = dataset.read_raw(FIXTURES / "probe" / "probe_raw.jsonl")
+    return env, recs
+
+
+@pytest.fixture(scope="module")
+def df(raw):
+    env, recs = raw
+    return dataset.build(recs, env)
+
+
+def test_schema_and_rows(df, raw):
+    env, recs = raw
+    dataset.validate(df)
+    assert list(df.columns) == dataset.COLUMNS
+    assert len(df) == len(recs) == 1344
+    assert (df.gpu == "NVIDIA H200").all() and (df.sm_count == 132).all()
+    assert (df.cublaslt_version == env["cublaslt_version"]).all()
+
+
+def test_error_rows_are_the_fp8_shapes_cublaslt_refused(df):
+    err = df[df.error.notna()]
+    assert len(err) == 16
+    assert set(err.op) == {"scaled_mm"}
+    assert ((err.k % 16 != 0) | (err.n % 16 != 0)).all()
+    assert err.time_us.isna().all() and err.kernel.isna().all()
+
+
+def test_every_comparable_row_is_consistent(df):
+    comp = df[df.consistent.notna()]
+    assert len(comp) >= 1100
+    assert comp.consistent.all()
+    # nvjet names carry the logged tile as written; xmma names carry it swapped (measured)
+    nv = df[(df.family == "nvjet") & df.algo_tile.notna()]
+    assert (nv.tile_m.astype(str) + "x" + nv.tile_n.astype(str) == nv.algo_tile).all()
+    xm = df[(df.family == "xmma") & df.algo_tile.notna()]
+    assert len(xm) > 100 and (xm.tile_n.astype(str) + "x" + xm.tile_m.astype(str) == xm.algo_tile).all()
+    # nvjet `splitK` <=> logged numSplitsK > 1
+    assert (nv.split_k == (nv.algo_split_k > 1)).all()
+    assert nv.split_k.sum() > 50
+
+
+def test_the_lt_backend_log_agrees_with_the_algo_config_it_ran(df):
+    lt = df[(df.backend == "lt") & df.error.isna() & df.lt_algo_tile.notna() & df.algo_tile.notna()]
+    assert len(lt) > 200
+    assert (lt.lt_algo_tile == lt.algo_tile).all()
+
+
+def test_views_and_arithmetic(df):
+    ok = df[df.error.isna()]
+    assert ((ok.blas_m == ok.n) & (ok.blas_n == ok.m) & (ok.blas_k == ok.k)).all()
+    assert (ok.blas_trans_a == ok.layout.str[1]).all() and (ok.blas_trans_b == ok.layout.str[0]).all()
+    flops = 2 * ok.m * ok.n * ok.k * ok.batch
+    assert ((flops / ok.time_us / 1e6 - ok.tflops).abs() < 1e-9).all()
+    assert (ok.heuristic_hit_us < ok.heuristic_miss_us).mean() > 0.9
+    r = ok[(ok.key == "torch|mm|bf16|NT|4096|4096|4096|1")].iloc[0]
+    assert r.family == "nvjet" and r.log_function == "cublasLtTSTMatmul" and r.tflops > 500
+    assert r.kernel in r.kernels
+
+
+def test_main_kernel_skips_memsets_and_reduce_kernels(df):
+    two = df[df.n_kernels >= 2]
+    assert len(two) > 100
+    assert not two.kernel.str.startswith("Memset").any()
+    assert not two.kernel.str.contains("splitKreduce").any()
+
+
+def test_parquet_roundtrip_keeps_env(df, raw, tmp_path):
+    env, _ = raw
+    p = tmp_path / "d.parquet"
+    dataset.write_parquet(df, p, env)
+    back = dataset.read_parquet(p)
+    assert back.attrs["env"]["driver"] == env["driver"]
+    assert list(back.kernels.iloc[0]) == list(df.kernels.iloc[0])
+    pd.testing.assert_series_equal(back.time_us, df.time_us)
+
+
+def test_validate_names_what_is_wrong(df):
+    with pytest.raises(SchemaError, match=r"lacks columns \['kernel'\]"):
+        dataset.validate(df.drop(columns=["kernel"]))
+    with pytest.raises(SchemaError, match="duplicate rows for key"):
+        dataset.validate(pd.concat([df.head(2), df.head(1)]))
+    bad = df.copy()
+    bad["time_us"] = "fast"
+    with pytest.raises(SchemaError, match=r"time_us \(object|time_us \(str"):
+        dataset.validate(bad)
+
+
+def test_cli_dataset_and_schema(tmp_path):
+    from conftest import FIXTURES
+    out = tmp_path / "d.parquet"
+    r = CliRunner().invoke(main, ["dataset", str(FIXTURES / "probe" / "probe_raw.jsonl"), "--env",
+                                  str(FIXTURES / "probe" / "env.json"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == f"wrote {out}: 1344 rows, 16 error rows, 1166 consistent / 1166 comparable"
+    r = CliRunner().invoke(main, ["schema"])
+    assert r.exit_code == 0 and "| `consistent` | boolean |" in r.output
+    r = CliRunner().invoke(main, ["dataset", str(tmp_path / "missing.jsonl"), "-o", str(out)])
+    assert r.exit_code == 1 and "Error: raw file" in r.output

@@ -1,0 +1,186 @@
+"""Sweep planning, sharding, incremental writing, resume and error rows, run for real on the CPU (numpy)."""
+import json
+import os
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from cublaslt_probe import dataset, sweep
+from cublaslt_probe.cases import Case, invalid_reason
+from cublaslt_probe.cli import main
+from cublaslt_probe.errors import ProbeError, SpecError
+
+NUMPY_SPEC = {"name": "cpu", "group": [
+    {"backends": ["numpy"], "ops": ["mm", "addmm"], "dtypes": ["fp32", "fp16"], "layouts": ["NN", "NT", "TN", "TT"],
+     "m": [1, 16, 33], "n": [8, 64], "k": [16]},
+    {"backends": ["numpy"], "ops": ["bmm"], "dtypes": ["fp32"], "layouts": ["NN"], "shapes": [[4, 8, 16, 3]]},
+]}
+
+
+def test_presets_plan_deterministically_and_only_valid_cases():
+    for name in sweep.PRESETS:
+        a, b = sweep.plan(name), sweep.plan(name)
+        assert [c.key for c in a.cases] == [c.key for c in b.cases]
+        assert len({c.key for c in a.cases}) == len(a.cases)
+        assert all(invalid_reason(c) is None for c in a.cases)
+    assert 150 <= len(sweep.plan("quick").cases) <= 250
+    llm = sweep.plan("llm")
+    assert {c.m for c in llm.cases} >= {1, 16384}
+    assert {(c.n, c.k) for c in llm.cases} >= {(4096, 4096), (57344, 8192), (8192, 28672), (128256, 4096)}
+    sq = sweep.plan("square")
+    assert all(c.m == c.n == c.k for c in sq.cases)
+    assert {4095, 4096, 4097, 4080, 4112} <= {c.m for c in sq.cases}
+    dec = sweep.plan("decode")
+    assert {c.m for c in dec.cases if c.dtype == "bf16"} == set(range(1, 257))
+
+
+def test_product_skips_invalid_combinations_with_reasons():
+    p = sweep.plan_from_spec({"group": [{"backends": ["torch", "cupy"], "ops": ["mm", "scaled_mm"],
+                                         "dtypes": ["bf16", "fp8"], "layouts": ["NN", "NT"], "shapes": [[16, 32, 64]]}]})
+    keys = {c.key for c in p.cases}
+    assert keys == {"torch|mm|bf16|NN|16|32|64|1", "torch|mm|bf16|NT|16|32|64|1", "torch|scaled_mm|fp8|NT|16|32|64|1"}
+    reasons = " ".join(p.skipped)
+    assert "fp8 runs only as op scaled_mm" in reasons and "cupy backend runs fp32 and fp16 only" in reasons
+    assert "left out" in p.summary()
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"group": [{"dtypes": ["bf17"], "shapes": [[1, 2, 3]]}]}, "unknown ['bf17']"),
+    ({"group": [{"m": [1], "n": [2]}]}, "give `shapes` or all of m, n, k"),
+    ({"group": [{"shapes": [[1, 2]]}]}, "must be [m, n, k]"),
+    ({"group": [{"m": {"pow2": [8, 2]}, "n": [1], "k": [1]}]}, "pow2 = [lo, hi]"),
+    ({"group": [{"colour": "red", "shapes": [[1, 2, 3]]}]}, "unknown keys ['colour']"),
+    ({"name": "x"}, "at least one [[group]]"),
+])
+def test_bad_specs_name_the_problem(bad, msg):
+    with pytest.raises(SpecError) as e:
+        sweep.plan_from_spec(bad)
+    assert msg in str(e.value)
+
+
+def test_axis_expansion():
+    assert sweep.expand_axis({"pow2": [64, 256], "neighbours": [1, 16]}, "m") == \
+        [48, 63, 64, 65, 80, 112, 127, 128, 129, 144, 240, 255, 256, 257, 272]
+    assert sweep.expand_axis({"range": [1, 9, 4]}, "m") == [1, 5, 9]
+    assert sweep.expand_axis([3, 1, 3], "m") == [1, 3]
+
+
+def test_toml_and_json_spec_files(tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text('name = "t"\n[[group]]\nbackends = ["torch"]\ndtypes = ["bf16"]\nlayouts = ["NT"]\n'
+                    'm = {pow2 = [1, 8]}\nn = [4096]\nk = [4096]\n')
+    p = sweep.plan(spec_path=str(toml))
+    assert [c.m for c in p.cases] == [1, 2, 4, 8] and p.name == "t"
+    js = tmp_path / "s.json"
+    js.write_text(json.dumps(NUMPY_SPEC))
+    assert len(sweep.plan(spec_path=str(js)).cases) == 3 * 2 * 2 * 4 * 2 + 1
+    with pytest.raises(SpecError, match="use a .toml or .json"):
+        sweep.load_spec(str(tmp_path / "s.yaml")) if (tmp_path / "s.yaml").write_text("x") else None
+    with pytest.raises(SpecError, match="exactly one"):
+        sweep.plan("quick", str(toml))
+
+
+def test_shards_partition_the_plan():
+    cases = sweep.plan("quick").cases
+    parts = [sweep.shard(cases, f"{i}/3") for i in (1, 2, 3)]
+    keys = [c.key for p in parts for c in p]
+    assert sorted(keys) == sorted(c.key for c in cases) and len(keys) == len(set(keys))
+    for bad in ("0/3", "4/3", "x", "1-3"):
+        with pytest.raises(SpecError, match="I/N"):
+            sweep.shard(cases, bad)
+
+
+def _plan():
+    return sweep.plan_from_spec(NUMPY_SPEC).cases
+
+
+def test_numpy_sweep_writes_dataset_and_error_rows(tmp_path):
+    cases = _plan()
+    out = str(tmp_path / "d.parquet")
+    fail = {cases[5].key}
+    df = sweep.run(cases, out, sweep.NumpyExecutor(fail_keys=fail), window=7, progress=False)
+    assert len(df) == len(cases)
+    assert df.loc[df.key == cases[5].key, "error"].item() == "simulated failure"
+    ok = df[df.error.isna()]
+    assert (ok.time_us > 0).all() and (ok.tflops > 0).all()
+    back = dataset.read_parquet(out)
+    dataset.validate(back)
+    assert back.attrs["env"]["gpu"] == "cpu (numpy)"
+    assert list(back.columns) == dataset.COLUMNS
+    # the column-major view is recorded
+    r = back[back.key == "numpy|mm|fp32|NT|16|64|16|1"].iloc[0]
+    assert (r.blas_m, r.blas_n, r.blas_k, r.blas_trans_a, r.blas_trans_b) == (64, 16, 16, "T", "N")
+
+
+def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
+    cases = _plan()
+    out = str(tmp_path / "d.parquet")
+    ex = sweep.NumpyExecutor(stop_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(cases, out, ex, window=5, progress=False)
+    raw = sweep.raw_path(out)
+    env, recs = dataset.read_raw(raw)
+    assert len(recs) == 15 and env["gpu"] == "cpu (numpy)"
+    # a kill in the middle of writing a record leaves half a line: resume drops it and reruns that GEMM
+    with open(raw, "a") as f:
+        f.write('{"type": "gemm", "key": "numpy|mm|fp32|NN|1|8|16|1", "m": 1, "n"')
+    with pytest.raises(ProbeError, match="--resume"):
+        sweep.run(cases, out, sweep.NumpyExecutor(), window=5, progress=False)
+    df = sweep.run(cases, out, sweep.NumpyExecutor(), window=5, progress=False, resume=True)
+    assert sorted(df.key) == sorted(c.key for c in cases)
+    lines = [json.loads(x) for x in open(raw)]
+    keys = [x["key"] for x in lines if x.get("type") == "gemm"]
+    assert len(keys) == len(set(keys)) == len(cases)
+
+
+def test_resume_refuses_another_environment(tmp_path):
+    cases = _plan()[:4]
+    out = str(tmp_path / "d.parquet")
+    sweep.run(cases, out, sweep.NumpyExecutor(), progress=False)
+    other = sweep.NumpyExecutor()
+    other.env = dict(other.env, gpu="NVIDIA H200")
+    with pytest.raises(ProbeError, match="another environment: gpu was 'cpu \\(numpy\\)', now 'NVIDIA H200'"):
+        sweep.run(cases, out, other, progress=False, resume=True)
+
+
+def test_shards_merge_to_the_full_sweep(tmp_path):
+    cases = _plan()
+    parts = []
+    for i in (1, 2):
+        p = str(tmp_path / f"p{i}.parquet")
+        sweep.run(sweep.shard(cases, f"{i}/2"), p, sweep.NumpyExecutor(), progress=False)
+        parts.append(p)
+    df = sweep.merge(parts, str(tmp_path / "all.parquet"))
+    assert sorted(df.key) == sorted(c.key for c in cases)
+    dataset.validate(dataset.read_parquet(str(tmp_path / "all.parquet")))
+
+
+def test_cli_dry_run_and_no_gpu_error(tmp_path):
+    r = CliRunner().invoke(main, ["sweep", "--preset", "quick", "-o", str(tmp_path / "q.parquet"), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "sweep 'quick': 198 GEMMs" in r.output
+    try:
+        import torch
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        r = CliRunner().invoke(main, ["sweep", "--preset", "quick", "-o", str(tmp_path / "q.parquet")])
+        assert r.exit_code == 1
+        last = r.output.strip().splitlines()[-1]
+        assert last.startswith("Error: no CUDA device: `sweep` needs an NVIDIA GPU")
+        assert "`decode`, `grammars`, `parse-log`" in last
+
+
+def test_cli_numpy_sweep_and_merge(tmp_path):
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps(NUMPY_SPEC))
+    out = tmp_path / "n.parquet"
+    r = CliRunner().invoke(main, ["sweep", "--spec", str(spec), "-o", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out}: 97 rows (0 error rows)" in r.output
+    r = CliRunner().invoke(main, ["merge", str(out), str(out), "-o", str(tmp_path / "m.parquet")])
+    assert r.exit_code == 0 and "97 rows from 2 parts" in r.output
+    r = CliRunner().invoke(main, ["merge", str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "m.parquet")])
+    assert r.exit_code == 1 and "Error: no dataset at" in r.output
