@@ -78,6 +78,12 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "lt_algo_tile": ("string", "lt backend: tile of the algo it ran (from the algo config)"),
     "lt_waves": ("float64", "lt backend: the heuristic's wavesCount for that algo"),
     "error": ("string", "why this GEMM produced no measurement (null when it ran)"),
+    "n_candidates": ("Int64", "heuristic candidates run for this GEMM (sweep --candidates; lt backend), else null"),
+    "regret_pct": ("float64", "time(candidate #0) / time(fastest correct candidate) - 1, in %"),
+    "best_rank": ("Int64", "rank of the fastest candidate (0 = the heuristic's pick)"),
+    "best_kernel": ("string", "main kernel of the fastest candidate"),
+    "noise_pct": ("float64", "|t1/t2 - 1| of two medians of candidate #0 (the noise evidence), in %"),
+    "candidates": ("string", "JSON list of the candidates: config, waves, time, kernel"),
     "consistent": ("boolean", "decoded kernel agrees with the logged algo on tile, cluster and split-K (null: no log line or nothing to compare)"),
 }
 COLUMNS = list(SCHEMA)
@@ -90,9 +96,11 @@ def read_raw(path: str | os.PathLike) -> tuple[dict, list[dict]]:
     The first line may be an env record (`{"type": "env", ...}`); a later record with the same key
     replaces an earlier one (resume re-runs a window that was cut off).
     """
+    import gzip
     env: dict = {}
     recs: dict[str, dict] = {}
-    with open(path, encoding="utf-8", errors="replace") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         for i, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -207,6 +215,13 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
             "error": r.get("error"),
             "consistent": consistency(kn, rec) if (kn and not r.get("error")) else None,
         })
+        cands = r.get("candidates")
+        if cands:
+            from cublaslt_probe import candidates as cm
+            reg = cm.regret(cands, r["dtype"])
+            row.update({"n_candidates": reg["n_candidates"], "regret_pct": reg["regret_pct"],
+                        "best_rank": reg["best_rank"], "best_kernel": reg["best_kernel"],
+                        "noise_pct": reg["noise_pct"], "candidates": cm.to_json(cands)})
         yield row
 
 

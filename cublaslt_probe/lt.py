@@ -260,6 +260,35 @@ class LtLibrary:
         return cfg
 
 
+def pinned_algo(lib: "LtLibrary", p: "Problem", algo_id: int, config: dict) -> cublasLtMatmulAlgo_t:
+    """`cublasLtMatmulAlgoInit` for the problem's types, then the config attributes by header enum name:
+    config keys tile ("256x128"), stages ("64xAUTO"), cluster ("1x2x1"), split_k, reduction_scheme
+    ("COMPUTE_TYPE"), custom_option, cta_swizzling. Missing keys keep the algo's defaults."""
+    ab, cd, compute, scale = DTYPE_SPEC[p.dtype]
+    algo = cublasLtMatmulAlgo_t()
+    st = lib.lib.cublasLtMatmulAlgoInit(lib.handle, COMPUTE[compute], CUDA_R[scale], CUDA_R[ab],
+                                        CUDA_R[p.b_type or ab], CUDA_R[cd], CUDA_R[cd], int(algo_id),
+                                        ctypes.byref(algo))
+    _check(st, f"cublasLtMatmulAlgoInit(algoId={algo_id})")
+    names = {"tile": "CUBLASLT_MATMUL_TILE_", "stages": "CUBLASLT_MATMUL_STAGES_",
+             "cluster": "CUBLASLT_CLUSTER_SHAPE_", "reduction_scheme": "CUBLASLT_REDUCTION_SCHEME_"}
+    for key, value in config.items():
+        if value is None or key not in CONFIG:
+            continue
+        attr, ctype = CONFIG[key]
+        if key in names:
+            full = names[key] + str(value)
+            if full not in lib.enums.values:
+                raise CaptureError(f"{key}={value!r}: {full} is not in this library's cublasLt.h "
+                                   f"({lib.enums.header or 'no header found'})")
+            value = lib.enums.values[full]
+        buf = ctype(int(value))
+        st = lib.lib.cublasLtMatmulAlgoConfigSetAttribute(ctypes.byref(algo), attr, ctypes.byref(buf),
+                                                          ctypes.sizeof(buf))
+        _check(st, f"cublasLtMatmulAlgoConfigSetAttribute({key}={value})")
+    return algo
+
+
 class Logger:
     """In-process cuBLASLt logger through `cublasLtLoggerSetCallback` (works after init; see REFERENCE).
 
@@ -329,6 +358,10 @@ class Problem:
     alignment: int = 16
     # for fp8 the B type may differ from A (e4m3 x e5m2); None = same as A
     b_type: str | None = None
+    # leading dimensions (elements); None = the stored rows (packed)
+    lda: int | None = None
+    ldb: int | None = None
+    ldc: int | None = None
 
     @property
     def ab_type(self):
@@ -370,9 +403,9 @@ class LtMatmul:
                 self._set(L.cublasLtMatmulDescSetAttribute, self.op, DESC["CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE"],
                           ctypes.c_int32(CUDA_R[cd]))
         (ar, ac), (br, bc), (cr, cc) = p.shapes()
-        self.a = self._layout(CUDA_R[ab], ar, ac, p.batch)
-        self.b = self._layout(CUDA_R[p.b_type or ab], br, bc, p.batch)
-        self.c = self._layout(CUDA_R[cd], cr, cc, p.batch)
+        self.a = self._layout(CUDA_R[ab], ar, ac, p.batch, p.lda)
+        self.b = self._layout(CUDA_R[p.b_type or ab], br, bc, p.batch, p.ldb)
+        self.c = self._layout(CUDA_R[cd], cr, cc, p.batch, p.ldc)
         self.pref = ctypes.c_void_p()
         _check(L.cublasLtMatmulPreferenceCreate(ctypes.byref(self.pref)), "cublasLtMatmulPreferenceCreate")
         self._objs.append((L.cublasLtMatmulPreferenceDestroy, self.pref))
@@ -385,16 +418,17 @@ class LtMatmul:
     def _set(self, fn, obj, attr, value):
         _check(fn(obj, attr, ctypes.byref(value), ctypes.sizeof(value)), f"{fn.__name__}({attr})")
 
-    def _layout(self, dtype, rows, cols, batch):
+    def _layout(self, dtype, rows, cols, batch, ld=None):
         L = self.lib.lib
         h = ctypes.c_void_p()
-        _check(L.cublasLtMatrixLayoutCreate(ctypes.byref(h), dtype, rows, cols, rows), "cublasLtMatrixLayoutCreate")
+        ld = ld or rows
+        _check(L.cublasLtMatrixLayoutCreate(ctypes.byref(h), dtype, rows, cols, ld), "cublasLtMatrixLayoutCreate")
         self._objs.append((L.cublasLtMatrixLayoutDestroy, h))
         if batch > 1:
             self._set(L.cublasLtMatrixLayoutSetAttribute, h, LAYOUT["CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT"],
                       ctypes.c_int32(batch))
             self._set(L.cublasLtMatrixLayoutSetAttribute, h, LAYOUT["CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET"],
-                      ctypes.c_int64(rows * cols))
+                      ctypes.c_int64(ld * cols))
         return h
 
     def set_pointers(self, a_scale=None, b_scale=None, bias=None):

@@ -233,6 +233,20 @@ def preset(name: str) -> dict:
             {"backends": ["torch", "lt"], "ops": ["scaled_mm"], "dtypes": ["fp8"], "layouts": ["NT"],
              "shapes": [s for s in cubes if s[0] % 16 == 0]},
         ]}
+    if name == "grid":  # the natural input of `map`: m x n at a fixed k
+        ax = sorted({x for p in range(4, 15) for x in (2 ** p, 3 * 2 ** (p - 1))} - {24576})
+        g = {"m": ax, "n": ax, "k": [4096]}
+        return {"name": "grid", "group": [
+            {"backends": ["torch", "torch-lt", "lt"], "ops": ["mm"], "dtypes": ["bf16"], "layouts": ["NN", "NT"], **g},
+            {"backends": ["torch", "torch-lt", "lt"], "ops": ["mm"], "dtypes": ["fp16", "tf32"], "layouts": ["NT"], **g},
+            {"backends": ["torch", "lt"], "ops": ["scaled_mm"], "dtypes": ["fp8"], "layouts": ["NT"], **g},
+        ]}
+    if name == "regret":  # heuristic candidates for the llm shapes: run with --candidates 32
+        shapes = [[t, n, k] for (n, k) in llm_weights() for t in TOKENS]
+        return {"name": "regret", "group": [
+            {"backends": ["lt"], "ops": ["mm"], "dtypes": ["bf16"], "layouts": ["NT"], "shapes": shapes},
+            {"backends": ["lt"], "ops": ["scaled_mm"], "dtypes": ["fp8"], "layouts": ["NT"], "shapes": shapes},
+        ]}
     if name == "decode":
         return {"name": "decode", "group": [
             {"backends": ["torch", "torch-lt", "lt"], "ops": ["mm"], "dtypes": ["bf16", "fp16"], "layouts": ["NT"],
@@ -240,10 +254,10 @@ def preset(name: str) -> dict:
             {"backends": ["torch", "lt"], "ops": ["scaled_mm"], "dtypes": ["fp8"], "layouts": ["NT"],
              "m": {"range": [16, 256, 16]}, "n": [4096, 14336], "k": [4096]},
         ]}
-    raise SpecError(f"unknown preset {name!r}: choose from quick, llm, square, decode")
+    raise SpecError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
 
 
-PRESETS = ("quick", "llm", "square", "decode")
+PRESETS = ("quick", "llm", "square", "decode", "grid", "regret")
 
 
 def plan(preset_name: str | None = None, spec_path: str | None = None, backends: list[str] | None = None) -> Plan:
@@ -305,7 +319,7 @@ class Progress:
             self.stream.write("\n")
 
 
-def _read_done(path: str) -> tuple[dict, set[str]]:
+def _read_done(path: str, keep_errors: bool = True) -> tuple[dict, set[str]]:
     """Env and done keys of an existing raw file; cuts a truncated last line (a kill mid-write)."""
     from cublaslt_probe.dataset import read_raw
     with open(path, "rb") as f:
@@ -316,14 +330,14 @@ def _read_done(path: str) -> tuple[dict, set[str]]:
         with open(path, "r+b") as f:
             f.truncate(cut)
     env, recs = read_raw(path)
-    return env, {r["key"] for r in recs}
+    return env, {r["key"] for r in recs if keep_errors or not r.get("error")}
 
 
 ENV_MATCH = ("gpu", "cublaslt_version", "torch_version")
 
 
 def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: int = 32,
-        progress: bool = True, meta: dict | None = None):
+        progress: bool = True, meta: dict | None = None, retry_errors: bool = False):
     """Run `cases` through `executor` (has `.env` and `.run_window(cases) -> list[dict]`), appending raw
     records to `raw_path(out)` after each window, then build and write the Parquet dataset `out`.
 
@@ -338,7 +352,7 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
         if not resume:
             raise ProbeError(f"{raw} already holds a sweep's raw records: pass --resume to finish it, or "
                              "remove it to start over")
-        env_old, done = _read_done(raw)
+        env_old, done = _read_done(raw, keep_errors=not retry_errors)
         diff = {k: (env_old.get(k), executor.env.get(k)) for k in ENV_MATCH
                 if env_old and env_old.get(k) != executor.env.get(k)}
         if diff:

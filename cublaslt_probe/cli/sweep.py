@@ -11,12 +11,16 @@ from cublaslt_probe.errors import ProbeError
 
 
 @click.command("sweep")
-@click.option("--preset", type=click.Choice(["quick", "llm", "square", "decode"]), help="A built-in sweep.")
+@click.option("--preset", type=click.Choice(["quick", "llm", "square", "decode", "grid", "regret"]),
+              help="A built-in sweep.")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="A sweep spec file (.toml or .json).")
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False),
               help="Dataset to write (Parquet); raw records go to OUT.raw.jsonl as the sweep runs.")
 @click.option("--backends", default=None, help="Comma list to keep: torch,torch-lt,cupy,lt (default: the spec's).")
 @click.option("--resume", is_flag=True, help="Finish a sweep whose raw file exists, skipping the GEMMs it holds.")
+@click.option("--retry-errors", is_flag=True, help="With --resume: run again the GEMMs that ended as error rows.")
+@click.option("--candidates", default=0, show_default=True,
+              help="For lt-backend GEMMs: also run the heuristic's top N candidates (regret columns).")
 @click.option("--shard", default=None, metavar="I/N", help="Run only the I-th of N deterministic slices (1-based).")
 @click.option("--devices", default=None, metavar="0,1", help="One worker per GPU, each a shard; parts are merged.")
 @click.option("--window", default=32, show_default=True,
@@ -25,7 +29,8 @@ from cublaslt_probe.errors import ProbeError
 @click.option("--flush-l2", is_flag=True, help="Flush L2 (zero 256 MB) before each timed repetition.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--no-progress", is_flag=True, help="No progress line on stderr.")
-def sweep_cmd(preset, spec_path, out, backends, resume, shard, devices, window, reps, flush_l2, dry_run, no_progress):
+def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates, shard, devices, window, reps,
+              flush_l2, dry_run, no_progress):
     """Run GEMMs over shapes × dtypes × layouts × ops × backends; write one row per GEMM.
 
     Needs an NVIDIA GPU (torch; cupy for the cupy backend).
@@ -45,9 +50,10 @@ def sweep_cmd(preset, spec_path, out, backends, resume, shard, devices, window, 
         executor = sweep.NumpyExecutor()
     else:
         from cublaslt_probe.probe import Probe
-        executor = Probe(reps=reps, flush_l2=flush_l2)
+        executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates)
     df = sweep.run(cases, out, executor, resume=resume, window=window, progress=not no_progress,
-                   meta={"sweep": plan.name, "shard": shard})
+                   meta={"sweep": plan.name, "shard": shard, "candidates": candidates, "flush_l2": flush_l2},
+                   retry_errors=retry_errors)
     n_err = int(df["error"].notna().sum())
     click.echo(f"wrote {out}: {len(df)} rows ({n_err} error rows); raw records in {sweep.raw_path(out)}", err=True)
 

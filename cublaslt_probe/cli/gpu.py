@@ -1,0 +1,168 @@
+"""GPU commands that look at one GEMM: `candidates`, `first-call`, `explain`, `replay`.
+
+Each can save what it measured (`--save FILE.json`) and render a saved file on any machine (`--from FILE.json`).
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import click
+
+from cublaslt_probe.errors import ProbeError
+
+
+def gemm_options(f):
+    @click.option("--m", type=int, help="torch view: rows of A and C (tokens)")
+    @click.option("--n", type=int, help="torch view: columns of B and C")
+    @click.option("--k", type=int, help="reduction dimension")
+    @click.option("--dtype", default="bf16", show_default=True,
+                  type=click.Choice(["fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2"]))
+    @click.option("--layout", default="NT", show_default=True, type=click.Choice(["NN", "NT", "TN", "TT"]),
+                  help="torch view; NT = F.linear (B stored transposed)")
+    @click.option("--op", default=None, type=click.Choice(["mm", "bmm", "addmm", "scaled_mm"]),
+                  help="default: scaled_mm for fp8, else mm")
+    @click.option("--batch", default=1, show_default=True)
+    @functools.wraps(f)
+    def wrapper(*a, **kw):
+        return f(*a, **kw)
+    return wrapper
+
+
+def make_case(backend, m, n, k, dtype, layout, op, batch):
+    from cublaslt_probe.cases import Case, invalid_reason
+    if None in (m, n, k):
+        raise ProbeError("give --m, --n and --k (or --from FILE.json)")
+    op = op or ("scaled_mm" if dtype.startswith("fp8") else ("bmm" if batch > 1 else "mm"))
+    c = Case(backend, op, dtype, layout, m, n, k, batch)
+    why = invalid_reason(c)
+    if why:
+        raise ProbeError(why)
+    return c
+
+
+def _load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise ProbeError(f"cannot read {path}: {e}") from e
+
+
+def _save(obj, path):
+    if path:
+        with open(path, "w") as f:
+            json.dump(obj, f, indent=1, default=str)
+        click.echo(f"saved {path}", err=True)
+
+
+@click.command("candidates")
+@gemm_options
+@click.option("--top", default=32, show_default=True, help="candidates to ask the heuristic for")
+@click.option("--workspace", default=32 << 20, show_default=True,
+              help="max workspace bytes (torch's cuBLAS handle: 32 MiB; torch's Lt path: 1 MiB)")
+@click.option("--alignment", default=16, show_default=True, help="min alignment of A/B/C/D in bytes (torch: 16)")
+@click.option("--reps", default=10, show_default=True, help="timed repetitions per candidate")
+@click.option("--flush-l2", is_flag=True, help="flush L2 before each rep (default: a short GPU spin, L2 warm)")
+@click.option("--format", "fmt", default="table", type=click.Choice(["table", "csv", "jsonl", "json"]))
+@click.option("--save", type=click.Path(dir_okay=False), help="also write the raw candidates (JSON)")
+@click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render a saved file (no GPU)")
+def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment, reps, flush_l2, fmt, save, from_path):
+    """The heuristic's candidates for one GEMM, each run and timed; the pick and the fastest marked."""
+    from cublaslt_probe import candidates as cm
+    if from_path:
+        saved = _load(from_path)
+    else:
+        from cublaslt_probe.probe import Probe, lt_candidates
+        c = make_case("lt", m, n, k, dtype, layout, op, batch)
+        probe = Probe(flush_l2=flush_l2)
+        rows = lt_candidates(probe, c, top=top, workspace_bytes=workspace, alignment=alignment, reps=reps)
+        saved = {"case": c.as_dict(), "env": probe.env, "workspace_bytes": workspace, "alignment": alignment,
+                 "timing": f"CUDA events, median of {reps} reps, " + ("L2 flushed" if flush_l2 else "L2 warm (GPU spin)"),
+                 "candidates": rows}
+        _save(saved, save)
+    c = saved["case"]
+    df = cm.table(saved["candidates"], m=c["m"], n=c["n"], k=c["k"], batch=c.get("batch", 1), dtype=c["dtype"])
+    reg = cm.regret(saved["candidates"], c["dtype"])
+    if fmt == "csv":
+        click.echo(df.to_csv(index=False), nl=False)
+    elif fmt == "jsonl":
+        for rec in df.to_dict(orient="records"):
+            click.echo(json.dumps(rec, default=str))
+    elif fmt == "json":
+        click.echo(json.dumps({"case": c, "regret": reg, "candidates": df.to_dict(orient="records")}, default=str))
+    else:
+        env = saved.get("env", {})
+        header = (f"{c['dtype']} {c['layout']} M={c['m']} N={c['n']} K={c['k']} on {env.get('gpu')} "
+                  f"(cuBLASLt {env.get('cublaslt_version')}); workspace {saved.get('workspace_bytes')} B, alignment "
+                  f"{saved.get('alignment')} B; {saved.get('timing')}")
+        click.echo(cm.render(df, reg, header))
+
+
+@click.command("first-call")
+@gemm_options
+@click.option("--backend", default="torch", show_default=True, type=click.Choice(["torch", "torch-lt", "lt"]))
+@click.option("--format", "fmt", default="text", type=click.Choice(["text", "json"]))
+@click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
+@click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
+def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, save, from_path):
+    """Where the first call's time goes (module loading, heuristic miss, ...) and whether anything was JIT-compiled."""
+    from cublaslt_probe import firstcall
+    if from_path:
+        raw = _load(from_path)
+    else:
+        raw = firstcall.run(make_case(backend, m, n, k, dtype, layout, op, batch).key)
+        _save(raw, save)
+    a = firstcall.analyse(raw)
+    click.echo(json.dumps(a, indent=1) if fmt == "json" else firstcall.render(a))
+
+
+@click.command("explain")
+@gemm_options
+@click.option("--backend", default="torch", show_default=True, type=click.Choice(["torch", "torch-lt", "cupy", "lt"]))
+@click.option("--top", default=32, show_default=True)
+@click.option("--first-call", "with_first_call", is_flag=True, help="also run the first-call anatomy (~20 s)")
+@click.option("--save", type=click.Path(dir_okay=False), help="also write the evidence (JSON)")
+@click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render saved evidence (no GPU)")
+def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call, save, from_path):
+    """The chain of evidence for one GEMM: log line, algo, kernel, decoded fields, waves, time, heuristic, rank."""
+    from cublaslt_probe import explain
+    if from_path:
+        ev = _load(from_path)
+    else:
+        ev = explain.gather(make_case(backend, m, n, k, dtype, layout, op, batch), top=top, first_call=with_first_call)
+        _save(ev, save)
+    click.echo(explain.render(ev))
+
+
+@click.command("replay")
+@click.argument("logfile", type=click.Path(dir_okay=False))
+@click.option("--line", "line_no", type=int, help="replay the trace record on this line of the log")
+@click.option("--all", "all_lines", is_flag=True, help="replay every trace line")
+@click.option("--format", "fmt", default="text", type=click.Choice(["text", "json"]))
+@click.option("--save", type=click.Path(dir_okay=False))
+@click.option("--from", "from_path", is_flag=True, help="LOGFILE is a saved replay (JSON): render it (no GPU)")
+def replay_cmd(logfile, line_no, all_lines, fmt, save, from_path):
+    """Rebuild logged GEMMs, pin the logged algo, run it: which kernel, how fast, what the heuristic picks today."""
+    from cublaslt_probe import replay
+    if from_path:
+        results = _load(logfile)
+    else:
+        from cublaslt_probe.logs import load_log
+        recs, stats = load_log(logfile)
+        trace = [r for r in recs if r.kind == "trace"]
+        if line_no is not None:
+            trace = [r for r in trace if r.line == line_no]
+            if not trace:
+                raise ProbeError(f"{logfile}: line {line_no} is not a matmul trace line "
+                                 f"(trace lines: {', '.join(str(r.line) for r in recs if r.kind == 'trace')[:200]})")
+        elif not all_lines:
+            raise ProbeError("give --line N or --all")
+        if not trace:
+            raise ProbeError(f"{logfile} holds no matmul trace line (was it captured with CUBLASLT_LOG_LEVEL >= 2?)")
+        results = replay.replay(trace)
+        _save(results, save)
+    click.echo(json.dumps(results, indent=1, default=str) if fmt == "json" else replay.render(results))
+
+
+COMMANDS = [candidates_cmd, first_call_cmd, explain_cmd, replay_cmd]

@@ -1,0 +1,208 @@
+"""First-call anatomy: where did the first GEMM's time go, and was anything compiled at run time?
+
+`run(case)` (GPU) starts fresh child processes (`python -m cublaslt_probe.firstcall --child ...`), each
+with one environment, and collects what each measured. `analyse(result)` (CPU) turns that into components
+and a verdict; the CLI prints `render(analysis)`.
+
+The runs and what each separates:
+- `lazy`   default (CUDA_MODULE_LOADING=LAZY): first call, second call, steady state, a new shape whose kernel
+           is already loaded (a variant of the shape checked with the profiler to launch the same kernel).
+- `eager`  CUDA_MODULE_LOADING=EAGER: modules load at context creation, so the first call no longer pays
+           for loading; lazy first − eager first ≈ module loading.
+- `nocache` CUBLASLT_HEURISTICS_CACHE_CAPACITY=0: every call runs the heuristic; its steady host time minus
+           `lazy`'s ≈ one heuristic cache miss.
+- `nojit`  CUDA_DISABLE_PTX_JIT=1: the driver may not JIT-compile PTX; if the GEMM still runs, its kernels are
+           machine code shipped in the library (selected, not compiled).
+Every child uses a fresh, empty CUDA_CACHE_PATH: files appearing there would be PTX JIT output (ComputeCache).
+Host times are wall-clock µs around the call plus `torch.cuda.synchronize()`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+RUNS = {
+    "lazy": {"CUDA_MODULE_LOADING": "LAZY"},
+    "eager": {"CUDA_MODULE_LOADING": "EAGER"},
+    "nocache": {"CUDA_MODULE_LOADING": "LAZY", "CUBLASLT_HEURISTICS_CACHE_CAPACITY": "0"},
+    "nojit": {"CUDA_MODULE_LOADING": "LAZY", "CUDA_DISABLE_PTX_JIT": "1"},
+}
+
+
+def run(key: str, timeout: float = 240.0) -> dict:
+    """Run every child for the case `key` (see cases.Case.key); returns the raw result (JSON-ready)."""
+    from cublaslt_probe.probe import require_gpu
+    require_gpu("first-call")
+    out = {"key": key, "runs": {}}
+    for name, extra in RUNS.items():
+        with tempfile.TemporaryDirectory() as cache:
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("CUDA_MODULE_LOADING", "CUBLASLT_HEURISTICS_CACHE_CAPACITY", "CUDA_DISABLE_PTX_JIT")}
+            env.update(extra)
+            env["CUDA_CACHE_PATH"] = cache
+            env["CUDA_CACHE_DISABLE"] = "0"
+            t0 = time.time()
+            p = subprocess.run([sys.executable, "-m", "cublaslt_probe.firstcall", "--child", key],
+                               env=env, capture_output=True, text=True, timeout=timeout)
+            files = sum(len(f) for _, _, f in os.walk(cache))
+            rec = {"env": extra, "returncode": p.returncode, "wall_s": time.time() - t0, "cache_files": files}
+            try:
+                rec.update(json.loads(p.stdout.strip().splitlines()[-1]))
+            except (IndexError, json.JSONDecodeError):
+                rec["error"] = (p.stderr or p.stdout)[-800:]
+            out["runs"][name] = rec
+    return out
+
+
+def _child(key: str) -> dict:
+    t_start = time.perf_counter()
+    import torch
+
+    from cublaslt_probe.cases import Case
+    from cublaslt_probe.probe import Builder
+    c = Case.from_key(key)
+    res: dict = {}
+    t = time.perf_counter()
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    res["import_s"] = t - t_start
+    res["context_us"] = (time.perf_counter() - t) * 1e6
+    b = Builder(None)
+    if c.backend == "lt":
+        from cublaslt_probe import lt
+        lt.ensure_loaded()
+        b.lib = lt.LtLibrary()
+    b.set_flags(c)
+    built = b.build(c)
+    torch.cuda.synchronize()
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) * 1e6
+
+    res["mem_reserved_before"] = torch.cuda.memory_reserved()
+    res["first_us"] = timed(built.fn)
+    res["mem_reserved_after"] = torch.cuda.memory_reserved()
+    res["second_us"] = timed(built.fn)
+    steady = [timed(built.fn) for _ in range(50)]
+    res["steady_us"] = statistics.median(steady)
+    # host-side cost of the call alone (no sync): where the heuristic's CPU time shows
+    launch = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        built.fn()
+        launch.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+    res["launch_us"] = statistics.median(launch)
+    # a new shape whose kernel is already loaded: try variants, keep the first that launches the same kernel
+    from torch.profiler import ProfilerActivity, profile
+
+    def kernels(fn):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    res["kernels"] = kernels(built.fn)
+    variants = [(c.m, c.n, c.k + 64), (c.m, c.n, c.k - 64), (c.m, c.n, c.k * 2), (c.m + 8, c.n, c.k),
+                (c.m, c.n + 64, c.k)]
+    res["new_shape"] = None
+    for (m, n, k) in variants:
+        if min(m, n, k) < 1:
+            continue
+        v = Case(c.backend, c.op, c.dtype, c.layout, m, n, k, c.batch)
+        vb = b.build(v)
+        torch.cuda.synchronize()
+        first = timed(vb.fn)
+        second = timed(vb.fn)
+        ks = kernels(vb.fn)
+        if ks == res["kernels"]:
+            res["new_shape"] = {"key": v.key, "first_us": first, "second_us": second, "kernels": ks}
+            break
+    res["ok"] = True
+    return res
+
+
+def analyse(result: dict) -> dict:
+    """Components (µs) with their evidence, and the verdict. CPU only."""
+    runs = result["runs"]
+    lazy, eager, nocache, nojit = (runs.get(k, {}) for k in ("lazy", "eager", "nocache", "nojit"))
+    comp: dict = {}
+    ev: list[str] = []
+    if lazy.get("ok"):
+        steady = lazy["steady_us"]
+        comp["first_call_us"] = lazy["first_us"]
+        comp["second_call_us"] = lazy["second_us"]
+        comp["steady_us"] = steady
+        ev.append(f"lazy run: first call {lazy['first_us']:.0f} µs, second {lazy['second_us']:.0f} µs, "
+                  f"steady {steady:.0f} µs (call + synchronize, median of 50)")
+        if eager.get("ok"):
+            comp["module_loading_us"] = max(0.0, lazy["first_us"] - eager["first_us"])
+            ev.append(f"EAGER module loading: first call {eager['first_us']:.0f} µs (context creation "
+                      f"{eager['context_us'] / 1e3:.0f} ms vs {lazy['context_us'] / 1e3:.0f} ms LAZY) -> lazy loading "
+                      f"≈ {comp['module_loading_us']:.0f} µs of the first call")
+        if nocache.get("ok"):
+            comp["heuristic_miss_us"] = max(0.0, nocache["launch_us"] - lazy["launch_us"])
+            ev.append(f"heuristics cache off: host time per call {nocache['launch_us']:.0f} µs vs "
+                      f"{lazy['launch_us']:.0f} µs with the cache -> one miss ≈ {comp['heuristic_miss_us']:.0f} µs")
+        ns = lazy.get("new_shape")
+        if ns:
+            comp["new_shape_first_us"] = ns["first_us"]
+            ev.append(f"new shape {ns['key']} launching the same kernel (profiler): first call {ns['first_us']:.0f} µs, "
+                      f"second {ns['second_us']:.0f} µs -> no module load; the extra "
+                      f"{max(0.0, ns['first_us'] - ns['second_us']):.0f} µs is the heuristic miss and cold caches")
+        grow = lazy.get("mem_reserved_after", 0) - lazy.get("mem_reserved_before", 0)
+        comp["allocator_growth_bytes"] = grow
+        if grow:
+            ev.append(f"the first call grew torch's reserved memory by {grow / 2**20:.1f} MiB (workspace/allocator)")
+        known = comp.get("module_loading_us", 0) + comp.get("heuristic_miss_us", 0) + steady
+        comp["other_first_call_us"] = max(0.0, lazy["first_us"] - known)
+    jit_files = [(k, r.get("cache_files", 0)) for k, r in runs.items()]
+    jit_seen = any(n for _, n in jit_files)
+    ev.append("ComputeCache (fresh CUDA_CACHE_PATH per run) after each run: " +
+              ", ".join(f"{k} {n} files" for k, n in jit_files))
+    nojit_ok = bool(nojit.get("ok"))
+    ev.append(f"with CUDA_DISABLE_PTX_JIT=1 the GEMM {'ran' if nojit_ok else 'FAILED'}"
+              + (f" and launched the same kernels" if nojit_ok and nojit.get("kernels") == lazy.get("kernels") else ""))
+    if not jit_seen and nojit_ok:
+        verdict = "selected by heuristics; no runtime compilation observed"
+    elif jit_seen:
+        verdict = "runtime compilation observed: the driver wrote PTX JIT output to the ComputeCache"
+    else:
+        verdict = "inconclusive: the run with PTX JIT disabled did not complete (see its error)"
+    return {"key": result["key"], "components_us": comp, "evidence": ev, "verdict": verdict,
+            "kernels": lazy.get("kernels")}
+
+
+def render(a: dict) -> str:
+    lines = [f"first-call anatomy for {a['key']}", ""]
+    names = {"first_call_us": "first call (fresh process)", "second_call_us": "second call, same shape",
+             "steady_us": "steady state", "module_loading_us": "lazy module loading",
+             "heuristic_miss_us": "heuristic cache miss", "new_shape_first_us": "first call, new shape, kernel loaded",
+             "other_first_call_us": "other (cold caches, allocator, launch setup)"}
+    for k, label in names.items():
+        v = a["components_us"].get(k)
+        if v is not None:
+            lines.append(f"  {label:<45} {v:12.0f} µs")
+    g = a["components_us"].get("allocator_growth_bytes")
+    if g is not None:
+        lines.append(f"  {'allocator growth on first call':<45} {g / 2**20:12.1f} MiB")
+    lines += ["", "evidence:"] + [f"  - {e}" for e in a["evidence"]] + ["", f"verdict: {a['verdict']}"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        try:
+            print(json.dumps(_child(sys.argv[2])))
+        except Exception as e:  # noqa: BLE001  the parent reports it
+            print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+    else:
+        sys.exit("usage: python -m cublaslt_probe.firstcall --child KEY (internal; use `cublaslt-probe first-call`)")
