@@ -7,8 +7,12 @@ and a verdict; the CLI prints `render(analysis)`.
 The runs and what each separates:
 - `lazy`   default (CUDA_MODULE_LOADING=LAZY): first call, second call, steady state, a new shape whose kernel
            is already loaded (a variant of the shape checked with the profiler to launch the same kernel).
-- `eager`  CUDA_MODULE_LOADING=EAGER: modules load at context creation, so the first call no longer pays
-           for loading; lazy first − eager first ≈ module loading.
+- `lazy_pre` like `lazy`, but before the first GEMM the library is initialised apart: the cuBLAS handle
+           is created and cuBLASLt answers one heuristic query for an unrelated problem (its per-context
+           init, `cublasLtCtxInit` in a level-5 log); each is timed on its own.
+- `eager`  CUDA_MODULE_LOADING=EAGER with the same pre-initialisation: every module of the library loads
+           during handle creation, so the first GEMM no longer pays for loading its kernel;
+           lazy_pre first − eager first ≈ loading the kernel's module.
 - `nocache` CUBLASLT_HEURISTICS_CACHE_CAPACITY=0: every call runs the heuristic; its steady host time minus
            `lazy`'s ≈ one heuristic cache miss.
 - `nojit`  CUDA_DISABLE_PTX_JIT=1: the driver may not JIT-compile PTX; if the GEMM still runs, its kernels are
@@ -28,7 +32,8 @@ import time
 
 RUNS = {
     "lazy": {"CUDA_MODULE_LOADING": "LAZY"},
-    "eager": {"CUDA_MODULE_LOADING": "EAGER"},
+    "lazy_pre": {"CUDA_MODULE_LOADING": "LAZY", "CUBLASLT_PROBE_PREINIT": "1"},
+    "eager": {"CUDA_MODULE_LOADING": "EAGER", "CUBLASLT_PROBE_PREINIT": "1"},
     "nocache": {"CUDA_MODULE_LOADING": "LAZY", "CUBLASLT_HEURISTICS_CACHE_CAPACITY": "0"},
     "nojit": {"CUDA_MODULE_LOADING": "LAZY", "CUDA_DISABLE_PTX_JIT": "1"},
 }
@@ -73,6 +78,19 @@ def _child(key: str) -> dict:
     torch.cuda.synchronize()
     res["import_s"] = t - t_start
     res["context_us"] = (time.perf_counter() - t) * 1e6
+    # cuBLAS handle creation (library init; with CUDA_MODULE_LOADING=EAGER it loads every module of the
+    # library here), kept out of the first GEMM so that the two can be told apart
+    t = time.perf_counter()
+    torch.cuda.current_blas_handle()
+    torch.cuda.synchronize()
+    res["blas_handle_us"] = (time.perf_counter() - t) * 1e6
+    if os.environ.get("CUBLASLT_PROBE_PREINIT") == "1":
+        from cublaslt_probe import lt
+        t = time.perf_counter()
+        lib = lt.LtLibrary()
+        with lt.LtMatmul(lib, lt.Problem(72, 40, 24, dtype="fp32")) as mm:  # unrelated shape
+            mm.heuristic(1)
+        res["lt_init_us"] = (time.perf_counter() - t) * 1e6
     b = Builder(None)
     if c.backend == "lt":
         from cublaslt_probe import lt
@@ -133,7 +151,7 @@ def _child(key: str) -> dict:
 def analyse(result: dict) -> dict:
     """Components (µs) with their evidence, and the verdict. CPU only."""
     runs = result["runs"]
-    lazy, eager, nocache, nojit = (runs.get(k, {}) for k in ("lazy", "eager", "nocache", "nojit"))
+    lazy, pre, eager, nocache, nojit = (runs.get(k, {}) for k in ("lazy", "lazy_pre", "eager", "nocache", "nojit"))
     comp: dict = {}
     ev: list[str] = []
     if lazy.get("ok"):
@@ -141,13 +159,23 @@ def analyse(result: dict) -> dict:
         comp["first_call_us"] = lazy["first_us"]
         comp["second_call_us"] = lazy["second_us"]
         comp["steady_us"] = steady
-        ev.append(f"lazy run: first call {lazy['first_us']:.0f} µs, second {lazy['second_us']:.0f} µs, "
-                  f"steady {steady:.0f} µs (call + synchronize, median of 50)")
+        ev.append(f"fresh process (LAZY): cuBLAS handle {lazy.get('blas_handle_us', 0) / 1e3:.1f} ms, then first GEMM "
+                  f"{lazy['first_us'] / 1e3:.1f} ms, second {lazy['second_us']:.0f} µs, steady {steady:.0f} µs "
+                  "(call + synchronize, median of 50)")
+        comp["handle_init_us"] = lazy.get("blas_handle_us")
+        base = lazy
+        if pre.get("ok"):
+            base = pre
+            comp["lt_context_init_us"] = pre.get("lt_init_us")
+            comp["first_call_after_init_us"] = pre["first_us"]
+            ev.append(f"with the library initialised first: cuBLASLt's per-context init (first heuristic query of "
+                      f"the process) took {pre.get('lt_init_us', 0) / 1e3:.1f} ms, and the first GEMM then took "
+                      f"{pre['first_us']:.0f} µs")
         if eager.get("ok"):
-            comp["module_loading_us"] = max(0.0, lazy["first_us"] - eager["first_us"])
-            ev.append(f"EAGER module loading: first call {eager['first_us']:.0f} µs (context creation "
-                      f"{eager['context_us'] / 1e3:.0f} ms vs {lazy['context_us'] / 1e3:.0f} ms LAZY) -> lazy loading "
-                      f"≈ {comp['module_loading_us']:.0f} µs of the first call")
+            comp["module_loading_us"] = max(0.0, base["first_us"] - eager["first_us"])
+            ev.append(f"EAGER module loading: handle creation {eager.get('blas_handle_us', 0) / 1e3:.0f} ms (every module "
+                      f"of the library loads there), first GEMM {eager['first_us']:.0f} µs -> loading this kernel's module "
+                      f"lazily ≈ {comp['module_loading_us']:.0f} µs")
         if nocache.get("ok"):
             comp["heuristic_miss_us"] = max(0.0, nocache["launch_us"] - lazy["launch_us"])
             ev.append(f"heuristics cache off: host time per call {nocache['launch_us']:.0f} µs vs "
@@ -163,7 +191,7 @@ def analyse(result: dict) -> dict:
         if grow:
             ev.append(f"the first call grew torch's reserved memory by {grow / 2**20:.1f} MiB (workspace/allocator)")
         known = comp.get("module_loading_us", 0) + comp.get("heuristic_miss_us", 0) + steady
-        comp["other_first_call_us"] = max(0.0, lazy["first_us"] - known)
+        comp["other_first_call_us"] = max(0.0, base["first_us"] - known)
     jit_files = [(k, r.get("cache_files", 0)) for k, r in runs.items()]
     jit_seen = any(n for _, n in jit_files)
     ev.append("ComputeCache (fresh CUDA_CACHE_PATH per run) after each run: " +
@@ -183,10 +211,12 @@ def analyse(result: dict) -> dict:
 
 def render(a: dict) -> str:
     lines = [f"first-call anatomy for {a['key']}", ""]
-    names = {"first_call_us": "first call (fresh process)", "second_call_us": "second call, same shape",
+    names = {"handle_init_us": "cuBLAS handle creation (before the GEMM)", "first_call_us": "first GEMM (fresh process)",
+             "lt_context_init_us": "cuBLASLt per-context init (first heuristic query)",
+             "first_call_after_init_us": "first GEMM after that init", "second_call_us": "second call, same shape",
              "steady_us": "steady state", "module_loading_us": "lazy module loading",
              "heuristic_miss_us": "heuristic cache miss", "new_shape_first_us": "first call, new shape, kernel loaded",
-             "other_first_call_us": "other (cold caches, allocator, launch setup)"}
+             "other_first_call_us": "rest of the first GEMM after init (cold caches, launch setup)"}
     for k, label in names.items():
         v = a["components_us"].get(k)
         if v is not None:

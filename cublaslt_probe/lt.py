@@ -476,11 +476,11 @@ class LtMatmul:
         return statistics.median(miss), statistics.median(hit)
 
     def run(self, algo, a_ptr, b_ptr, c_ptr, workspace_ptr, workspace_bytes, stream,
-            alpha=1.0, beta=0.0) -> None:
+            alpha=1.0, beta=0.0, d_ptr=None) -> None:
         al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
         st = self.lib.lib.cublasLtMatmul(self.lib.handle, self.op, ctypes.byref(al), ctypes.c_void_p(a_ptr),
                                          self.a, ctypes.c_void_p(b_ptr), self.b, ctypes.byref(be),
-                                         ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(c_ptr), self.c,
+                                         ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(d_ptr or c_ptr), self.c,
                                          ctypes.byref(algo) if algo is not None else None,
                                          ctypes.c_void_p(workspace_ptr), workspace_bytes, ctypes.c_void_p(stream))
         _check(st, "cublasLtMatmul")

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 TORCH_LT_WORKSPACE = 1 << 20     # measured: torch 2.11's Lt path asks for 1 MiB (REFERENCE §4)
 CUBLAS_WORKSPACE = 32 << 20      # the cuBLAS handle's limit seen in its Api log line (REFERENCE §2)
-SPIN_CYCLES = 40_000             # ~20 µs at 2 GHz: keeps the GPU busy while the CPU enqueues a rep
+SPIN_CYCLES = 200_000            # ~100 µs at 2 GHz: keeps the GPU busy while the CPU enqueues a rep (a ctypes
+                                 # cublasLtMatmul call plus two event records takes tens of µs of host time)
 
 
 def require_gpu(what: str):

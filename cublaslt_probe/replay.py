@@ -11,7 +11,9 @@ from cublaslt_probe.cases import Case
 # (A type, B type, compute type) as the log writes them -> the probe's dtype name
 _DTYPES = {("R_32F", "R_32F", "COMPUTE_32F"): "fp32", ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"): "tf32",
            ("R_16F", "R_16F", "COMPUTE_32F"): "fp16", ("R_16BF", "R_16BF", "COMPUTE_32F"): "bf16",
-           ("R_8F_E4M3", "R_8F_E4M3", "COMPUTE_32F"): "fp8", ("R_8F_E5M2", "R_8F_E4M3", "COMPUTE_32F"): "fp8_e5m2"}
+           ("R_8F_E4M3", "R_8F_E4M3", "COMPUTE_32F"): "fp8", ("R_8F_E5M2", "R_8F_E4M3", "COMPUTE_32F"): "fp8_e5m2",
+           ("R_8F_E4M3", "R_8F_E5M2", "COMPUTE_32F"): "fp8"}
+_B_TYPE = {"R_8F_E4M3": "fp8_e4m3", "R_8F_E5M2": "fp8_e5m2"}
 _OUT = {"fp32": "R_32F", "tf32": "R_32F", "fp16": "R_16F", "bf16": "R_16BF", "fp8": "R_16BF", "fp8_e5m2": "R_16BF"}
 
 
@@ -40,12 +42,11 @@ def problem_from_record(rec) -> dict:
     if epi not in ("DEFAULT", "BIAS"):
         raise NotReplayable(f"line {rec.line}: epilogue {rec.epilogue} needs inputs the log does not record "
                             "(only the default and BIAS epilogues are replayed)")
-    if rec.out_of_place:
-        raise NotReplayable(f"line {rec.line}: out-of-place (C != D) calls are not replayed")
     ta, tb = rec.trans_a or "N", rec.trans_b or "N"
     return {"dtype": dt, "m": rec.m, "n": rec.n, "k": rec.k, "trans_a": ta, "trans_b": tb,
             "lda": rec.lda, "ldb": rec.ldb, "ldc": rec.ldc, "batch": rec.batch_count or 1, "bias": epi == "BIAS",
             "workspace_bytes": rec.workspace_bytes or 0, "algo_id": rec.algo_id,
+            "b_type": _B_TYPE.get(rec.b_type) if dt.startswith("fp8") else None, "out_of_place": bool(rec.out_of_place),
             "config": {"tile": rec.tile, "stages": rec.stages, "cluster": rec.cluster,
                        "split_k": rec.split_k if rec.split_k and rec.split_k > 1 else None,
                        "reduction_scheme": rec.reduction_scheme if rec.split_k and rec.split_k > 1 else None,
@@ -75,16 +76,17 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
         try:
             p = lt.Problem(pr["m"], pr["n"], pr["k"], dtype=pr["dtype"], trans_a=pr["trans_a"], trans_b=pr["trans_b"],
                            batch=pr["batch"], bias=pr["bias"], workspace_bytes=max(pr["workspace_bytes"], 0),
-                           b_type="fp8_e4m3" if pr["dtype"] == "fp8_e5m2" else None,
-                           lda=pr["lda"], ldb=pr["ldb"], ldc=pr["ldc"])
+                           b_type=pr["b_type"], lda=pr["lda"], ldb=pr["ldb"], ldc=pr["ldc"])
             with lt.LtMatmul(probe.lib, p) as mm:
                 (ar, ac), (br, bc), (cr, cc) = p.shapes()
                 tdt = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                        "fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
                 ab, cdt = tdt[pr["dtype"]], tdt[{"fp8": "bf16", "fp8_e5m2": "bf16"}.get(pr["dtype"], pr["dtype"])]
                 A = torch.randn(p.batch, ac, p.lda or ar, device="cuda").to(ab)
-                B = torch.randn(p.batch, bc, p.ldb or br, device="cuda").to(torch.float8_e4m3fn if pr["dtype"] == "fp8_e5m2" else ab)
+                bt = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(pr["b_type"], ab)
+                B = torch.randn(p.batch, bc, p.ldb or br, device="cuda").to(bt)
                 C = torch.empty(p.batch, cc, p.ldc or cr, device="cuda", dtype=cdt)
+                D = torch.empty_like(C) if pr["out_of_place"] else C
                 if pr["bias"]:
                     bias = torch.randn(cr, device="cuda").to(cdt)
                     mm.set_pointers(bias=bias.data_ptr())
@@ -93,7 +95,8 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
                 stream = torch.cuda.current_stream().cuda_stream
 
                 def fn():
-                    mm.run(algo, A.data_ptr(), B.data_ptr(), C.data_ptr(), ws.data_ptr(), pr["workspace_bytes"], stream)
+                    mm.run(algo, A.data_ptr(), B.data_ptr(), C.data_ptr(), ws.data_ptr(), pr["workspace_bytes"], stream,
+                           d_ptr=D.data_ptr())
                 fn()
                 torch.cuda.synchronize()
                 [ks] = probe._profile([(lambda: None, fn)])
