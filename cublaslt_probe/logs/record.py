@@ -1,0 +1,191 @@
+"""The records the log parser produces, the parse statistics, and the type-name tables.
+
+Plain data only: no parsing here, no pandas.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+# The log levels as cuBLASLt numbers them (`CUBLASLT_LOG_LEVEL`), the tag printed in the line, the
+# bit of `CUBLASLT_LOG_MASK`, and the record `kind`.
+LEVELS = {"Error": 1, "Trace": 2, "Hints": 3, "Info": 4, "Api": 5}
+LEVEL_TAGS = {v: k for k, v in LEVELS.items()}
+MASK_BITS = {"Error": 1, "Trace": 2, "Hints": 4, "Info": 8, "Api": 16}
+KINDS = ("trace", "api", "info", "error", "hints")
+
+
+@dataclass(slots=True)
+class LogRecord:
+    """One cuBLASLt log line (a matmul trace, or with ``api=True`` an Api/Info/Error/Hints line).
+
+    Fields are ``None`` where the line does not carry them; see docs/logs.md for every field.
+    ``m``, ``n``, ``k`` are the column-major problem cuBLAS solves (D[m×n] = op(A)[m×k]·op(B)[k×n]);
+    ``torch_m``, ``torch_n``, ``torch_k`` the same GEMM seen by a row-major caller (torch_m = n, torch_n = m).
+    """
+
+    line: int
+    time: str | None
+    pid: int | None
+    level: int | None
+    kind: str
+    function: str
+    a_type: str | None = None
+    b_type: str | None = None
+    c_type: str | None = None
+    d_type: str | None = None
+    compute_type: str | None = None
+    scale_type: str | None = None
+    trans_a: str | None = None
+    trans_b: str | None = None
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+    lda: int | None = None
+    ldb: int | None = None
+    ldc: int | None = None
+    ldd: int | None = None
+    batch_count: int | None = None
+    epilogue: str | None = None
+    algo_id: int | None = None
+    tile: str | None = None
+    stages: str | None = None
+    cluster: str | None = None
+    split_k: int | None = None
+    reduction_scheme: str | None = None
+    custom_option: int | None = None
+    cta_swizzling: int | None = None
+    workspace_bytes: int | None = None
+    beta: float | None = None
+    out_of_place: bool | None = None
+    sm_count_target: int | None = None
+    torch_m: int | None = None
+    torch_n: int | None = None
+    torch_k: int | None = None
+    source: str | None = None
+    message: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as a plain dict (``extra`` copied, still a dict)."""
+        d = {name: getattr(self, name) for name in FIELD_NAMES}
+        d["extra"] = dict(self.extra)
+        return d
+
+    @property
+    def dtypes(self) -> dict[str, str | None]:
+        """Short dtype names of A, B, C, D, compute and scale (``bf16``, ``tf32``, ``fp8_e4m3`` ...)."""
+        return {"a": short_dtype(self.a_type), "b": short_dtype(self.b_type),
+                "c": short_dtype(self.c_type), "d": short_dtype(self.d_type),
+                "compute": short_dtype(self.compute_type), "scale": short_dtype(self.scale_type)}
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(LogRecord))
+
+# Fields that identify "the same GEMM with the same algo" for `summarize`.
+PROBLEM_FIELDS = ("function", "a_type", "b_type", "c_type", "d_type", "compute_type", "scale_type",
+                  "trans_a", "trans_b", "m", "n", "k", "batch_count", "epilogue")
+ALGO_FIELDS = ("algo_id", "tile", "stages", "cluster", "split_k", "reduction_scheme", "custom_option",
+               "cta_swizzling")
+
+
+@dataclass(slots=True)
+class BadLine:
+    """A line the parser could not use: where it was, why, and its first characters."""
+
+    source: str | None
+    line: int
+    reason: str
+    text: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.source else f"line {self.line}"
+        return f"{where}: {self.reason}: {self.text!r}"
+
+
+@dataclass
+class ParseStats:
+    """Counts of one parse (several files add up); the first `max_examples` bad lines are kept.
+
+    ``lines``: lines read; ``records``: records yielded; ``skipped``: well-formed lines not asked for
+    (Api lines without ``api=True``, cuBLAS ``I!`` lines, blank lines); ``bad``: lines that are not
+    cuBLASLt log lines or are damaged; ``files_read`` / ``files_failed``: per-file outcome.
+    """
+
+    lines: int = 0
+    records: int = 0
+    skipped: int = 0
+    bad: int = 0
+    max_examples: int = 5
+    bad_lines: list[BadLine] = field(default_factory=list)
+    files_read: list[str] = field(default_factory=list)
+    files_failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def add_bad(self, source: str | None, line: int, reason: str, text: str) -> None:
+        self.bad += 1
+        if len(self.bad_lines) < self.max_examples:
+            self.bad_lines.append(BadLine(source, line, reason, _snippet(text)))
+
+    def summary(self) -> str:
+        """One line: ``read 3 files, 12,034 lines: 4,000 records, 8,000 skipped, 34 bad``."""
+        nf = len(self.files_read)
+        files = f"{nf:,} file{'s' if nf != 1 else ''}, " if nf else ""
+        return (f"read {files}{self.lines:,} lines: {self.records:,} records, "
+                f"{self.skipped:,} skipped, {self.bad:,} bad")
+
+    def report(self) -> list[str]:
+        """Lines for stderr: the summary, failed files, and the first bad lines with their numbers."""
+        out = [self.summary()]
+        for path, why in self.files_failed:
+            out.append(f"cannot read {path}: {why}")
+        for b in self.bad_lines:
+            out.append(f"bad line {b}")
+        if self.bad > len(self.bad_lines):
+            out.append(f"... and {self.bad - len(self.bad_lines):,} more bad lines")
+        return out
+
+
+def _snippet(text: str, width: int = 80) -> str:
+    text = text.rstrip("\r\n")
+    return text if len(text) <= width else text[:width] + "..."
+
+
+# --- type names -----------------------------------------------------------------------------------------
+# cuBLAS spells types `R_16BF` (cudaDataType without its `CUDA_` prefix) and compute types `COMPUTE_32F`
+# (cublasComputeType_t without `CUBLAS_`). The record keeps that spelling; `short_dtype` gives the
+# canonical short name.
+SHORT_DTYPES = {
+    "R_16BF": "bf16", "R_16F": "fp16", "R_32F": "fp32", "R_64F": "fp64",
+    "R_8F_E4M3": "fp8_e4m3", "R_8F_E5M2": "fp8_e5m2", "R_8F_UE8M0": "fp8_ue8m0",
+    "R_8F_UE4M3": "fp8_ue4m3", "R_4F_E2M1": "fp4_e2m1", "R_6F_E2M3": "fp6_e2m3", "R_6F_E3M2": "fp6_e3m2",
+    "R_8I": "int8", "R_8U": "uint8", "R_16I": "int16", "R_16U": "uint16", "R_32I": "int32",
+    "R_32U": "uint32", "R_64I": "int64", "R_64U": "uint64", "R_4I": "int4", "R_4U": "uint4",
+    "C_16BF": "cbf16", "C_16F": "cfp16", "C_32F": "cfp32", "C_64F": "cfp64", "C_8I": "cint8",
+    "C_32I": "cint32",
+    "COMPUTE_16F": "fp16", "COMPUTE_16F_PEDANTIC": "fp16", "COMPUTE_32F": "fp32",
+    "COMPUTE_32F_PEDANTIC": "fp32", "COMPUTE_32F_FAST_TF32": "tf32", "COMPUTE_32F_FAST_16BF": "fp32_fast_bf16",
+    "COMPUTE_32F_FAST_16F": "fp32_fast_fp16", "COMPUTE_32F_EMULATED_16BFX9": "fp32_emulated_bf16x9",
+    "COMPUTE_64F": "fp64", "COMPUTE_64F_PEDANTIC": "fp64", "COMPUTE_32I": "int32",
+    "COMPUTE_32I_PEDANTIC": "int32",
+}
+
+# The three letters of the internal legacy-API function names (`cublasLtTSTMatmul`): A/B type,
+# compute/scale type, C/D type. Q (fp8) is inferred, not measured.
+LEGACY_LETTERS = {"S": "fp32", "D": "fp64", "H": "fp16", "T": "bf16", "Q": "fp8_e4m3", "C": "cfp32",
+                  "Z": "cfp64", "I": "int32", "B": "int8"}
+
+
+def short_dtype(name: str | None) -> str | None:
+    """``R_16BF`` → ``bf16``, ``COMPUTE_32F_FAST_TF32`` → ``tf32``, ``CUDA_R_8F_E4M3`` → ``fp8_e4m3``.
+
+    Unknown names come back unchanged (lower-cased is not attempted: an unknown name stays visible).
+    """
+    if name is None:
+        return None
+    key = name
+    if key.startswith("CUDA_"):
+        key = key[5:]
+    elif key.startswith("CUBLAS_"):
+        key = key[7:]
+    return SHORT_DTYPES.get(key, name)
