@@ -291,7 +291,7 @@ def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
     import pyarrow.parquet as pq
     if not os.path.exists(path):
         raise SchemaError(f"no dataset at {path}: build one with `cublaslt-probe sweep` or use the shipped "
-                          "data/h200.parquet")
+                          "data/h200_grid.parquet (or h200_llm, h200_square, h200_regret)")
     try:
         table = pq.read_table(path)
     except Exception as e:  # noqa: BLE001  (pyarrow raises several kinds)

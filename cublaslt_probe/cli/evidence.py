@@ -1,0 +1,338 @@
+"""Bring your own evidence: `trace` (a profiler trace's GEMM kernels) and `diff` (two datasets' kernel choices).
+
+Both are CPU only and share the output options (`output_options`): ``--format table|csv|jsonl``, ``-o FILE``
+(``.parquet``, ``.csv`` or ``.jsonl`` by its suffix, else ``--format``) and ``--top N``.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from typing import Callable
+
+import click
+import pandas as pd
+
+from cublaslt_probe.errors import ProbeError
+
+FORMATS = ("table", "csv", "jsonl")
+_SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+# ----------------------------------------------------------------------------------------- shared output
+def output_options(f):
+    """--format, -o/--output, --top: the output options every command of this module takes."""
+    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                  help="table: a summary and the rows for people; csv / jsonl: every column of the rows.")
+    @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+                  help="Write the rows here: .parquet, .csv or .jsonl by suffix, else in --format.")
+    @click.option("--top", type=click.IntRange(min=0), default=None,
+                  help="Only the first N rows (table default 25; 0 = all).")
+    @functools.wraps(f)
+    def wrapper(*a, **kw):
+        return f(*a, **kw)
+    return wrapper
+
+
+def _out_format(fmt: str, output: str | None) -> str:
+    if output and output != "-":
+        return _SUFFIX_FORMATS.get(os.path.splitext(output)[1].lower(), fmt)
+    return fmt
+
+
+def _check_writable(output: str | None) -> None:
+    """Fail before reading a large input, not after, when the output cannot be written."""
+    if not output or output == "-":
+        return
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise ProbeError(f"cannot write {output}: no such directory {parent}")
+    if not os.access(parent, os.W_OK):
+        raise ProbeError(f"cannot write {output}: permission denied")
+
+
+def _clean(v):
+    if v is pd.NA or v is pd.NaT or v is None:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "item"):        # numpy scalars
+        return v.item()
+    return v
+
+
+def _write_text(output: str | None, text: str) -> None:
+    if not output or output == "-":
+        click.echo(text, nl=False)
+        return
+    try:
+        with open(output, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    except OSError as e:
+        raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
+
+
+def emit(df: pd.DataFrame, fmt: str, output: str | None, table: Callable[[], str]) -> None:
+    """Write `df` in the chosen format (`table` renders the people's view)."""
+    kind = _out_format(fmt, output)
+    if kind == "table":
+        _write_text(output, table())
+    elif kind == "csv":
+        _write_text(output, df.to_csv(index=False))
+    elif kind == "jsonl":
+        cols = list(df.columns)
+        lines = [json.dumps(dict(zip(cols, map(_clean, row))), ensure_ascii=False, default=str)
+                 for row in df.itertuples(index=False, name=None)]
+        _write_text(output, "".join(line + "\n" for line in lines))
+    else:  # parquet
+        try:
+            df.to_parquet(output, index=False)
+        except OSError as e:
+            raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
+    if output and output != "-":
+        click.echo(f"wrote {len(df):,} rows to {output}", err=True)
+
+
+def _s(v, fmt: str = "") -> str:
+    v = _clean(v)
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if fmt and isinstance(v, (int, float)):
+        return format(v, fmt)
+    return str(v)
+
+
+def render_table(header: list[str], rows: list[list[str]], right: set[str]) -> str:
+    """Aligned text columns under a dashed rule; columns named in `right` are right-aligned."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+
+    def line(cells):
+        out = [c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, header)]
+        return "  ".join(out).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]) + "\n"
+
+
+def _more(total: int, shown: int) -> str:
+    return f"… {total - shown:,} more rows (--top 0 shows all)\n" if total > shown else ""
+
+
+def _short(s, width: int) -> str:
+    s = _s(s)
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
+# ------------------------------------------------------------------------------------------------ trace
+_TRACE_FORMAT_NAMES = {"chrome": "Chrome trace", "nsys": "Nsight Systems SQLite export"}
+
+
+def trace_header(summary) -> str:
+    st = summary.stats
+    gpu = f", {summary.device}" if summary.device else ""
+    lines = [f"{st.path}: {_TRACE_FORMAT_NAMES.get(st.format, st.format)}{gpu}; {st.events:,} events, "
+             f"{st.kernels:,} kernel launches, GPU time {st.gpu_time_us / 1e3:,.3f} ms"]
+    df = summary.kernels
+    gemm = summary.gemm_time_us
+    share = f"{100 * gemm / summary.gpu_time_us:.1f}%" if summary.gpu_time_us else "-"
+    nk = df["kernel"].nunique() if len(df) else 0
+    line = (f"GEMM-family kernels: {st.gemm_launches:,} launches of {nk:,} kernels, {gemm / 1e3:,.3f} ms = "
+            f"{share} of GPU time")
+    if st.format == "chrome":
+        line += f"; {st.linked:,} linked to an op, {st.with_shapes:,} with input shapes"
+    if st.reduce_launches:
+        line += f"; {st.reduce_attached:,} of {st.reduce_launches:,} split-K reduces counted with their GEMM"
+    lines.append(line)
+    if st.bad_events or st.truncated:
+        lines.append(f"warning: {st.bad_events:,} malformed events skipped"
+                     + ("; the file is cut off inside the event array" if st.truncated else ""))
+    if st.format == "nsys":
+        lines.append("note: the Nsight Systems reader is untested on a real export (docs/trace.md); "
+                     "an export has no op shapes")
+    return "\n".join(lines) + "\n"
+
+
+def _kernel_base(name) -> str:
+    from cublaslt_probe.names import decode
+    return decode(str(name)).base or str(name)
+
+
+def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
+    from cublaslt_probe.diff import kernel_label
+    head = trace_header(summary)
+    if not len(df):
+        return head + "no GEMM-family kernels in this trace\n"
+    def lead(r) -> list[str]:
+        return [f"{100 * r.share:.1f}%", _s(r.count), f"{r.total_us:,.1f}", f"{r.mean_us:,.2f}", _s(r.family),
+                _short(kernel_label(r.kernel), 44)]
+
+    if by == "kernel":
+        header = ["share", "count", "total_us", "mean_us", "family", "decoded", "ops", "shapes", "kernel"]
+        rows = [lead(r) + [_short(r.ops, 40), _s(r.shapes), _short(_kernel_base(r.kernel), 72)]
+                for r in df.itertuples(index=False)]
+    else:
+        header = ["share", "count", "total_us", "mean_us", "family", "decoded", "op", "dtype", "layout", "m",
+                  "n", "k", "batch", "kernel"]
+        rows = [lead(r) + [_s(r.op), _s(r.dtype), _s(r.layout), _s(r.m), _s(r.n), _s(r.k), _s(r.batch),
+                           _short(_kernel_base(r.kernel), 72)]
+                for r in df.itertuples(index=False)]
+    right = {"share", "count", "total_us", "mean_us", "m", "n", "k", "batch", "shapes"}
+    return head + "\n" + render_table(header, rows, right) + _more(total, len(df))
+
+
+@click.command("trace")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--by", type=click.Choice(["shape", "kernel"]), default="shape", show_default=True,
+              help="shape: one row per kernel and calling op with its input shapes; kernel: one row per kernel.")
+@output_options
+def trace_cmd(file, by, fmt, output, top):
+    """List the GEMM-family kernels of a profiler trace: time, share, decoded fields, calling op and shapes.
+
+    FILE is a torch.profiler Chrome trace (`.json` or `.json.gz`, read as a stream: a 1 GB trace needs
+    little memory) or an Nsight Systems SQLite export (`nsys export --type sqlite`; that reader is
+    untested on a real export). Split-K reduce kernels are counted with their GEMM. The calling op
+    (aten::mm, aten::addmm, aten::_scaled_mm, ...) and its input shapes appear when the trace recorded
+    them (torch.profiler with record_shapes=True); for GEMM ops the torch-view m, n, k, dtype and layout
+    follow from them.
+
+    \b
+    Capture a trace:
+      with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                                  record_shapes=True) as prof:
+          step()
+      prof.export_chrome_trace("trace.json.gz")
+      cublaslt-probe trace trace.json.gz
+    """
+    from cublaslt_probe.trace import by_kernel, read_trace
+    _check_writable(output)
+    summary = read_trace(file)
+    df = summary.kernels if by == "shape" else by_kernel(summary.kernels)
+    total = len(df)
+    n = top if top is not None else (25 if _out_format(fmt, output) == "table" else 0)
+    shown = df.head(n) if n else df
+    emit(shown, fmt, output, lambda: trace_table(summary, shown, total, by))
+
+
+# ------------------------------------------------------------------------------------------------- diff
+def _env_line(r) -> str:
+    from cublaslt_probe.diff import ENV_CHECKED
+    if not r.env_diff:
+        vals = " · ".join(f"{k} {r.env_a.get(k)}" for k in ENV_CHECKED if r.env_a.get(k) not in (None, ""))
+        return f"environment: {vals or 'not recorded'} (the same on both sides)\n"
+    parts = "; ".join(f"{k} {a} → {b}" for k, a, b in r.env_diff)
+    return f"environment differs (--allow-env-mismatch): {parts}\n"
+
+
+def diff_header(r) -> str:
+    s = r.summary
+    tol = f"{r.tolerance_pct:g}"
+    return (f"A: {r.label_a}  ({s['rows_a']:,} GEMMs)\n"
+            f"B: {r.label_b}  ({s['rows_b']:,} GEMMs)\n"
+            + _env_line(r)
+            + f"in both: {s['both']:,}: same kernel {s['same']:,}, changed {s['changed']:,}, unmeasured "
+              f"{s['unmeasured']:,}; only in A: {s['only_a']:,}; only in B: {s['only_b']:,}\n"
+            + f"B against A (time, ±{tol}%): {s['faster']:,} faster, {s['slower']:,} slower, {s['within']:,} "
+              f"within; where the kernel changed: {s['changed_faster']:,} faster, {s['changed_slower']:,} slower, "
+              f"{s['changed_within']:,} within\n")
+
+
+def _pct(v) -> str:
+    v = _clean(v)
+    return "" if v is None else f"{v:+.1f}%"
+
+
+def diff_table(r, df: pd.DataFrame, total: int, show_all: bool) -> str:
+    from cublaslt_probe.diff import kernel_label
+    head = diff_header(r)
+    if not len(df):
+        return head + ("no GEMMs to list\n" if show_all else "no GEMM changed kernel\n")
+    header = (["status"] if show_all else []) + [
+        "op", "dtype", "layout", "m", "n", "k", "batch", "kernel A", "kernel B", "change", "A us", "B us",
+        "time", "TFLOP/s A", "TFLOP/s B"]
+    rows = []
+    for x in df.itertuples(index=False):
+        rows.append(([_s(x.status)] if show_all else []) + [
+            _s(x.op), _s(x.dtype), _s(x.layout), _s(x.m), _s(x.n), _s(x.k), _s(x.batch),
+            _short(kernel_label(x.kernel_a), 44), _short(kernel_label(x.kernel_b), 44), _short(x.change, 60),
+            _s(x.time_us_a, ",.1f"), _s(x.time_us_b, ",.1f"), _pct(x.time_change_pct),
+            _s(x.tflops_a, ",.1f"), _s(x.tflops_b, ",.1f")])
+    right = {"m", "n", "k", "batch", "A us", "B us", "time", "TFLOP/s A", "TFLOP/s B"}
+    return head + "\n" + render_table(header, rows, right) + _more(total, len(df))
+
+
+def _backends(value: str | None):
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or not all(parts):
+        raise click.BadParameter("give BACKEND_A,BACKEND_B (e.g. torch,torch-lt) or one backend for both",
+                                 param_hint="--backends")
+    return parts[0], parts[1]
+
+
+@click.command("diff")
+@click.argument("a", type=click.Path(dir_okay=False), metavar="A.parquet")
+@click.argument("b", type=click.Path(dir_okay=False), metavar="B.parquet")
+@click.option("--backends", metavar="A[,B]", default=None,
+              help="Compare backend A of the first dataset with backend B of the second (e.g. torch,torch-lt; "
+                   "the two files may be the same); one name compares that backend on both sides. Default: "
+                   "join on the backend too.")
+@click.option("--allow-env-mismatch", is_flag=True,
+              help="Compare datasets whose GPU, cuBLASLt, torch or driver differ (by default that is refused).")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Time changes within ± this many % count as neither faster nor slower.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every GEMM (same, changed, only in one, unmeasured), not only the changed ones.")
+@click.option("--op", multiple=True, help="Only this op (repeatable): mm, bmm, addmm, scaled_mm.")
+@click.option("--dtype", multiple=True, help="Only this dtype (repeatable): fp32, tf32, fp16, bf16, fp8, ...")
+@click.option("--layout", multiple=True, help="Only this layout (repeatable): NN, NT, TN, TT.")
+@click.option("--k", "ks", multiple=True, type=int, help="Only this K (repeatable).")
+@click.option("--map", "map_path", type=click.Path(dir_okay=False), default=None,
+              help="Also draw where the kernels differ (.png, .svg or .pdf); one GEMM per cell: a single "
+                   "--op/--dtype/--layout/--k pins the map, other columns take the map defaults.")
+@click.option("--x", "map_x", default="m", show_default=True, help="Map x axis (m, n, k, batch, nk).")
+@click.option("--y", "map_y", default="auto", show_default=True,
+              help="Map y axis (m, n, k, batch, nk; auto: the natural one of the data, nk for weight shapes).")
+@output_options
+def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype, layout, ks, map_path, map_x,
+             map_y, fmt, output, top):
+    """Compare the kernel choices of two datasets: which GEMMs changed kernel, how, and at what cost.
+
+    Joins A and B on (op, dtype, layout, m, n, k, batch, backend) and lists the GEMMs whose kernel changed
+    with both kernels' decoded fields and the change in time and TFLOP/s (B against A), largest first;
+    the summary counts same / changed / only in A / only in B and faster / slower. Works across GPUs,
+    library versions, backends and workspace settings, but refuses datasets from different environments
+    (GPU, cuBLASLt, torch, driver) unless --allow-env-mismatch is given.
+
+    \b
+    Two paths of one GPU (torch's cuBLAS path vs its cuBLASLt path, 32 MiB vs 1 MiB workspace):
+      cublaslt-probe diff data/h200_llm.parquet data/h200_llm.parquet --backends torch,torch-lt
+    """
+    from cublaslt_probe.diff import diff_files, diff_map, sort_rows
+    _check_writable(output)
+    if map_path:
+        ext = os.path.splitext(map_path)[1].lower()
+        if ext not in (".png", ".svg", ".pdf"):
+            raise ProbeError(f"cannot write map {map_path}: give a file ending in .png, .svg or .pdf")
+        _check_writable(map_path)
+    filters = {"op": list(op), "dtype": list(dtype), "layout": list(layout), "k": list(ks)}
+    r = diff_files(a, b, _backends(backends), allow_env_mismatch=allow_env_mismatch, tolerance_pct=tolerance,
+                   filters=filters)
+    rows = sort_rows(r.joined) if show_all else r.changed()
+    total = len(rows)
+    n = top if top is not None else (25 if _out_format(fmt, output) == "table" else 0)
+    shown = rows.head(n) if n else rows
+    emit(shown, fmt, output, lambda: diff_table(r, shown, total, show_all))
+    if map_path:
+        pins = {c: v[0] for c, v in (("op", op), ("dtype", dtype), ("layout", layout), ("k", ks))
+                if len(v) == 1 and c not in (map_x, map_y)}
+        from cublaslt_probe.plots import save
+        fig = diff_map(r.joined, x=map_x, y=map_y, **pins)
+        save(fig, map_path)
+        click.echo(f"wrote map {map_path}", err=True)
+
+
+COMMANDS = [trace_cmd, diff_cmd]

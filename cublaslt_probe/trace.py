@@ -1,0 +1,962 @@
+"""Which GEMM kernels a profiled program ran, for how long, called by which op with which shapes.
+
+Two readers, one result (`TraceSummary`, whose `.kernels` is a tidy DataFrame; columns in `TRACE_SCHEMA`):
+
+- `read_chrome_trace(path)`: a torch.profiler / Kineto Chrome trace (`.json` or gzip `.json.gz`; gzip is
+  recognised by its magic bytes). The file is one JSON object whose ``traceEvents`` array holds every
+  event; it is streamed: read in chunks, one event object decoded at a time with the json module's C
+  scanner, and only compact numbers kept (``array`` columns: ~60 bytes per GEMM-family launch, 12 per CPU
+  op, 16 per launch call), so memory grows by a few MB per 100 MB of trace, not with its text (docs/trace.md
+  gives the measured figures). A malformed event is skipped and counted, a truncated file ends the stream
+  with a warning; neither raises.
+- `read_nsys_sqlite(path)`: an Nsight Systems SQLite export (``nsys export --type sqlite``), through the
+  stdlib sqlite3: table ``CUPTI_ACTIVITY_KIND_KERNEL`` (``start``, ``end`` in ns, ``demangledName`` /
+  ``shortName`` ids into ``StringIds``). UNTESTED on a real export: nsys cannot write reports on the
+  machine the project's captures come from, so it is tested only on a file built with the documented schema.
+
+`read_trace(path)` picks the reader from the file's first bytes.
+
+What is linked to what (Chrome trace, as torch.profiler writes it):
+- a kernel event (``cat: "kernel"``) carries ``args["External id"]``: the ``External id`` of the innermost
+  CPU op (``cat: "cpu_op"``) or ``user_annotation`` that launched it. Where a kernel lacks it, its
+  ``args["correlation"]`` finds the runtime call (``cat: "cuda_runtime"``/``"cuda_driver"``, same
+  correlation) and that call's ``External id``. The ``ac2g`` flow events join the same runtime call and
+  kernel (their ``id`` is the correlation), so they add nothing and are only counted.
+- with ``record_shapes=True`` the CPU op has ``args["Input Dims"]``, ``"Input type"`` and
+  ``"Input Strides"``; for the GEMM ops in `GEMM_OPS` the torch-view problem (m, n, k, batch, dtype,
+  layout — the same words as the dataset's, see docs/dataset.md) is derived from them.
+- a split-K reduce kernel (family ``splitk_reduce``) is counted with the GEMM launched just before it on the
+  same device and stream (by the same op when both are linked): its time is added to that GEMM's
+  ``total_us`` and shown in ``reduce_us``. A reduce with no such GEMM keeps its own row.
+"""
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+import os
+import re
+import sqlite3
+import time
+import zlib
+from array import array
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterator
+
+import numpy as np
+import pandas as pd
+
+from cublaslt_probe.dataset import MAIN_FAMILIES
+from cublaslt_probe.errors import ProbeError
+
+log = logging.getLogger(__name__)
+
+GEMM_FAMILIES = MAIN_FAMILIES
+REDUCE_FAMILY = "splitk_reduce"
+
+# column -> (pandas dtype, meaning). One row per (kernel, calling op with its input shapes).
+TRACE_SCHEMA: dict[str, tuple[str, str]] = {
+    "share": ("float64", "fraction of the trace's GPU time (sum of every kernel's duration) in this row"),
+    "count": ("Int64", "launches of the GEMM kernel"),
+    "total_us": ("float64", "summed duration of those launches, with their split-K reduce kernels, µs"),
+    "mean_us": ("float64", "total_us / count"),
+    "min_us": ("float64", "shortest launch (with its reduce), µs"),
+    "max_us": ("float64", "longest launch (with its reduce), µs"),
+    "reduce_us": ("float64", "part of total_us spent in split-K reduce kernels counted with this GEMM"),
+    "kernel": ("string", "kernel name as the trace writes it"),
+    "family": ("category", "decoded family (nvjet, xmma, cutlass, ...; splitk_reduce for an orphan reduce)"),
+    "kernel_short": ("string", "compact decoded form, e.g. 256x128 · 64x4 · 1x2 · coopA"),
+    "arch": ("category", "decoded architecture (sm90, ...)"),
+    "types": ("string", "decoded dtype code as the name writes it (nvjet: tst), else a/c/compute types"),
+    "tile_m": ("Int64", "decoded tile M (as the name writes it)"),
+    "tile_n": ("Int64", "decoded tile N"),
+    "tile_k": ("Int64", "decoded K tile"),
+    "stages": ("Int64", "decoded pipeline stages"),
+    "cluster_m": ("Int64", "decoded cluster M"),
+    "cluster_n": ("Int64", "decoded cluster N"),
+    "split_k": ("boolean", "decoded: the name says split-K (null when the family says nothing)"),
+    "kernel_layout": ("string", "layout letters in the name (nvjet TNT, cutlass tn, ...)"),
+    "kernel_flags": ("string", "decoded flags, space separated (coopA, splitK, bias, ...)"),
+    "op": ("string", "calling CPU op (aten::mm, aten::addmm, aten::_scaled_mm, ...); null when not linked"),
+    "input_dims": ("string", "the op's args['Input Dims'] as JSON (record_shapes=True), null without"),
+    "input_types": ("string", "the op's args['Input type'] as JSON"),
+    "input_strides": ("string", "the op's args['Input Strides'] as JSON"),
+    "dtype": ("category", "torch-view dtype of the GEMM op (bf16, fp16, fp32, fp8, fp8_e5m2, ...); fp32 "
+                          "may have run as tf32: the trace does not say"),
+    "layout": ("category", "torch-view layout from the strides: N = operand contiguous, T = transposed "
+                           "(NT = F.linear); null when the strides are absent or ambiguous"),
+    "m": ("Int64", "torch view: rows of A and C"),
+    "n": ("Int64", "torch view: columns of B and C"),
+    "k": ("Int64", "torch view: reduction dimension"),
+    "batch": ("Int64", "batch count (bmm, baddbmm), 1 otherwise"),
+}
+TRACE_COLUMNS = list(TRACE_SCHEMA)
+
+# Innermost torch ops that launch a cuBLAS/cuBLASLt GEMM, and where their operands sit in "Input Dims".
+GEMM_OPS: dict[str, tuple[int, int]] = {
+    "aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::_addmm_activation": (1, 2),
+    "aten::bmm": (0, 1), "aten::baddbmm": (1, 2), "aten::_scaled_mm": (0, 1),
+    "aten::mv": (0, 1), "aten::addmv": (1, 2),
+}
+_TORCH_DTYPES = {
+    "c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16", "float": "fp32",
+    "Float": "fp32", "double": "fp64", "Double": "fp64", "c10::Float8_e4m3fn": "fp8_e4m3",
+    "c10::Float8_e5m2": "fp8_e5m2", "c10::Float8_e4m3fnuz": "fp8_e4m3fnuz", "c10::Float8_e5m2fnuz":
+    "fp8_e5m2fnuz", "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
+    "signed char": "int8", "int": "int32",
+}
+
+
+@dataclass
+class TraceStats:
+    """What a reader saw: counts for the `info` log line, the CLI's header and the benchmark."""
+
+    path: str = ""
+    format: str = ""                  # chrome | nsys
+    file_bytes: int = 0               # size on disk (compressed when gzip)
+    bytes_read: int = 0               # uncompressed bytes parsed
+    seconds: float = 0.0
+    events: int = 0                   # trace events decoded
+    bad_events: int = 0               # malformed events skipped
+    truncated: bool = False           # the file ended inside the event array
+    kernels: int = 0                  # kernel launches (all families)
+    gpu_time_us: float = 0.0          # summed kernel duration (all families)
+    gemm_launches: int = 0
+    reduce_launches: int = 0
+    reduce_attached: int = 0
+    linked: int = 0                   # GEMM launches linked to a CPU op
+    with_shapes: int = 0              # ... whose op recorded its input shapes
+    cpu_ops: int = 0
+    flows: int = 0
+
+    def line(self) -> str:
+        mb = self.bytes_read / 1e6
+        return (f"read {self.path} ({self.format}, {mb:,.1f} MB) in {self.seconds:.2f} s: "
+                f"{self.events:,} events, {self.kernels:,} kernel launches, "
+                f"{self.gemm_launches:,} GEMM ({self.linked:,} linked to an op, {self.with_shapes:,} with "
+                f"shapes), {self.bad_events:,} bad events")
+
+
+@dataclass
+class TraceSummary:
+    """The GEMM-family kernels of one trace (`kernels`, columns `TRACE_COLUMNS`), and the trace's totals."""
+
+    kernels: pd.DataFrame
+    gpu_time_us: float
+    stats: TraceStats
+    meta: dict[str, Any] = field(default_factory=dict)          # top-level keys other than traceEvents
+    families: pd.DataFrame | None = None                          # GPU time per decoded family, all kernels
+
+    @property
+    def gemm_time_us(self) -> float:
+        return float(self.kernels["total_us"].sum()) if len(self.kernels) else 0.0
+
+    @property
+    def device(self) -> str | None:
+        """GPU name(s) the trace records (Kineto's ``deviceProperties``), else None."""
+        props = self.meta.get("deviceProperties")
+        if isinstance(props, list):
+            names = sorted({p.get("name") for p in props if isinstance(p, dict) and p.get("name")})
+            return ", ".join(names) or None
+        return None
+
+
+# --------------------------------------------------------------------------- streaming JSON
+_WS = re.compile(r"[ \t\n\r]*")
+_SEP = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
+_RESYNC = re.compile(r"\}[ \t\n\r]*(?:,[ \t\n\r]*\{|\])")
+_INCOMPLETE_MARGIN = 16      # an error this close to the buffer's end may just be a cut-off value
+
+
+class _JsonStream:
+    """Incremental reader over one JSON document: decodes values one at a time from a growing buffer."""
+
+    def __init__(self, fh: IO[bytes], chunk_bytes: int, stats: TraceStats):
+        self.fh = fh
+        self.chunk = chunk_bytes
+        self.low = max(chunk_bytes // 4, 1 << 16)   # keep at least this much text ahead of the cursor
+        self.dec = codecs.getincrementaldecoder("utf-8")("replace")
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.stats = stats
+        self.scan = json.JSONDecoder().scan_once
+
+    def fill(self) -> bool:
+        """Read one more chunk; False at end of file."""
+        if self.eof:
+            return False
+        data = self.fh.read(self.chunk)
+        if not data:
+            self.eof = True
+            tail = self.dec.decode(b"", final=True)
+            if tail:
+                self.buf = self.buf[self.pos:] + tail
+                self.pos = 0
+            return bool(tail)
+        self.stats.bytes_read += len(data)
+        self.buf = self.buf[self.pos:] + self.dec.decode(data)
+        self.pos = 0
+        return True
+
+    def peek(self) -> str:
+        """The next non-blank character ('' at end of file), cursor moved onto it."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self.fill():
+                return ""
+
+    def value(self) -> Any:
+        """Decode the value at the cursor (reading more when it is cut off); ValueError when malformed."""
+        if self.peek() == "":
+            raise ValueError("Expecting value at end of file", self.pos, True)
+        while True:
+            while not self.eof and len(self.buf) - self.pos < self.low:
+                self.fill()
+            try:
+                obj, end = self.scan(self.buf, self.pos)
+            except StopIteration as e:
+                err_pos, msg = e.value, "Expecting value"
+            except json.JSONDecodeError as e:
+                err_pos, msg = e.pos, e.msg
+            else:
+                if end >= len(self.buf) and not self.eof:   # a number may go on in the next chunk
+                    self.low = max(self.low, 2 * (len(self.buf) - self.pos))
+                    continue
+                self.pos = end
+                return obj
+            cut = err_pos >= len(self.buf) - _INCOMPLETE_MARGIN or msg.startswith("Unterminated string")
+            if cut and not self.eof:
+                self.low = max(self.low, 2 * (len(self.buf) - self.pos))   # a large value: read more first
+                self.fill()
+                continue
+            raise ValueError(f"{msg} at character {err_pos - self.pos} of the value", err_pos, cut)
+
+    def expect(self, ch: str) -> None:
+        got = self.peek()
+        if got != ch:
+            raise ProbeError(f"{self.stats.path}: not a Chrome trace: expected {ch!r}, found "
+                             f"{self.buf[self.pos:self.pos + 40]!r}")
+        self.pos += 1
+
+    def resync(self, from_pos: int) -> bool:
+        """Skip a malformed event: move the cursor to the start of the next event, or onto the array's
+        closing ']' when it was the last; False at end of file."""
+        start = max(from_pos, self.pos + 1)
+        while True:
+            m = _RESYNC.search(self.buf, start)
+            if m:
+                self.pos = m.end() - 1
+                return True
+            start = max(self.pos, len(self.buf) - 64)
+            keep = start - self.pos
+            if not self.fill():
+                return False
+            start = keep
+
+    def array_items(self) -> Iterator[Any]:
+        """The items of the JSON array whose '[' was just consumed."""
+        stats = self.stats
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        scan, sep = self.scan, _SEP.match
+        count = 0
+        try:
+            while True:
+                # fast path: an item that sits whole in the buffer, then ",\n  " before the next one
+                buf, pos = self.buf, self.pos
+                if len(buf) - pos < self.low and not self.eof:
+                    self.fill()
+                    buf, pos = self.buf, self.pos
+                try:
+                    item, end = scan(buf, pos)
+                    if end >= len(buf):
+                        raise StopIteration(end)
+                    self.pos = end
+                except (StopIteration, json.JSONDecodeError):
+                    try:
+                        item = self.value()   # slow path: leading blanks, a value cut by the buffer's end
+                    except ValueError as e:
+                        _, err_pos, cut = e.args
+                        if cut and self.eof:
+                            stats.truncated = True
+                            return
+                        stats.bad_events += 1
+                        if stats.bad_events <= 3:
+                            log.warning("%s: malformed event skipped (%s)", stats.path, e.args[0])
+                        if not self.resync(err_pos):
+                            stats.truncated = True
+                            return
+                        if self.buf[self.pos] == "]":
+                            self.pos += 1
+                            return
+                        continue
+                count += 1
+                yield item
+                buf = self.buf
+                m = sep(buf, self.pos)
+                if m is not None and m.end() < len(buf):
+                    self.pos = m.end()
+                    if buf[self.pos] == "]":          # trailing comma: tolerated
+                        self.pos += 1
+                        return
+                    continue
+                c = self.peek()
+                if c == ",":
+                    self.pos += 1
+                    if self.peek() == "]":
+                        self.pos += 1
+                        return
+                elif c == "]":
+                    self.pos += 1
+                    return
+                elif c == "":
+                    stats.truncated = True
+                    return
+                else:
+                    stats.bad_events += 1
+                    if not self.resync(self.pos):
+                        stats.truncated = True
+                        return
+                    if self.buf[self.pos] == "]":
+                        self.pos += 1
+                        return
+        finally:
+            stats.events += count
+
+
+class _Gunzip:
+    """Incremental gzip reader that, unlike `gzip.GzipFile`, hands back everything before a cut or corrupt
+    end (the parser then reports the trace as cut off) and reads concatenated members."""
+
+    def __init__(self, raw: IO[bytes]):
+        self.raw = raw
+        self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.fed = False            # the current member has received data
+        self.pending = b""
+        self.done = False
+        self.cut = False
+
+    def read(self, n: int) -> bytes:
+        """Up to `n` decompressed bytes (b"" at the end); never more than `n` held in memory."""
+        out, got = [], 0
+        while got < n and not self.done:
+            comp = self.d.unconsumed_tail
+            if not comp:
+                comp, self.pending = self.pending or self.raw.read(1 << 18), b""
+            if not comp:
+                self.done = True
+                self.cut = self.fed and not self.d.eof
+                break
+            try:
+                data = self.d.decompress(comp, n - got)
+            except zlib.error:
+                self.done = True
+                self.cut = self.fed or got == 0    # garbage after a complete member is not a cut
+                break
+            self.fed = True
+            out.append(data)
+            got += len(data)
+            if self.d.eof:
+                self.pending = self.d.unused_data
+                self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self.fed = False
+        return b"".join(out)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _open_binary(path: str | os.PathLike):
+    try:
+        fh = open(path, "rb")
+    except OSError as e:
+        raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
+    head = fh.read(2)
+    fh.seek(0)
+    if head == b"\x1f\x8b":
+        return _Gunzip(fh)
+    return fh
+
+
+def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats: TraceStats | None = None,
+                       chunk_bytes: int = 1 << 22) -> Iterator[dict]:
+    """Yield the events of a Chrome trace one at a time (object format ``{"traceEvents": [...]}`` or a bare
+    array). Top-level keys other than ``traceEvents`` go into `meta`. Memory stays at a few chunks."""
+    meta = {} if meta is None else meta
+    stats = stats or TraceStats(path=str(path), format="chrome")
+    fh = _open_binary(path)
+    try:
+        s = _JsonStream(fh, chunk_bytes, stats)
+        c = s.peek()
+        if c == "[":
+            s.pos += 1
+            yield from s.array_items()
+            return
+        if c != "{":
+            raise ProbeError(f"{path}: not a Chrome trace (JSON object with traceEvents, or an event array): "
+                             f"it starts with {s.buf[s.pos:s.pos + 40]!r}")
+        s.pos += 1
+        seen_events = False
+        while True:
+            c = s.peek()
+            if c == "}" or c == "":
+                break
+            if c == ",":
+                s.pos += 1
+                continue
+            try:
+                key = s.value()
+            except ValueError as e:
+                raise ProbeError(f"{path}: malformed trace header ({e.args[0]})") from None
+            s.expect(":")
+            if key == "traceEvents":
+                seen_events = True
+                s.expect("[")
+                yield from s.array_items()
+                if stats.truncated:
+                    break
+            else:
+                try:
+                    meta[key] = s.value()
+                except ValueError as e:
+                    if e.args[2] and s.eof:
+                        stats.truncated = True
+                        break
+                    raise ProbeError(f"{path}: malformed value of top-level key {key!r} ({e.args[0]})") from None
+        if not seen_events:
+            raise ProbeError(f"{path}: no traceEvents array: is this a torch.profiler Chrome trace "
+                             "(prof.export_chrome_trace(...))?")
+    except OSError as e:
+        raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
+    finally:
+        fh.close()
+    if isinstance(fh, _Gunzip) and fh.cut:
+        stats.truncated = True
+        log.warning("%s: the gzip stream is cut off or corrupt", path)
+    if stats.truncated:
+        log.warning("%s: the file ends inside the event array (cut off?): the events before the cut are used",
+                    path)
+
+
+# --------------------------------------------------------------------------- Chrome trace reader
+_KERNEL_CATS = {"kernel", "Kernel"}
+_OP_CATS = {"cpu_op", "Operator", "user_annotation"}
+_RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+
+
+class _Interner:
+    def __init__(self):
+        self.index: dict = {}
+        self.items: list = []
+
+    def __call__(self, key) -> int:
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.items)
+            self.items.append(key)
+        return i
+
+
+def _kind(name: str, cache: dict) -> int:
+    """0: not GEMM related, 1: GEMM family, 2: split-K reduce helper."""
+    k = cache.get(name)
+    if k is None:
+        from cublaslt_probe.names import decode
+        fam = decode(name).family
+        k = cache[name] = 1 if fam in GEMM_FAMILIES else 2 if fam == REDUCE_FAMILY else 0
+    return k
+
+
+def _as_int(v, default: int = -1) -> int:
+    if type(v) is int:
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _as_float(v) -> float:
+    if type(v) is float or type(v) is int:
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _js(v) -> str | None:
+    return None if v is None else json.dumps(v, separators=(", ", ": "))
+
+
+def _op_key_json(key: tuple) -> tuple:
+    """(name, repr(dims), repr(types), repr(strides)) -> the same with JSON text (reprs of JSON values)."""
+    import ast
+    name, *rest = key
+    out = []
+    for r in rest:
+        if r is None or r == "None":
+            out.append(None)
+            continue
+        try:
+            out.append(_js(ast.literal_eval(r)))
+        except (ValueError, SyntaxError):
+            out.append(r)
+    return (name, *out)
+
+
+def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSummary:
+    """Read a torch.profiler Chrome trace (streamed) and summarise its GEMM-family kernels."""
+    t0 = time.perf_counter()
+    stats = TraceStats(path=str(path), format="chrome")
+    try:
+        stats.file_bytes = os.path.getsize(path)
+    except OSError as e:
+        raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
+    meta: dict = {}
+    names = _Interner()                       # kernel names of GEMM/reduce launches
+    ops = _Interner()                         # (op name, dims, types, strides) as JSON strings
+    kind_cache: dict[str, int] = {}
+    per_name: dict[str, list] = {}            # every kernel name -> [count, total_us]
+    # one entry per GEMM-family or reduce launch
+    l_name, l_kind = array("i"), array("b")
+    l_ts, l_dur = array("d"), array("d")
+    l_dev, l_stream, l_ext, l_corr = array("q"), array("q"), array("q"), array("q")
+    # one entry per CPU op / annotation (External id -> interned op); annotations kept apart
+    o_ext, o_idx = array("q"), array("i")
+    a_ext, a_idx = array("q"), array("i")
+    # runtime calls: correlation -> External id
+    r_corr, r_ext = array("q"), array("q")
+
+    n_kernels, gpu_us, n_ops, n_flows = 0, 0.0, 0, 0
+    for ev in iter_chrome_events(path, meta, stats, chunk_bytes):
+        if type(ev) is not dict:
+            continue
+        cat = ev.get("cat")
+        if cat in _KERNEL_CATS:
+            name = ev.get("name") or ""
+            dur = ev.get("dur")
+            if type(dur) is not float:
+                dur = _as_float(dur)
+            n_kernels += 1
+            gpu_us += dur
+            acc = per_name.get(name)
+            if acc is None:
+                per_name[name] = [1, dur]
+            else:
+                acc[0] += 1
+                acc[1] += dur
+            k = kind_cache.get(name)
+            if k is None:
+                k = _kind(name, kind_cache)
+            if k:
+                args = ev.get("args") or {}
+                l_name.append(names(name))
+                l_kind.append(k)
+                l_ts.append(_as_float(ev.get("ts")))
+                l_dur.append(dur)
+                l_dev.append(_as_int(args.get("device"), _as_int(ev.get("pid"), 0)))
+                l_stream.append(_as_int(args.get("stream"), _as_int(ev.get("tid"), 0)))
+                l_ext.append(_as_int(args.get("External id")))
+                l_corr.append(_as_int(args.get("correlation")))
+        elif cat in _OP_CATS:
+            args = ev.get("args")
+            if not args:
+                continue
+            ext = args.get("External id")
+            if type(ext) is not int:
+                ext = _as_int(ext)
+            if ext < 0:
+                continue
+            dims = args.get("Input Dims")
+            if dims is None:
+                key = (ev.get("name") or "", None, None, None)
+            else:
+                key = (ev.get("name") or "", repr(dims), repr(args.get("Input type")),
+                       repr(args.get("Input Strides")))
+            if cat == "user_annotation":
+                a_ext.append(ext)
+                a_idx.append(ops(key))
+            else:
+                n_ops += 1
+                o_ext.append(ext)
+                o_idx.append(ops(key))
+        elif cat in _RUNTIME_CATS:
+            args = ev.get("args")
+            if args:
+                corr, ext = args.get("correlation"), args.get("External id")
+                if type(corr) is int and type(ext) is int and corr >= 0 and ext >= 0:
+                    r_corr.append(corr)
+                    r_ext.append(ext)
+        elif cat == "ac2g":
+            n_flows += 1
+    stats.kernels, stats.gpu_time_us, stats.cpu_ops, stats.flows = n_kernels, gpu_us, n_ops, n_flows
+
+    ext = np.frombuffer(l_ext, dtype=np.int64).copy() if len(l_ext) else np.zeros(0, np.int64)
+    del l_ext
+    need = ext < 0
+    if need.any() and len(r_corr):            # kernels without External id: through their launch call
+        corr = np.frombuffer(l_corr, dtype=np.int64)
+        ext[need] = _lookup(corr[need], r_corr, r_ext)
+    del l_corr, r_corr, r_ext
+    op_idx = _lookup(ext, o_ext, o_idx)
+    del o_ext, o_idx
+    missing = op_idx < 0
+    if missing.any() and len(a_ext):
+        op_idx[missing] = _lookup(ext[missing], a_ext, a_idx)
+    groups = _attach_and_group(_np(l_name, np.int32), _np(l_kind, np.int8), _np(l_ts, np.float64),
+                               _np(l_dur, np.float64), _np(l_dev, np.int64), _np(l_stream, np.int64), ext,
+                               op_idx, stats)
+    name_of = names.items
+    out = _finish(groups.assign(kernel=[name_of[i] for i in groups["name"]]),
+                  [_op_key_json(ops.items[i]) if i >= 0 else None for i in groups["op"]], stats)
+    stats.seconds = time.perf_counter() - t0
+    log.info("%s", stats.line())
+    return TraceSummary(out, stats.gpu_time_us, stats, meta, _families(per_name, stats.gpu_time_us))
+
+
+def _np(arr: array, dtype) -> np.ndarray:
+    return np.frombuffer(arr, dtype=dtype) if len(arr) else np.zeros(0, dtype)
+
+
+def _lookup(keys: np.ndarray, k_arr: array, v_arr: array) -> np.ndarray:
+    """Vectorised dict lookup: for each key, the value stored with it in (k_arr, v_arr), else -1.
+
+    The (few) keys are sorted and the (many) table entries searched among them, so the only temporaries
+    of the table's length are one index and one mask array."""
+    out = np.full(len(keys), -1, dtype=np.int64)
+    if not len(k_arr) or not len(keys):
+        return out
+    k = np.frombuffer(k_arr, dtype=np.int64)
+    v = np.frombuffer(v_arr, dtype=np.int32 if v_arr.typecode == "i" else np.int64)
+    uk, inv = np.unique(keys, return_inverse=True)
+    pos = np.searchsorted(uk, k)
+    np.minimum(pos, len(uk) - 1, out=pos)
+    hit = uk[pos] == k
+    found = np.full(len(uk), -1, dtype=np.int64)
+    found[pos[hit]] = v[hit]
+    del pos, hit
+    out = found[inv]
+    out[keys < 0] = -1
+    return out
+
+
+def _attach_and_group(name: np.ndarray, kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, dev: np.ndarray,
+                      stream: np.ndarray, ext: np.ndarray, op: np.ndarray, stats: TraceStats) -> pd.DataFrame:
+    """Count each split-K reduce with the GEMM launched before it on its stream; group by (kernel, op).
+
+    One row per launch in the arrays (kind 1 GEMM, 2 reduce); returns one row per (name, op) with count,
+    total_us, min_us, max_us, reduce_us. Numpy only, a few temporaries of the launches' length."""
+    cols = ["name", "op", "count", "total_us", "min_us", "max_us", "reduce_us"]
+    n = len(name)
+    if not n:
+        return pd.DataFrame({c: pd.Series([], dtype=np.float64 if c.endswith("_us") else np.int64) for c in cols})
+    order = np.lexsort((ts, stream, dev))
+    is_gemm = kind[order] == 1
+    stats.gemm_launches = int(is_gemm.sum())
+    stats.reduce_launches = n - stats.gemm_launches
+    ext_s, op_s = ext[order], op[order]
+    stats.linked = int((op_s[is_gemm] >= 0).sum())
+    idx = np.arange(n)
+    # for each row: the latest GEMM row at or before it, and the first row of its (device, stream) run
+    last = np.maximum.accumulate(np.where(is_gemm, idx, -1))
+    d_s, s_s = dev[order], stream[order]
+    new_run = np.ones(n, dtype=bool)
+    new_run[1:] = (d_s[1:] != d_s[:-1]) | (s_s[1:] != s_s[:-1])
+    run_start = np.maximum.accumulate(np.where(new_run, idx, 0))
+    del d_s, s_s, new_run
+    cand = ~is_gemm & (last >= run_start)
+    c_rows = np.flatnonzero(cand)
+    owners = last[c_rows]
+    same_op = (ext_s[c_rows] < 0) | (ext_s[owners] < 0) | (ext_s[c_rows] == ext_s[owners])
+    att_rows, att_owner = c_rows[same_op], owners[same_op]
+    stats.reduce_attached = len(att_rows)
+    dur_s = dur[order]
+    reduce_us = np.zeros(n)
+    np.add.at(reduce_us, att_owner, dur_s[att_rows])
+    keep = np.ones(n, dtype=bool)
+    keep[att_rows] = False                      # GEMMs, and reduces that found no GEMM
+    t = (dur_s + reduce_us)[keep]
+    r = reduce_us[keep]
+    nm, o = name[order][keep], op_s[keep]
+    key = nm.astype(np.int64) * (int(o.max()) + 2) + (o + 1)
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    g = len(uniq)
+    count = np.bincount(inv, minlength=g)
+    total = np.bincount(inv, weights=t, minlength=g)
+    red = np.bincount(inv, weights=r, minlength=g)
+    mn = np.full(g, np.inf)
+    mx = np.full(g, -np.inf)
+    np.minimum.at(mn, inv, t)
+    np.maximum.at(mx, inv, t)
+    return pd.DataFrame({"name": nm[first].astype(np.int64), "op": o[first], "count": count, "total_us": total,
+                         "min_us": mn, "max_us": mx, "reduce_us": red})[cols]
+
+
+def _families(per_name: dict[str, list], gpu_time_us: float) -> pd.DataFrame:
+    from cublaslt_probe.names import decode
+    fam: dict[str, list] = {}
+    for name, (n, t) in per_name.items():
+        f = decode(name).family
+        acc = fam.setdefault(f, [0, 0, 0.0])
+        acc[0] += 1
+        acc[1] += n
+        acc[2] += t
+    df = pd.DataFrame([(f, a, b, c) for f, (a, b, c) in fam.items()],
+                      columns=["family", "kernels", "launches", "total_us"])
+    df["share"] = df["total_us"] / gpu_time_us if gpu_time_us else np.nan
+    return df.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- op -> torch-view problem
+def _letter(dims, strides) -> str | None:
+    """N when the last two dims are row-major contiguous, T when stored transposed, None if unclear."""
+    if not dims or not strides or len(dims) < 2 or len(strides) != len(dims):
+        return None
+    (r, c), (s0, s1) = dims[-2:], strides[-2:]
+    if c == 1 and r == 1:
+        return "N"
+    if s1 == 1 and (s0 >= c or r == 1):
+        return "N"
+    if s0 == 1 and (s1 >= r or c == 1):
+        return "T"
+    return None
+
+
+def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
+               strides_json: str | None) -> dict[str, Any]:
+    """The torch-view GEMM (m, n, k, batch, dtype, layout) a GEMM op's recorded inputs describe.
+
+    Only for `GEMM_OPS`; other ops and missing shapes give ``{}``; a field the record cannot give is None.
+    """
+    where = GEMM_OPS.get(op or "")
+    if where is None or not dims_json:
+        return {}
+    try:
+        dims = json.loads(dims_json)
+        types = json.loads(types_json) if types_json else []
+        strides = json.loads(strides_json) if strides_json else []
+        a, b = dims[where[0]], dims[where[1]]
+    except (ValueError, IndexError, TypeError):
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        if op in ("aten::mv", "aten::addmv"):
+            out.update(m=a[0], k=a[1], n=1, batch=1)
+        elif len(a) == 3 and len(b) == 3:
+            out.update(batch=a[0], m=a[1], k=a[2], n=b[2])
+        elif len(a) == 2 and len(b) == 2:
+            out.update(batch=1, m=a[0], k=a[1], n=b[1])
+        else:
+            return {}
+    except (IndexError, TypeError):
+        return {}
+    ta = _TORCH_DTYPES.get(types[where[0]]) if len(types) > where[0] else None
+    tb = _TORCH_DTYPES.get(types[where[1]]) if len(types) > where[1] else None
+    if ta and ta.startswith("fp8"):
+        out["dtype"] = "fp8" if (ta, tb) == ("fp8_e4m3", "fp8_e4m3") else \
+            "fp8_e5m2" if (ta, tb) == ("fp8_e5m2", "fp8_e4m3") else f"{ta}x{tb}"
+    else:
+        out["dtype"] = ta
+    if op in ("aten::mv", "aten::addmv"):
+        out["layout"] = None
+    else:
+        la = _letter(a, strides[where[0]] if len(strides) > where[0] else None)
+        lb = _letter(b, strides[where[1]] if len(strides) > where[1] else None)
+        out["layout"] = la + lb if la and lb else None
+    return out
+
+
+def _finish(groups: pd.DataFrame, op_keys: list, stats: TraceStats) -> pd.DataFrame:
+    """Group rows (kernel, op key, count, times) -> the TRACE_SCHEMA frame, largest total first."""
+    from cublaslt_probe.names import decode
+    rows = []
+    for (kernel, count, total, mn, mx, red), key in zip(
+            groups[["kernel", "count", "total_us", "min_us", "max_us", "reduce_us"]].itertuples(index=False),
+            op_keys):
+        kn = decode(kernel)
+        op, dims, types, strides = key if key else (None, None, None, None)
+        if dims is not None:
+            stats.with_shapes += int(count) if kn.family in GEMM_FAMILIES else 0
+        types_code = kn.type_code or "/".join(x for x in (kn.a_type, kn.c_type, kn.compute_type) if x) or None
+        row = {
+            "share": total / stats.gpu_time_us if stats.gpu_time_us else None,
+            "count": count, "total_us": total, "mean_us": total / count if count else None,
+            "min_us": mn, "max_us": mx, "reduce_us": red,
+            "kernel": kernel, "family": kn.family, "kernel_short": kn.short, "arch": kn.arch,
+            "types": types_code, "tile_m": kn.tile_m, "tile_n": kn.tile_n, "tile_k": kn.tile_k,
+            "stages": kn.stages, "cluster_m": kn.cluster_m, "cluster_n": kn.cluster_n,
+            "split_k": kn.split_k, "kernel_layout": kn.layout, "kernel_flags": " ".join(kn.flags) or None,
+            "op": op, "input_dims": dims, "input_types": types, "input_strides": strides,
+        }
+        p = problem_of(op, dims, types, strides)
+        row.update({c: p.get(c) for c in ("dtype", "layout", "m", "n", "k", "batch")})
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=TRACE_COLUMNS)
+    df = _coerce(df)
+    return df.sort_values(["total_us", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def _coerce(df: pd.DataFrame) -> pd.DataFrame:
+    for col, (dt, _) in TRACE_SCHEMA.items():
+        if dt == "category":
+            df[col] = df[col].astype("string").astype("category")
+        elif dt in ("Int64", "boolean"):
+            df[col] = pd.array(df[col].tolist(), dtype=dt)
+        else:
+            df[col] = df[col].astype(dt)
+    return df
+
+
+# --------------------------------------------------------------------------- Nsight Systems SQLite
+_NSYS_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+def read_nsys_sqlite(path: str | os.PathLike) -> TraceSummary:
+    """Summarise the GEMM-family kernels of an Nsight Systems SQLite export.
+
+    UNTESTED on a real export (see the module docstring). Reads ``CUPTI_ACTIVITY_KIND_KERNEL``
+    (``start``/``end`` ns, ``demangledName`` else ``shortName`` ids into ``StringIds``, ``deviceId``,
+    ``streamId`` when present). The export has no torch op shapes: ``op`` and the problem columns are null.
+    """
+    t0 = time.perf_counter()
+    stats = TraceStats(path=str(path), format="nsys")
+    try:
+        stats.file_bytes = stats.bytes_read = os.path.getsize(path)
+        con = sqlite3.connect(f"file:{os.fspath(path)}?mode=ro", uri=True)
+    except (OSError, sqlite3.Error) as e:
+        raise ProbeError(f"cannot read Nsight Systems export {path}: {e}") from e
+    try:
+        return _read_nsys(con, path, stats, t0)
+    except sqlite3.DatabaseError as e:
+        raise ProbeError(f"{path}: not a readable Nsight Systems SQLite export ({e})") from e
+    finally:
+        con.close()
+
+
+def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> TraceSummary:
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    for t in (_NSYS_KERNEL, "StringIds"):
+        if t not in tables:
+            raise ProbeError(f"{path}: no table {t} in this SQLite file; export the report with "
+                             "`nsys export --type sqlite REPORT.nsys-rep` from a capture that traced CUDA "
+                             "(`nsys profile --trace cuda ...`)")
+    cols = {r[1] for r in con.execute(f"PRAGMA table_info({_NSYS_KERNEL})")}
+    name_cols = [c for c in ("demangledName", "shortName", "mangledName") if c in cols]
+    missing = [c for c in ("start", "end") if c not in cols]
+    if missing or not name_cols:
+        raise ProbeError(f"{path}: {_NSYS_KERNEL} lacks columns "
+                         f"{missing + ([] if name_cols else ['demangledName or shortName'])}")
+    name_expr = "COALESCE(" + ", ".join(f"k.{c}" for c in name_cols) + ")" if len(name_cols) > 1 \
+        else f"k.{name_cols[0]}"
+    dev = "k.deviceId" if "deviceId" in cols else "0"
+    stream = "k.streamId" if "streamId" in cols else "0"
+    per_name: dict[str, list] = {}
+    kind_cache: dict[str, int] = {}
+    gemm_ids: list[int] = []
+    for sid, value, n, total in con.execute(
+            f"SELECT {name_expr} AS sid, s.value, COUNT(*), SUM(k.end - k.start) FROM {_NSYS_KERNEL} k "
+            "LEFT JOIN StringIds s ON s.id = " + name_expr + " GROUP BY sid"):
+        name = value if value is not None else f"<string id {sid}>"
+        per_name[name] = [n, (total or 0) / 1e3]
+        stats.kernels += n
+        stats.gpu_time_us += (total or 0) / 1e3
+        if _kind(name, kind_cache) and sid is not None:
+            gemm_ids.append(sid)
+    stats.events = stats.kernels
+    # stream the GEMM and reduce launches in (device, stream, start) order; attach each reduce to the GEMM
+    # launched before it on its stream
+    agg: dict[str, list] = {}       # name -> [count, total, min, max, reduce]
+    last: dict[tuple, list] = {}    # (dev, stream) -> the latest GEMM launch [name, dur, reduce]
+
+    def close(entry):
+        name, d, r = entry
+        t = d + r
+        a = agg.get(name)
+        if a is None:
+            agg[name] = [1, t, t, t, r]
+        else:
+            a[0] += 1
+            a[1] += t
+            a[2] = min(a[2], t)
+            a[3] = max(a[3], t)
+            a[4] += r
+
+    if gemm_ids:
+        con.execute("CREATE TEMP TABLE _gemm_ids(id INTEGER PRIMARY KEY)")
+        con.executemany("INSERT INTO _gemm_ids VALUES (?)", [(i,) for i in gemm_ids])
+        q = (f"SELECT {dev}, {stream}, k.start, k.end, s.value FROM {_NSYS_KERNEL} k "
+             f"JOIN StringIds s ON s.id = {name_expr} WHERE {name_expr} IN (SELECT id FROM _gemm_ids) "
+             f"ORDER BY {dev}, {stream}, k.start")
+        for d, st, start, end, name in con.execute(q):
+            dur = (end - start) / 1e3
+            kind = _kind(name, kind_cache)
+            key = (d, st)
+            if kind == 1:
+                stats.gemm_launches += 1
+                prev = last.get(key)
+                if prev is not None:
+                    close(prev)
+                last[key] = [name, dur, 0.0]
+            else:
+                stats.reduce_launches += 1
+                prev = last.get(key)
+                if prev is not None:
+                    prev[2] += dur
+                    stats.reduce_attached += 1
+                else:
+                    close([name, dur, 0.0])
+        for entry in last.values():
+            close(entry)
+    groups = pd.DataFrame([(name, -1, *a) for name, a in agg.items()],
+                          columns=["kernel", "op", "count", "total_us", "min_us", "max_us", "reduce_us"])
+    out = _finish(groups, [None] * len(groups), stats)
+    stats.seconds = time.perf_counter() - t0
+    log.info("%s", stats.line())
+    return TraceSummary(out, stats.gpu_time_us, stats, {}, _families(per_name, stats.gpu_time_us))
+
+
+# --------------------------------------------------------------------------- entry point
+def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSummary:
+    """Read a torch.profiler Chrome trace (.json / .json.gz) or an Nsight Systems SQLite export."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as e:
+        raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
+    if head.startswith(b"SQLite format 3"):
+        return read_nsys_sqlite(path)
+    if head.startswith(b"\x1f\x8b") or head.lstrip()[:1] in (b"{", b"["):
+        return read_chrome_trace(path, chunk_bytes)
+    if str(path).endswith(".nsys-rep") or str(path).endswith(".qdrep"):
+        raise ProbeError(f"{path} is an Nsight Systems report: export it first with "
+                         "`nsys export --type sqlite FILE` and pass the .sqlite file")
+    raise ProbeError(f"{path}: not a Chrome trace (.json/.json.gz) nor an Nsight Systems SQLite export "
+                     f"(it starts with {head!r})")
+
+
+def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per kernel: the (kernel, op, shapes) rows of `read_trace` summed; ``ops`` lists the calling
+    ops and ``shapes`` how many distinct op/shape records called it."""
+    if not len(df):
+        return df.assign(ops=pd.Series([], dtype="string"), shapes=pd.Series([], dtype="Int64"))
+    fixed = [c for c in TRACE_COLUMNS if c not in (
+        "share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", "op", "input_dims",
+        "input_types", "input_strides", "dtype", "layout", "m", "n", "k", "batch")]
+    g = df.groupby("kernel", sort=False, observed=True)
+    out = g.agg(share=("share", "sum"), count=("count", "sum"), total_us=("total_us", "sum"),
+                min_us=("min_us", "min"), max_us=("max_us", "max"), reduce_us=("reduce_us", "sum"))
+    out["mean_us"] = out["total_us"] / out["count"]
+    out["ops"] = g["op"].agg(lambda s: ", ".join(sorted({str(x) for x in s.dropna()}))).replace("", pd.NA)
+    out["shapes"] = g["input_dims"].agg(lambda s: s.dropna().nunique()).astype("Int64")
+    first = g[fixed[1:]].first()
+    out = out.join(first).reset_index()
+    cols = ["share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", *fixed, "ops", "shapes"]
+    out = out[cols]
+    out["count"] = out["count"].astype("Int64")
+    out["ops"] = out["ops"].astype("string")
+    return out.sort_values(["total_us", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)
