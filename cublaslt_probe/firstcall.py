@@ -203,7 +203,7 @@ def analyse(result: dict) -> dict:
               ", ".join(f"{k} {n} files" for k, n in jit_files))
     nojit_ok = bool(nojit.get("ok"))
     ev.append(f"with CUDA_DISABLE_PTX_JIT=1 the GEMM {'ran' if nojit_ok else 'FAILED'}"
-              + (f" and launched the same kernels" if nojit_ok and nojit.get("kernels") == lazy.get("kernels") else ""))
+              + (" and launched the same kernels" if nojit_ok and nojit.get("kernels") == lazy.get("kernels") else ""))
     if not jit_seen and nojit_ok:
         verdict = "selected by heuristics; no runtime compilation observed"
     elif jit_seen:

@@ -76,6 +76,33 @@ _TORCH_DT = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "b
              "fp8": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 
 
+def lt_problem(c: Case, workspace_bytes: int, alignment: int = 16):
+    """The cuBLASLt (column-major) Problem of a torch-view Case."""
+    from cublaslt_probe import lt
+    bl = c.blas
+    return lt.Problem(bl["blas_m"], bl["blas_n"], bl["blas_k"], dtype=c.dtype, trans_a=bl["blas_trans_a"],
+                      trans_b=bl["blas_trans_b"], batch=c.batch, bias=c.op == "addmm",
+                      workspace_bytes=workspace_bytes, alignment=alignment,
+                      b_type="fp8_e4m3" if c.dtype == "fp8_e5m2" else None)
+
+
+def lt_operands(torch, mm, p) -> tuple:
+    """Random A, B and an empty C (torch tensors, column-major storage, leading dimensions honoured) for
+    Problem `p`, plus the bias vector (set on `mm`) when the problem has one: (A, B, C, bias|None)."""
+    (ar, ac), (br, bc), (cr, cc) = p.shapes()
+    ab = getattr(torch, _TORCH_DT[p.dtype])
+    cd = getattr(torch, _TORCH_DT["bf16" if p.dtype in ("fp8", "fp8_e5m2") else p.dtype])
+    bt = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(p.b_type, ab)
+    A = torch.randn(p.batch, ac, p.lda or ar, device="cuda").to(ab)
+    B = torch.randn(p.batch, bc, p.ldb or br, device="cuda").to(bt)
+    C = torch.empty(p.batch, cc, p.ldc or cr, device="cuda", dtype=cd)
+    bias = None
+    if p.bias:
+        bias = torch.randn(cr, device="cuda").to(cd)
+        mm.set_pointers(bias=bias.data_ptr())
+    return A, B, C, bias
+
+
 @dataclass
 class Built:
     fn: object            # zero-argument callable launching the GEMM
@@ -154,23 +181,9 @@ class Builder:
     def _lt(self, c: Case) -> Built:
         from cublaslt_probe import lt
         t = self.torch
-        bl = c.blas
-        p = lt.Problem(bl["blas_m"], bl["blas_n"], bl["blas_k"], dtype=c.dtype, trans_a=bl["blas_trans_a"],
-                       trans_b=bl["blas_trans_b"], batch=c.batch, bias=c.op == "addmm",
-                       workspace_bytes=CUBLAS_WORKSPACE,
-                       b_type="fp8_e4m3" if c.dtype == "fp8_e5m2" else None)
-        mm = lt.LtMatmul(self.lib, p)
-        (ar, ac), (br, bc), (cr, cc) = p.shapes()
-        ab = getattr(t, _TORCH_DT[c.dtype])
-        cd = getattr(t, _TORCH_DT["bf16" if c.dtype in ("fp8", "fp8_e5m2") else c.dtype])
-        A = t.randn(c.batch, ac, ar, device="cuda").to(ab)
-        B = t.randn(c.batch, bc, br, device="cuda").to(t.float8_e4m3fn if c.dtype == "fp8_e5m2" else ab)
-        C = t.empty(c.batch, cc, cr, device="cuda", dtype=cd)
-        keep = [A, B, C, mm]
-        if c.op == "addmm":
-            bias = t.randn(cr, device="cuda").to(cd)
-            keep.append(bias)
-            mm.set_pointers(bias=bias.data_ptr())
+        mm = lt.LtMatmul(self.lib, lt_problem(c, CUBLAS_WORKSPACE))
+        A, B, C, bias = lt_operands(t, mm, mm.p)
+        keep = [A, B, C, mm] + ([bias] if bias is not None else [])
         res = mm.heuristic(1)
         if not res:
             mm.close()
@@ -260,13 +273,9 @@ class Probe:
 
     def time_heuristic(self, c: Case) -> tuple[float | None, float | None]:
         from cublaslt_probe import lt
-        bl = c.blas
         ws = TORCH_LT_WORKSPACE if c.backend == "torch-lt" or c.op in ("addmm", "scaled_mm") and \
             c.backend == "torch" else CUBLAS_WORKSPACE
-        p = lt.Problem(bl["blas_m"], bl["blas_n"], bl["blas_k"], dtype=c.dtype, trans_a=bl["blas_trans_a"],
-                       trans_b=bl["blas_trans_b"], batch=c.batch, bias=c.op == "addmm", workspace_bytes=ws,
-                       b_type="fp8_e4m3" if c.dtype == "fp8_e5m2" else None)
-        with lt.LtMatmul(self.lib, p) as mm:
+        with lt.LtMatmul(self.lib, lt_problem(c, ws)) as mm:
             return mm.time_heuristic(self.heuristic_reps)
 
     # kernels ---------------------------------------------------------------------------------------------
@@ -428,22 +437,10 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
     why = invalid_reason(Case("lt", c.op, c.dtype, c.layout, c.m, c.n, c.k, c.batch))
     if why:
         raise CaptureError(why)
-    bl = c.blas
-    p = lt.Problem(bl["blas_m"], bl["blas_n"], bl["blas_k"], dtype=c.dtype, trans_a=bl["blas_trans_a"],
-                   trans_b=bl["blas_trans_b"], batch=c.batch, bias=c.op == "addmm",
-                   workspace_bytes=workspace_bytes, alignment=alignment,
-                   b_type="fp8_e4m3" if c.dtype == "fp8_e5m2" else None)
+    p = lt_problem(c, workspace_bytes, alignment)
     out: list[dict] = []
     with lt.LtMatmul(probe.lib, p) as mm:
-        (ar, ac), (br, bc), (cr, cc) = p.shapes()
-        ab = getattr(torch, _TORCH_DT[c.dtype])
-        cd = getattr(torch, _TORCH_DT["bf16" if c.dtype in ("fp8", "fp8_e5m2") else c.dtype])
-        A = torch.randn(c.batch, ac, ar, device="cuda").to(ab)
-        B = torch.randn(c.batch, bc, br, device="cuda").to(torch.float8_e4m3fn if c.dtype == "fp8_e5m2" else ab)
-        C = torch.empty(c.batch, cc, cr, device="cuda", dtype=cd)
-        if c.op == "addmm":
-            bias = torch.randn(cr, device="cuda").to(cd)
-            mm.set_pointers(bias=bias.data_ptr())
+        A, B, C, _bias = lt_operands(torch, mm, p)
         ws = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device="cuda")
         stream = torch.cuda.current_stream().cuda_stream
         t0 = time.perf_counter()

@@ -58,7 +58,7 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
     from cublaslt_probe import lt
     from cublaslt_probe.dataset import consistency, main_kernel
     from cublaslt_probe.names import decode
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.probe import Probe, lt_operands
     probe = probe or Probe()
     torch = probe.torch
     out = []
@@ -78,18 +78,8 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
                            batch=pr["batch"], bias=pr["bias"], workspace_bytes=max(pr["workspace_bytes"], 0),
                            b_type=pr["b_type"], lda=pr["lda"], ldb=pr["ldb"], ldc=pr["ldc"])
             with lt.LtMatmul(probe.lib, p) as mm:
-                (ar, ac), (br, bc), (cr, cc) = p.shapes()
-                tdt = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                       "fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-                ab, cdt = tdt[pr["dtype"]], tdt[{"fp8": "bf16", "fp8_e5m2": "bf16"}.get(pr["dtype"], pr["dtype"])]
-                A = torch.randn(p.batch, ac, p.lda or ar, device="cuda").to(ab)
-                bt = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(pr["b_type"], ab)
-                B = torch.randn(p.batch, bc, p.ldb or br, device="cuda").to(bt)
-                C = torch.empty(p.batch, cc, p.ldc or cr, device="cuda", dtype=cdt)
+                A, B, C, _bias = lt_operands(torch, mm, p)
                 D = torch.empty_like(C) if pr["out_of_place"] else C
-                if pr["bias"]:
-                    bias = torch.randn(cr, device="cuda").to(cdt)
-                    mm.set_pointers(bias=bias.data_ptr())
                 ws = torch.empty(max(pr["workspace_bytes"], 1), dtype=torch.uint8, device="cuda")
                 algo = lt.pinned_algo(probe.lib, p, pr["algo_id"], pr["config"])
                 stream = torch.cuda.current_stream().cuda_stream
