@@ -25,6 +25,8 @@ def main():
     ap.add_argument("--preset", default="quick")
     ap.add_argument("--limit", type=int, default=0, help="run only the first N GEMMs of the plan")
     ap.add_argument("--check", type=int, default=40)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--heuristic-reps", type=int, default=5)
     ap.add_argument("--flush-l2", action="store_true",
                     help="probe flushes L2 before each rep; the reference is then do_bench (which flushes too). "
                          "Without it the reference is an independent warm-L2 event median: 20 batches of 25 "
@@ -32,7 +34,7 @@ def main():
     a = ap.parse_args()
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Builder, Probe
-    probe = Probe(flush_l2=a.flush_l2)
+    probe = Probe(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps)
     cases = sweep.plan(a.preset).cases
     if a.limit:
         cases = cases[:a.limit]
@@ -44,7 +46,8 @@ def main():
         _, recs = read_raw(os.path.join(d, "b.raw.jsonl"))
     ok = df[df.error.isna()]
     gpu_s = float((ok.time_us * (ok.time_reps + 5)).sum()) / 1e6   # timed reps + 2 warm + log + estimate + profile
-    print(f"preset {a.preset}: {len(df)} GEMMs in {wall:.1f} s = {len(df) / wall:.1f} GEMMs/s (full capture)")
+    print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
+          f"= {len(df) / wall:.1f} GEMMs/s (full capture)")
     print(f"  GPU time in the GEMMs themselves ≈ {gpu_s:.1f} s; overhead beyond it ≈ "
           f"{(wall - gpu_s) / len(df) * 1e3:.2f} ms per GEMM")
     small = ok[(ok.time_us < 100)]

@@ -165,11 +165,11 @@ def render(ev: dict) -> str:
 
 def gather(case, *, top: int = 32, first_call: bool = False, probe=None) -> dict:
     """Run the GEMM through the probe, its candidates, optionally the first-call anatomy (GPU)."""
-    from cublaslt_probe.probe import CUBLAS_WORKSPACE, TORCH_LT_WORKSPACE, Probe, lt_candidates
+    from cublaslt_probe.probe import CUBLAS_WORKSPACE, Probe, lt_candidates
     probe = probe or Probe()
     [rec] = probe.run_window([case])
     ev = {"case": case.as_dict(), "env": probe.env, "record": rec}
-    ws = TORCH_LT_WORKSPACE if case.backend == "torch-lt" or case.op in ("addmm", "scaled_mm") else CUBLAS_WORKSPACE
+    ws = Probe.heuristic_workspace(case) if case.backend != "lt" else CUBLAS_WORKSPACE
     try:
         from cublaslt_probe.probe import _compact
         ev["candidates"] = [_compact(r) for r in lt_candidates(probe, case, top=top, workspace_bytes=ws)]

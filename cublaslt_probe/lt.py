@@ -378,6 +378,32 @@ class Problem:
         return a, b, (self.m, self.n)
 
 
+def time_heuristics(lib: "LtLibrary", mms: list, reps: int = 5, requested: int = 1) -> list[tuple[float, float]]:
+    """For each LtMatmul: (miss_us, hit_us), the median host time of `cublasLtMatmulAlgoGetHeuristic` with the
+    library's heuristics cache off (every call a miss), then on and warm (every call a hit).
+
+    The cache capacity is process-wide for this library instance (torch's calls share it): it is switched
+    off once for all the problems, then restored, so a window of GEMMs disturbs torch's cache once."""
+    def median_us(mm):
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter_ns()
+            mm.heuristic(requested)
+            ts.append((time.perf_counter_ns() - t0) / 1e3)
+        return statistics.median(ts)
+    cap = lib.cache_capacity()
+    try:
+        lib.set_cache_capacity(0)
+        miss = [median_us(mm) for mm in mms]
+        lib.set_cache_capacity(cap or 8192)
+        for mm in mms:
+            mm.heuristic(requested)  # fill the cache
+        hit = [median_us(mm) for mm in mms]
+    finally:
+        lib.set_cache_capacity(cap)
+    return list(zip(miss, hit))
+
+
 class LtMatmul:
     """Descriptors for one Problem on one library; query heuristics, run an algo. Call close() after."""
 
@@ -452,28 +478,8 @@ class LtMatmul:
         return [res[i] for i in range(n.value)]
 
     def time_heuristic(self, reps: int = 20, requested: int = 1) -> tuple[float, float]:
-        """(miss_us, hit_us): median host time of the heuristic call with the cache off, then on.
-
-        The cache capacity is process-wide for this library instance: it is restored afterwards.
-        """
-        cap = self.lib.cache_capacity()
-        try:
-            self.lib.set_cache_capacity(0)
-            miss = []
-            for _ in range(reps):
-                t0 = time.perf_counter_ns()
-                self.heuristic(requested)
-                miss.append((time.perf_counter_ns() - t0) / 1e3)
-            self.lib.set_cache_capacity(cap or 8192)
-            self.heuristic(requested)  # fill the cache
-            hit = []
-            for _ in range(reps):
-                t0 = time.perf_counter_ns()
-                self.heuristic(requested)
-                hit.append((time.perf_counter_ns() - t0) / 1e3)
-        finally:
-            self.lib.set_cache_capacity(cap)
-        return statistics.median(miss), statistics.median(hit)
+        """(miss_us, hit_us): median host time of the heuristic call with the cache off, then on."""
+        return time_heuristics(self.lib, [self], reps, requested)[0]
 
     def run(self, algo, a_ptr, b_ptr, c_ptr, workspace_ptr, workspace_bytes, stream,
             alpha=1.0, beta=0.0, d_ptr=None) -> None:

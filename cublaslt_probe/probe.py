@@ -271,12 +271,40 @@ class Probe:
         times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
         return statistics.median(times), times
 
-    def time_heuristic(self, c: Case) -> tuple[float | None, float | None]:
+    @staticmethod
+    def heuristic_workspace(c: Case) -> int:
+        """The workspace limit the backend's own heuristic query uses for this GEMM."""
+        lt_path = c.backend == "torch-lt" or (c.backend == "torch" and c.op in ("addmm", "scaled_mm"))
+        return TORCH_LT_WORKSPACE if lt_path else CUBLAS_WORKSPACE
+
+    def time_heuristics(self, items: list[tuple[dict, Case]]) -> None:
+        """Fill heuristic_miss_us / heuristic_hit_us of each record (one cache switch for all of them)."""
         from cublaslt_probe import lt
-        ws = TORCH_LT_WORKSPACE if c.backend == "torch-lt" or c.op in ("addmm", "scaled_mm") and \
-            c.backend == "torch" else CUBLAS_WORKSPACE
-        with lt.LtMatmul(self.lib, lt_problem(c, ws)) as mm:
-            return mm.time_heuristic(self.heuristic_reps)
+        if not items:
+            return
+        t = time.perf_counter()
+        mms, recs = [], []
+        for rec, c in items:
+            try:
+                mms.append(lt.LtMatmul(self.lib, lt_problem(c, self.heuristic_workspace(c))))
+                recs.append(rec)
+            except Exception as e:  # noqa: BLE001  (e.g. a type combination the direct call refuses)
+                rec["heuristic_error"] = f"{type(e).__name__}: {e}"[:300]
+        try:
+            for rec, (miss, hit) in zip(recs, lt.time_heuristics(self.lib, mms, self.heuristic_reps)):
+                rec["heuristic_miss_us"], rec["heuristic_hit_us"] = miss, hit
+        except Exception:  # noqa: BLE001  (no algo for one problem: time them one by one)
+            for rec, mm in zip(recs, mms):
+                try:
+                    rec["heuristic_miss_us"], rec["heuristic_hit_us"] = mm.time_heuristic(self.heuristic_reps)
+                except Exception as e2:  # noqa: BLE001
+                    rec["heuristic_error"] = f"{type(e2).__name__}: {e2}"[:300]
+        finally:
+            for mm in mms:
+                mm.close()
+        share = round((time.perf_counter() - t) * 1e3 / len(items), 3)
+        for rec, _ in items:
+            rec.setdefault("probe_ms", {})["heuristic_share"] = share
 
     # kernels ---------------------------------------------------------------------------------------------
     def _profile(self, calls) -> list[list[tuple[str, float]]]:
@@ -334,6 +362,7 @@ class Probe:
         torch = self.torch
         records: list[dict] = []
         built: list[tuple[dict, Case, Built]] = []
+        heur: list[tuple[dict, Case]] = []
         held = 0
         for c in cases:
             rec = {"key": c.key, **c.as_dict(), **c.blas, "kernels": [], "kernel_us": [], "log_lines": [],
@@ -383,11 +412,7 @@ class Probe:
                     built, held = [], 0
                     torch.cuda.empty_cache()
                 continue
-            try:
-                rec["heuristic_miss_us"], rec["heuristic_hit_us"] = self.time_heuristic(c)
-                t = _lap(ph, "heuristic", t)
-            except Exception as e:  # noqa: BLE001  (e.g. no algo for this problem in the direct call)
-                rec["heuristic_error"] = f"{type(e).__name__}: {e}"[:300]
+            heur.append((rec, c))
             if self.candidates and c.backend == "lt":
                 try:
                     rec["candidates"] = [_compact(r) for r in
@@ -396,6 +421,7 @@ class Probe:
                 except Exception as e:  # noqa: BLE001
                     rec["candidates_error"] = f"{type(e).__name__}: {e}"[:300]
         self._finish(built)
+        self.time_heuristics(heur)
         self.builder.set_flags(Case("torch", "mm", "fp32", "NN", 1, 1, 1))
         return records
 

@@ -184,3 +184,18 @@ def test_cli_numpy_sweep_and_merge(tmp_path):
     assert r.exit_code == 0 and "97 rows from 2 parts" in r.output
     r = CliRunner().invoke(main, ["merge", str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "m.parquet")])
     assert r.exit_code == 1 and "Error: no dataset at" in r.output
+
+
+def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
+    """--devices starts one real worker process per device (CUDA_VISIBLE_DEVICES), each a shard, then merges.
+    Run here with the numpy backend, which executes on the CPU."""
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps(NUMPY_SPEC))
+    out = tmp_path / "d.parquet"
+    r = CliRunner().invoke(main, ["sweep", "--spec", str(spec), "-o", str(out), "--devices", "0,1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert f"merged 2 device shards into {out}: 97 rows" in r.output
+    parts = sorted(p.name for p in tmp_path.glob("d.part*of2.parquet"))
+    assert parts == ["d.part1of2.parquet", "d.part2of2.parquet"]
+    df = dataset.read_parquet(out)
+    assert sorted(df.key) == sorted(c.key for c in sweep.plan_from_spec(NUMPY_SPEC).cases)

@@ -25,12 +25,14 @@ from cublaslt_probe.errors import ProbeError
 @click.option("--devices", default=None, metavar="0,1", help="One worker per GPU, each a shard; parts are merged.")
 @click.option("--window", default=32, show_default=True,
               help="GEMMs per profiler window (records are written after each window).")
-@click.option("--reps", default=20, show_default=True, help="Most timed repetitions per GEMM.")
+@click.option("--reps", default=20, show_default=True, help="Most timed repetitions per GEMM (at least 5).")
+@click.option("--heuristic-reps", default=5, show_default=True,
+              help="Heuristic calls timed per GEMM with the cache off, and again with it on (medians).")
 @click.option("--flush-l2", is_flag=True, help="Flush L2 (zero 256 MB) before each timed repetition.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--no-progress", is_flag=True, help="No progress line on stderr.")
 def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates, shard, devices, window, reps,
-              flush_l2, dry_run, no_progress):
+              heuristic_reps, flush_l2, dry_run, no_progress):
     """Run GEMMs over shapes × dtypes × layouts × ops × backends; write one row per GEMM.
 
     Needs an NVIDIA GPU (torch; cupy for the cupy backend).
@@ -45,12 +47,17 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
     if not cases:
         raise ProbeError("the plan is empty: nothing to run (check --backends and the spec)")
     if devices:
-        return _multi_device(devices, out, sys.argv)
+        args = (["--preset", preset] if preset else ["--spec", spec_path]) + [
+            "--window", str(window), "--reps", str(reps), "--heuristic-reps", str(heuristic_reps),
+            "--candidates", str(candidates)]
+        args += (["--backends", backends] if backends else []) + (["--resume"] if resume else []) + \
+            (["--retry-errors"] if retry_errors else []) + (["--flush-l2"] if flush_l2 else [])
+        return _multi_device(devices, out, args)
     if all(c.backend == "numpy" for c in cases):
         executor = sweep.NumpyExecutor()
     else:
         from cublaslt_probe.probe import Probe
-        executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates)
+        executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps)
     df = sweep.run(cases, out, executor, resume=resume, window=window, progress=not no_progress,
                    meta={"sweep": plan.name, "shard": shard, "candidates": candidates, "flush_l2": flush_l2},
                    retry_errors=retry_errors)
@@ -58,28 +65,18 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
     click.echo(f"wrote {out}: {len(df)} rows ({n_err} error rows); raw records in {sweep.raw_path(out)}", err=True)
 
 
-def _multi_device(devices: str, out: str, argv: list[str]):
+def _multi_device(devices: str, out: str, args: list[str]):
+    """One worker process per device (CUDA_VISIBLE_DEVICES), each running shard i/N of the same plan."""
     from cublaslt_probe import sweep
     devs = [d.strip() for d in devices.split(",") if d.strip()]
     base = out[:-len(".parquet")] if out.endswith(".parquet") else out
-    args, skip = [], False
-    for a in argv[1:]:
-        if skip:
-            skip = False
-            continue
-        if a in ("--devices", "-o", "--out", "--shard"):
-            skip = True
-            continue
-        if a.startswith(("--devices=", "--out=", "--shard=")):
-            continue
-        args.append(a)
     procs, parts = [], []
     for i, d in enumerate(devs, 1):
         part = f"{base}.part{i}of{len(devs)}.parquet"
         parts.append(part)
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=d)
-        cmd = [sys.executable, "-m", "cublaslt_probe"] + args + ["--shard", f"{i}/{len(devs)}", "-o", part,
-                                                                 "--no-progress"]
+        cmd = [sys.executable, "-m", "cublaslt_probe", "sweep"] + args + ["--shard", f"{i}/{len(devs)}", "-o", part,
+                                                                          "--no-progress"]
         procs.append(subprocess.Popen(cmd, env=env))
     codes = [p.wait() for p in procs]
     if any(codes):
