@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import math
 
-# Dense peak TFLOP/s of the H200 SXM by dtype (NVIDIA H100/H200 SXM datasheet, dense, no sparsity); the measured
-# bf16 ceiling on the device machine was 788 TFLOP/s (KINDS.md, 8192³ on random data).
-PEAK_TFLOPS = {"H200": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9, "fp8_e5m2": 1978.9},
-               "H100": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9, "fp8_e5m2": 1978.9}}
+from cublaslt_probe.dataset import TILE_SWAPPED
+# Dense peak TFLOP/s by dtype (NVIDIA H100/H200 SXM datasheet, dense, no sparsity); the measured bf16 ceiling
+# on the device machine was 788 TFLOP/s (8192³ on random data). One table for the project: plots.style.
+from cublaslt_probe.plots.style import DATASHEET_TFLOPS
+
+PEAK_TFLOPS = {"H200": DATASHEET_TFLOPS, "H100": DATASHEET_TFLOPS}
 PEAK_SOURCE = "NVIDIA H100/H200 SXM datasheet, dense"
 HBM_TBPS = {"H200": 4.8, "H100": 3.35}   # datasheet; measured on the H200 device machine: 4.3 TB/s copy
 BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e5m2": 1}
 OUT_BYTES = {"fp8": 2, "fp8_e5m2": 2}
-TILE_SWAPPED = {"xmma"}
 
 
 def _gpu_key(gpu: str | None) -> str | None:

@@ -14,6 +14,7 @@ from typing import Callable
 import click
 import pandas as pd
 
+from cublaslt_probe.cli._common import check_writable
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ("table", "csv", "jsonl")
@@ -41,15 +42,6 @@ def _out_format(fmt: str, output: str | None) -> str:
     return fmt
 
 
-def _check_writable(output: str | None) -> None:
-    """Fail before reading a large input, not after, when the output cannot be written."""
-    if not output or output == "-":
-        return
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise ProbeError(f"cannot write {output}: no such directory {parent}")
-    if not os.access(parent, os.W_OK):
-        raise ProbeError(f"cannot write {output}: permission denied")
 
 
 def _clean(v):
@@ -205,7 +197,7 @@ def trace_cmd(file, by, fmt, output, top):
       cublaslt-probe trace trace.json.gz
     """
     from cublaslt_probe.trace import by_kernel, read_trace
-    _check_writable(output)
+    check_writable(output)
     summary = read_trace(file)
     df = summary.kernels if by == "shape" else by_kernel(summary.kernels)
     total = len(df)
@@ -312,12 +304,12 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
       cublaslt-probe diff data/h200_llm.parquet data/h200_llm.parquet --backends torch,torch-lt
     """
     from cublaslt_probe.diff import diff_files, diff_map, sort_rows
-    _check_writable(output)
+    check_writable(output)
     if map_path:
         ext = os.path.splitext(map_path)[1].lower()
         if ext not in (".png", ".svg", ".pdf"):
             raise ProbeError(f"cannot write map {map_path}: give a file ending in .png, .svg or .pdf")
-        _check_writable(map_path)
+        check_writable(map_path)
     filters = {"op": list(op), "dtype": list(dtype), "layout": list(layout), "k": list(ks)}
     r = diff_files(a, b, _backends(backends), allow_env_mismatch=allow_env_mismatch, tolerance_pct=tolerance,
                    filters=filters)

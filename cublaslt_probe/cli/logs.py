@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from cublaslt_probe.cli._common import check_writable
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ["table", "jsonl", "csv", "parquet"]
@@ -63,7 +64,7 @@ def parse_log_cmd(files, fmt, output, summary, api, cublas):
     if cublas and summary:
         raise click.UsageError("--summary groups cuBLASLt records; it does not apply to --cublas logs")
     from cublaslt_probe.logs import ParseStats
-    _check_writable(output)
+    check_writable(output)
     sources = [sys.stdin.buffer if f == "-" else f for f in files]
     stats = ParseStats()
     try:
@@ -79,15 +80,6 @@ def parse_log_cmd(files, fmt, output, summary, api, cublas):
         _report(stats, cublas)
 
 
-def _check_writable(output) -> None:
-    """Fail before parsing a large log, not after, when the output cannot be written."""
-    if not output or output == "-":
-        return
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise ProbeError(f"cannot write {output}: no such directory {parent}")
-    if not os.access(parent, os.W_OK):
-        raise ProbeError(f"cannot write {output}: permission denied")
 
 
 def _name(src) -> str | None:

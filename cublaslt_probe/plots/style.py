@@ -6,8 +6,8 @@ import pandas as pd
 from cublaslt_probe.errors import ProbeError
 
 # Dense (non-sparse) peak rates of the H100/H200 SXM in TFLOP/s, from NVIDIA's H100 / H200 datasheets (the
-# sparse figures halved); the H200 has the H100's arithmetic (see /work/shared/REFERENCE.md and the
-# device notes). fp32 is the plain (non-tensor-core) rate. MEASURED is what a plain torch matmul reached on
+# sparse figures halved); the H200 has the H100's arithmetic (see the project's shared REFERENCE.md and
+# the device notes). fp32 is the plain (non-tensor-core) rate. MEASURED is what a plain torch matmul reached on
 # the H200 lent to this project (8192³ bf16 on random data, 769-798 TFLOP/s; KINDS.md).
 DATASHEET_TFLOPS = {"bf16": 989.5, "fp16": 989.5, "tf32": 494.7, "fp32": 66.9, "fp8": 1978.9, "fp8_e5m2": 1978.9}
 MEASURED_TFLOPS = {"bf16": 788.0}
