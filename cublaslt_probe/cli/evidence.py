@@ -6,15 +6,13 @@ Both are CPU only and share the output options (`output_options`): ``--format ta
 from __future__ import annotations
 
 import functools
-import json
-import math
 import os
 from typing import Callable
 
 import click
 import pandas as pd
 
-from cublaslt_probe.cli._common import check_writable
+from cublaslt_probe.cli._common import check_writable, clean as _clean, write_frame
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ("table", "csv", "jsonl")
@@ -44,44 +42,9 @@ def _out_format(fmt: str, output: str | None) -> str:
 
 
 
-def _clean(v):
-    if v is pd.NA or v is pd.NaT or v is None:
-        return None
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if hasattr(v, "item"):        # numpy scalars
-        return v.item()
-    return v
-
-
-def _write_text(output: str | None, text: str) -> None:
-    if not output or output == "-":
-        click.echo(text, nl=False)
-        return
-    try:
-        with open(output, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-    except OSError as e:
-        raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
-
-
 def emit(df: pd.DataFrame, fmt: str, output: str | None, table: Callable[[], str]) -> None:
     """Write `df` in the chosen format (`table` renders the people's view)."""
-    kind = _out_format(fmt, output)
-    if kind == "table":
-        _write_text(output, table())
-    elif kind == "csv":
-        _write_text(output, df.to_csv(index=False))
-    elif kind == "jsonl":
-        cols = list(df.columns)
-        lines = [json.dumps(dict(zip(cols, map(_clean, row))), ensure_ascii=False, default=str)
-                 for row in df.itertuples(index=False, name=None)]
-        _write_text(output, "".join(line + "\n" for line in lines))
-    else:  # parquet
-        try:
-            df.to_parquet(output, index=False)
-        except OSError as e:
-            raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
+    write_frame(df, _out_format(fmt, output), output, table)
     if output and output != "-":
         click.echo(f"wrote {len(df):,} rows to {output}", err=True)
 

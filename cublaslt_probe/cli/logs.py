@@ -2,37 +2,18 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 
 import click
 
-from cublaslt_probe.cli._common import check_writable
+from cublaslt_probe.cli._common import check_writable, write_frame
+from cublaslt_probe.cli._common import json_default as _json_default
+from cublaslt_probe.cli._common import write_text as _write_text
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ["table", "jsonl", "csv", "parquet"]
 
-
-def _json_default(v):
-    if hasattr(v, "isoformat"):
-        return v.isoformat()
-    if hasattr(v, "item"):  # numpy scalars
-        return v.item()
-    return str(v)
-
-
-def _clean(v):
-    """pandas missing values (NA, NaN, NaT) → None for JSON."""
-    try:
-        import pandas as pd
-        if v is pd.NA or v is pd.NaT:
-            return None
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pass
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v
 
 
 @click.command("parse-log")
@@ -108,15 +89,6 @@ def _open_out(output):
         raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
 
 
-def _write_text(output, text: str) -> None:
-    f = _open_out(output)
-    if f is None:
-        click.echo(text, nl=False)
-        return
-    with f:
-        f.write(text)
-
-
 def _emit_lt(sources, stats, fmt, output, summary, api):
     from cublaslt_probe.logs import parse_log
     from cublaslt_probe.logs.parser import each_source
@@ -136,19 +108,7 @@ def _emit_lt(sources, stats, fmt, output, summary, api):
     df = records_to_frame(records)
     if summary:
         df = summarize(df)
-    if fmt == "table":
-        _write_text(output, format_summary(df) if summary else format_records(df))
-    elif fmt == "csv":
-        _write_text(output, df.to_csv(index=False))
-    elif fmt == "jsonl":
-        lines = [json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default)
-                 for row in df.to_dict(orient="records")]
-        _write_text(output, "".join(line + "\n" for line in lines))
-    else:  # parquet
-        try:
-            df.to_parquet(output, index=False)
-        except OSError as e:
-            raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
+    write_frame(df, fmt, output, lambda: format_summary(df) if summary else format_records(df))
 
 
 def _emit_cublas(sources, stats, fmt, output):
