@@ -6,11 +6,15 @@
 Prints, for the preset: GEMMs/s with full capture (log line, kernels, timing, heuristic miss/hit), the
 per-GEMM overhead beyond the GEMM's own GPU time (wall time minus the time the GEMM kernels themselves ran
 in all its timed and warm-up calls), a breakdown by probe phase, and, for --check GEMMs, how far the probe's
-`time_us` is from an independent CUDA-event median of the same GEMM (triton.testing.do_bench, which
-flushes L2 between reps; ours spins — so for cache-resident problems the two measure slightly different
-things; the figure is reported, not hidden).
+`time_us` is from an independent median of the same GEMM: with --flush-l2, triton.testing.do_bench (which
+flushes L2 between reps, as the probe then does); without, batches of about 1 ms of back-to-back stream
+launches between two events, each behind its own spin (the probe's definition, another harness), and, for
+the launch mode, the same calls captured in a CUDA graph and replayed (no events or launches between the
+GEMMs; the lt backend is left out there: its callable is bound to the default stream), and CUPTI's duration
+of the one profiled call.
 """
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -29,23 +33,47 @@ def main():
     ap.add_argument("--heuristic-reps", type=int, default=5)
     ap.add_argument("--flush-l2", action="store_true",
                     help="probe flushes L2 before each rep; the reference is then do_bench (which flushes too). "
-                         "Without it the reference is an independent warm-L2 event median: 20 batches of 25 "
-                         "back-to-back calls between two events")
+                         "Without it the reference is an independent warm-L2 median: 25 calls "
+                         "captured in a CUDA graph, replayed 20 times between two events")
+    ap.add_argument("--cprofile", type=int, default=0, metavar="N",
+                    help="run the sweep under cProfile and print its N most expensive functions (cumulative)")
+    ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     a = ap.parse_args()
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Builder, Probe
+    t_init = time.time()
     probe = Probe(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps)
+    print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
     cases = sweep.plan(a.preset).cases
     if a.limit:
         cases = cases[:a.limit]
     with tempfile.TemporaryDirectory() as d:
+        windows = []
+        run_window = probe.run_window
+
+        def timed_window(cs):
+            t = time.perf_counter()
+            out = run_window(cs)
+            windows.append(time.perf_counter() - t)
+            return out
+        probe.run_window = timed_window
+        prof = None
+        if a.cprofile:
+            import cProfile
+            prof = cProfile.Profile()
+            prof.enable()
         t0 = time.time()
-        df = sweep.run(cases, os.path.join(d, "b.parquet"), probe, progress=False)
+        out = a.out or os.path.join(d, "b.parquet")
+        df = sweep.run(cases, out, probe, progress=False, meta={"command": "benchmarks/bench_sweep.py " +
+                                                                 " ".join(sys.argv[1:])})
         wall = time.time() - t0
+        if prof:
+            prof.disable()
         from cublaslt_probe.dataset import read_raw
-        _, recs = read_raw(os.path.join(d, "b.raw.jsonl"))
+        _, recs = read_raw(sweep.raw_path(out))
     ok = df[df.error.isna()]
-    gpu_s = float((ok.time_us * (ok.time_reps + 5)).sum()) / 1e6   # timed reps + 2 warm + log + estimate + profile
+    calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
+    gpu_s = float((ok.time_us * calls).sum()) / 1e6
     print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
           f"= {len(df) / wall:.1f} GEMMs/s (full capture)")
     print(f"  GPU time in the GEMMs themselves ≈ {gpu_s:.1f} s; overhead beyond it ≈ "
@@ -57,10 +85,29 @@ def main():
         for k, v in (r.get("probe_ms") or {}).items():
             phases.setdefault(k, []).append(v)
     print("  probe phases, median ms per GEMM: " + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items()))
+    print("  probe phases, total s: " + ", ".join(f"{k} {sum(v) / 1e3:.2f}" for k, v in phases.items()) +
+          f"; inside run_window {sum(windows):.2f} s, outside (raw file, dataset build) {wall - sum(windows):.2f} s")
+    gaps = [r["time_gap_us"] / max(1, r.get("time_us_reps") or 1) for r in recs if r.get("time_gap_us") is not None]
+    if gaps:
+        q = statistics.quantiles(gaps, n=20)
+        print(f"  GPU idle between timed reps, µs per rep: median {statistics.median(gaps):.2f}, p95 {q[-1]:.2f}, "
+              f"max {max(gaps):.2f} ({len(gaps)} GEMMs)")
+    tim = [r["timing"] for r in recs if r.get("timing") and r["timing"].get("spin_us")]
+    if tim:
+        print(f"  timing: spin median {statistics.median(t['spin_us'] for t in tim):.0f} µs, host enqueue median "
+              f"{statistics.median(t['enqueue_us'] for t in tim):.0f} µs, retaken with a longer spin: "
+              f"{sum(t['attempts'] > 1 for t in tim)} of {len(tim)}")
+    shared = [r.get("heuristic_shared") for r in recs if r.get("heuristic_shared")]
+    if shared:
+        print(f"  heuristic measurements: {sum(1 / x for x in shared):.0f} for {len(shared)} GEMMs (shared by "
+              "backends asking the same question)")
+    if prof:
+        import pstats
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(a.cprofile)
     if a.check:
         import triton.testing
         b = Builder(probe.lib)
-        devs = []
+        devs, gdevs = [], []
         for c in [c for c in cases if c.backend != "cupy"][:: max(1, len(cases) // a.check)][:a.check]:
             row = df[df.key == c.key].iloc[0]
             if isinstance(row.error, str):
@@ -69,28 +116,78 @@ def main():
             fn = b.build(c).fn
             if a.flush_l2:
                 ref = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+                gtxt = ""
             else:
-                ref = _warm_reference(fn)
+                ref = _stream_reference(fn, probe, row.time_us)
+                gtxt = "   graph      -    "
+                if c.backend != "lt":  # the lt callable is bound to the default stream: no graph capture
+                    g = _graph_reference(fn, probe, row.time_us)
+                    gdevs.append((row.time_us / g - 1) * 100)
+                    gtxt = f"   graph {g:9.2f} µs ({gdevs[-1]:+5.1f} %)"
             devs.append((row.time_us / ref - 1) * 100)
-            print(f"    {c.key:45s} probe {row.time_us:9.2f} µs  reference {ref:9.2f} µs  {devs[-1]:+6.1f} %")
-        a_dev = [abs(x) for x in devs]
-        ref_name = "do_bench (L2 flushed)" if a.flush_l2 else "warm back-to-back event median"
-        print(f"  probe time_us vs independent {ref_name} over {len(devs)} GEMMs: median |dev| "
-              f"{statistics.median(a_dev):.1f} %, max {max(a_dev):.1f} %, within 3 %: "
-              f"{sum(x <= 3 for x in a_dev)}/{len(a_dev)}")
+            print(f"    {c.key:42s} probe {row.time_us:8.2f} µs ({row.time_calls_per_rep}/sample)  reference "
+                  f"{ref:8.2f} µs {devs[-1]:+5.1f} %{gtxt}   first call {row.time_us_first:8.2f} µs   CUPTI one call "
+                  f"{row.kernel_time_us:8.2f} µs")
+        ref_name = "do_bench (L2 flushed)" if a.flush_l2 else "stream back-to-back median (1 ms batches)"
+        for name, dv in ((ref_name, devs), ("CUDA-graph replay median", gdevs)):
+            if dv:
+                ad = [abs(x) for x in dv]
+                print(f"  probe time_us vs independent {name} over {len(ad)} GEMMs: median |dev| "
+                      f"{statistics.median(ad):.1f} %, max {max(ad):.1f} %, within 3 %: {sum(x <= 3 for x in ad)}/{len(ad)}, "
+                      f"median signed {statistics.median(dv):+.1f} %")
 
 
-def _warm_reference(fn, batches=20, per=25):
+def _stream_reference(fn, probe, expect_us, batches=15):
+    """Independent warm-L2 GPU time of `fn` as the probe defines it (stream launches, back to back): batches
+    of n calls (about 1 ms, at most 50) between two events, each batch behind its own GPU spin longer than
+    twice the host's time to enqueue it; median of the per-call means."""
     import torch
-    for _ in range(5):
+    per = max(1, min(50, math.ceil(1000 / max(expect_us, 1.0))))
+    for _ in range(3):
         fn()
+    torch.cuda.synchronize()
+    h = time.perf_counter()
+    for _ in range(per):
+        fn()
+    host_us = (time.perf_counter() - h) * 1e6
     torch.cuda.synchronize()
     out = []
     for _ in range(batches):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        probe._spin(50 + 2 * host_us)
         s.record()
         for _ in range(per):
             fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e) * 1e3 / per)
+    return statistics.median(out)
+
+
+def _graph_reference(fn, probe, expect_us, batches=20):
+    """Independent warm-L2 GPU time of `fn`: n calls captured in one CUDA graph (no host launch gaps, no
+    events between the GEMMs; n sized for a replay of about 1 ms, at most 25), replayed `batches` times,
+    each behind a GPU spin; median of the per-call means."""
+    import torch
+    per = max(1, min(25, math.ceil(1000 / max(expect_us, 1.0))))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(per):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(batches):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        probe._spin(100)
+        s.record()
+        g.replay()
         e.record()
         e.synchronize()
         out.append(s.elapsed_time(e) * 1e3 / per)

@@ -7,14 +7,20 @@ How each capture is made (the evidence, not a guess):
   call of the GEMM after warm-up; one process for the whole sweep.
 - kernel names: torch.profiler (CUPTI) over a *window* of many GEMMs; before each GEMM a 1-element int8
   `fill_` marker kernel is launched on the same stream, so the kernel stream splits into one group per GEMM.
-- GPU time: CUDA events around each repetition, median; before each repetition either an L2 flush
-  (zeroing a 256 MB buffer, `flush_l2=True`) or a short GPU spin, so the events bracket the GEMM tightly
-  instead of measuring the CPU's launch gap.
+- GPU time: median over samples timed with CUDA events. With `flush_l2=True` a sample is one call after
+  an L2 flush (zeroing a 256 MB buffer). Without, a sample is a batch of back-to-back calls lasting at
+  least BATCH_US, all batches queued behind one GPU spin long enough for the host to enqueue them, so the
+  events bracket GEMMs and never the CPU's launch gap. An event after each batch's first call splits it;
+  the difference of the two spans over the difference of their calls is the sample (`time_us`, a call
+  of a steady back-to-back run; the event and kernel-boundary cost cancels), the first call alone gives
+  `time_us_first`. The GPU's idle time between batches is kept (`time_gap_us`) as the evidence that the
+  spin covered the host.
 - heuristic CPU cost: `cublasLtMatmulAlgoGetHeuristic` for the same column-major problem with the
   backend's workspace limit, timed with the library's heuristics cache off (miss) and on (hit).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -32,8 +38,13 @@ log = logging.getLogger(__name__)
 
 TORCH_LT_WORKSPACE = 1 << 20     # measured: torch 2.11's Lt path asks for 1 MiB (REFERENCE §4)
 CUBLAS_WORKSPACE = 32 << 20      # the cuBLAS handle's limit seen in its Api log line (REFERENCE §2)
-SPIN_CYCLES = 200_000            # ~100 µs at 2 GHz: keeps the GPU busy while the CPU enqueues a rep (a ctypes
-                                 # cublasLtMatmul call plus two event records takes tens of µs of host time)
+SPIN_FLOOR_US = 20.0             # GPU spin before the timed batches: this, plus SPIN_MARGIN x the host time to
+SPIN_MARGIN = 1.25               # enqueue them (measured on the estimating call)
+BATCH_US = 50.0                  # a timing sample (batch of back-to-back calls) lasts at least this long
+MAX_CALLS = 24                   # timed calls per GEMM at most, when batches hold several calls (5 samples at least)
+MAX_PER = 5                      # calls per batch at most
+SINGLE_US = 200.0                # GEMMs this long run one call per timing sample
+GAP_US_PER_REP = 2.0             # GPU idle between batches above this: the spin was too short
 
 
 def require_gpu(what: str):
@@ -242,33 +253,101 @@ class Probe:
         self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if flush_l2 else None
         self._marker_name = None
+        self.cycles_per_us = self._calibrate_spin()
+        self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
+        self.last_timing: dict = {}
+        self._profile([(lambda: None, lambda: None)])  # start-up cost once: torch.profiler import, CUPTI init
 
     # timing -----------------------------------------------------------------------------------------------
-    def _pre_rep(self):
+    def _calibrate_spin(self) -> float:
+        """GPU spin cycles per µs (torch.cuda._sleep counts SM clock cycles), measured with events."""
+        torch = self.torch
+        rate = 1e3
+        for _ in range(2):  # the first run warms the spin kernel up
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); torch.cuda._sleep(400_000); e.record()  # noqa: E702
+            e.synchronize()
+            rate = 400_000 / max(s.elapsed_time(e) * 1e3, 1.0)
+        return rate
+
+    def _spin(self, us: float) -> None:
+        self.torch.cuda._sleep(int(max(us, 1.0) * self.cycles_per_us))
+
+    def time_gpu(self, fn, reps: int | None = None, key: str = "") -> tuple[float, list[float]]:
+        """Median µs of one call of `fn` running back to back, and the samples behind it (CUDA events; see
+        the module doc).
+
+        One estimating call first. With an L2 flush, each sample is one call after a flush. Without, each
+        sample is a batch of `calls_per_rep` (n >= 3) back-to-back calls, all batches queued behind one GPU
+        spin long enough to cover the host's enqueueing of all of them, so that no event brackets the CPU's
+        launch gap. An event after the batch's first call splits it in two: F, the first call, and R, the
+        n-1 calls after it. Each span pays once for its opening event and the kernel boundary after it
+        (about 2 µs on an H200, 20 % of a 10 µs GEMM), so the sample is (R - F) / (n - 2): the time per call
+        of a steady back-to-back run, the fixed cost cancelled (differential timing). The median of F is
+        kept as `first_us` (a call right after an event, as after another kernel). GEMMs of SINGLE_US or
+        more run one call per sample (the boundary is then under 1 % of it). The host's cost per call is
+        learnt per `key` (backend and op) from the last enqueue loop. `last_timing` keeps the evidence: the
+        GPU's idle time between batches (`gap_us`: proof that the spin was long enough; the samples are
+        retaken once with a 4x spin when it was not), the spin and the host's enqueue time. `reps` fixes the
+        number of samples; by default `budget_ms` sets it, at most `self.reps`."""
+        torch = self.torch
+
+        def ev():
+            return torch.cuda.Event(enable_timing=True)
+        s, e = ev(), ev()
+        host = self._host_us.get(key, 30.0)
         if self.flush is not None:
             self.flush.zero_()
         else:
-            self.torch.cuda._sleep(SPIN_CYCLES)
-
-    def time_gpu(self, fn, reps: int | None = None) -> tuple[float, list[float]]:
-        """Median µs of `fn` over repetitions (CUDA events; see module doc)."""
-        torch = self.torch
+            self._spin(SPIN_FLOOR_US + 2 * host)
+        s.record(); fn(); e.record()  # noqa: E702
+        e.synchronize()
+        once_us = max(s.elapsed_time(e) * 1e3, 1.0)
+        if self.flush is not None or once_us >= SINGLE_US:
+            per = 1
+        else:
+            per = max(3, min(MAX_PER, math.ceil(BATCH_US / once_us)))
         if reps is None:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self._pre_rep()
-            s.record(); fn(); e.record()  # noqa: E702
-            e.synchronize()
-            once_ms = max(s.elapsed_time(e), 1e-3)
-            reps = int(min(self.reps, max(5, math.ceil(self.budget_ms / once_ms))))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for i in range(reps):
-            self._pre_rep()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        ends[-1].synchronize()
-        times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+            reps = int(min(self.reps, max(5, math.ceil(self.budget_ms * 1e3 / (once_us * per))),
+                           max(5, MAX_CALLS // per)))
+        reps = max(1, reps)
+        starts, ends = [ev() for _ in range(reps)], [ev() for _ in range(reps)]
+        mids = [ev() for _ in range(reps)] if per > 1 else None
+        for attempt in (1, 4):
+            spin_us = None
+            if self.flush is None:
+                spin_us = attempt * (SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host)
+                self._spin(spin_us)
+            h = time.perf_counter()
+            for i in range(reps):
+                if self.flush is not None:
+                    self.flush.zero_()
+                starts[i].record()
+                fn()
+                if mids:
+                    mids[i].record()
+                    for _ in range(per - 1):
+                        fn()
+                ends[i].record()
+            enqueue_us = (time.perf_counter() - h) * 1e6
+            if self.flush is None:
+                host = self._host_us[key] = enqueue_us / (reps * per)
+            ends[-1].synchronize()
+            totals = [a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends)]
+            if mids:
+                firsts = [a.elapsed_time(m) * 1e3 for a, m in zip(starts, mids)]
+                # differential: (the k = per-1 calls after the mid event) - (the one call after the start
+                # event) = (k-1) calls, the event and boundary cost cancelling out
+                times = [max(m.elapsed_time(b) * 1e3 - f, 0.0) / (per - 2) for m, b, f in zip(mids, ends, firsts)]
+            else:
+                firsts = times = totals
+            gap = None if self.flush is not None else \
+                max(0.0, starts[0].elapsed_time(ends[-1]) * 1e3 - sum(totals))
+            self.last_timing = {"calls_per_rep": per, "gap_us": gap, "first_us": statistics.median(firsts),
+                                "spin_us": spin_us and round(spin_us, 1), "enqueue_us": round(enqueue_us, 1),
+                                "attempts": attempt}
+            if gap is None or gap <= GAP_US_PER_REP * reps:
+                break
         return statistics.median(times), times
 
     @staticmethod
@@ -278,30 +357,50 @@ class Probe:
         return TORCH_LT_WORKSPACE if lt_path else CUBLAS_WORKSPACE
 
     def time_heuristics(self, items: list[tuple[dict, Case]]) -> None:
-        """Fill heuristic_miss_us / heuristic_hit_us of each record (one cache switch for all of them)."""
+        """Fill heuristic_miss_us / heuristic_hit_us of each record: `cublasLtMatmulAlgoGetHeuristic` for
+        the Case's column-major problem with its backend's workspace limit, cache off then on
+        (lt.time_heuristics), with one cache switch for the whole window (switching per GEMM, to hide
+        the work behind the GPU's, was measured slower: 1.6 ms per measurement instead of about 1.1 ms).
+
+        Cases whose backends ask cuBLASLt the same question (same problem and workspace limit, e.g.
+        `torch`, `cupy` and `lt` of one GEMM) share one measurement: the call is identical."""
         from cublaslt_probe import lt
         if not items:
             return
         t = time.perf_counter()
-        mms, recs = [], []
+        groups: dict[tuple, list[dict]] = {}
+        problems: dict[tuple, object] = {}
         for rec, c in items:
+            p = lt_problem(c, self.heuristic_workspace(c))
+            key = dataclasses.astuple(p)
+            groups.setdefault(key, []).append(rec)
+            problems[key] = p
+        mms, keys = [], []
+        for key, p in problems.items():
             try:
-                mms.append(lt.LtMatmul(self.lib, lt_problem(c, self.heuristic_workspace(c))))
-                recs.append(rec)
+                mms.append(lt.LtMatmul(self.lib, p))
+                keys.append(key)
             except Exception as e:  # noqa: BLE001  (e.g. a type combination the direct call refuses)
-                rec["heuristic_error"] = f"{type(e).__name__}: {e}"[:300]
+                for rec in groups[key]:
+                    rec["heuristic_error"] = f"{type(e).__name__}: {e}"[:300]
         try:
-            for rec, (miss, hit) in zip(recs, lt.time_heuristics(self.lib, mms, self.heuristic_reps)):
-                rec["heuristic_miss_us"], rec["heuristic_hit_us"] = miss, hit
+            results = lt.time_heuristics(self.lib, mms, self.heuristic_reps)
         except Exception:  # noqa: BLE001  (no algo for one problem: time them one by one)
-            for rec, mm in zip(recs, mms):
+            results = []
+            for key, mm in zip(keys, mms):
                 try:
-                    rec["heuristic_miss_us"], rec["heuristic_hit_us"] = mm.time_heuristic(self.heuristic_reps)
+                    results.append(mm.time_heuristic(self.heuristic_reps))
                 except Exception as e2:  # noqa: BLE001
-                    rec["heuristic_error"] = f"{type(e2).__name__}: {e2}"[:300]
+                    results.append((None, None))
+                    for rec in groups[key]:
+                        rec["heuristic_error"] = f"{type(e2).__name__}: {e2}"[:300]
         finally:
             for mm in mms:
                 mm.close()
+        for key, (miss, hit) in zip(keys, results):
+            for rec in groups[key]:
+                rec["heuristic_miss_us"], rec["heuristic_hit_us"] = miss, hit
+                rec["heuristic_shared"] = len(groups[key])
         share = round((time.perf_counter() - t) * 1e3 / len(items), 3)
         for rec, _ in items:
             rec.setdefault("probe_ms", {})["heuristic_share"] = share
@@ -398,10 +497,15 @@ class Probe:
                     self.logger.set_level(0)
                 rec["log_lines"] = self.lt_lines(self.logger.take())
                 t = _lap(ph, "log", t)
-                rec["time_us"], times = self.time_gpu(b.fn)
+                rec["time_us"], times = self.time_gpu(b.fn, key=f"{c.backend}|{c.op}")
                 t = _lap(ph, "time", t)
                 rec["time_us_reps"] = len(times)
                 rec["time_us_min"] = min(times)
+                lt_ = self.last_timing
+                rec["time_gap_us"] = None if lt_["gap_us"] is None else round(lt_["gap_us"], 3)
+                rec["time_calls_per_rep"] = lt_["calls_per_rep"]
+                rec["time_us_first"] = lt_["first_us"]
+                rec["timing"] = {k: lt_[k] for k in ("spin_us", "enqueue_us", "attempts")}
                 rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
                 built.append((rec, c, b))
             except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on

@@ -336,6 +336,9 @@ def _read_done(path: str, keep_errors: bool = True) -> tuple[dict, set[str]]:
 ENV_MATCH = ("gpu", "cublaslt_version", "torch_version")
 
 
+FSYNC_S = 5.0
+
+
 def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: int = 32,
         progress: bool = True, meta: dict | None = None, retry_errors: bool = False):
     """Run `cases` through `executor` (has `.env` and `.run_window(cases) -> list[dict]`), appending raw
@@ -370,12 +373,15 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
         if mode == "w":
             f.write(json.dumps({"type": "env", **executor.env, **(meta or {})}) + "\n")
             f.flush()
+        synced = time.time()
         for i in range(0, len(todo), max(1, window)):
             recs = executor.run_window(todo[i:i + window])
             for r in recs:
                 f.write(json.dumps({"type": "gemm", **r}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+            f.flush()  # a killed process loses nothing written; fsync (for a crashed host) every few s
+            if time.time() - synced > FSYNC_S:
+                os.fsync(f.fileno())
+                synced = time.time()
             if prog:
                 prog.update(len(recs), sum(1 for r in recs if r.get("error")))
     if prog:
