@@ -37,6 +37,7 @@ def main():
                          "captured in a CUDA graph, replayed 20 times between two events")
     ap.add_argument("--cprofile", type=int, default=0, metavar="N",
                     help="run the sweep under cProfile and print its N most expensive functions (cumulative)")
+    ap.add_argument("--verbose", action="store_true", help="print the probe's timing evidence for each checked GEMM")
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     a = ap.parse_args()
     from cublaslt_probe import sweep
@@ -105,36 +106,50 @@ def main():
         import pstats
         pstats.Stats(prof).sort_stats("cumulative").print_stats(a.cprofile)
     if a.check:
+        import torch
         import triton.testing
         b = Builder(probe.lib)
-        devs, gdevs = [], []
+        devs, gdevs, rdevs, drift = [], [], [], []
         for c in [c for c in cases if c.backend != "cupy"][:: max(1, len(cases) // a.check)][:a.check]:
             row = df[df.key == c.key].iloc[0]
             if isinstance(row.error, str):
                 continue
             b.set_flags(c)
             fn = b.build(c).fn
+            # the probe's method run again right beside the references, so that all see the same GPU state
+            # (clocks drift with temperature and power between the sweep and this check; reported apart)
+            for _ in range(2):  # warm, as the sweep does before timing
+                fn()
+            torch.cuda.synchronize()
+            now, samples = probe.time_gpu(fn, key=f"{c.backend}|{c.op}")
+            if a.verbose:
+                print(f"      {now:.2f} µs {probe.last_timing}; samples " + " ".join(f"{x:.2f}" for x in samples))
+            drift.append((row.time_us / now - 1) * 100)
             if a.flush_l2:
                 ref = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
                 gtxt = ""
             else:
-                ref = _stream_reference(fn, probe, row.time_us)
+                ref = _stream_reference(fn, probe, now)
+                rdevs.append((_stream_reference(fn, probe, now) / ref - 1) * 100)
                 gtxt = "   graph      -    "
                 if c.backend != "lt":  # the lt callable is bound to the default stream: no graph capture
-                    g = _graph_reference(fn, probe, row.time_us)
-                    gdevs.append((row.time_us / g - 1) * 100)
+                    g = _graph_reference(fn, probe, now)
+                    gdevs.append((now / g - 1) * 100)  # the launch mode: graph vs stream
                     gtxt = f"   graph {g:9.2f} µs ({gdevs[-1]:+5.1f} %)"
-            devs.append((row.time_us / ref - 1) * 100)
-            print(f"    {c.key:42s} probe {row.time_us:8.2f} µs ({row.time_calls_per_rep}/sample)  reference "
-                  f"{ref:8.2f} µs {devs[-1]:+5.1f} %{gtxt}   first call {row.time_us_first:8.2f} µs   CUPTI one call "
-                  f"{row.kernel_time_us:8.2f} µs")
+            devs.append((now / ref - 1) * 100)
+            print(f"    {c.key:42s} probe {row.time_us:8.2f} µs in the sweep, {now:8.2f} µs now "
+                  f"({row.time_calls_per_rep}/sample)  reference {ref:8.2f} µs {devs[-1]:+5.1f} %{gtxt}   "
+                  f"first call {row.time_us_first:8.2f} µs   CUPTI one call {row.kernel_time_us:8.2f} µs")
         ref_name = "do_bench (L2 flushed)" if a.flush_l2 else "stream back-to-back median (1 ms batches)"
-        for name, dv in ((ref_name, devs), ("CUDA-graph replay median", gdevs)):
+        for label, dv in ((f"probe (run beside it) vs independent {ref_name}", devs),
+                          ("probe (run beside it) vs CUDA-graph replay median (launch mode)", gdevs),
+                          ("the stream reference run again vs its first run (its own repeatability)", rdevs),
+                          ("probe time_us in the sweep vs the probe run again at check time (GPU drift)", drift)):
             if dv:
                 ad = [abs(x) for x in dv]
-                print(f"  probe time_us vs independent {name} over {len(ad)} GEMMs: median |dev| "
-                      f"{statistics.median(ad):.1f} %, max {max(ad):.1f} %, within 3 %: {sum(x <= 3 for x in ad)}/{len(ad)}, "
-                      f"median signed {statistics.median(dv):+.1f} %")
+                print(f"  {label} over {len(ad)} GEMMs: median |dev| {statistics.median(ad):.1f} %, max "
+                      f"{max(ad):.1f} %, within 3 %: {sum(x <= 3 for x in ad)}/{len(ad)}, median signed "
+                      f"{statistics.median(dv):+.1f} %")
 
 
 def _stream_reference(fn, probe, expect_us, batches=15):

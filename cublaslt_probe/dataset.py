@@ -92,6 +92,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "best_kernel": ("string", "main kernel of the fastest candidate"),
     "noise_pct": ("float64", "|t1/t2 - 1| of two medians of candidate #0 (the noise evidence), in %"),
     "candidates": ("string", "JSON list of the candidates: config, waves, time, kernel"),
+    "log_matches_case": ("boolean", "the logged call is the one asked for: compute type matches fp32/tf32 and the "
+                                    "function the backend's path (null: no log line)"),
     "consistent": ("boolean", "decoded kernel agrees with the logged algo on tile, cluster and split-K (null: no log line or nothing to compare)"),
 }
 COLUMNS = list(SCHEMA)
@@ -182,6 +184,29 @@ def consistency(kn, rec) -> bool | None:
     return all(checks) if checks else None
 
 
+LT_FUNCTION = "cublasLtMatmul"
+
+
+def log_matches_case(r: dict, rec) -> bool | None:
+    """Is the logged call the one the Case asked for? Its compute type must match fp32 (COMPUTE_32F) or
+    tf32 (COMPUTE_32F_FAST_TF32), and its function the backend's path, as measured on the H200: torch
+    mm/bmm and cupy go through the cuBLAS wrapper (cublasLtSSSMatmul, cublasLtHSHMatmul, ...), torch-lt mm,
+    lt, and torch addmm/scaled_mm through cublasLtMatmul. None when there is no log line."""
+    if rec is None:
+        return None
+    checks = []
+    ct = rec.compute_type
+    if r["dtype"] in ("fp32", "tf32") and ct:
+        checks.append(ct.endswith("FAST_TF32") == (r["dtype"] == "tf32"))
+    fn, be, op = rec.function, r["backend"], r["op"]
+    if fn:
+        if (be == "torch" and op in ("mm", "bmm")) or be == "cupy":
+            checks.append(fn != LT_FUNCTION)
+        elif (be == "torch-lt" and op in ("mm", "addmm")) or be == "lt" or (be == "torch" and op in ("addmm", "scaled_mm")):
+            checks.append(fn == LT_FUNCTION)
+    return all(checks) if checks else None
+
+
 def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dict]:
     from cublaslt_probe.names import decode
     env = env or {}
@@ -226,6 +251,7 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
             "lt_algo_tile": cfg.get("tile"), "lt_waves": r.get("lt_waves"),
             "error": r.get("error"),
             "consistent": consistency(kn, rec) if (kn and not r.get("error")) else None,
+            "log_matches_case": log_matches_case(r, rec) if not r.get("error") else None,
         })
         cands = r.get("candidates")
         if cands:

@@ -273,36 +273,39 @@ class Probe:
     def _spin(self, us: float) -> None:
         self.torch.cuda._sleep(int(max(us, 1.0) * self.cycles_per_us))
 
-    def time_gpu(self, fn, reps: int | None = None, key: str = "") -> tuple[float, list[float]]:
+    def time_gpu(self, fn, reps: int | None = None, key: str = "", once_us: float | None = None,
+                 _again: bool = False) -> tuple[float, list[float]]:
         """Median µs of one call of `fn` running back to back, and the samples behind it (CUDA events; see
         the module doc).
 
-        One estimating call first. With an L2 flush, each sample is one call after a flush. Without, each
-        sample is a batch of `calls_per_rep` (n >= 3) back-to-back calls, all batches queued behind one GPU
-        spin long enough to cover the host's enqueueing of all of them, so that no event brackets the CPU's
-        launch gap. An event after the batch's first call splits it in two: F, the first call, and R, the
-        n-1 calls after it. Each span pays once for its opening event and the kernel boundary after it
-        (about 2 µs on an H200, 20 % of a 10 µs GEMM), so the sample is (R - F) / (n - 2): the time per call
-        of a steady back-to-back run, the fixed cost cancelled (differential timing). The median of F is
-        kept as `first_us` (a call right after an event, as after another kernel). GEMMs of SINGLE_US or
-        more run one call per sample (the boundary is then under 1 % of it). The host's cost per call is
-        learnt per `key` (backend and op) from the last enqueue loop. `last_timing` keeps the evidence: the
-        GPU's idle time between batches (`gap_us`: proof that the spin was long enough; the samples are
-        retaken once with a 4x spin when it was not), the spin and the host's enqueue time. `reps` fixes the
+        One estimating call first, unless `once_us` gives its result. With an L2 flush, each sample
+        is one call after a flush. Without, each sample is a batch of `calls_per_rep` (n >= 3) back-to-back
+        calls, all batches queued behind one GPU spin long enough to cover the host's enqueueing of all of
+        them, so that no event brackets the CPU's launch gap. An event after the batch's first call splits
+        it in two: F, the first call, and R, the n-1 calls after it. Each span pays once for its opening
+        event and the kernel boundary after it (about 2 µs on an H200, 20 % of a 10 µs GEMM), so the sample
+        is (R - F) / (n - 2): the time per call of a steady back-to-back run, the fixed cost cancelled
+        (differential timing). The median of F is kept as `first_us` (a call right after an event, as after
+        another kernel). GEMMs of SINGLE_US or more run one call per sample (the boundary is then under 1 %
+        of it). The host's cost per call is learnt per `key` (backend and op) from the last enqueue loop.
+        `last_timing` keeps the evidence: the GPU's idle time between batches (`gap_us`: proof that the spin
+        was long enough; the samples are retaken once with a 4x spin when it was not), the spin and the
+        host's enqueue time. `reps` fixes the
         number of samples; by default `budget_ms` sets it, at most `self.reps`."""
         torch = self.torch
 
         def ev():
             return torch.cuda.Event(enable_timing=True)
-        s, e = ev(), ev()
         host = self._host_us.get(key, 30.0)
-        if self.flush is not None:
-            self.flush.zero_()
-        else:
-            self._spin(SPIN_FLOOR_US + 2 * host)
-        s.record(); fn(); e.record()  # noqa: E702
-        e.synchronize()
-        once_us = max(s.elapsed_time(e) * 1e3, 1.0)
+        if once_us is None:
+            s, e = ev(), ev()
+            if self.flush is not None:
+                self.flush.zero_()
+            else:
+                self._spin(SPIN_FLOOR_US + 2 * host)
+            s.record(); fn(); e.record()  # noqa: E702
+            e.synchronize()
+            once_us = max(s.elapsed_time(e) * 1e3, 1.0)
         if self.flush is not None or once_us >= SINGLE_US:
             per = 1
         else:
@@ -348,7 +351,13 @@ class Probe:
                                 "attempts": attempt}
             if gap is None or gap <= GAP_US_PER_REP * reps:
                 break
-        return statistics.median(times), times
+        med = statistics.median(times)
+        if per == 1 and self.flush is None and med < SINGLE_US / 2 and not _again:
+            # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
+            # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
+            # them, with no second estimate that could read long again
+            return self.time_gpu(fn, reps, key, once_us=med, _again=True)
+        return med, times
 
     @staticmethod
     def heuristic_workspace(c: Case) -> int:
@@ -473,15 +482,17 @@ class Probe:
                 rec["error"] = f"invalid: {why}"
                 continue
             ph = rec["probe_ms"] = {}
+            key = f"{c.backend}|{c.op}"
             t = time.perf_counter()
             try:
                 self.builder.set_flags(c)
                 b = self.builder.build(c)
                 nbytes = _nbytes(b.keep)
                 if built and held + nbytes > self.mem_budget:
-                    self._finish(built)
+                    self._finish(built)   # profiles the earlier GEMMs, each under its own flags ...
                     built, held = [], 0
                     torch.cuda.empty_cache()
+                    self.builder.set_flags(c)  # ... so this GEMM's flags are set again (seen: tf32/Lt leaking)
                 held += nbytes
                 for _ in range(2):
                     b.fn()
@@ -497,7 +508,7 @@ class Probe:
                     self.logger.set_level(0)
                 rec["log_lines"] = self.lt_lines(self.logger.take())
                 t = _lap(ph, "log", t)
-                rec["time_us"], times = self.time_gpu(b.fn, key=f"{c.backend}|{c.op}")
+                rec["time_us"], times = self.time_gpu(b.fn, key=key)
                 t = _lap(ph, "time", t)
                 rec["time_us_reps"] = len(times)
                 rec["time_us_min"] = min(times)

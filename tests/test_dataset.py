@@ -112,3 +112,39 @@ def test_cli_dataset_and_schema(tmp_path):
     assert r.exit_code == 0 and "| `consistent` | boolean |" in r.output
     r = CliRunner().invoke(main, ["dataset", str(tmp_path / "missing.jsonl"), "-o", str(out)])
     assert r.exit_code == 1 and "Error: raw file" in r.output
+
+
+def test_log_matches_case_flags_the_gemms_that_ran_under_another_gemms_flags():
+    """A real llm capture from before the flags fix (tests/fixtures/probe/PROVENANCE.md): the check names
+    exactly the 16 GEMMs whose logged call ran under the previous GEMM's flags, and passes the 16 that did not."""
+    from conftest import FIXTURES
+    env, recs = dataset.read_raw(FIXTURES / "probe" / "leaked_flags_raw.jsonl")
+    df = dataset.build(recs, env)
+    bad = df[df.log_matches_case == False]  # noqa: E712
+    assert len(df) == 32 and len(bad) == 16 and df.log_matches_case.notna().all()
+    # the three ways it leaked, each read from the log line, not from the key
+    tf32_as_fp32 = bad[(bad.dtype == "fp32")]
+    assert len(tf32_as_fp32) == 2
+    assert all("COMPUTE_32F_FAST_TF32" in r["log_lines"][0] for r in recs if r["key"] in set(tf32_as_fp32.key))
+    assert (bad[(bad.backend == "torch") & (bad.dtype != "fp32")].log_function.isin(
+        ["cublasLtMatmul", "cublasLtSSSMatmul"])).all()
+    assert (bad[(bad.backend == "torch-lt") & (bad.dtype != "tf32")].log_function != "cublasLtMatmul").all()
+    # every GEMM whose logged algo disagreed with its profiled kernel in that capture is among the flagged
+    assert set(df[df.consistent == False].key) <= set(bad.key)  # noqa: E712
+
+
+@pytest.mark.parametrize("name", ["llm", "square", "grid", "regret"])
+def test_shipped_data_carries_its_timing_evidence(name):
+    """The shipped H200 datasets: each logged call is the GEMM asked for; the GPU never idled between timing
+    samples beyond the events' own cost (the spin covered the host); short GEMMs were timed in batches of
+    3-5 calls, and the first call after an event paid a boundary cost that the differential sample removed."""
+    from conftest import FIXTURES
+    df = dataset.read_parquet(FIXTURES.parent.parent / "data" / f"h200_{name}.parquet")
+    ok = df[df.error.isna()]
+    assert ok.log_matches_case.all() and (ok.consistent.dropna()).all()
+    assert (ok.time_gap_us / ok.time_reps <= 2.0).all()
+    short = ok[ok.time_us < 50]
+    assert len(short) > 100 and short.time_calls_per_rep.between(3, 5).all()
+    assert 1.0 < (short.time_us_first - short.time_us).median() < 3.0
+    assert (ok.time_us_first >= 0.9 * ok.time_us).mean() > 0.99
+    assert ok.heuristic_miss_us.notna().all() and (ok.heuristic_shared >= 1).all()

@@ -28,8 +28,19 @@ def test_quick_preset_end_to_end(probe, tmp_path):
     lt_rows = ok[ok.backend.isin(["torch", "torch-lt", "lt"])]
     assert lt_rows.algo_id.notna().all()
     assert (ok.consistent.dropna()).all()
+    assert ok.log_matches_case.notna().all() and ok.log_matches_case.all()
     assert ok.consistent.notna().sum() >= 0.5 * len(ok)
     assert df.gpu.iloc[0].startswith("NVIDIA") and df.sm_count.iloc[0] > 0
+    # timing evidence: the spin covered the host (the GPU idled only the events' ~1.4 µs between samples),
+    # short GEMMs were timed in batches, and the first call after an event pays a boundary cost on the
+    # whole (the differential sample removes it)
+    assert (ok.time_gap_us / ok.time_reps <= 2.0).all(), ok[["key", "time_gap_us", "time_reps"]].to_string()
+    short = ok[ok.time_us < 50]
+    assert len(short) and (short.time_calls_per_rep >= 3).all(), \
+        short[short.time_calls_per_rep < 3][["key", "time_us", "time_us_first", "time_calls_per_rep"]].to_string()
+    assert (short.time_us_first - short.time_us).median() > 0.5
+    # torch, cupy and lt of one shape ask cuBLASLt the same question: one heuristic measurement
+    assert (ok.heuristic_shared >= 1).all() and (ok.heuristic_shared > 1).any()
 
 
 def test_lt_backend_runs_the_algo_it_logged(probe):
@@ -56,3 +67,21 @@ def test_error_rows_do_not_stop_a_window(probe):
     recs = probe.run_window([bad, good])
     assert recs[0]["error"] and "16" in recs[0]["error"]
     assert recs[1]["error"] is None and recs[1]["kernels"]
+
+
+def test_a_window_cut_by_memory_keeps_each_gemms_flags(probe):
+    """Cutting a window (memory budget) profiles the earlier GEMMs under their own flags; the GEMM that cut it
+    must then run under its own again (this leaked tf32 and the Lt path into 33 llm rows once)."""
+    cases = [Case("torch", "mm", "fp32", "NT", 64, 1024, 1024), Case("torch", "mm", "tf32", "NT", 64, 1024, 1024),
+             Case("torch-lt", "mm", "bf16", "NN", 64, 1024, 1024), Case("torch", "mm", "bf16", "NN", 64, 1024, 1024),
+             Case("torch", "mm", "fp32", "NN", 64, 1024, 1024)]
+    budget = probe.mem_budget
+    probe.mem_budget = 1  # every GEMM cuts the window
+    try:
+        recs = probe.run_window(cases)
+    finally:
+        probe.mem_budget = budget
+    df = dataset.build(recs, probe.env)
+    assert df.error.isna().all()
+    assert df.log_matches_case.all(), df[["key", "log_function", "log_matches_case"]].to_string()
+    assert df.consistent.dropna().all()
