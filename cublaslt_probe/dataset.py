@@ -202,7 +202,8 @@ def log_matches_case(r: dict, rec) -> bool | None:
     if fn:
         if (be == "torch" and op in ("mm", "bmm")) or be == "cupy":
             checks.append(fn != LT_FUNCTION)
-        elif (be == "torch-lt" and op in ("mm", "addmm")) or be == "lt" or (be == "torch" and op in ("addmm", "scaled_mm")):
+        elif be == "lt" or (be == "torch-lt" and op in ("mm", "addmm")) or \
+                (be == "torch" and op in ("addmm", "scaled_mm")):
             checks.append(fn == LT_FUNCTION)
     return all(checks) if checks else None
 

@@ -111,7 +111,6 @@ def part_replay(out, probe):
         match = sum(1 for r in res if r.get("consistent_with_log"))
         print(f"replay {name}: {len(res)} lines, {ok} ran, {match} consistent, {time.time() - t0:.1f}s", flush=True)
     # the probe fixture: each record has its log line AND the kernels that ran: compare names exactly
-    rows = []
     with open(os.path.join(fx, "probe", "probe_raw.jsonl")) as f:
         raws = [json.loads(x) for x in f]
     recs, keys, kernels = [], [], []

@@ -1,13 +1,11 @@
 """Sweep planning, sharding, incremental writing, resume and error rows, run for real on the CPU (numpy)."""
 import json
-import os
 
-import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import dataset, sweep
-from cublaslt_probe.cases import Case, invalid_reason
+from cublaslt_probe.cases import invalid_reason
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError, SpecError
 

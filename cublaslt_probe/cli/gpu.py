@@ -63,7 +63,8 @@ def _save(obj, path):
               help="max workspace bytes (torch's cuBLAS handle: 32 MiB; torch's Lt path: 1 MiB)")
 @click.option("--alignment", default=16, show_default=True, help="min alignment of A/B/C/D in bytes (torch: 16)")
 @click.option("--reps", default=10, show_default=True, help="timed repetitions per candidate")
-@click.option("--flush-l2", is_flag=True, help="flush L2 before each rep (default: a short GPU spin, L2 warm)")
+@click.option("--flush-l2", is_flag=True,
+              help="flush L2 before each rep (default: L2 warm, back-to-back batches behind one GPU spin)")
 @click.option("--format", "fmt", default="table", type=click.Choice(["table", "csv", "jsonl", "json"]))
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw candidates (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render a saved file (no GPU)")
@@ -78,7 +79,8 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
         probe = Probe(flush_l2=flush_l2)
         rows = lt_candidates(probe, c, top=top, workspace_bytes=workspace, alignment=alignment, reps=reps)
         saved = {"case": c.as_dict(), "env": probe.env, "workspace_bytes": workspace, "alignment": alignment,
-                 "timing": f"CUDA events, median of {reps} reps, " + ("L2 flushed" if flush_l2 else "L2 warm (GPU spin)"),
+                 "timing": f"CUDA events, median of {reps} samples, " +
+                           ("L2 flushed" if flush_l2 else "L2 warm (back-to-back batches behind one GPU spin)"),
                  "candidates": rows}
         _save(saved, save)
     c = saved["case"]

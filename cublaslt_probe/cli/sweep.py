@@ -25,8 +25,9 @@ from cublaslt_probe.errors import ProbeError
 @click.option("--devices", default=None, metavar="0,1", help="One worker per GPU, each a shard; parts are merged.")
 @click.option("--window", default=32, show_default=True,
               help="GEMMs per profiler window (records are written after each window).")
-@click.option("--reps", default=20, show_default=True, help="Most timing samples per GEMM (at least 5; under 200 µs a sample is a "
-              "batch of 3-5 back-to-back calls, docs/dataset.md 'Timing method').")
+@click.option("--reps", default=20, show_default=True,
+              help="Most timing samples per GEMM (at least 5; under 200 µs a sample is a batch of 3-5 back-to-back "
+                   "calls, docs/dataset.md 'Timing method').")
 @click.option("--heuristic-reps", default=5, show_default=True,
               help="Heuristic calls timed per GEMM with the cache off, and again with it on (medians).")
 @click.option("--flush-l2", is_flag=True, help="Flush L2 (zero 256 MB) before each timed repetition.")
