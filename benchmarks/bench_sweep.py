@@ -65,8 +65,8 @@ def main():
             prof.enable()
         t0 = time.time()
         out = a.out or os.path.join(d, "b.parquet")
-        df = sweep.run(cases, out, probe, progress=False, meta={"command": "benchmarks/bench_sweep.py " +
-                                                                 " ".join(sys.argv[1:])})
+        argv = [os.path.basename(x) if os.sep in x else x for x in sys.argv[1:]]  # no machine paths
+        df = sweep.run(cases, out, probe, progress=False, meta={"command": "benchmarks/bench_sweep.py " + " ".join(argv)})
         wall = time.time() - t0
         if prof:
             prof.disable()
