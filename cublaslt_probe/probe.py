@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 TORCH_LT_WORKSPACE = 1 << 20     # measured: torch 2.11's Lt path asks for 1 MiB (REFERENCE §4)
 CUBLAS_WORKSPACE = 32 << 20      # the cuBLAS handle's limit seen in its Api log line (REFERENCE §2)
 SPIN_FLOOR_US = 20.0             # GPU spin before the timed batches: this, plus SPIN_MARGIN x the host time to
-SPIN_MARGIN = 1.25               # enqueue them (measured on the estimating call)
+SPIN_MARGIN = 1.25               # enqueue them (learnt per backend and op from the last enqueue loop)
 BATCH_US = 50.0                  # a timing sample (batch of back-to-back calls) lasts at least this long
 MAX_CALLS = 24                   # timed calls per GEMM at most, when batches hold several calls (5 samples at least)
 MAX_PER = 5                      # calls per batch at most
@@ -208,6 +208,24 @@ class Builder:
                      float(res[0].wavesCount))
 
 
+def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None, max_reps: int = 20,
+                budget_ms: float = 3.0) -> tuple[int, int]:
+    """(samples, calls per sample) for a GEMM whose one call took about `once_us` (pure; see time_gpu).
+
+    With an L2 flush, or from SINGLE_US up, one call per sample; below, 3 to MAX_PER back-to-back calls, as
+    many as make BATCH_US (3 at least: the differential sample needs a first call and two after it). The
+    number of samples, unless `reps` fixes it: what `budget_ms` of GPU time allows, at least 5, at most
+    `max_reps`, and at most MAX_CALLS calls in all once the batches hold several (5 samples at least)."""
+    once_us = max(once_us, 1.0)
+    if flush or once_us >= SINGLE_US:
+        per = 1
+    else:
+        per = max(3, min(MAX_PER, math.ceil(BATCH_US / once_us)))
+    if reps is None:
+        reps = int(min(max_reps, max(5, math.ceil(budget_ms * 1e3 / (once_us * per))), max(5, MAX_CALLS // per)))
+    return max(1, reps), per
+
+
 def _nbytes(objs) -> int:
     n = 0
     for o in objs:
@@ -290,13 +308,14 @@ class Probe:
         of it). The host's cost per call is learnt per `key` (backend and op) from the last enqueue loop.
         `last_timing` keeps the evidence: the GPU's idle time between batches (`gap_us`: proof that the spin
         was long enough; the samples are retaken once with a 4x spin when it was not), the spin and the
-        host's enqueue time. `reps` fixes the
-        number of samples; by default `budget_ms` sets it, at most `self.reps`."""
+        host's enqueue time. `reps` fixes the number of samples; by default `budget_ms` sets it, at most
+        `self.reps`."""
         torch = self.torch
 
         def ev():
             return torch.cuda.Event(enable_timing=True)
         host = self._host_us.get(key, 30.0)
+        reps_asked = reps
         if once_us is None:
             s, e = ev(), ev()
             if self.flush is not None:
@@ -306,14 +325,8 @@ class Probe:
             s.record(); fn(); e.record()  # noqa: E702
             e.synchronize()
             once_us = max(s.elapsed_time(e) * 1e3, 1.0)
-        if self.flush is not None or once_us >= SINGLE_US:
-            per = 1
-        else:
-            per = max(3, min(MAX_PER, math.ceil(BATCH_US / once_us)))
-        if reps is None:
-            reps = int(min(self.reps, max(5, math.ceil(self.budget_ms * 1e3 / (once_us * per))),
-                           max(5, MAX_CALLS // per)))
-        reps = max(1, reps)
+        reps, per = timing_plan(once_us, flush=self.flush is not None, reps=reps, max_reps=self.reps,
+                                budget_ms=self.budget_ms)
         starts, ends = [ev() for _ in range(reps)], [ev() for _ in range(reps)]
         mids = [ev() for _ in range(reps)] if per > 1 else None
         for attempt in (1, 4):
@@ -341,7 +354,8 @@ class Probe:
                 firsts = [a.elapsed_time(m) * 1e3 for a, m in zip(starts, mids)]
                 # differential: (the k = per-1 calls after the mid event) - (the one call after the start
                 # event) = (k-1) calls, the event and boundary cost cancelling out
-                times = [max(m.elapsed_time(b) * 1e3 - f, 0.0) / (per - 2) for m, b, f in zip(mids, ends, firsts)]
+                times = [max(m.elapsed_time(b) * 1e3 - f, 0.0) / (per - 2)
+                         for m, b, f in zip(mids, ends, firsts)]
             else:
                 firsts = times = totals
             gap = None if self.flush is not None else \
@@ -356,7 +370,7 @@ class Probe:
             # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
             # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
             # them, with no second estimate that could read long again
-            return self.time_gpu(fn, reps, key, once_us=med, _again=True)
+            return self.time_gpu(fn, reps_asked, key, once_us=med, _again=True)
         return med, times
 
     @staticmethod

@@ -1,0 +1,42 @@
+"""The probe's timing plan (how many samples, how many back-to-back calls each) is pure: checked on the CPU,
+and against the plans the H200 captures in data/ were measured with."""
+import pytest
+
+from cublaslt_probe import dataset
+from cublaslt_probe.probe import MAX_CALLS, MAX_PER, SINGLE_US, timing_plan
+
+GRID = [x / 10 for x in range(10, 2000)] + list(range(200, 20000, 7)) + [50_000, 200_000, 2_000_000]
+
+
+def test_short_gemms_run_in_batches_long_ones_alone():
+    for once in GRID:
+        reps, per = timing_plan(once)
+        if once < SINGLE_US:
+            assert 3 <= per <= MAX_PER and per * once >= min(50.0, 3 * once)
+            assert 5 <= reps and reps * per <= max(MAX_CALLS, 5 * per)
+        else:
+            assert per == 1 and 5 <= reps <= 20
+
+
+def test_a_flush_means_one_call_per_sample_and_reps_can_be_fixed():
+    assert timing_plan(8.0, flush=True)[1] == 1
+    assert timing_plan(8.0, reps=7) == (7, 5)
+    assert timing_plan(5000.0, max_reps=3)[0] == 3
+
+
+def test_the_retime_of_a_short_gemm_never_falls_back_to_single_calls():
+    """time_gpu re-times a GEMM whose estimate read long but whose samples say it is short (under
+    SINGLE_US / 2), with its own median as the estimate: that plan always batches."""
+    for med in GRID:
+        if med < SINGLE_US / 2:
+            assert timing_plan(med)[1] >= 3
+
+
+@pytest.mark.parametrize("name", ["llm", "square", "grid", "regret"])
+def test_every_shipped_measurement_followed_a_plan(name):
+    from conftest import FIXTURES
+    df = dataset.read_parquet(FIXTURES.parent.parent / "data" / f"h200_{name}.parquet")
+    ok = df[df.error.isna()]
+    plans = {timing_plan(x) for x in GRID}
+    seen = set(zip(ok.time_reps.astype(int), ok.time_calls_per_rep.astype(int)))
+    assert seen <= plans, seen - plans
