@@ -18,6 +18,12 @@ import pandas as pd
 
 from cublaslt_probe import plots, report
 
+try:  # in Jupyter, show the figures inline; as a script, nothing to do
+    get_ipython().run_line_magic("matplotlib", "inline")  # noqa: F821
+    get_ipython().run_line_magic("config", "InlineBackend.print_figure_kwargs = {'dpi': 72, 'bbox_inches': 'tight'}")  # noqa: F821
+except NameError:
+    pass
+
 pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 20)
 
