@@ -39,15 +39,20 @@ def main():
                     help="run the sweep under cProfile and print its N most expensive functions (cumulative)")
     ap.add_argument("--verbose", action="store_true", help="print the probe's timing evidence for each checked GEMM")
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
+    ap.add_argument("--every", type=int, default=1, metavar="K", help="run every K-th GEMM of the plan")
+    ap.add_argument("--spin-rule", default="lead", choices=("lead", "enqueue"),
+                    help="the timing spin: the host's lead over the GPU (default) or the whole enqueue time "
+                         "(the previous rule; run both in one device session to compare)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Builder, Probe
     t_init = time.time()
-    probe = Probe(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps)
+    probe = Probe(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps, spin_rule=a.spin_rule)
     print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
     cases = sweep.plan(a.preset).cases
     if a.limit:
         cases = cases[:a.limit]
+    cases = cases[::a.every]
     with tempfile.TemporaryDirectory() as d:
         windows = []
         run_window = probe.run_window
@@ -75,12 +80,18 @@ def main():
     ok = df[df.error.isna()]
     calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
     gpu_s = float((ok.time_us * calls).sum()) / 1e6
+    print(f"spin rule: {a.spin_rule}" + (f"; every {a.every}-th GEMM of the plan" if a.every > 1 else ""))
     print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
           f"= {len(df) / wall:.1f} GEMMs/s (full capture)")
     print(f"  GPU time in the GEMMs themselves ≈ {gpu_s:.1f} s; overhead beyond it ≈ "
           f"{(wall - gpu_s) / len(df) * 1e3:.2f} ms per GEMM")
     small = ok[(ok.time_us < 100)]
-    print(f"  small/medium GEMMs (< 100 µs): {len(small)}")
+    small_keys = set(small.key)
+    small_ph = [r["probe_ms"] for r in recs if r.get("key") in small_keys and r.get("probe_ms")]
+    small_s = sum(sum(p.values()) for p in small_ph) / 1e3
+    print(f"  small/medium GEMMs (< 100 µs): {len(small)}" +
+          (f", {len(small_ph) / small_s:.1f} GEMMs/s from the probe phases recorded for each (timing phase "
+           f"median {statistics.median(p.get('time', 0.0) for p in small_ph):.2f} ms)" if small_s else ""))
     phases = {}
     for r in recs:
         for k, v in (r.get("probe_ms") or {}).items():
@@ -97,7 +108,10 @@ def main():
     if tim:
         print(f"  timing: spin median {statistics.median(t['spin_us'] for t in tim):.0f} µs, host enqueue median "
               f"{statistics.median(t['enqueue_us'] for t in tim):.0f} µs, retaken with a longer spin: "
-              f"{sum(t['attempts'] > 1 for t in tim)} of {len(tim)}")
+              f"{sum(t['attempts'] > 1 for t in tim)} of {len(tim)} (first attempt: a batch behind "
+              f"{sum(bool((t.get('retaken') or {}).get('behind')) for t in tim)}, GPU idle over the limit "
+              f"{sum((t.get('retaken') or {}).get('behind') == 0 for t in tim)}), "
+              f"behind after the last attempt: {sum(bool(t.get('behind')) for t in tim)}")
     shared = [r.get("heuristic_shared") for r in recs if r.get("heuristic_shared")]
     if shared:
         print(f"  heuristic measurements: {sum(1 / x for x in shared):.0f} for {len(shared)} GEMMs (shared by "

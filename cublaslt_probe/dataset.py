@@ -77,6 +77,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "time_calls_per_rep": ("Int64", "back-to-back calls per timing sample (a sample is their time over this)"),
     "time_gap_us": ("float64", "GPU idle time between the back-to-back timing samples, µs in all (near 0 = the "
                                "events bracketed the GEMM, not the host's launch gap; null with an L2 flush)"),
+    "time_behind": ("Int64", "timing samples (batches) the GPU reached before the host had enqueued all of "
+                             "them (0 = every batch was queued ahead of the GPU: no event bracketed a launch "
+                             "gap; null with an L2 flush or in captures made before this check)"),
     "kernel_time_us": ("float64", "sum of the kernels' own durations in the profiled call (CUPTI), µs"),
     "tflops": ("float64", "2·m·n·k·batch / time_us / 1e6"),
     "heuristic_miss_us": ("float64", "cublasLtMatmulAlgoGetHeuristic host time with the heuristics cache off, µs (median)"),
@@ -243,6 +246,7 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
             "epilogue": rec.epilogue if rec else None,
             "time_us": t, "time_us_min": r.get("time_us_min"), "time_reps": r.get("time_us_reps"),
             "time_gap_us": r.get("time_gap_us"),
+            "time_behind": (r.get("timing") or {}).get("behind"),
             "time_us_first": r.get("time_us_first", t),
             "time_calls_per_rep": r.get("time_calls_per_rep", 1 if r.get("time_us_reps") else None),
             "kernel_time_us": sum(r.get("kernel_us") or []) or None,

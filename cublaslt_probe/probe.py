@@ -9,12 +9,13 @@ How each capture is made (the evidence, not a guess):
   `fill_` marker kernel is launched on the same stream, so the kernel stream splits into one group per GEMM.
 - GPU time: median over samples timed with CUDA events. With `flush_l2=True` a sample is one call after
   an L2 flush (zeroing a 256 MB buffer). Without, a sample is a batch of back-to-back calls lasting at
-  least BATCH_US, all batches queued behind one GPU spin long enough for the host to enqueue them, so the
-  events bracket GEMMs and never the CPU's launch gap. An event after each batch's first call splits it;
+  least BATCH_US, all batches queued behind one GPU spin long enough that the GPU never catches up with
+  the host, so the events bracket GEMMs and never the CPU's launch gap. An event after each batch's first call splits it;
   the difference of the two spans over the difference of their calls is the sample (`time_us`, a call
   of a steady back-to-back run; the event and kernel-boundary cost cancels), the first call alone gives
-  `time_us_first`. The GPU's idle time between batches is kept (`time_gap_us`) as the evidence that the
-  spin covered the host.
+  `time_us_first`. The spin covers the host's lead over the GPU (`timing_spin`); the evidence that it did
+  is kept: the batches the GPU reached before the host had enqueued them (`timing.behind`, 0) and the GPU's
+  idle time between batches (`time_gap_us`).
 - heuristic CPU cost: `cublasLtMatmulAlgoGetHeuristic` for the same column-major problem with the
   backend's workspace limit, timed with the library's heuristics cache off (miss) and on (hit).
 """
@@ -38,8 +39,9 @@ log = logging.getLogger(__name__)
 
 TORCH_LT_WORKSPACE = 1 << 20     # measured: torch 2.11's Lt path asks for 1 MiB (REFERENCE §4)
 CUBLAS_WORKSPACE = 32 << 20      # the cuBLAS handle's limit seen in its Api log line (REFERENCE §2)
-SPIN_FLOOR_US = 20.0             # GPU spin before the timed batches: this, plus SPIN_MARGIN x the host time to
-SPIN_MARGIN = 1.25               # enqueue them (learnt per backend and op from the last enqueue loop)
+SPIN_FLOOR_US = 20.0             # GPU spin before the timed batches: this, plus SPIN_MARGIN x the host's lead
+SPIN_MARGIN = 1.25               # over the GPU (timing_spin; the host time per call is learnt per backend and op
+SPIN_SLACK_US = 100.0            # from the last enqueue loop), plus this slack for a host hiccup
 BATCH_US = 50.0                  # a timing sample (batch of back-to-back calls) lasts at least this long
 MAX_CALLS = 24                   # timed calls per GEMM at most, when batches hold several calls (5 samples at least)
 MAX_PER = 5                      # calls per batch at most
@@ -226,6 +228,19 @@ def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None,
     return max(1, reps), per
 
 
+def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
+    """µs of GPU spin to put before `reps` timed batches of `per` calls of a GEMM that takes `once_us` on
+    the GPU, when the host takes `host_us` to enqueue one call (pure; see time_gpu).
+
+    The GPU must not reach a batch before the host has enqueued all of it (time_gpu checks this on every
+    batch). The host finishes batch i at (i + 1) x per x host_us, the GPU reaches it at spin + i x per x
+    once_us; the spin covers the largest lead of the host: nearly all of the enqueue time for a GEMM
+    shorter than its launch, only the first batch for a GEMM longer than it. Times SPIN_MARGIN, plus
+    SPIN_FLOOR_US and SPIN_SLACK_US for a host hiccup."""
+    lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - once_us))
+    return SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
+
+
 def _nbytes(objs) -> int:
     n = 0
     for o in objs:
@@ -257,7 +272,7 @@ class Probe:
 
     def __init__(self, reps: int = 20, flush_l2: bool = False, heuristic_reps: int = 5,
                  budget_ms: float = 3.0, mem_budget: int = 24 << 30, candidates: int = 0,
-                 candidate_reps: int = 5):
+                 candidate_reps: int = 5, spin_rule: str = "lead"):
         torch = require_gpu("sweep")
         from cublaslt_probe import lt
         self.torch = torch
@@ -268,6 +283,9 @@ class Probe:
         self.builder = Builder(self.lib)
         self.reps, self.flush_l2, self.heuristic_reps, self.budget_ms = reps, flush_l2, heuristic_reps, budget_ms
         self.mem_budget, self.candidates, self.candidate_reps = mem_budget, candidates, candidate_reps
+        if spin_rule not in ("lead", "enqueue"):
+            raise ValueError(f"spin_rule {spin_rule!r}: use 'lead' (timing_spin) or 'enqueue' (the whole enqueue time)")
+        self.spin_rule = spin_rule
         self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if flush_l2 else None
         self._marker_name = None
@@ -296,20 +314,26 @@ class Probe:
         """Median µs of one call of `fn` running back to back, and the samples behind it (CUDA events; see
         the module doc).
 
-        One estimating call first, unless `once_us` gives its result. With an L2 flush, each sample
-        is one call after a flush. Without, each sample is a batch of `calls_per_rep` (n >= 3) back-to-back
-        calls, all batches queued behind one GPU spin long enough to cover the host's enqueueing of all of
-        them, so that no event brackets the CPU's launch gap. An event after the batch's first call splits
-        it in two: F, the first call, and R, the n-1 calls after it. Each span pays once for its opening
-        event and the kernel boundary after it (about 2 µs on an H200, 20 % of a 10 µs GEMM), so the sample
-        is (R - F) / (n - 2): the time per call of a steady back-to-back run, the fixed cost cancelled
-        (differential timing). The median of F is kept as `first_us` (a call right after an event, as after
-        another kernel). GEMMs of SINGLE_US or more run one call per sample (the boundary is then under 1 %
-        of it). The host's cost per call is learnt per `key` (backend and op) from the last enqueue loop.
-        `last_timing` keeps the evidence: the GPU's idle time between batches (`gap_us`: proof that the spin
-        was long enough; the samples are retaken once with a 4x spin when it was not), the spin and the
-        host's enqueue time. `reps` fixes the number of samples; by default `budget_ms` sets it, at most
-        `self.reps`."""
+        One estimating call first, unless `once_us` gives its result. With an L2 flush, each sample is one
+        call after a flush. Without, each sample is a batch of `calls_per_rep` (n >= 3) back-to-back calls,
+        all batches queued behind one GPU spin long enough that the GPU never reaches a batch before the
+        host has enqueued all of it (timing_spin), so that no event brackets the CPU's launch gap. An event
+        after the batch's first call splits it in two: F, the first call, and R, the n-1 calls after it.
+        Each span pays once for its opening event and the kernel boundary after it (about 2 µs on an H200,
+        20 % of a 10 µs GEMM), so the sample is (R - F) / (n - 2): the time per call of a steady
+        back-to-back run, the fixed cost cancelled (differential timing). The median of F is kept as
+        `first_us` (a call right after an event, as after another kernel). GEMMs of SINGLE_US or more run
+        one call per sample (the boundary is then under 1 % of it).
+
+        The host's cost per call is what the last enqueue loop of this `key` (backend and op) took per
+        call; for a GEMM timed one call per sample, the larger of that and what its estimating call took. `last_timing` keeps the evidence that the spin
+        was long enough: `behind`, the batches the GPU had reached before the host finished enqueueing them
+        (an event query after each batch), and `gap_us`, the GPU's idle time between batches. When either
+        fails (a batch behind, or more than GAP_US_PER_REP idle per sample), the samples are retaken once
+        behind a spin of twice the whole enqueue time, and the first attempt's evidence is kept under
+        `retaken`. With `self.spin_rule == "enqueue"` (the previous rule, kept to measure against) the
+        first spin covers the whole enqueue time too. `reps` fixes the number of samples; by default
+        `budget_ms` sets it, at most `self.reps`."""
         torch = self.torch
 
         def ev():
@@ -322,17 +346,28 @@ class Probe:
                 self.flush.zero_()
             else:
                 self._spin(SPIN_FLOOR_US + 2 * host)
+            h = time.perf_counter()
             s.record(); fn(); e.record()  # noqa: E702
+            host_once = (time.perf_counter() - h) * 1e6
             e.synchronize()
             once_us = max(s.elapsed_time(e) * 1e3, 1.0)
+        else:
+            host_once = host
         reps, per = timing_plan(once_us, flush=self.flush is not None, reps=reps, max_reps=self.reps,
                                 budget_ms=self.budget_ms)
+        if per == 1:
+            # a long GEMM's launch can cost the host several times its backend's usual (seen: 100-170 µs for
+            # llm GEMMs of 1-12 ms): its spin, a small part of its time, covers the larger of the two
+            host = max(host, host_once)
         starts, ends = [ev() for _ in range(reps)], [ev() for _ in range(reps)]
         mids = [ev() for _ in range(reps)] if per > 1 else None
-        for attempt in (1, 4):
-            spin_us = None
+        retaken = None
+        for attempt in (1, 2):
+            spin_us, behind = None, 0
             if self.flush is None:
-                spin_us = attempt * (SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host)
+                whole = SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host
+                spin_us = 2 * whole if attempt == 2 else \
+                    whole if self.spin_rule == "enqueue" else timing_spin(host, once_us, reps, per)
                 self._spin(spin_us)
             h = time.perf_counter()
             for i in range(reps):
@@ -345,6 +380,8 @@ class Probe:
                     for _ in range(per - 1):
                         fn()
                 ends[i].record()
+                if self.flush is None and starts[i].query():
+                    behind += 1  # the GPU was already in this batch: it may have waited for the host inside it
             enqueue_us = (time.perf_counter() - h) * 1e6
             if self.flush is None:
                 host = self._host_us[key] = enqueue_us / (reps * per)
@@ -362,9 +399,12 @@ class Probe:
                 max(0.0, starts[0].elapsed_time(ends[-1]) * 1e3 - sum(totals))
             self.last_timing = {"calls_per_rep": per, "gap_us": gap, "first_us": statistics.median(firsts),
                                 "spin_us": spin_us and round(spin_us, 1), "enqueue_us": round(enqueue_us, 1),
-                                "attempts": attempt}
-            if gap is None or gap <= GAP_US_PER_REP * reps:
+                                "attempts": attempt, "behind": None if self.flush is not None else behind,
+                                "retaken": retaken}
+            if gap is None or (gap <= GAP_US_PER_REP * reps and not behind):
                 break
+            retaken = {"spin_us": round(spin_us, 1), "enqueue_us": round(enqueue_us, 1), "behind": behind,
+                       "gap_us": round(gap, 3)}
         med = statistics.median(times)
         if per == 1 and self.flush is None and med < SINGLE_US / 2 and not _again:
             # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
@@ -530,7 +570,7 @@ class Probe:
                 rec["time_gap_us"] = None if lt_["gap_us"] is None else round(lt_["gap_us"], 3)
                 rec["time_calls_per_rep"] = lt_["calls_per_rep"]
                 rec["time_us_first"] = lt_["first_us"]
-                rec["timing"] = {k: lt_[k] for k in ("spin_us", "enqueue_us", "attempts")}
+                rec["timing"] = {k: lt_[k] for k in ("spin_us", "enqueue_us", "attempts", "behind", "retaken")}
                 rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
                 built.append((rec, c, b))
             except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on

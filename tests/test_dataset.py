@@ -148,3 +148,35 @@ def test_shipped_data_carries_its_timing_evidence(name):
     assert 1.0 < (short.time_us_first - short.time_us).median() < 3.0
     assert (ok.time_us_first >= 0.9 * ok.time_us).mean() > 0.99
     assert ok.heuristic_miss_us.notna().all() and (ok.heuristic_shared >= 1).all()
+
+
+def test_a_capture_with_the_lead_spin_carries_its_evidence():
+    """A real llm capture timed behind the spin sized to the host's lead over the GPU (timing_spin): every
+    batch was queued before the GPU reached it (time_behind 0), the GPU idled only the events' cost between
+    samples; the GEMMs whose first attempt fell behind were retaken behind a longer spin, and that first
+    attempt is kept; for a GEMM longer than its launch the spin is shorter than the host's enqueue time."""
+    from conftest import FIXTURES
+    env, recs = dataset.read_raw(FIXTURES / "probe" / "lead_spin_raw.jsonl")
+    df = dataset.build(recs, env)
+    dataset.validate(df)
+    assert len(df) == 60 and df.error.isna().all()
+    assert (df.time_behind == 0).all()
+    assert (df.time_gap_us / df.time_reps <= 2.0).all()
+    timing = {r["key"]: r["timing"] for r in recs}
+    retaken = [t for t in timing.values() if t["attempts"] == 2]
+    assert len(retaken) == 12
+    for t in retaken:
+        assert t["retaken"]["behind"] > 0 or t["retaken"]["gap_us"] > 0
+        assert t["spin_us"] > t["retaken"]["spin_us"]
+    once = df[df.key.map(lambda k: timing[k]["attempts"] == 1)]
+    host = once.key.map(lambda k: timing[k]["enqueue_us"]) / (once.time_reps * once.time_calls_per_rep)
+    spin = once.key.map(lambda k: timing[k]["spin_us"])
+    enqueue = once.key.map(lambda k: timing[k]["enqueue_us"])
+    # the whole-enqueue rule gave spin > 1.25 x enqueue for every GEMM; here, for GEMMs longer than their
+    # launch and timed in many calls, the spin is a fraction of the enqueue time
+    longer = (once.time_us > 2 * host) & (once.time_reps * once.time_calls_per_rep >= 15)
+    assert longer.sum() >= 10 and (spin[longer] < 0.8 * enqueue[longer]).all(), \
+        pd.DataFrame({"spin": spin, "enqueue": enqueue})[longer]
+    # the old captures (whole-enqueue spin) have no such column: null, not 0
+    old = dataset.read_parquet(FIXTURES.parent.parent / "data" / "h200_square.parquet")
+    assert old.time_behind.isna().all()

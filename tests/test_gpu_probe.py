@@ -35,6 +35,8 @@ def test_quick_preset_end_to_end(probe, tmp_path):
     # short GEMMs were timed in batches, and the first call after an event pays a boundary cost on the
     # whole (the differential sample removes it)
     assert (ok.time_gap_us / ok.time_reps <= 2.0).all(), ok[["key", "time_gap_us", "time_reps"]].to_string()
+    # every timing batch was fully queued before the GPU reached it (the spin is sized to the host's lead)
+    assert (ok.time_behind == 0).all(), ok[ok.time_behind != 0][["key", "time_us", "time_behind"]].to_string()
     short = ok[ok.time_us < 50]
     assert len(short) and (short.time_calls_per_rep >= 3).all(), \
         short[short.time_calls_per_rep < 3][["key", "time_us", "time_us_first", "time_calls_per_rep"]].to_string()
