@@ -40,9 +40,10 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print the probe's timing evidence for each checked GEMM")
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     ap.add_argument("--every", type=int, default=1, metavar="K", help="run every K-th GEMM of the plan")
-    ap.add_argument("--spin-rule", default="lead", choices=("lead", "enqueue"),
-                    help="the timing spin: the host's lead over the GPU (default) or the whole enqueue time "
-                         "(the previous rule; run both in one device session to compare)")
+    ap.add_argument("--spin-rule", default="lead", choices=("lead", "enqueue", "alternate"),
+                    help="the timing spin: the host's lead over the GPU (default), the whole enqueue time "
+                         "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
+                         "process, on the same host state)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Builder, Probe
@@ -112,6 +113,22 @@ def main():
               f"{sum(bool((t.get('retaken') or {}).get('behind')) for t in tim)}, GPU idle over the limit "
               f"{sum((t.get('retaken') or {}).get('behind') == 0 for t in tim)}), "
               f"behind after the last attempt: {sum(bool(t.get('behind')) for t in tim)}")
+    by_rule = {}
+    for r in recs:
+        t, ph = r.get("timing") or {}, r.get("probe_ms") or {}
+        if t.get("rule") and "time" in ph:
+            by_rule.setdefault(t["rule"], []).append((r, t, ph))
+    if len(by_rule) > 1:
+        for rule, items in sorted(by_rule.items()):
+            sm = [(r, t, ph) for r, t, ph in items if r.get("time_us") is not None and r["time_us"] < 100]
+            tall = [ph["time"] for _, _, ph in items]
+            tsm = [ph["time"] for _, _, ph in sm]
+            print(f"  spin rule {rule}: {len(items)} GEMMs, timing phase mean {statistics.mean(tall):.2f} ms "
+                  f"(median {statistics.median(tall):.2f}); small/medium {len(sm)}: timing phase mean "
+                  f"{statistics.mean(tsm) if tsm else float('nan'):.2f} ms, all phases "
+                  f"{len(sm) / max(1e-9, sum(sum(ph.values()) for _, _, ph in sm) / 1e3):.1f} GEMMs/s; "
+                  f"retaken {sum(t['attempts'] > 1 for _, t, _ in items)}, spin median "
+                  f"{statistics.median(t['spin_us'] for _, t, _ in items if t.get('spin_us')):.0f} µs")
     shared = [r.get("heuristic_shared") for r in recs if r.get("heuristic_shared")]
     if shared:
         print(f"  heuristic measurements: {sum(1 / x for x in shared):.0f} for {len(shared)} GEMMs (shared by "

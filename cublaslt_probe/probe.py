@@ -229,15 +229,18 @@ def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None,
 
 
 def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
-    """µs of GPU spin to put before `reps` timed batches of `per` calls of a GEMM that takes `once_us` on
-    the GPU, when the host takes `host_us` to enqueue one call (pure; see time_gpu).
+    """µs of GPU spin to put before `reps` timed batches of `per` calls of a GEMM whose estimating call took
+    `once_us` on the GPU, when the host takes `host_us` to enqueue one call (pure; see time_gpu).
 
     The GPU must not reach a batch before the host has enqueued all of it (time_gpu checks this on every
-    batch). The host finishes batch i at (i + 1) x per x host_us, the GPU reaches it at spin + i x per x
-    once_us; the spin covers the largest lead of the host: nearly all of the enqueue time for a GEMM
-    shorter than its launch, only the first batch for a GEMM longer than it. Times SPIN_MARGIN, plus
-    SPIN_FLOOR_US and SPIN_SLACK_US for a host hiccup."""
-    lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - once_us))
+    batch). The host finishes batch i at (i + 1) x per x host_us, the GPU reaches it at spin + i x per x g,
+    g its time per call. The estimating call reads long now and then (a 9 µs GEMM read as 17+ µs, seen on
+    the H200, for 85 of 6,935 llm GEMMs whose batches then fell behind), so g is taken as half of it. The spin
+    covers the largest lead of the host: nearly all of the enqueue time for a GEMM shorter than its launch,
+    only the first batch for a GEMM more than twice as long. Times SPIN_MARGIN, plus SPIN_FLOOR_US and
+    SPIN_SLACK_US for a host hiccup."""
+    g = once_us / 2
+    lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - g))
     return SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
 
 
@@ -283,9 +286,11 @@ class Probe:
         self.builder = Builder(self.lib)
         self.reps, self.flush_l2, self.heuristic_reps, self.budget_ms = reps, flush_l2, heuristic_reps, budget_ms
         self.mem_budget, self.candidates, self.candidate_reps = mem_budget, candidates, candidate_reps
-        if spin_rule not in ("lead", "enqueue"):
-            raise ValueError(f"spin_rule {spin_rule!r}: use 'lead' (timing_spin) or 'enqueue' (the whole enqueue time)")
+        if spin_rule not in ("lead", "enqueue", "alternate"):
+            raise ValueError(f"spin_rule {spin_rule!r}: use 'lead' (timing_spin), 'enqueue' (the whole enqueue "
+                             "time) or 'alternate' (one then the other, GEMM by GEMM: to compare them)")
         self.spin_rule = spin_rule
+        self._timed = 0
         self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if flush_l2 else None
         self._marker_name = None
@@ -332,7 +337,8 @@ class Probe:
         fails (a batch behind, or more than GAP_US_PER_REP idle per sample), the samples are retaken once
         behind a spin of twice the whole enqueue time, and the first attempt's evidence is kept under
         `retaken`. With `self.spin_rule == "enqueue"` (the previous rule, kept to measure against) the
-        first spin covers the whole enqueue time too. `reps` fixes the number of samples; by default
+        first spin covers the whole enqueue time too; with "alternate", GEMM by GEMM one rule then the other
+        (`rule` in the evidence), to compare them in one process. `reps` fixes the number of samples; by default
         `budget_ms` sets it, at most `self.reps`."""
         torch = self.torch
 
@@ -355,6 +361,11 @@ class Probe:
             host_once = host
         reps, per = timing_plan(once_us, flush=self.flush is not None, reps=reps, max_reps=self.reps,
                                 budget_ms=self.budget_ms)
+        rule = self.spin_rule
+        if rule == "alternate":
+            if not _again:
+                self._timed += 1
+            rule = ("lead", "enqueue")[self._timed % 2]
         if per == 1:
             # a long GEMM's launch can cost the host several times its backend's usual (seen: 100-170 µs for
             # llm GEMMs of 1-12 ms): its spin, a small part of its time, covers the larger of the two
@@ -367,7 +378,7 @@ class Probe:
             if self.flush is None:
                 whole = SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host
                 spin_us = 2 * whole if attempt == 2 else \
-                    whole if self.spin_rule == "enqueue" else timing_spin(host, once_us, reps, per)
+                    whole if rule == "enqueue" else timing_spin(host, once_us, reps, per)
                 self._spin(spin_us)
             h = time.perf_counter()
             for i in range(reps):
@@ -400,7 +411,7 @@ class Probe:
             self.last_timing = {"calls_per_rep": per, "gap_us": gap, "first_us": statistics.median(firsts),
                                 "spin_us": spin_us and round(spin_us, 1), "enqueue_us": round(enqueue_us, 1),
                                 "attempts": attempt, "behind": None if self.flush is not None else behind,
-                                "retaken": retaken}
+                                "retaken": retaken, "estimate_us": round(once_us, 2), "rule": rule}
             if gap is None or (gap <= GAP_US_PER_REP * reps and not behind):
                 break
             retaken = {"spin_us": round(spin_us, 1), "enqueue_us": round(enqueue_us, 1), "behind": behind,
@@ -570,7 +581,8 @@ class Probe:
                 rec["time_gap_us"] = None if lt_["gap_us"] is None else round(lt_["gap_us"], 3)
                 rec["time_calls_per_rep"] = lt_["calls_per_rep"]
                 rec["time_us_first"] = lt_["first_us"]
-                rec["timing"] = {k: lt_[k] for k in ("spin_us", "enqueue_us", "attempts", "behind", "retaken")}
+                rec["timing"] = {k: lt_[k] for k in ("spin_us", "enqueue_us", "attempts", "behind", "retaken",
+                                                      "estimate_us", "rule")}
                 rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
                 built.append((rec, c, b))
             except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on

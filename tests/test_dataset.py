@@ -175,7 +175,7 @@ def test_a_capture_with_the_lead_spin_carries_its_evidence():
     # the whole-enqueue rule gave spin > 1.25 x enqueue for every GEMM; here, for GEMMs longer than their
     # launch and timed in many calls, the spin is a fraction of the enqueue time
     longer = (once.time_us > 2 * host) & (once.time_reps * once.time_calls_per_rep >= 15)
-    assert longer.sum() >= 10 and (spin[longer] < 0.8 * enqueue[longer]).all(), \
+    assert longer.sum() >= 5 and (spin[longer] < 0.8 * enqueue[longer]).all(), \
         pd.DataFrame({"spin": spin, "enqueue": enqueue})[longer]
     # the old captures (whole-enqueue spin) have no such column: null, not 0
     old = dataset.read_parquet(FIXTURES.parent.parent / "data" / "h200_square.parquet")
