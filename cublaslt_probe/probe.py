@@ -10,10 +10,10 @@ How each capture is made (the evidence, not a guess):
 - GPU time: median over samples timed with CUDA events. With `flush_l2=True` a sample is one call after
   an L2 flush (zeroing a 256 MB buffer). Without, a sample is a batch of back-to-back calls lasting at
   least BATCH_US, all batches queued behind one GPU spin long enough that the GPU never catches up with
-  the host, so the events bracket GEMMs and never the CPU's launch gap. An event after each batch's first call splits it;
-  the difference of the two spans over the difference of their calls is the sample (`time_us`, a call
-  of a steady back-to-back run; the event and kernel-boundary cost cancels), the first call alone gives
-  `time_us_first`. The spin covers the host's lead over the GPU (`timing_spin`); the evidence that it did
+  the host, so the events bracket GEMMs and never the CPU's launch gap. An event after each batch's first
+  call splits it; the difference of the two spans over the difference of their calls is the sample
+  (`time_us`, a call of a steady back-to-back run; the event and kernel-boundary cost cancels), the first
+  call alone gives `time_us_first`. The spin covers the host's lead over the GPU (`timing_spin`); the evidence that it did
   is kept: the batches the GPU reached before the host had enqueued them (`timing.behind`, 0) and the GPU's
   idle time between batches (`time_gap_us`).
 - heuristic CPU cost: `cublasLtMatmulAlgoGetHeuristic` for the same column-major problem with the
@@ -331,14 +331,15 @@ class Probe:
         one call per sample (the boundary is then under 1 % of it).
 
         The host's cost per call is what the last enqueue loop of this `key` (backend and op) took per
-        call; for a GEMM timed one call per sample, the larger of that and what its estimating call took. `last_timing` keeps the evidence that the spin
-        was long enough: `behind`, the batches the GPU had reached before the host finished enqueueing them
-        (an event query after each batch), and `gap_us`, the GPU's idle time between batches. When either
-        fails (a batch behind, or more than GAP_US_PER_REP idle per sample), the samples are retaken once
-        behind a spin of twice the whole enqueue time, and the first attempt's evidence is kept under
-        `retaken`. With `self.spin_rule == "enqueue"` (the previous rule, kept to measure against) the
-        first spin covers the whole enqueue time too; with "alternate", GEMM by GEMM one rule then the other
-        (`rule` in the evidence), to compare them in one process. `reps` fixes the number of samples; by default
+        call; for a GEMM timed one call per sample, the larger of that and what its estimating call took.
+        `last_timing` keeps the evidence that the spin was long enough: `behind`, the batches the GPU had
+        reached before the host finished enqueueing them (an event query after each batch), and `gap_us`,
+        the GPU's idle time between batches. When either fails (a batch behind, or more than
+        GAP_US_PER_REP idle per sample), the samples are retaken once behind a spin of twice the whole
+        enqueue time, and the first attempt's evidence is kept under `retaken`. With
+        `self.spin_rule == "enqueue"` (the previous rule, kept to measure against) the first spin covers the
+        whole enqueue time too; with "alternate", GEMM by GEMM one rule then the other (`rule` in the
+        evidence), to compare them in one process. `reps` fixes the number of samples; by default
         `budget_ms` sets it, at most `self.reps`."""
         torch = self.torch
 
