@@ -454,3 +454,17 @@ def test_one_pass_tokenizer_equals_scanner(fixtures):
             fast_used += 1
             assert fast == (*_assign_pairs(pairs), groups), body
     assert fast_used > 500
+
+
+def test_lone_cr_is_not_a_line_break(tmp_path):
+    """Line numbers count "\\n" only (as wc -l, grep -n and sed do); a CR inside a line keeps its GEMM."""
+    split = REF_LINE.replace(" B=0X", "\rB=0X", 1)
+    p = tmp_path / "cr.log"
+    p.write_bytes(("\n".join([LEGACY_LINE, split, BATCHED_LINE + "\r", REF_LINE]) + "\n").encode())
+    st = ParseStats()
+    recs = list(parse_log(p, stats=st))
+    assert [r.line for r in recs] == [1, 2, 3, 4]
+    assert (st.lines, st.bad) == (4, 0)
+    assert (recs[1].m, recs[1].n, recs[1].k, recs[1].tile) == (4096, 16, 4096, "64x16")
+    assert recs[1].extra["B"] == "0X7F0133E00000"
+    assert recs[2].to_dict() == parse_line(BATCHED_LINE, 3, source=str(p)).to_dict()

@@ -47,8 +47,9 @@ def describe_read_error(e: BaseException) -> str:
 
 def _text(binary: IO[bytes]) -> io.TextIOWrapper:
     # errors="replace": binary garbage becomes U+FFFD and is reported as a bad line, never raises.
-    # newline=None: CRLF and CR endings become "\n".
-    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
+    # newline="\n": a line ends at "\n" only (as for wc -l, grep -n and sed), so line numbers agree with
+    # those tools; a CRLF ending is kept and stripped by the parser, a lone CR stays inside its line.
+    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="\n")
 
 
 def _is_binary_file(f) -> bool:

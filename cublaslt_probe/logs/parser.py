@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 _PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\[(\w+)\]\[(\d+)\]\[(\w+)\]\[(\w+)\](?: |\Z)")
 # One token of a body: "key=[", "key=value", "]", a bare value (inside "[...]" only) or the end.
-_TOKEN = re.compile(r"[ \t]*(?:(\w+)=(?:(\[)|([^\s\[\]]*))|(\])|([^\s\[\]]+)|\Z)")
+# White space between items is any run of spaces, tabs or stray CRs.
+_TOKEN = re.compile(r"\s*(?:(\w+)=(?:(\[)|([^\s\[\]]*))|(\])|([^\s\[\]]+)|\Z)")
 _MATMUL_FN = re.compile(r"cublasLt[A-Z]*Matmul")
 # A pointer value: cuBLASLt prints addresses as 0X7F0118000000 (and NULL pointers as 0X0).
 _PTR_SPLIT = re.compile(r"=(0[Xx][0-9A-Fa-f]+)(?=[\s\]]|\Z)")

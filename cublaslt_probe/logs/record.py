@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 # The log levels as cuBLASLt numbers them (`CUBLASLT_LOG_LEVEL`), the tag printed in the line, the
 # bit of `CUBLASLT_LOG_MASK`, and the record `kind`.
@@ -104,28 +104,52 @@ class BadLine:
         return f"{where}: {self.reason}: {self.text!r}"
 
 
+# The reasons of lines that are not log lines at all (program output, binary data), as opposed to log
+# lines that are damaged: a file of nothing else is not a log; a few of them among good lines lose nothing.
+FOREIGN_REASONS = ("not a cuBLASLt log line", "not a cuBLAS log line")
+
+
 @dataclass
 class ParseStats:
     """Counts of one parse (several files add up); the first `max_examples` bad lines are kept.
 
     ``lines``: lines read; ``records``: records yielded; ``skipped``: well-formed lines not asked for
     (Api lines without ``api=True``, cuBLAS ``I!`` lines, blank lines); ``bad``: lines that are not
-    cuBLASLt log lines or are damaged; ``files_read`` / ``files_failed``: per-file outcome.
+    log lines (``foreign``: program output, binary data) or are damaged log lines (``bad - foreign``);
+    ``files_read`` / ``files_failed``: per-file outcome (a file cut off part way is in both: its lines
+    before the cut were read). ``on_bad``, when set, is called with every bad line as it is met (the CLI
+    lists them all with ``-vv``) beyond the `max_examples` kept.
     """
 
     lines: int = 0
     records: int = 0
     skipped: int = 0
     bad: int = 0
+    foreign: int = 0
     max_examples: int = 5
     bad_lines: list[BadLine] = field(default_factory=list)
     files_read: list[str] = field(default_factory=list)
     files_failed: list[tuple[str, str]] = field(default_factory=list)
+    on_bad: Callable[[BadLine], None] | None = None
 
     def add_bad(self, source: str | None, line: int, reason: str, text: str) -> None:
         self.bad += 1
+        if reason in FOREIGN_REASONS:
+            self.foreign += 1
         if len(self.bad_lines) < self.max_examples:
             self.bad_lines.append(BadLine(source, line, reason, _snippet(text)))
+        elif self.on_bad is not None:
+            self.on_bad(BadLine(source, line, reason, _snippet(text)))
+
+    @property
+    def damaged(self) -> int:
+        """Log lines that could not be used (a GEMM may be lost in each), not counting foreign lines."""
+        return self.bad - self.foreign
+
+    @property
+    def complete(self) -> bool:
+        """True when no log line was damaged and every file was read to its end."""
+        return self.damaged == 0 and not self.files_failed
 
     def summary(self) -> str:
         """One line: ``read 3 files, 12,034 lines: 4,000 records, 8,000 skipped, 34 bad``."""
@@ -138,7 +162,8 @@ class ParseStats:
         """Lines for stderr: the summary, failed files, and the first bad lines with their numbers."""
         out = [self.summary()]
         for path, why in self.files_failed:
-            out.append(f"cannot read {path}: {why}")
+            sep = " " if why.startswith("past line") else ": "  # "cannot read x.gz past line 43: ..."
+            out.append(f"cannot read {path}{sep}{why}")
         for b in self.bad_lines:
             out.append(f"bad line {b}")
         if self.bad > len(self.bad_lines):
