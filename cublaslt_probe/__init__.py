@@ -13,11 +13,14 @@ def __getattr__(name):  # lazy: keep `import cublaslt_probe` cheap and GPU-free
     if name in ("decode", "encode", "KernelName"):
         from cublaslt_probe import names
         return getattr(names, name)
+    if name == "capture":
+        from cublaslt_probe.capture import capture
+        return capture
     if name in ("parse_log", "parse_cublas_log"):
         from cublaslt_probe import logs
         return getattr(logs, name)
     raise AttributeError(f"module 'cublaslt_probe' has no attribute {name!r}")
 
 
-__all__ = ["decode", "encode", "KernelName", "parse_log", "parse_cublas_log", "ProbeError",
+__all__ = ["capture", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log", "ProbeError",
            "NoCudaDevice", "CaptureError", "UnknownKernelName", "SchemaError", "SpecError"]

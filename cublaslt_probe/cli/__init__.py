@@ -13,7 +13,7 @@ import click
 
 from cublaslt_probe.errors import ProbeError
 
-_MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence"]
+_MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence", "capture"]
 
 
 class _Group(click.Group):

@@ -1,0 +1,22 @@
+"""`capture`: run a user's Python script with a capture around it (trace, cuBLASLt log, environment)."""
+from __future__ import annotations
+
+import click
+
+
+@click.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", "--out", "output", required=True, type=click.Path(file_okay=False),
+              help="run folder to write (trace.json.gz, cublaslt.log, env.json); `audit` reads it")
+@click.option("--label", default=None, help="a name for the run, kept in env.json (default: the script's name)")
+@click.argument("script", nargs=-1, type=click.UNPROCESSED, required=True)
+def capture_cmd(output, label, script):
+    """Run SCRIPT [ARGS] (after `--`) in this process with a profiler trace (shapes recorded), the cuBLASLt
+    level-2 log and the environment captured into a run folder. Modules are named by class and first-seen
+    order; for qualified layer names, use the Python API `cublaslt_probe.capture(dir, model=model)`.
+    Needs a GPU."""
+    from cublaslt_probe.capture import run_script
+    run_script(output, list(script), label=label)
+    click.echo(f"wrote {output}/: audit it with `cublaslt-probe audit {output}`", err=True)
+
+
+COMMANDS = [capture_cmd]

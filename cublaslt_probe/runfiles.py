@@ -1,0 +1,26 @@
+"""The layout of a capture run folder: what `capture()` writes and what `audit` reads.
+
+A run folder holds one profiled stretch of a user's program (one or more steps):
+
+- ``trace.json.gz``: the torch.profiler Chrome trace (``record_shapes=True``), gzip.
+- ``cublaslt.log``: the cuBLASLt level-2 log of the same process over the same stretch, in the library's own
+  line format (one ``[Trace]`` line per cuBLASLt matmul, with its algo).
+- ``env.json``: the environment (GPU, SM count, driver, CUDA, cuBLAS, torch) and the capture's own facts
+  (``steps``, the module names recorded, the options used).
+
+Module attribution: around each module's forward the capture opens a profiler range named
+``MODULE_PREFIX + qualified_name`` (``cublaslt_probe.module:model.layers.3.mlp.down_proj``), and around each
+step a range named ``STEP_PREFIX + str(index)``. Both appear in the trace as ``user_annotation`` events on the
+thread that ran the forward. Backward kernels are attributed through the autograd ``Sequence number`` that
+torch.profiler records on a forward op and on the backward node that differentiates it.
+
+This module holds only names: it imports nothing from torch and is read on a CPU machine.
+"""
+from __future__ import annotations
+
+TRACE_FILE = "trace.json.gz"
+LOG_FILE = "cublaslt.log"
+ENV_FILE = "env.json"
+
+MODULE_PREFIX = "cublaslt_probe.module:"
+STEP_PREFIX = "cublaslt_probe.step:"
