@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
+
+from cublaslt_probe.evidence import main_kernel
 
 # max |y - y0| / max |y0| two correct algorithms may differ by (accumulation order, split-K).
 TOLERANCE = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 2e-2, "bf16": 2e-2, "fp8": 5e-2, "fp8_e5m2": 5e-2}
@@ -22,11 +23,6 @@ NOISE_FLOOR_PCT = 0.5
 
 def tolerance(dtype: str) -> float:
     return TOLERANCE.get(dtype, 2e-2)
-
-
-def main_kernel(kernels) -> str | None:
-    from cublaslt_probe.dataset import main_kernel as mk
-    return mk(list(kernels or []))
 
 
 def usable(c: dict, dtype: str) -> bool:
@@ -156,8 +152,3 @@ def render(df, reg: dict, header: str) -> str:
     else:
         lines.append("regret: not computable (candidate #0 did not run)")
     return "\n".join(lines)
-
-
-def median_or_none(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None

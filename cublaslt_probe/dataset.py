@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 import pandas as pd
 
 from cublaslt_probe.errors import SchemaError
+from cublaslt_probe.evidence import consistency, log_matches_case, main_kernel, trace_record
+from cublaslt_probe.evidence import MAIN_FAMILIES  # noqa: F401  (re-exported while trace.py imports it here)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,6 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "consistent": ("boolean", "decoded kernel agrees with the logged algo on tile, cluster and split-K (null: no log line or nothing to compare)"),
 }
 COLUMNS = list(SCHEMA)
-MAIN_FAMILIES = ("nvjet", "xmma", "cutlass", "cutlass3x", "legacy", "gemv", "gemmSN", "gemm")
 
 
 def read_raw(path: str | os.PathLike) -> tuple[dict, list[dict]]:
@@ -130,87 +131,6 @@ def read_raw(path: str | os.PathLike) -> tuple[dict, list[dict]]:
     return env, list(recs.values())
 
 
-def main_kernel(kernels: list[str]) -> str | None:
-    """The GEMM kernel among those a call launched (split-K reduce, memsets, casts are helpers)."""
-    from cublaslt_probe.names import decode
-    for k in kernels:
-        if decode(k).family in MAIN_FAMILIES:
-            return k
-    return kernels[0] if kernels else None
-
-
-def _trace_record(lines: list[str]):
-    from cublaslt_probe.logs import parse_line
-    for i, line in enumerate(lines, 1):
-        r = parse_line(line, i)
-        if r is not None and r.kind == "trace":
-            return r
-    return None
-
-
-def _cluster2(s: str | None) -> tuple[int, int] | None:
-    if not s:
-        return None
-    parts = s.split("x")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        return None
-
-
-# How each family's name relates to the logged algo (measured on the H200 fixtures, 1,166 GEMMs, see
-# docs/dataset.md): nvjet and cutlass write the log's tile as MxN; xmma's `tilesize` writes it as NxM.
-# Only nvjet names encode split-K (`splitK` <=> numSplitsK > 1); other families reduce in a separate kernel,
-# in place after a memset, or inside the kernel, so their split-K is not compared.
-TILE_SWAPPED = {"xmma"}
-SPLIT_IN_NAME = {"nvjet"}
-
-
-def consistency(kn, rec) -> bool | None:
-    """Does the decoded kernel agree with the logged algo on tile, cluster and split-K?
-
-    Compared only where both sides carry the field (a gemv algo logs no tile, a pre-Hopper name no
-    cluster, only nvjet names say split-K); None when there is no log line or nothing to compare.
-    """
-    if rec is None or kn is None:
-        return None
-    checks = []
-    if kn.tile_m is not None and kn.tile_n is not None and rec.tile and rec.tile[:1].isdigit():
-        a, b = (kn.tile_n, kn.tile_m) if kn.family in TILE_SWAPPED else (kn.tile_m, kn.tile_n)
-        checks.append(f"{a}x{b}" == rec.tile)
-    c = _cluster2(rec.cluster)
-    if kn.cluster_m is not None and c is not None:
-        a, b = (kn.cluster_n, kn.cluster_m) if kn.family in TILE_SWAPPED else (kn.cluster_m, kn.cluster_n)
-        checks.append((a, b) == c)
-    if kn.family in SPLIT_IN_NAME and kn.split_k is not None and rec.split_k is not None and rec.split_k >= 1:
-        checks.append(bool(kn.split_k) == (rec.split_k > 1))
-    return all(checks) if checks else None
-
-
-LT_FUNCTION = "cublasLtMatmul"
-
-
-def log_matches_case(r: dict, rec) -> bool | None:
-    """Is the logged call the one the Case asked for? Its compute type must match fp32 (COMPUTE_32F) or
-    tf32 (COMPUTE_32F_FAST_TF32), and its function the backend's path, as measured on the H200: torch
-    mm/bmm and cupy go through the cuBLAS wrapper (cublasLtSSSMatmul, cublasLtHSHMatmul, ...), torch-lt mm,
-    lt, and torch addmm/scaled_mm through cublasLtMatmul. None when there is no log line."""
-    if rec is None:
-        return None
-    checks = []
-    ct = rec.compute_type
-    if r["dtype"] in ("fp32", "tf32") and ct:
-        checks.append(ct.endswith("FAST_TF32") == (r["dtype"] == "tf32"))
-    fn, be, op = rec.function, r["backend"], r["op"]
-    if fn:
-        if (be == "torch" and op in ("mm", "bmm")) or be == "cupy":
-            checks.append(fn != LT_FUNCTION)
-        elif be == "lt" or (be == "torch-lt" and op in ("mm", "addmm")) or \
-                (be == "torch" and op in ("addmm", "scaled_mm")):
-            checks.append(fn == LT_FUNCTION)
-    return all(checks) if checks else None
-
-
 def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dict]:
     from cublaslt_probe.names import decode
     env = env or {}
@@ -218,7 +138,7 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
         kernels = list(r.get("kernels") or [])
         main = main_kernel(kernels)
         kn = decode(main) if main else None
-        rec = _trace_record(r.get("log_lines") or [])
+        rec = trace_record(r.get("log_lines"))
         t = r.get("time_us")
         flops = 2 * r["m"] * r["n"] * r["k"] * r.get("batch", 1)
         cfg = r.get("lt_config") or {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from cublaslt_probe.dataset import TILE_SWAPPED
+from cublaslt_probe.evidence import TILE_SWAPPED
 # Dense peak TFLOP/s by dtype (NVIDIA H100/H200 SXM datasheet, dense, no sparsity); the measured bf16 ceiling
 # on the device machine was 788 TFLOP/s (8192³ on random data). One table for the project: plots.style.
 from cublaslt_probe.plots.style import DATASHEET_TFLOPS
@@ -39,7 +39,7 @@ def waves(blas_m: int, blas_n: int, tile_m: int, tile_n: int, split_k: int, batc
 
 def render(ev: dict) -> str:
     from cublaslt_probe import candidates as cm
-    from cublaslt_probe.dataset import consistency, main_kernel
+    from cublaslt_probe.evidence import consistency, main_kernel
     from cublaslt_probe.logs import parse_line
     from cublaslt_probe.names import decode
     c, env, rec = ev["case"], ev.get("env", {}), ev["record"]

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 from cublaslt_probe.cases import Case, invalid_reason
 from cublaslt_probe.errors import CaptureError, NoCudaDevice
+from cublaslt_probe.evidence import WORKSPACE_BYTES, heuristic_workspace
 
 log = logging.getLogger(__name__)
 
-TORCH_LT_WORKSPACE = 1 << 20     # measured: torch 2.11's Lt path asks for 1 MiB (REFERENCE §4)
-CUBLAS_WORKSPACE = 32 << 20      # the cuBLAS handle's limit seen in its Api log line (REFERENCE §2)
+CUBLAS_WORKSPACE = WORKSPACE_BYTES["lt"]   # the workspace the lt backend and candidates pass (32 MiB)
 SPIN_FLOOR_US = 20.0             # GPU spin before the timed batches: this, plus SPIN_MARGIN x the host's lead
 SPIN_MARGIN = 1.25               # over the GPU (timing_spin; the host time per call is learnt per backend and op
 SPIN_SLACK_US = 100.0            # from the last enqueue loop), plus this slack for a host hiccup
@@ -428,8 +428,7 @@ class Probe:
     @staticmethod
     def heuristic_workspace(c: Case) -> int:
         """The workspace limit the backend's own heuristic query uses for this GEMM."""
-        lt_path = c.backend == "torch-lt" or (c.backend == "torch" and c.op in ("addmm", "scaled_mm"))
-        return TORCH_LT_WORKSPACE if lt_path else CUBLAS_WORKSPACE
+        return heuristic_workspace(c.backend, c.op, c.k)
 
     def time_heuristics(self, items: list[tuple[dict, Case]]) -> None:
         """Fill heuristic_miss_us / heuristic_hit_us of each record: `cublasLtMatmulAlgoGetHeuristic` for

@@ -56,7 +56,7 @@ def problem_from_record(rec) -> dict:
 def replay(records, probe=None, reps: int = 10) -> list[dict]:
     """Replay trace records on the GPU. One result dict per record (error set when it could not run)."""
     from cublaslt_probe import lt
-    from cublaslt_probe.dataset import consistency, main_kernel
+    from cublaslt_probe.evidence import consistency, main_kernel
     from cublaslt_probe.names import decode
     from cublaslt_probe.probe import Probe, lt_operands
     probe = probe or Probe()

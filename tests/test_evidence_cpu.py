@@ -1,11 +1,12 @@
 """CPU side of candidates, explain, first-call and replay, on real H200 captures (tests/fixtures/evidence)."""
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import candidates as cm
-from cublaslt_probe import dataset, explain, firstcall, replay
+from cublaslt_probe import dataset, evidence, explain, firstcall, replay
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SchemaError
 from cublaslt_probe.logs import load_log
@@ -13,6 +14,42 @@ from cublaslt_probe.logs import load_log
 
 def ev(fixtures, name):
     return json.loads((fixtures / "evidence" / name).read_text())
+
+
+# --- the evidence rules -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("log", ["level2_torch.log", "level2_torchlt.log", "level2_mixed.log"])
+def test_every_logged_call_of_the_level2_logs_is_the_case_asked_for(fixtures, log):
+    """Each trace line of a captured log against the case that made it (tests/fixtures/logs/manifest.jsonl):
+    the function it names is the one its backend's library path logs, and its compute type its dtype's."""
+    man = [json.loads(x) for x in (fixtures / "logs" / "manifest.jsonl").read_text().splitlines()]
+    ran = [m for m in man if m["log"] == log and not m["error"]]
+    trace = [r for r in load_log(fixtures / "logs" / log)[0] if r.kind == "trace"]
+    assert len(trace) == len(ran) > 50
+    for m, r in zip(ran, trace):
+        assert evidence.expects_lt_function(m["backend"], m["op"], m["k"]) is not None, m["key"]
+        assert evidence.log_matches_case(m, r) is True, (m["key"], r.function, r.compute_type)
+        # the same line read as another path's call does not match
+        other = {"cublas": "lt", "torch-lt": "cupy", "lt": "cupy"}[evidence.library_path(m["backend"], m["op"], m["k"])]
+        assert evidence.log_matches_case({**m, "backend": other, "op": "mm"}, r) is False, m["key"]
+
+
+def test_library_paths_and_their_workspace():
+    assert [evidence.library_path("torch", op) for op in ("mm", "bmm", "addmm", "scaled_mm")] == \
+        ["cublas", "cublas", "torch-lt", "torch-lt"]
+    assert {evidence.library_path("torch-lt", op) for op in ("mm", "bmm", "addmm", "scaled_mm")} == {"torch-lt"}
+    assert evidence.library_path("cupy", "bmm") == "cublas" and evidence.library_path("lt", "mm") == "lt"
+    assert evidence.library_path("torch", "addmm", k=1) == "cublas"      # measured: level2_mixed.log
+    assert evidence.library_path("numpy", "mm") is None and evidence.expects_lt_function("numpy", "mm") is None
+    assert evidence.expects_lt_function("torch-lt", "bmm") is None      # not measured: not checked
+    assert evidence.heuristic_workspace("torch-lt", "mm") == evidence.heuristic_workspace("torch", "addmm") == 1 << 20
+    assert evidence.heuristic_workspace("torch", "mm") == evidence.heuristic_workspace("lt", "mm") == 32 << 20
+
+
+def test_main_kernel_is_the_first_gemm_family_kernel():
+    memset, reduce_ = "Memset (Device)", "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>()"
+    nv = "nvjet_sm90_tst_64x16_64x16_4x1_v_bz_splitK_TNT"
+    assert evidence.main_kernel([memset, nv, reduce_]) == nv
+    assert evidence.main_kernel([memset]) == memset and evidence.main_kernel([]) is None
 
 
 # --- candidates and regret -------------------------------------------------------------------------------------
@@ -68,8 +105,12 @@ def test_regret_over_the_committed_config_pairs(fixtures):
     assert all(r["best_rank"] is not None for r in done)
 
 
-def test_shipped_regret_dataset_headline():
-    df = dataset.read_parquet("data/h200_regret.parquet")
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def test_data_file_h200_regret_headline():
+    """A check of the shipped data file data/h200_regret.parquet (and of `summary` on it)."""
+    df = dataset.read_parquet(DATA / "h200_regret.parquet")
     dataset.validate(df)
     s = cm.summary(df)
     assert s["problems"] == 384 == int(df.regret_pct.notna().sum())
