@@ -19,6 +19,7 @@ plan and counted by reason, so the plan says what it skipped and why; nothing fa
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -26,6 +27,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cublaslt_probe.cases import BACKENDS, DTYPES, LAYOUTS, OPS, Case, invalid_reason
@@ -89,14 +91,67 @@ def _choice(g: dict, key: str, allowed, default):
     return list(vals)
 
 
+# --- the plan: columns, a Case made when one is read ---------------------------------------------------------
+NAMES = {"backend": BACKENDS + ("numpy",), "op": OPS, "dtype": DTYPES, "layout": LAYOUTS}
+SIZES = ("m", "n", "k", "batch")
+
+
+class Cases(Sequence):
+    """A plan's GEMMs as columns (numpy: a code into `NAMES` for the four names, int64 sizes); reading one
+    makes its `Case`. Slicing gives another `Cases` over views (a shard costs nothing)."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self, cols: dict):
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return len(self.cols["m"])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Cases({f: a[i] for f, a in self.cols.items()})
+        c = self.cols
+        return Case(*(NAMES[f][c[f][i]] for f in NAMES), *(int(c[f][i]) for f in SIZES))
+
+    def __iter__(self):
+        names = [[NAMES[f][x] for x in self.cols[f].tolist()] for f in NAMES]
+        for row in zip(*names, *(self.cols[f].tolist() for f in SIZES)):
+            yield Case(*row)
+
+    def keys(self) -> list[str]:
+        """`Case.key` of every GEMM, in order (built from the columns, without making the Cases)."""
+        c = self.cols
+        prefix = _combo_prefixes()[_combo_code(c["backend"], c["op"], c["dtype"], c["layout"])].tolist()
+        return [f"{p}{m}|{n}|{k}|{b}" for p, m, n, k, b in
+                zip(prefix, *(c[f].tolist() for f in SIZES))]
+
+
+def _combo_code(backend, op, dtype, layout):
+    return ((backend * len(OPS) + op) * len(DTYPES) + dtype) * len(LAYOUTS) + layout
+
+
+@functools.cache
+def _combo_prefixes():
+    import numpy as np
+    return np.array([f"{b}|{o}|{d}|{lay}|" for b, o, d, lay in
+                     itertools.product(*NAMES.values())], dtype=object)
+
+
 @dataclass
 class Plan:
     name: str
-    cases: list[Case]
+    cases: Cases
     skipped: Counter = field(default_factory=Counter)
+    spec: dict | None = None              # what it was built from (travels in the raw file: merge rebuilds it)
+    backends: list[str] | None = None
 
     def summary(self) -> str:
-        by = Counter((c.backend, c.dtype) for c in self.cases)
+        import numpy as np
+        c = self.cases.cols
+        codes, counts = np.unique(c["backend"] * len(DTYPES) + c["dtype"], return_counts=True)
+        by = {(NAMES["backend"][x // len(DTYPES)], NAMES["dtype"][x % len(DTYPES)]): int(n)
+              for x, n in zip(codes.tolist(), counts)}
         s = [f"sweep {self.name!r}: {len(self.cases)} GEMMs"]
         s.append("  " + ", ".join(f"{b}/{d}: {n}" for (b, d), n in sorted(by.items())))
         if self.skipped:
@@ -104,20 +159,36 @@ class Plan:
             s += [f"    {n} × {why}" for why, n in self.skipped.most_common()]
         return "\n".join(s)
 
+    def digest(self) -> str:
+        """sha256 of the ordered keys: the identity a part records and merge checks."""
+        import hashlib
+        return "sha256:" + hashlib.sha256("\n".join(self.cases.keys()).encode()).hexdigest()
+
+    def identity(self) -> dict:
+        """What a raw file records so that `merge` can rebuild this plan and check it is the same."""
+        return {"spec": self.spec, "backends": self.backends, "cases": len(self.cases), "digest": self.digest()}
+
 
 def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
-    """Expand a spec dict into Cases (deterministic order, duplicates removed)."""
+    """Expand a spec dict into the plan (deterministic order: shape by shape, then op, dtype, layout, backend;
+    duplicates removed, the first kept).
+
+    A combination's validity (`invalid_reason`) depends on its backend, op, dtype, layout and batch, not on
+    its sizes (positive by construction), so it is asked once per combination of a group; the shapes are
+    expanded as arrays.
+    """
+    import numpy as np
     if not isinstance(spec, dict) or "group" not in spec:
         raise SpecError("a sweep spec needs at least one [[group]] table (see docs/sweep.md)")
     groups = spec["group"]
     if isinstance(groups, dict):
         groups = [groups]
-    seen, cases, skipped = set(), [], Counter()
+    blocks, skipped = [], Counter()
     for gi, g in enumerate(groups):
         unknown = set(g) - {"backends", "ops", "dtypes", "layouts", "m", "n", "k", "batch", "shapes"}
         if unknown:
             raise SpecError(f"group {gi}: unknown keys {sorted(unknown)}")
-        bes = _choice(g, "backends", BACKENDS + ("numpy",), ["torch"])
+        bes = _choice(g, "backends", NAMES["backend"], ["torch"])
         if backends:
             bes = [b for b in bes if b in backends]
         ops = _choice(g, "ops", OPS, ["mm"])
@@ -126,30 +197,61 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
         if "shapes" in g:
             shapes = []
             for s in g["shapes"]:
-                if not (isinstance(s, list) and len(s) in (3, 4) and all(isinstance(x, int) and x > 0 for x in s)):
+                if not (isinstance(s, list) and len(s) in (3, 4) and
+                        all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in s)):
                     raise SpecError(f"group {gi}: shape {s!r} must be [m, n, k] or [m, n, k, batch] of positive ints")
                 shapes.append(tuple(s) if len(s) == 4 else (*s, 1))
+            shapes = np.array(shapes, dtype=np.int64).reshape(-1, 4)
         else:
             for ax in ("m", "n", "k"):
                 if ax not in g:
                     raise SpecError(f"group {gi}: give `shapes` or all of m, n, k")
-            bs = expand_axis(g.get("batch", 1), "batch")
-            shapes = list(itertools.product(expand_axis(g["m"], "m"), expand_axis(g["n"], "n"),
-                                            expand_axis(g["k"], "k"), bs))
-        for (m, n, k, b), op, dt, lay, be in itertools.product(shapes, ops, dts, lays, bes):
-            if op == "bmm" and b == 1:
-                b = 8
-            if op != "bmm":
-                b = 1
-            c = Case(be, op, dt, lay, m, n, k, b)
+            axes = [expand_axis(g[a], a) for a in ("m", "n", "k")] + [expand_axis(g.get("batch", 1), "batch")]
+            grid = np.meshgrid(*(np.array(a, dtype=np.int64) for a in axes), indexing="ij")
+            shapes = np.stack([x.ravel() for x in grid], axis=1)
+        if not len(shapes):
+            continue
+        combos = []   # the valid combinations, in product order
+        for op, dt, lay, be in itertools.product(ops, dts, lays, bes):
+            m, n, k, b = (int(x) for x in shapes[0])
+            c = Case(be, op, dt, lay, m, n, k, (8 if b == 1 else b) if op == "bmm" else 1)
             why = invalid_reason(c) if be != "numpy" else numpy_invalid(c)
             if why:
-                skipped[why.split(": ", 1)[-1]] += 1
-                continue
-            if c.key not in seen:
-                seen.add(c.key)
-                cases.append(c)
-    return Plan(spec.get("name", "spec"), cases, skipped)
+                skipped[why.split(": ", 1)[-1]] += len(shapes)
+            else:
+                combos.append((NAMES["backend"].index(be), OPS.index(op), DTYPES.index(dt), LAYOUTS.index(lay)))
+        if not combos:
+            continue
+        combos = np.array(combos, dtype=np.int64)
+        si = np.repeat(np.arange(len(shapes)), len(combos))
+        ci = np.tile(np.arange(len(combos)), len(shapes))
+        cols = {f: combos[ci, j] for j, f in enumerate(NAMES)}
+        cols.update({f: shapes[si, j] for j, f in enumerate(SIZES)})
+        bmm = cols["op"] == OPS.index("bmm")
+        cols["batch"] = np.where(bmm, np.where(cols["batch"] == 1, 8, cols["batch"]), 1)
+        blocks.append(cols)
+    if not blocks:
+        cols = {f: np.zeros(0, dtype=np.int64) for f in (*NAMES, *SIZES)}
+    else:
+        cols = {f: np.concatenate([b[f] for b in blocks]) for f in (*NAMES, *SIZES)}
+        cols = _first_of_each(cols)
+    return Plan(spec.get("name", "spec"), Cases(cols), skipped, spec=spec, backends=backends)
+
+
+def _first_of_each(cols: dict) -> dict:
+    """Drop repeated GEMMs, keeping each one's first place."""
+    import numpy as np
+    code = _combo_code(cols["backend"], cols["op"], cols["dtype"], cols["layout"])
+    order = np.lexsort((cols["batch"], cols["k"], cols["n"], cols["m"], code))   # stable: first place first
+    same = np.ones(len(order) - 1, dtype=bool) if len(order) else np.zeros(0, dtype=bool)
+    for a in (code, cols["m"], cols["n"], cols["k"], cols["batch"]):
+        s = a[order]
+        same &= s[1:] == s[:-1]
+    if not same.any():
+        return cols
+    keep = np.ones(len(order), dtype=bool)
+    keep[order[1:][same]] = False
+    return {f: a[keep] for f, a in cols.items()}
 
 
 def numpy_invalid(c: Case) -> str | None:
@@ -267,17 +369,156 @@ def plan(preset_name: str | None = None, spec_path: str | None = None, backends:
     return plan_from_spec(spec, backends)
 
 
-def shard(cases: list[Case], spec: str | None) -> list[Case]:
-    """`I/N` (1-based): every N-th case starting at the I-th, deterministic for a given plan."""
-    if not spec:
-        return cases
+# --- slices: which part of the plan this process runs -------------------------------------------------------
+@dataclass(frozen=True)
+class Slice:
+    """Slice `index` of `count` (1-based): every count-th GEMM of the plan from the index-th. `source` says
+    where it came from; `local_rank` is the GPU a launcher gave this process (torchrun's LOCAL_RANK)."""
+
+    index: int
+    count: int
+    source: str = "--shard"
+    local_rank: int | None = None
+
+    @property
+    def spec(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def take(self, cases):
+        return cases[self.index - 1::self.count]
+
+    def split(self, j: int, parts: int) -> "Slice":
+        """Part j (1-based) of this slice cut `parts` ways, as a slice of the whole plan: the j-th of every
+        `parts` GEMMs of slice i/n is GEMM i + (j-1)·n of every n·parts."""
+        return Slice(self.index + (j - 1) * self.count, self.count * parts, f"{self.source}, part {j}/{parts}",
+                     self.local_rank)
+
+
+WHOLE = Slice(1, 1, "whole plan")
+
+
+def parse_shard(spec: str, source: str = "--shard") -> Slice:
+    """`I/N` (1-based)."""
     try:
         i, n = (int(x) for x in spec.split("/"))
     except ValueError as e:
-        raise SpecError(f"--shard {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4") from e
+        raise SpecError(f"{source} {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4, or auto") from e
     if not 1 <= i <= n:
-        raise SpecError(f"--shard {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4")
-    return cases[i - 1::n]
+        raise SpecError(f"{source} {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4, or auto")
+    return Slice(i, n, source)
+
+
+def shard(cases, spec: str | None):
+    """`I/N` (1-based): every N-th case starting at the I-th, deterministic for a given plan."""
+    return parse_shard(spec).take(cases) if spec else cases
+
+
+SCHEDULER_VARS = "SLURM_ARRAY_TASK_ID (Slurm job array), RANK and WORLD_SIZE (torchrun), JOB_COMPLETION_INDEX " \
+                 "(Kubernetes Indexed Job)"
+
+
+def _env_int(environ, name: str, who: str) -> int:
+    v = environ.get(name)
+    if v is None or not v.strip().lstrip("-").isdigit():
+        raise SpecError(f"--shard auto: {who} but {name}={v!r} is not an integer")
+    return int(v)
+
+
+def shard_from_env(environ=None, shard_count: int | None = None) -> Slice:
+    """The slice a scheduler gave this process, read from its environment (`--shard auto`).
+
+    - Slurm job array: SLURM_ARRAY_TASK_ID within SLURM_ARRAY_TASK_MIN..MAX, a contiguous array (step 1,
+      SLURM_ARRAY_TASK_COUNT = MAX - MIN + 1): slice ID - MIN + 1 of COUNT.
+    - Kubernetes Indexed Job: JOB_COMPLETION_INDEX (0-based) of `shard_count` (the Job's completions, which the
+      pod's environment does not hold).
+    - torchrun / torch.distributed: RANK of WORLD_SIZE; LOCAL_RANK is the GPU of this process on its host.
+    A launcher inside an array task (torchrun in each Slurm task or Indexed Job pod) slices the task's slice.
+    """
+    environ = os.environ if environ is None else environ
+    outer = None
+    if "SLURM_ARRAY_TASK_ID" in environ:
+        who = "a Slurm job array (SLURM_ARRAY_TASK_ID is set)"
+        tid = _env_int(environ, "SLURM_ARRAY_TASK_ID", who)
+        lo = _env_int(environ, "SLURM_ARRAY_TASK_MIN", who)
+        hi = _env_int(environ, "SLURM_ARRAY_TASK_MAX", who)
+        if not lo <= tid <= hi:
+            raise SpecError(f"--shard auto: SLURM_ARRAY_TASK_ID={tid} is outside SLURM_ARRAY_TASK_MIN..MAX = "
+                            f"{lo}..{hi}")
+        step = environ.get("SLURM_ARRAY_TASK_STEP")
+        if step is not None and _env_int(environ, "SLURM_ARRAY_TASK_STEP", who) != 1:
+            raise SpecError(f"--shard auto: the Slurm array steps by {step} (SLURM_ARRAY_TASK_STEP): every task "
+                            f"id from {lo} to {hi} must run; submit a contiguous array, e.g. --array={lo}-{hi}")
+        if "SLURM_ARRAY_TASK_COUNT" in environ:
+            count = _env_int(environ, "SLURM_ARRAY_TASK_COUNT", who)
+            if count != hi - lo + 1:
+                raise SpecError(f"--shard auto: the Slurm array is not contiguous (SLURM_ARRAY_TASK_COUNT={count} "
+                                f"tasks, ids {lo}..{hi}): submit a contiguous array, e.g. --array=0-{count - 1}")
+        outer = Slice(tid - lo + 1, hi - lo + 1, f"SLURM_ARRAY_TASK_ID={tid} of array {lo}-{hi}")
+    if "JOB_COMPLETION_INDEX" in environ:
+        if outer is not None:
+            raise SpecError("--shard auto: both a Slurm array (SLURM_ARRAY_TASK_ID) and a Kubernetes Indexed Job "
+                            "(JOB_COMPLETION_INDEX) are in the environment; give --shard I/N")
+        idx = _env_int(environ, "JOB_COMPLETION_INDEX", "a Kubernetes Indexed Job (JOB_COMPLETION_INDEX is set)")
+        if not shard_count:
+            raise SpecError(f"--shard auto: JOB_COMPLETION_INDEX={idx} (a Kubernetes Indexed Job) needs the Job's "
+                            "completion count: pass --shard-count N (N = spec.completions)")
+        if not 0 <= idx < shard_count:
+            raise SpecError(f"--shard auto: JOB_COMPLETION_INDEX={idx} is outside 0..{shard_count - 1} "
+                            f"(--shard-count {shard_count}); pass the Job's spec.completions as --shard-count")
+        outer = Slice(idx + 1, shard_count, f"JOB_COMPLETION_INDEX={idx} of {shard_count}")
+    elif shard_count:
+        raise SpecError(f"--shard-count {shard_count} is for Kubernetes Indexed Jobs, but JOB_COMPLETION_INDEX "
+                        "is not set")
+    inner = None
+    if "RANK" in environ or "WORLD_SIZE" in environ:
+        who = "a torch.distributed launcher (RANK/WORLD_SIZE is set)"
+        rank, world = _env_int(environ, "RANK", who), _env_int(environ, "WORLD_SIZE", who)
+        if not 0 <= rank < world:
+            raise SpecError(f"--shard auto: RANK={rank} is outside 0..WORLD_SIZE-1 = 0..{world - 1}")
+        local = None
+        if "LOCAL_RANK" in environ:
+            local = _env_int(environ, "LOCAL_RANK", who)
+            lws = environ.get("LOCAL_WORLD_SIZE")
+            if local < 0 or (lws is not None and local >= _env_int(environ, "LOCAL_WORLD_SIZE", who)):
+                raise SpecError(f"--shard auto: LOCAL_RANK={local} is outside 0..LOCAL_WORLD_SIZE-1 "
+                                f"(LOCAL_WORLD_SIZE={lws})")
+        inner = Slice(rank + 1, world, f"RANK={rank} of WORLD_SIZE={world}", local)
+    if outer is None and inner is None:
+        raise SpecError(f"--shard auto: no scheduler slice in the environment (looked for {SCHEDULER_VARS}); "
+                        "give --shard I/N")
+    if outer is None:
+        return inner
+    if inner is None:
+        return outer
+    s = outer.split(inner.index, inner.count)
+    return Slice(s.index, s.count, f"{outer.source}, {inner.source}", inner.local_rank)
+
+
+def local_rank_device(local_rank: int, environ=None) -> str:
+    """The CUDA_VISIBLE_DEVICES entry of a launcher's LOCAL_RANK: one GPU per local rank."""
+    environ = os.environ if environ is None else environ
+    visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible:
+        return str(local_rank)
+    if local_rank >= len(visible):
+        raise SpecError(f"--shard auto: LOCAL_RANK={local_rank} but CUDA_VISIBLE_DEVICES={','.join(visible)} "
+                        f"lists {len(visible)} GPUs: start at most {len(visible)} processes per host")
+    return visible[local_rank]
+
+
+def run_meta(plan_: Plan, sl: Slice | None = None, **extra) -> dict:
+    """What a raw file's environment line records besides the environment: the sweep, its slice and the plan
+    identity that `merge` checks the parts against."""
+    return {"sweep": plan_.name, "shard": sl.spec if sl else None, "shard_source": sl.source if sl else None,
+            "plan": plan_.identity(), **extra}
+
+
+def part_path(out: str, sl: Slice) -> str:
+    """The dataset file of slice `sl` of the sweep writing `out`: OUT.part-0003-of-0016.parquet (raw records
+    in OUT.part-0003-of-0016.raw.jsonl)."""
+    base = out[:-len(".parquet")] if out.endswith(".parquet") else out
+    w = max(4, len(str(sl.count)))
+    return f"{base}.part-{sl.index:0{w}d}-of-{sl.count:0{w}d}.parquet"
 
 
 # --- running ------------------------------------------------------------------------------------------------
@@ -387,37 +628,445 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
     if prog:
         prog.close()
     log.info("ran %d GEMMs in %.1f s", len(todo), time.time() - t0)
-    env, recs = dataset.read_raw(raw)
-    keys = {c.key for c in cases}
-    df = dataset.build([r for r in recs if r["key"] in keys], env)
-    dataset.write_parquet(df, out, env)
-    return df
+    part = Part(raw, True, raw_env(raw))
+    part.scan(KeyIndex(cases.keys() if isinstance(cases, Cases) else [c.key for c in cases]))
+    write_dataset([part], out, part.env)
+    return dataset.read_parquet(out)
 
 
-def merge(paths: list[str], out: str, allow_env_mismatch: bool = False):
-    """Join the Parquet parts of a sharded sweep (same environment) into one dataset."""
+# --- datasets from raw files, and merging the parts of a sweep ----------------------------------------------
+# Both stream: the records of a part are read twice (its keys, then its rows, a batch at a time), so memory
+# stays flat in the number of rows; what grows with the plan is two numbers per GEMM.
+_GEMM_PREFIX = '{"type": "gemm", "key": "'
+BATCH_ROWS = 8192
+PART_PATTERNS = ("*.part-*-of-*.raw.jsonl", "*.part-*-of-*.raw.jsonl.gz", "*.part-*-of-*.parquet")
+
+
+def _open_text(path: str):
+    import gzip
+    opener = gzip.open if str(path).endswith(".gz") else open
+    return opener(path, "rt", encoding="utf-8", errors="replace")
+
+
+def _raw_lines(path: str):
+    """(line, fast_key) for each record line of a raw file: every non-empty line but the env line. fast_key is
+    the key of a line `run` wrote (its key comes first; read without parsing the JSON), else None."""
+    n = len(_GEMM_PREFIX)
+    with _open_text(path) as f:
+        for line in f:
+            if line.startswith(_GEMM_PREFIX) and line.endswith("\n"):
+                end = line.find('"', n)
+                if end > n and "\\" not in line[n:end]:
+                    yield line, line[n:end]
+                    continue
+            if line.strip() and not line.startswith('{"type": "env"'):
+                yield line, None
+
+
+def raw_keys(path: str):
+    """The key of each record of a raw file, in order; None for a line that cannot be read (a record cut off
+    mid-write) or holds no key."""
+    for line, key in _raw_lines(path):
+        if key is None:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                log.warning("%s: unreadable record skipped (a sweep cut off mid-write?)", path)
+                obj = {}
+            key = obj.get("key") if isinstance(obj, dict) and isinstance(obj.get("key"), str) else None
+        yield key
+
+
+def raw_env(path: str) -> dict:
+    """The environment line of a raw file ({} without one)."""
+    with _open_text(path) as f:
+        first = f.readline()
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return {}
+    return {k: v for k, v in obj.items() if k != "type"} if obj.get("type") == "env" else {}
+
+
+class KeyIndex:
+    """Keys -> their position in a list, through the sorted hashes of the keys (16 bytes a key, no strings
+    kept). A hash is seeded per process; two keys of one list sharing one is told, not guessed around."""
+
+    def __init__(self, keys):
+        import numpy as np
+        h = np.fromiter((hash(k) for k in keys), dtype=np.int64)
+        self.order = np.argsort(h, kind="stable")
+        self.sorted = h[self.order]
+        if len(h) > 1 and (self.sorted[1:] == self.sorted[:-1]).any():
+            from cublaslt_probe.errors import ProbeError
+            raise ProbeError("two keys of the plan share a hash in this process: run the command again")
+
+    def __len__(self) -> int:
+        return len(self.sorted)
+
+    def positions(self, keys: list) -> "np.ndarray":  # noqa: F821
+        """Position of each key; -1 for None, -2 for a key not in the list."""
+        import numpy as np
+        h = np.fromiter((0 if k is None else hash(k) for k in keys), dtype=np.int64, count=len(keys))
+        if not len(self.sorted):
+            pos = np.full(len(keys), -2, dtype=np.int64)
+        else:
+            i = np.minimum(np.searchsorted(self.sorted, h), len(self.sorted) - 1)
+            pos = np.where(self.sorted[i] == h, self.order[i], -2)
+        pos[np.fromiter((k is None for k in keys), dtype=bool, count=len(keys))] = -1
+        return pos
+
+
+@dataclass
+class Part:
+    """One input of `merge` (or the raw file of `run`): a raw JSONL file or a Parquet dataset, the
+    environment and slice it records, and after `scan` the plan position of each of its records."""
+
+    path: str
+    raw: bool
+    env: dict
+    slice: Slice = WHOLE
+    positions: object = None     # numpy int64: plan position of each record (-1 unreadable, -2 not in the plan)
+    keep: object = None          # numpy bool: the record that stands for its GEMM (a raw file's last one)
+    strangers: list = field(default_factory=list)   # a few keys not in the plan
+
+    @classmethod
+    def open(cls, path: str) -> "Part":
+        from cublaslt_probe.errors import ProbeError
+        if not os.path.exists(path):
+            raise ProbeError(f"no part at {path}: name raw files (.raw.jsonl), datasets (.parquet), a folder "
+                             "of parts or a glob")
+        raw = ".raw.jsonl" in os.path.basename(path) or path.endswith((".jsonl", ".jsonl.gz"))
+        if raw:
+            env = raw_env(path)
+        else:
+            import pyarrow.parquet as pq
+            try:
+                meta = pq.read_schema(path).metadata or {}
+            except Exception as e:  # noqa: BLE001  (pyarrow raises several kinds)
+                raise ProbeError(f"{path} is not a raw file (.raw.jsonl) or a readable Parquet dataset: {e}") from e
+            env = json.loads(meta.get(b"cublaslt_probe.env", b"{}"))
+        shard = env.get("shard")
+        return cls(path, raw, env, parse_shard(shard, f"{path}: shard") if shard else WHOLE)
+
+    def keys(self):
+        """Each record's key, in order, a batch at a time."""
+        if self.raw:
+            batch = []
+            for k in raw_keys(self.path):
+                batch.append(k)
+                if len(batch) == 1 << 16:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+        else:
+            import pyarrow.parquet as pq
+            for b in pq.ParquetFile(self.path).iter_batches(batch_size=1 << 16, columns=["key"]):
+                yield b.column(0).to_pylist()
+
+    def scan(self, index: KeyIndex) -> None:
+        """Plan position of every record; `keep` marks the last record of each GEMM (a resumed raw file may
+        hold a GEMM twice: the later record replaced the earlier)."""
+        import numpy as np
+        chunks = []
+        for keys in self.keys():
+            pos = index.positions(keys)
+            if len(self.strangers) < 3 and (pos == -2).any():
+                self.strangers += [keys[i] for i in np.nonzero(pos == -2)[0][:3 - len(self.strangers)]]
+            chunks.append(pos)
+        self.positions = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+        self.keep = np.zeros(len(self.positions), dtype=bool)
+        rows = np.nonzero(self.positions >= 0)[0]
+        _, last = np.unique(self.positions[rows][::-1], return_index=True)
+        self.keep[rows[len(rows) - 1 - last]] = True
+
+    def gemms(self) -> "np.ndarray":  # noqa: F821
+        """Plan positions of the GEMMs this part holds (each once)."""
+        return self.positions[self.keep]
+
+
+def find_parts(inputs: list[str]) -> list[str]:
+    """Files, folders (their NAME.part-IIII-of-NNNN files) and globs -> part files, each once. Where a part has
+    both its raw file and its dataset, the dataset is read if it is not older than the raw file (`run` writes it
+    last, from the whole raw file), else the raw file."""
+    import glob
+    from cublaslt_probe.errors import ProbeError
+    found = []
+    for p in inputs:
+        if os.path.isdir(p):
+            hits = sorted(h for pat in PART_PATTERNS for h in glob.glob(os.path.join(glob.escape(p), pat)))
+            if not hits:
+                raise ProbeError(f"no part files in folder {p} (NAME.part-IIII-of-NNNN.raw.jsonl or .parquet, "
+                                 "as `sweep --shard` writes them)")
+            found += hits
+        elif not os.path.exists(p) and glob.has_magic(p):
+            hits = sorted(glob.glob(p))
+            if not hits:
+                raise ProbeError(f"no file matches {p}")
+            found += hits
+        else:
+            found.append(p)
+    by_base: dict[str, list[str]] = {}
+    for p in dict.fromkeys(found):
+        base = p
+        for suffix in (".raw.jsonl.gz", ".raw.jsonl", ".parquet"):
+            if p.endswith(suffix):
+                base = p[:-len(suffix)]
+                break
+        by_base.setdefault(base, []).append(p)
+    out = []
+    for base, ps in by_base.items():
+        pq_, raws = [p for p in ps if p.endswith(".parquet")], [p for p in ps if not p.endswith(".parquet")]
+        if pq_ and raws:
+            fresh = os.path.getmtime(pq_[0]) >= max(os.path.getmtime(r) for r in raws)
+            ps = pq_ if fresh else raws
+        out += ps
+    return out
+
+
+def arrow_schema():
+    """The dataset schema as Arrow types that every batch of a streamed dataset is cast to (categories as
+    dictionaries of 32-bit codes, the kernel list as a list of strings)."""
     import pandas as pd
+    import pyarrow as pa
+
+    from cublaslt_probe import dataset
+    base = pa.Schema.from_pandas(dataset.coerce(pd.DataFrame(columns=dataset.COLUMNS)), preserve_index=False)
+    fields = []
+    for f in base:
+        t = f.type
+        if pa.types.is_dictionary(t):
+            t = pa.dictionary(pa.int32(), pa.string())
+        elif pa.types.is_null(t):   # the object columns: lists of strings
+            t = pa.list_(pa.string())
+        fields.append(pa.field(f.name, t))
+    return pa.schema(fields, metadata=base.metadata)
+
+
+def _raw_tables(path: str, keep, env: dict, schema):
+    """The kept records of a raw file as Arrow tables of the dataset, BATCH_ROWS rows at a time."""
+    import pyarrow as pa
 
     from cublaslt_probe import dataset
     from cublaslt_probe.errors import ProbeError
-    if not paths:
-        raise ProbeError("merge needs at least one dataset")
-    frames, envs = [], []
-    for p in paths:
-        df = dataset.read_parquet(p)
-        frames.append(df)
-        envs.append(df.attrs.get("env", {}))
-    base = envs[0]
-    for p, e in zip(paths[1:], envs[1:]):
-        diff = [k for k in ENV_MATCH if e.get(k) != base.get(k)]
+    batch = []
+    for i, (line, _) in enumerate(_raw_lines(path)):
+        if not keep[i]:
+            continue
+        try:
+            batch.append(json.loads(line))
+        except ValueError as e:
+            raise ProbeError(f"{path}: record {i + 1} became unreadable while merging: {e}") from e
+        if len(batch) == BATCH_ROWS:
+            yield pa.Table.from_pandas(dataset.validate(dataset.build(batch, env)), schema=schema,
+                                       preserve_index=False)
+            batch = []
+    if batch:
+        yield pa.Table.from_pandas(dataset.validate(dataset.build(batch, env)), schema=schema, preserve_index=False)
+
+
+def _parquet_tables(path: str, keep, schema):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    start = 0
+    for b in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+        t = pa.Table.from_batches([b])
+        k = keep[start:start + len(t)]
+        start += len(t)
+        if not k.all():
+            t = t.filter(pa.array(k))
+        yield t.select(schema.names).cast(schema)
+
+
+def _raw_to_parquet(path: str, keep, env: dict, dest: str) -> int:
+    """A raw part as a Parquet file of the dataset schema (run in a worker process by `write_dataset`)."""
+    import pyarrow.parquet as pq
+    schema = arrow_schema()
+    n = 0
+    with pq.ParquetWriter(dest, schema) as w:
+        for t in _raw_tables(path, keep, env, schema):
+            w.write_table(t)
+            n += len(t)
+    return n
+
+
+def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1) -> int:
+    """Stream the kept records of scanned `parts` into the Parquet dataset `out` (written whole or not at
+    all); raw parts are turned into rows by up to `jobs` processes. Returns the rows written."""
+    import shutil
+    import tempfile
+    from concurrent.futures import ProcessPoolExecutor
+
+    import pyarrow.parquet as pq
+    schema = arrow_schema()
+    meta = dict(schema.metadata or {})
+    meta[b"cublaslt_probe.env"] = json.dumps(env, default=str).encode()
+    meta[b"cublaslt_probe.schema"] = b"1"
+    schema = schema.with_metadata(meta)
+    folder = os.path.dirname(os.path.abspath(out))
+    tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=folder)
+    tmp_out = os.path.join(tmp_dir, "out.parquet")
+    raws = [p for p in parts if p.raw]
+    pool = ProcessPoolExecutor(jobs) if jobs > 1 and len(raws) > 1 else None
+    try:
+        futures = {}
+        if pool:
+            for i, p in enumerate(raws):
+                futures[p.path] = (pool.submit(_raw_to_parquet, p.path, p.keep, p.env,
+                                               os.path.join(tmp_dir, f"{i}.parquet")), os.path.join(tmp_dir, f"{i}.parquet"))
+        n = 0
+        with pq.ParquetWriter(tmp_out, schema) as w:
+            for p in parts:
+                if p.path in futures:
+                    fut, dest = futures.pop(p.path)
+                    fut.result()
+                    tables = _parquet_tables(dest, _all(pq.ParquetFile(dest).metadata.num_rows), schema)
+                elif p.raw:
+                    tables = _raw_tables(p.path, p.keep, p.env, schema)
+                else:
+                    tables = _parquet_tables(p.path, p.keep, schema)
+                for t in tables:
+                    w.write_table(t)
+                    n += len(t)
+        os.replace(tmp_out, out)
+        return n
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _all(n: int):
+    import numpy as np
+    return np.ones(n, dtype=bool)
+
+
+@dataclass
+class Merged:
+    out: str
+    rows: int
+    parts: int
+    plan: str | None
+
+
+def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: int | None = None) -> Merged:
+    """Join the parts of a sweep (raw files or datasets; folders and globs of them) into one dataset.
+
+    Checks, before writing anything, that the parts come from one environment (`ENV_MATCH`) and one plan, and
+    that together they hold every GEMM of the plan exactly once: says which slices are missing or incomplete,
+    which GEMMs two parts both hold, and which records belong to no slice of theirs. Parts written before plans
+    were recorded can only be checked for GEMMs held twice.
+    """
+    import numpy as np
+
+    from cublaslt_probe.errors import ProbeError
+    if not inputs:
+        raise ProbeError("merge needs at least one part")
+    parts = [Part.open(p) for p in find_parts(list(inputs))]
+    base = parts[0]
+    for p in parts[1:]:
+        diff = [k for k in ENV_MATCH if p.env.get(k) != base.env.get(k)]
         if diff and not allow_env_mismatch:
-            raise ProbeError(f"{p} was measured in another environment than {paths[0]} ({', '.join(diff)} "
-                             "differ): these are not shards of one sweep; pass --allow-env-mismatch to merge anyway")
-    df = pd.concat([dataset.coerce(f) for f in frames], ignore_index=True)
-    df = df.drop_duplicates("key", keep="last").reset_index(drop=True)
-    df = dataset.coerce(df)
-    dataset.write_parquet(df, out, base)
-    return df
+            raise ProbeError(f"{p.path} was measured in another environment than {base.path} ("
+                             + ", ".join(f"{k} {p.env.get(k)!r} vs {base.env.get(k)!r}" for k in diff)
+                             + "): these are not parts of one sweep; pass --allow-env-mismatch to merge anyway")
+    idents = [p.env.get("plan") for p in parts]
+    plan_ = None
+    if all(idents):
+        digests = {i["digest"] for i in idents}
+        if len(digests) > 1:
+            other = next(p for p, i in zip(parts, idents) if i["digest"] != idents[0]["digest"])
+            raise ProbeError(f"{other.path} ran another plan than {base.path} (sweep {other.env.get('sweep')!r} "
+                             f"vs {base.env.get('sweep')!r}, {other.env['plan']['cases']} vs "
+                             f"{base.env['plan']['cases']} GEMMs): merge the parts of one sweep")
+        plan_ = plan_from_spec(idents[0]["spec"], idents[0]["backends"])
+        if plan_.digest() != idents[0]["digest"]:
+            raise ProbeError(f"the plan of {base.path} ({idents[0]['cases']} GEMMs) is not what its spec expands "
+                             f"to now ({len(plan_.cases)} GEMMs, another order or another version of the tool): "
+                             "merge with the version that ran the sweep")
+        keys = plan_.cases.keys()
+        index = KeyIndex(keys)
+        del keys
+    else:
+        old = [p.path for p, i in zip(parts, idents) if not i]
+        log.warning("%s record no plan (written by an earlier version): checking only that no GEMM is held twice",
+                    ", ".join(old[:3]) + (" ..." if len(old) > 3 else ""))
+        keys = sorted({k for p in parts for ks in p.keys() for k in ks if k is not None})
+        index = KeyIndex(keys)
+    for p in parts:
+        p.scan(index)
+    key_of = (lambda q: plan_.cases[int(q)].key) if plan_ is not None else (lambda q, ks=keys: ks[int(q)])
+    problems = _coverage(parts, index, plan_, key_of)
+    if problems:
+        raise ProbeError(f"the parts do not hold {'plan ' + repr(plan_.name) if plan_ else 'their GEMMs'} "
+                         f"({len(index)} GEMMs) exactly once: " + "; ".join(problems))
+    env = dict(base.env, shard=None, shard_source=None, parts=len(parts))
+    n_jobs = jobs or min(os.cpu_count() or 1, sum(p.raw for p in parts)) or 1
+    rows = write_dataset(parts, out, env, jobs=n_jobs)
+    return Merged(out, rows, len(parts), plan_.name if plan_ else None)
+
+
+def _coverage(parts: list[Part], index: KeyIndex, plan_, key_of) -> list[str]:
+    """What keeps the parts from holding each GEMM exactly once (empty when they do)."""
+    import numpy as np
+    problems = []
+    n = len(index)
+    owner = np.full(n, -1, dtype=np.int32)
+    twice, twice_eg = 0, []
+    for pi, p in enumerate(parts):
+        if p.strangers:
+            k = int((p.positions == -2).sum())
+            problems.append(f"{p.path} holds {k} GEMMs that are not in the plan (e.g. {p.strangers[0]}): a part "
+                            "of another sweep")
+        g = p.gemms()
+        prev = owner[g]
+        clash = prev >= 0
+        if clash.any():
+            twice += int(clash.sum())
+            for q, o in zip(g[clash][:3 - len(twice_eg)], prev[clash]):
+                twice_eg.append(f"{key_of(q)} in {parts[o].path} and {p.path}")
+        owner[g] = pi
+        if plan_ is not None and p.slice.count > 1:
+            wrong = g % p.slice.count != p.slice.index - 1
+            if wrong.any():
+                problems.append(f"{p.path} (slice {p.slice.spec}) holds {int(wrong.sum())} GEMMs of other slices "
+                                f"(e.g. {key_of(g[wrong][0])})")
+    if twice:
+        problems.append(f"{twice} GEMMs are in two parts (" + "; ".join(twice_eg) + ")")
+    if plan_ is None:
+        return problems
+    missing = np.nonzero(owner < 0)[0]
+    if len(missing):
+        counts = {p.slice.count for p in parts}
+        if len(counts) == 1 and (c := counts.pop()) > 1:
+            have = {p.slice.index for p in parts}
+            per = np.bincount(missing % c, minlength=c)
+            absent = [s + 1 for s in range(c) if per[s] and s + 1 not in have]
+            short = [s + 1 for s in range(c) if per[s] and s + 1 in have]
+            if absent:
+                problems.append(f"slices {_ranges(absent)} of {c} are missing (no part)")
+            for s in short[:3]:
+                first = missing[missing % c == s - 1][0]
+                problems.append(f"slice {s}/{c} lacks {int(per[s - 1])} of {len(range(s - 1, n, c))} GEMMs (e.g. "
+                                f"{key_of(first)}; finish it with --resume)")
+            if len(short) > 3:
+                problems.append(f"and {len(short) - 3} more incomplete slices ({_ranges(short)})")
+        else:
+            problems.append(f"{len(missing)} GEMMs of the plan are in no part (e.g. {key_of(missing[0])})")
+    return problems
+
+
+def _ranges(xs: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    out, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out)
 
 
 # --- a CPU executor that really runs (numpy): tests the machinery without a GPU --------------------------------

@@ -1,5 +1,6 @@
 """Sweep planning, sharding, incremental writing, resume and error rows, run for real on the CPU (numpy)."""
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -143,15 +144,69 @@ def test_resume_refuses_another_environment(tmp_path):
 
 
 def test_shards_merge_to_the_full_sweep(tmp_path):
-    cases = _plan()
+    plan = sweep.plan_from_spec(NUMPY_SPEC)
     parts = []
     for i in (1, 2):
-        p = str(tmp_path / f"p{i}.parquet")
-        sweep.run(sweep.shard(cases, f"{i}/2"), p, sweep.NumpyExecutor(), progress=False)
+        sl = sweep.parse_shard(f"{i}/2")
+        p = sweep.part_path(str(tmp_path / "x.parquet"), sl)
+        sweep.run(sl.take(plan.cases), p, sweep.NumpyExecutor(), progress=False, meta=sweep.run_meta(plan, sl))
         parts.append(p)
-    df = sweep.merge(parts, str(tmp_path / "all.parquet"))
-    assert sorted(df.key) == sorted(c.key for c in cases)
-    dataset.validate(dataset.read_parquet(str(tmp_path / "all.parquet")))
+    assert [os.path.basename(p) for p in parts] == ["x.part-0001-of-0002.parquet", "x.part-0002-of-0002.parquet"]
+    m = sweep.merge(parts, str(tmp_path / "all.parquet"))
+    assert (m.rows, m.parts, m.plan) == (len(plan.cases), 2, "cpu")
+    df = dataset.validate(dataset.read_parquet(str(tmp_path / "all.parquet")))
+    assert sorted(df.key) == sorted(plan.cases.keys())
+    assert df.attrs["env"]["plan"]["digest"] == plan.digest() and df.attrs["env"]["shard"] is None
+    # the raw parts merge to the same rows as the datasets
+    raws = [sweep.raw_path(p) for p in parts]
+    sweep.merge(raws, str(tmp_path / "raw.parquet"), jobs=1)
+    a = dataset.read_parquet(str(tmp_path / "all.parquet")).sort_values("key", ignore_index=True)
+    b = dataset.read_parquet(str(tmp_path / "raw.parquet")).sort_values("key", ignore_index=True)
+    assert a.drop(columns="kernels").equals(b.drop(columns="kernels"))
+    # one part alone: the other slice is named missing, nothing is written
+    with pytest.raises(ProbeError, match=r"slices 2 of 2 are missing \(no part\)"):
+        sweep.merge(parts[:1], str(tmp_path / "half.parquet"))
+    assert not (tmp_path / "half.parquet").exists()
+
+
+def test_plan_matches_the_case_by_case_expansion():
+    """The array expansion gives the Cases, order, duplicates dropped and skip counts of expanding the product
+    one Case at a time, as the plan was first written."""
+    import itertools
+    from collections import Counter
+
+    from cublaslt_probe.cases import Case
+
+    def one_by_one(spec):
+        seen, cases, skipped = set(), [], Counter()
+        for g in spec["group"]:
+            if "shapes" in g:
+                shapes = [tuple(s) if len(s) == 4 else (*s, 1) for s in g["shapes"]]
+            else:
+                shapes = list(itertools.product(*(sweep.expand_axis(g[a], a) for a in "mnk"),
+                                                sweep.expand_axis(g.get("batch", 1), "batch")))
+            for (m, n, k, b), op, dt, lay, be in itertools.product(
+                    shapes, g.get("ops", ["mm"]), g.get("dtypes", ["bf16"]), g.get("layouts", ["NN"]),
+                    g.get("backends", ["torch"])):
+                c = Case(be, op, dt, lay, m, n, k, (8 if b == 1 else b) if op == "bmm" else 1)
+                why = invalid_reason(c) if be != "numpy" else sweep.numpy_invalid(c)
+                if why:
+                    skipped[why.split(": ", 1)[-1]] += 1
+                elif c.key not in seen:
+                    seen.add(c.key)
+                    cases.append(c)
+        return cases, skipped
+
+    overlapping = {"group": [NUMPY_SPEC["group"][0], {"backends": ["numpy", "torch"], "ops": ["mm", "bmm"],
+                                                      "dtypes": ["fp32", "bf16"], "shapes": [[16, 64, 16], [4, 8, 16, 3],
+                                                                                           [16, 64, 16]]}]}
+    for spec in [sweep.preset(name) for name in sweep.PRESETS] + [NUMPY_SPEC, overlapping]:
+        p = sweep.plan_from_spec(spec)
+        cases, skipped = one_by_one(spec)
+        assert list(p.cases) == cases
+        assert p.cases.keys() == [c.key for c in cases]
+        assert p.skipped == skipped
+        assert [c.key for c in p.cases[3::7]] == [c.key for c in cases[3::7]]
 
 
 def test_cli_dry_run_and_no_gpu_error(tmp_path):
@@ -178,10 +233,17 @@ def test_cli_numpy_sweep_and_merge(tmp_path):
     r = CliRunner().invoke(main, ["sweep", "--spec", str(spec), "-o", str(out), "--no-progress"])
     assert r.exit_code == 0, r.output
     assert f"wrote {out}: 97 rows (0 error rows)" in r.output
+    r = CliRunner().invoke(main, ["merge", str(out), "-o", str(tmp_path / "m.parquet")])
+    assert r.exit_code == 0 and "97 rows from 1 parts (plan 'cpu', each GEMM once)" in r.output
     r = CliRunner().invoke(main, ["merge", str(out), str(out), "-o", str(tmp_path / "m.parquet")])
-    assert r.exit_code == 0 and "97 rows from 2 parts" in r.output
+    assert r.exit_code == 0 and "97 rows from 1 parts" in r.output    # one file named twice is read once
+    copy = tmp_path / "copy.parquet"
+    copy.write_bytes(out.read_bytes())
+    r = CliRunner().invoke(main, ["merge", str(out), str(copy), "-o", str(tmp_path / "m.parquet")])
+    assert r.exit_code == 1
+    assert f"97 GEMMs are in two parts (numpy|mm|fp32|NN|1|8|16|1 in {out} and {copy}; " in r.output
     r = CliRunner().invoke(main, ["merge", str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "m.parquet")])
-    assert r.exit_code == 1 and "Error: no dataset at" in r.output
+    assert r.exit_code == 1 and "Error: no part at" in r.output
 
 
 def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
@@ -192,8 +254,8 @@ def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
     out = tmp_path / "d.parquet"
     r = CliRunner().invoke(main, ["sweep", "--spec", str(spec), "-o", str(out), "--devices", "0,1", "--no-progress"])
     assert r.exit_code == 0, r.output
-    assert f"merged 2 device shards into {out}: 97 rows" in r.output
-    parts = sorted(p.name for p in tmp_path.glob("d.part*of2.parquet"))
-    assert parts == ["d.part1of2.parquet", "d.part2of2.parquet"]
+    assert f"merged 2 device parts into {out}: 97 rows" in r.output
+    parts = sorted(p.name for p in tmp_path.glob("d.part-*.parquet"))
+    assert parts == ["d.part-0001-of-0002.parquet", "d.part-0002-of-0002.parquet"]
     df = dataset.read_parquet(out)
     assert sorted(df.key) == sorted(c.key for c in sweep.plan_from_spec(NUMPY_SPEC).cases)

@@ -21,8 +21,15 @@ from cublaslt_probe.errors import ProbeError
 @click.option("--retry-errors", is_flag=True, help="With --resume: run again the GEMMs that ended as error rows.")
 @click.option("--candidates", default=0, show_default=True,
               help="For lt-backend GEMMs: also run the heuristic's top N candidates (regret columns).")
-@click.option("--shard", default=None, metavar="I/N", help="Run only the I-th of N deterministic slices (1-based).")
-@click.option("--devices", default=None, metavar="0,1", help="One worker per GPU, each a shard; parts are merged.")
+@click.option("--shard", default=None, metavar="I/N|auto",
+              help="Run only slice I of N (1-based: every N-th GEMM from the I-th), written to "
+                   "OUT.part-IIII-of-NNNN.parquet; `auto` takes the slice from a Slurm job array, torchrun or a "
+                   "Kubernetes Indexed Job (docs/cluster.md).")
+@click.option("--shard-count", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --shard auto in a Kubernetes Indexed Job: the Job's completions.")
+@click.option("--devices", default=None, metavar="0,1",
+              help="One worker per GPU, each a slice; their parts are merged into OUT (with --shard, left as parts "
+                   "of the whole plan).")
 @click.option("--window", default=32, show_default=True,
               help="GEMMs per profiler window (records are written after each window).")
 @click.option("--reps", default=20, show_default=True,
@@ -33,8 +40,8 @@ from cublaslt_probe.errors import ProbeError
 @click.option("--flush-l2", is_flag=True, help="Flush L2 (zero 256 MB) before each timed repetition.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--no-progress", is_flag=True, help="No progress line on stderr.")
-def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates, shard, devices, window, reps,
-              heuristic_reps, flush_l2, dry_run, no_progress):
+def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates, shard, shard_count, devices,
+              window, reps, heuristic_reps, flush_l2, dry_run, no_progress):
     """Run GEMMs over shapes × dtypes × layouts × ops × backends; write one row per GEMM.
 
     Needs an NVIDIA GPU (torch; cupy for the cupy backend).
@@ -42,60 +49,89 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
     from cublaslt_probe import sweep
     bes = backends.split(",") if backends else None
     plan = sweep.plan(preset, spec_path, bes)
-    cases = sweep.shard(plan.cases, shard)
-    click.echo(plan.summary() + (f"\n  shard {shard}: {len(cases)} GEMMs" if shard else ""), err=True)
+    if shard == "auto":
+        sl = sweep.shard_from_env(os.environ, shard_count)
+    elif shard_count:
+        raise ProbeError("--shard-count goes with --shard auto (in a Kubernetes Indexed Job)")
+    else:
+        sl = sweep.parse_shard(shard) if shard else None
+    cases = sl.take(plan.cases) if sl else plan.cases
+    click.echo(plan.summary() + (f"\n  slice {sl.spec} ({sl.source}): {len(cases)} GEMMs" if sl else ""), err=True)
     if dry_run:
         return
     if not cases:
         raise ProbeError("the plan is empty: nothing to run (check --backends and the spec)")
     if devices:
+        if sl and sl.local_rank is not None:
+            raise ProbeError("--devices with a launcher that starts one process per GPU (LOCAL_RANK is set): "
+                             "drop --devices, each process takes the GPU of its local rank")
         args = (["--preset", preset] if preset else ["--spec", spec_path]) + [
             "--window", str(window), "--reps", str(reps), "--heuristic-reps", str(heuristic_reps),
             "--candidates", str(candidates)]
         args += (["--backends", backends] if backends else []) + (["--resume"] if resume else []) + \
             (["--retry-errors"] if retry_errors else []) + (["--flush-l2"] if flush_l2 else [])
-        return _multi_device(devices, out, args)
+        return _multi_device(devices, out, args, sl)
+    if sl and sl.local_rank is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = sweep.local_rank_device(sl.local_rank)
+        click.echo(f"  LOCAL_RANK={sl.local_rank}: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}", err=True)
+    target = sweep.part_path(out, sl) if sl else out
     if all(c.backend == "numpy" for c in cases):
         executor = sweep.NumpyExecutor()
     else:
         from cublaslt_probe.probe import Probe
         executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps)
-    df = sweep.run(cases, out, executor, resume=resume, window=window, progress=not no_progress,
-                   meta={"sweep": plan.name, "shard": shard, "candidates": candidates, "flush_l2": flush_l2},
+    meta = sweep.run_meta(plan, sl, candidates=candidates, flush_l2=flush_l2)
+    df = sweep.run(cases, target, executor, resume=resume, window=window, progress=not no_progress, meta=meta,
                    retry_errors=retry_errors)
     n_err = int(df["error"].notna().sum())
-    click.echo(f"wrote {out}: {len(df)} rows ({n_err} error rows); raw records in {sweep.raw_path(out)}", err=True)
+    click.echo(f"wrote {target}: {len(df)} rows ({n_err} error rows); raw records in {sweep.raw_path(target)}",
+               err=True)
 
 
-def _multi_device(devices: str, out: str, args: list[str]):
-    """One worker process per device (CUDA_VISIBLE_DEVICES), each running shard i/N of the same plan."""
+def _multi_device(devices: str, out: str, args: list[str], sl=None):
+    """One worker process per device (CUDA_VISIBLE_DEVICES), each running its part of the plan (of slice `sl`
+    when given: part j of slice i/n is slice i + (j-1)·n of n·devices, so every part is a slice of the whole
+    plan and `merge` checks them all together)."""
     from cublaslt_probe import sweep
     devs = [d.strip() for d in devices.split(",") if d.strip()]
-    base = out[:-len(".parquet")] if out.endswith(".parquet") else out
+    whole = sl or sweep.WHOLE
     procs, parts = [], []
-    for i, d in enumerate(devs, 1):
-        part = f"{base}.part{i}of{len(devs)}.parquet"
-        parts.append(part)
+    for j, d in enumerate(devs, 1):
+        sub = whole.split(j, len(devs))
+        parts.append(sweep.part_path(out, sub))
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=d)
-        cmd = [sys.executable, "-m", "cublaslt_probe", "sweep"] + args + ["--shard", f"{i}/{len(devs)}", "-o", part,
+        cmd = [sys.executable, "-m", "cublaslt_probe", "sweep"] + args + ["--shard", sub.spec, "-o", out,
                                                                           "--no-progress"]
         procs.append(subprocess.Popen(cmd, env=env))
     codes = [p.wait() for p in procs]
     if any(codes):
         raise ProbeError(f"device workers exited with {codes}; finish with --resume (parts: {', '.join(parts)})")
-    df = sweep.merge(parts, out)
-    click.echo(f"merged {len(parts)} device shards into {out}: {len(df)} rows", err=True)
+    if sl:
+        click.echo(f"wrote {len(parts)} parts of slice {sl.spec}: {', '.join(parts)}; `merge` joins them with the "
+                   "other slices", err=True)
+        return
+    m = sweep.merge(parts, out)
+    click.echo(f"merged {len(parts)} device parts into {out}: {m.rows} rows", err=True)
 
 
 @click.command("merge")
-@click.argument("parts", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("parts", nargs=-1, required=True)
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False))
 @click.option("--allow-env-mismatch", is_flag=True, help="Merge datasets from different GPUs or libraries.")
-def merge_cmd(parts, out, allow_env_mismatch):
-    """Join the datasets of a sharded sweep into one (duplicates: the later part wins)."""
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes turning raw parts into rows (default: one per core).")
+def merge_cmd(parts, out, allow_env_mismatch, jobs):
+    """Join the parts of a sweep into one dataset: raw files or datasets, a folder of them, or a glob.
+
+    Checks first that they come from one environment and one plan and hold each of its GEMMs exactly once,
+    naming the slices that are missing and the GEMMs held twice. Streams: memory does not grow with the rows.
+    """
     from cublaslt_probe import sweep
-    df = sweep.merge(list(parts), out, allow_env_mismatch)
-    click.echo(f"wrote {out}: {len(df)} rows from {len(parts)} parts", err=True)
+    from cublaslt_probe.cli._common import check_writable
+    check_writable(out)
+    m = sweep.merge(list(parts), out, allow_env_mismatch, jobs)
+    click.echo(f"wrote {out}: {m.rows} rows from {m.parts} parts"
+               + (f" (plan {m.plan!r}, each GEMM once)" if m.plan else ""), err=True)
 
 
 @click.command("dataset")
