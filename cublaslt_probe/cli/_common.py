@@ -1,13 +1,84 @@
-"""Small helpers shared by the command modules."""
+"""What every command shares: the output options and writers, the one table renderer, input and output
+checks, and the exit-code convention (docs/cli.md).
+
+Exit codes: 0 = all good; 1 = nothing usable (an ``Error: ...`` line says why and what to do); 2 = a usage
+error (click's); 3 = partial: the output holds every good record, but some input could not be used (a
+damaged line, a file cut off or unreadable); stderr says which. A closed pipe downstream
+(``... | head``) ends the command quietly with 0: the reader took what it wanted.
+"""
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator
 
 import click
 
 from cublaslt_probe.errors import ProbeError
+
+EXIT_OK = 0
+EXIT_NOTHING = 1
+EXIT_USAGE = 2
+EXIT_PARTIAL = 3
+
+FORMATS = ("table", "csv", "jsonl", "parquet")
+_SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "json",
+                   ".txt": "table"}
+_FORMAT_SUFFIX = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl", "json": ".json", "table": ".txt",
+                  "text": ".txt"}
+_FORMAT_HELP = {"table": "aligned columns for people", "csv": "every column", "jsonl": "one JSON object a line",
+                "parquet": "typed columns (needs -o)", "json": "one JSON document", "text": "for people"}
+
+
+# ----------------------------------------------------------------------------------------- output options
+def output_options(formats: tuple[str, ...] = FORMATS, *, top: int | None = None, default: str | None = None):
+    """``-f/--format``, ``-o/--output`` (``--out`` an alias) and, with `top` (the table's default number of
+    rows), ``--top``: the output options of every command that writes rows. Resolve them with
+    `out_format`."""
+    default = default or formats[0]
+    fmt_help = "; ".join(f"{f}: {_FORMAT_HELP[f]}" for f in formats)
+
+    def deco(f):
+        if top is not None:
+            f = click.option("--top", type=click.IntRange(min=0), default=None,
+                             help=f"Only the first N rows (table default {top}; 0 = all).")(f)
+        f = click.option("-o", "--output", "--out", "output", type=click.Path(dir_okay=False, allow_dash=True),
+                         default=None,
+                         help="Write here instead of stdout (- is stdout); the suffix (.csv, .jsonl, "
+                              ".parquet, ...) picks the format when --format is not given.")(f)
+        f = click.option("-f", "--format", "fmt", type=click.Choice(formats), default=None,
+                         help=f"Output format [default: {default}, or the suffix of -o]. {fmt_help}.")(f)
+        return f
+    return deco
+
+
+def out_format(fmt: str | None, output: str | None, formats: tuple[str, ...] = FORMATS,
+               default: str | None = None) -> str:
+    """The format to write: --format, else the suffix of -o, else `default`; an explicit --format that
+    the suffix contradicts, or a binary format to the terminal, is a usage error. Checks that `output`
+    can be written (before any input is read)."""
+    default = default or formats[0]
+    by_suffix = None
+    if output and output != "-":
+        ext = os.path.splitext(output)[1].lower()
+        by_suffix = _SUFFIX_FORMATS.get(ext)
+        if by_suffix == "json" and "json" not in formats:
+            by_suffix = "jsonl" if "jsonl" in formats else None
+        if by_suffix not in formats:
+            by_suffix = None
+        if fmt is not None and by_suffix is not None and by_suffix != fmt:
+            stem = os.path.splitext(output)[0]
+            raise click.UsageError(f"-o {output} names a {by_suffix} file but --format {fmt} was asked: "
+                                   f"write {stem}{_FORMAT_SUFFIX.get(fmt, '')} or drop --format")
+    fmt = fmt or by_suffix or default
+    if fmt == "parquet" and (not output or output == "-"):
+        raise click.UsageError("--format parquet writes a binary file: give it a path with -o OUT.parquet")
+    check_writable(output)
+    return fmt
 
 
 def check_writable(output: str | None) -> None:
@@ -15,12 +86,113 @@ def check_writable(output: str | None) -> None:
     if not output or output == "-":
         return
     parent = os.path.dirname(os.path.abspath(output))
+    if os.path.isdir(output):
+        raise ProbeError(f"cannot write {output}: it is a directory (give a file name inside it)")
     if not os.path.isdir(parent):
         raise ProbeError(f"cannot write {output}: no such directory {parent}")
-    if not os.access(parent, os.W_OK):
-        raise ProbeError(f"cannot write {output}: permission denied")
+    if not os.access(parent, os.W_OK) or (os.path.exists(output) and not os.access(output, os.W_OK)):
+        raise ProbeError(f"cannot write {output}: permission denied (choose a writable directory)")
 
 
+def check_writable_dir(path: str) -> None:
+    """Fail early when the directory `path` cannot be created or written."""
+    p = os.path.abspath(path)
+    if os.path.exists(p) and not os.path.isdir(p):
+        raise ProbeError(f"cannot write into {path}: it is a file (give a directory)")
+    q = p
+    while not os.path.exists(q):
+        q = os.path.dirname(q)
+    if not os.path.isdir(q):
+        raise ProbeError(f"cannot create {path}: {q} is a file")
+    if not os.access(q, os.W_OK):
+        raise ProbeError(f"cannot write into {path}: permission denied in {q} (choose a writable directory)")
+
+
+# ------------------------------------------------------------------------------------------ text output
+class _Out:
+    """A text stream whose write errors (disk full, ...) name the output; a closed pipe stays a
+    BrokenPipeError (the command group ends quietly on it)."""
+
+    def __init__(self, f, name: str):
+        self._f, self.name = f, name
+
+    def write(self, s: str) -> None:
+        try:
+            self._f.write(s)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise ProbeError(f"cannot write {self.name}: {e.strerror or e}") from e
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise ProbeError(f"cannot write {self.name}: {e.strerror or e}") from e
+
+
+@contextmanager
+def text_output(output: str | None) -> Iterator[_Out]:
+    """A UTF-8 text stream to the file `output`, or to stdout (None or ``-``), whatever the locale."""
+    if output and output != "-":
+        try:
+            f = open(output, "w", encoding="utf-8", newline="", buffering=1 << 20)
+        except OSError as e:
+            raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
+        out = _Out(f, output)
+        try:
+            yield out
+            out.flush()
+        finally:
+            try:
+                f.close()
+            except OSError:
+                pass
+        return
+    sys.stdout.flush()
+    buf = getattr(sys.stdout, "buffer", None)
+    if buf is None:  # a text-only stdout (an embedding application)
+        yield _Out(sys.stdout, "stdout")
+        return
+    w = io.TextIOWrapper(buf, encoding="utf-8", errors="replace", newline="", write_through=False)
+    out = _Out(w, "stdout")
+    try:
+        yield out
+        out.flush()
+    finally:
+        try:
+            w.detach()
+        except (OSError, ValueError):
+            pass
+
+
+def write_text(output: str | None, text: str) -> None:
+    """`text` to stdout (no output, or ``-``) or to the file `output`."""
+    with text_output(output) as out:
+        out.write(text)
+
+
+class Lines:
+    """Collect lines and write them in chunks (few large writes are much faster than many small ones)."""
+
+    def __init__(self, out: _Out, chunk: int = 2000):
+        self.out, self.chunk, self.buf = out, chunk, []
+
+    def add(self, line: str) -> None:
+        self.buf.append(line)
+        if len(self.buf) >= self.chunk:
+            self.out.write("".join(self.buf))
+            self.buf = []
+
+    def close(self) -> None:
+        if self.buf:
+            self.out.write("".join(self.buf))
+            self.buf = []
+
+
+# ------------------------------------------------------------------------------------------ plain values
 def json_default(v):
     """JSON for what json.dumps does not know: timestamps, numpy scalars, anything else as text."""
     if hasattr(v, "isoformat"):
@@ -42,31 +214,204 @@ def clean(v):
     return v
 
 
-def write_text(output: str | None, text: str) -> None:
-    """`text` to stdout (no output, or `-`) or to the file `output`."""
-    if not output or output == "-":
-        click.echo(text, nl=False)
-        return
+def cell(v, fmt: str = "") -> str:
+    """A value as table text: missing values empty, booleans yes/no, numbers in `fmt` when given."""
+    v = clean(v)
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if fmt and isinstance(v, (int, float)):
+        return format(v, fmt)
+    return str(v)
+
+
+def clean_text(s: str) -> str:
+    """Text as read from argv or a terminal (undecodable bytes kept as surrogates) → valid Unicode, each
+    undecodable byte a U+FFFD."""
     try:
-        with open(output, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-    except OSError as e:
-        raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def write_frame(df, kind: str, output: str | None, table) -> None:
-    """`df` as table (`table()` renders the people's view), csv, jsonl or parquet (needs `output`)."""
-    if kind == "table":
-        write_text(output, table())
-    elif kind == "csv":
-        write_text(output, df.to_csv(index=False))
-    elif kind == "jsonl":
-        cols = list(df.columns)
-        lines = [json.dumps(dict(zip(cols, map(clean, row))), ensure_ascii=False, default=json_default)
-                 for row in df.itertuples(index=False, name=None)]
-        write_text(output, "".join(line + "\n" for line in lines))
-    else:  # parquet
+# ------------------------------------------------------------------------------------------------ tables
+MAX_CELL = 80  # no table cell is wider: longer values are cut with an ellipsis
+SAMPLE_ROWS = 1000  # column widths come from the first rows (the rest stream through)
+_CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {9: "\\t", 10: "\\n", 13: "\\r", 127: "\\x7f"}
+
+
+def fit(s: str, width: int = MAX_CELL) -> str:
+    """`s` on one line, at most `width` characters (cut with ``…``); control characters written as
+    escapes so that no value can break the table's lines."""
+    if not s.isprintable():
+        s = s.translate(_CONTROL)
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
+class Table:
+    """The one table renderer: aligned columns under a dashed rule, streamed in flat memory.
+
+    Column widths come from the header and the first `SAMPLE_ROWS` rows, at most `max_width` (or the
+    column's own cap in `caps`); a later cell that is wider but within the cap is written whole (its row
+    stands out), and any cell beyond its cap is cut with an ellipsis. Columns named in `right` are
+    right-aligned.
+    """
+
+    def __init__(self, header: list[str], right: Iterable[str] = (), *, caps: dict[str, int] | None = None,
+                 max_width: int = MAX_CELL, rule: bool = True, indent: str = ""):
+        self.header = list(header)
+        self.right = [h in set(right) for h in self.header]
+        caps = caps or {}
+        self.caps = [caps.get(h, max_width) for h in self.header]
+        self.rule, self.indent = rule, indent
+
+    def lines(self, rows: Iterable[list[str]]) -> Iterator[str]:
+        """The table's lines (each with ``"\\n"``) for `rows` (lists of strings)."""
+        caps = self.caps
+        it = iter(rows)
+        head: list[list[str]] = []
+        for r in it:
+            head.append([fit(c, w) for c, w in zip(r, caps)])
+            if len(head) >= SAMPLE_ROWS:
+                break
+        widths = [len(h) for h in self.header]
+        for r in head:
+            for i, c in enumerate(r):
+                if len(c) > widths[i]:
+                    widths[i] = len(c)
+        widths = [min(w, cap) for w, cap in zip(widths, caps)]
+        right, indent = self.right, self.indent
+
+        def line(cells):
+            out = [c.rjust(w) if rj else c.ljust(w) for c, w, rj in zip(cells, widths, right)]
+            return indent + "  ".join(out).rstrip() + "\n"
+
+        if self.header:
+            yield line([fit(h, w) for h, w in zip(self.header, widths)])
+            if self.rule:
+                yield line(["-" * w for w in widths])
+        for r in head:
+            yield line(r)
+        for r in it:
+            yield line([fit(c, w) for c, w in zip(r, caps)])
+
+    def write(self, rows: Iterable[list[str]], out: _Out) -> int:
+        """Write the table of `rows` to `out`; returns the number of rows."""
+        n = -2 if self.header and self.rule else -1 if self.header else 0
+        buf = Lines(out)
+        for ln in self.lines(rows):
+            buf.add(ln)
+            n += 1
+        buf.close()
+        return max(n, 0)
+
+    def text(self, rows: Iterable[list[str]]) -> str:
+        return "".join(self.lines(rows))
+
+
+def render_table(header: list[str], rows: Iterable[list[str]], right: Iterable[str] = (), **kw) -> str:
+    """A small table as text (see `Table`)."""
+    return Table(header, right, **kw).text(rows)
+
+
+# ------------------------------------------------------------------------------------------- data frames
+def write_frame(df, kind: str, output: str | None, table: Callable[[], str] | None = None) -> None:
+    """`df` as table (`table()` renders the people's view), csv, jsonl or parquet (needs `output`).
+
+    For frames that are already small (summaries, one GEMM's candidates, a trace's kernels): the rows are
+    written one at a time, never as one big string.
+    """
+    if kind == "parquet":
         try:
             df.to_parquet(output, index=False)
         except OSError as e:
             raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
+        return
+    from cublaslt_probe.logs.write import csv_row
+    with text_output(output) as out:
+        buf = Lines(out)
+        if kind == "table":
+            buf.add(table() if table is not None else render_table(
+                [str(c) for c in df.columns], ([cell(v) for v in r] for r in df.itertuples(index=False))))
+        elif kind == "csv":
+            buf.add(csv_row(df.columns))
+            for row in df.itertuples(index=False, name=None):
+                buf.add(csv_row(_csv_value(v) for v in row))
+        elif kind in ("jsonl", "json"):
+            cols = list(df.columns)
+            if kind == "json":
+                buf.add("[")
+            for i, row in enumerate(df.itertuples(index=False, name=None)):
+                text = json.dumps(dict(zip(cols, map(clean, row))), ensure_ascii=False, default=json_default)
+                buf.add((("," if i else "") + "\n" + text) if kind == "json" else text + "\n")
+            if kind == "json":
+                buf.add("\n]\n")
+        else:
+            raise ValueError(kind)
+        buf.close()
+
+
+def _csv_value(v):
+    v = clean(v)
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v, ensure_ascii=False, default=json_default)
+    if hasattr(v, "isoformat"):
+        return str(v)
+    return v
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+_MAGIC = ((b"\x1f\x8b", "a gzip file"), (b"PAR1", "a Parquet file"), (b"\x89PNG", "a PNG image"),
+          (b"SQLite format 3\x00", "an SQLite database"), (b"%PDF", "a PDF document"),
+          (b"PK\x03\x04", "a zip archive"), (b"\x7fELF", "an ELF binary"), (b"<svg", "an SVG image"))
+
+
+def sniff(path: str) -> str:
+    """What the file at `path` looks like, for error messages: ``a Parquet file``, ``a cuBLASLt log``,
+    ``a raw probe file (JSONL)``, ``a Chrome trace (JSON)``, ``a JSON document``, ``binary data``,
+    ``empty``, ``text``."""
+    import gzip
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    if not head:
+        return "empty"
+    if head[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as g:
+                inner = g.read(4096)
+        except (OSError, EOFError):
+            return "a gzip file (damaged)"
+        kind = _sniff_bytes(inner)
+        return f"a gzip file holding {kind}" if kind not in ("empty",) else "an empty gzip file"
+    return _sniff_bytes(head)
+
+
+def _sniff_bytes(head: bytes) -> str:
+    if not head:
+        return "empty"
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return what
+    if b"\x00" in head:
+        return "binary data"
+    text = head.decode("utf-8", "replace")
+    s = text.lstrip()
+    if s.startswith("[20") and "][cublasLt]" in s[:60] or "][Trace][" in s[:200]:
+        return "a cuBLASLt log"
+    if s.startswith(("I! cuBLAS", "i! ")):
+        return "a cuBLAS API log"
+    if s.startswith("{"):
+        first = s.split("\n", 1)[0]
+        if '"type": "env"' in first or '"type":"env"' in first or '"key":' in first:
+            return "a raw probe file (JSONL)"
+        if '"traceEvents"' in s or '"schemaVersion"' in s or '"deviceProperties"' in s:
+            return "a Chrome trace (JSON)"
+        return "a JSON document"
+    if text.count("\ufffd") > len(text) // 20:
+        return "binary data"
+    return "text"

@@ -1,0 +1,287 @@
+"""Records → output, one record at a time, in flat memory: JSON lines, CSV rows, table cells, Parquet
+batches, and the running summary ("which GEMMs, how often").
+
+A real log repeats the same lines: records of one line text (`line` and `time` aside) are equal in every
+other field, since `build_record` derives them from that text alone. The encoders here keep the encoded
+form of the rest of such a record in a small bounded memo keyed by that text, so a repeated GEMM costs a
+dictionary lookup and a string join rather than a full encoding; `extra` is compared on every hit, so a
+record that differs anywhere is encoded afresh. tests/test_logs_write.py checks each encoder against the
+plain encoding on every fixture line.
+"""
+from __future__ import annotations
+
+import json
+from operator import attrgetter
+from typing import Callable, Iterable
+
+from cublaslt_probe.logs.record import ALGO_FIELDS, FIELD_NAMES, PROBLEM_FIELDS, LogRecord, short_dtype
+
+_MEMO_MAX = 4096
+_REST = FIELD_NAMES[2:]  # everything but line and time
+assert FIELD_NAMES[:2] == ("line", "time")
+
+
+def _memo_key(r: LogRecord):
+    return (r.message, r.function, r.kind, r.level, r.pid, r.source)
+
+
+class _Memo:
+    """key → (extra it was built with, encoded rest); cleared when full (memory stays flat)."""
+
+    __slots__ = ("d", "build")
+
+    def __init__(self, build: Callable[[LogRecord], object]):
+        self.d: dict = {}
+        self.build = build
+
+    def get(self, r: LogRecord):
+        key = _memo_key(r)
+        hit = self.d.get(key)
+        if hit is not None and hit[0] == r.extra:
+            return hit[1]
+        value = self.build(r)
+        if len(self.d) >= _MEMO_MAX:
+            self.d.clear()
+        self.d[key] = (dict(r.extra), value)
+        return value
+
+
+# --- JSON lines -----------------------------------------------------------------------------------------
+
+def record_json(r: LogRecord) -> str:
+    """The plain encoding: one JSON object (ASCII, so always valid UTF-8) without a line ending."""
+    return json.dumps(r.to_dict())
+
+
+class JsonlEncoder:
+    """``enc(record)`` → the record's JSON line (with ``"\\n"``), equal to ``record_json(record) + "\\n"``."""
+
+    def __init__(self):
+        self._memo = _Memo(self._rest)
+        self._times: dict = {}
+
+    @staticmethod
+    def _rest(r: LogRecord) -> str:
+        d = {name: getattr(r, name) for name in _REST}
+        d["extra"] = dict(r.extra)
+        return json.dumps(d)[1:]  # '"pid": 479, ...}'
+
+    def __call__(self, r: LogRecord) -> str:
+        t = self._times.get(r.time)
+        if t is None:
+            t = json.dumps(r.time)
+            if len(self._times) >= _MEMO_MAX:
+                self._times.clear()
+            self._times[r.time] = t
+        return f'{{"line": {int(r.line)}, "time": {t}, {self._memo.get(r)}\n'
+
+
+# --- CSV ------------------------------------------------------------------------------------------------
+
+def csv_cell(v) -> str:
+    """One CSV field (RFC 4180): quoted when it holds a comma, a quote, a CR or a LF (a lone CR too)."""
+    if v is None:
+        return ""
+    s = v if isinstance(v, str) else str(v)
+    if "," in s or '"' in s or "\n" in s or "\r" in s:
+        return '"' + s.replace('"', '""') + '"'
+    return s
+
+
+def csv_row(values: Iterable) -> str:
+    """A CSV line of `values` (with ``"\\n"``)."""
+    return ",".join(map(csv_cell, values)) + "\n"
+
+
+def _csv_value(name: str, v):
+    if name == "extra":
+        return json.dumps(v, separators=(",", ":"))
+    return v
+
+
+class CsvEncoder:
+    """``enc(record)`` → its CSV line: the columns of `FIELD_NAMES` (`header`), ``extra`` as a JSON object,
+    missing values empty, as `records_to_frame(...).to_csv()` writes them but for ``time`` (kept as logged)."""
+
+    header = csv_row(FIELD_NAMES)
+
+    def __init__(self):
+        self._memo = _Memo(lambda r: ",".join(csv_cell(_csv_value(n, getattr(r, n))) for n in _REST))
+
+    def __call__(self, r: LogRecord) -> str:
+        return f"{int(r.line)},{csv_cell(r.time)},{self._memo.get(r)}\n"
+
+
+# --- table cells ----------------------------------------------------------------------------------------
+
+def _txt(v) -> str:
+    return "" if v is None else str(v)
+
+
+def types_cell(get) -> str:
+    """``bf16,bf16->bf16 fp32``: A, B → D, then the compute type (C shown when it differs from D)."""
+    a, b, c, d, comp = (short_dtype(get(x) or None) for x in ("a_type", "b_type", "c_type", "d_type",
+                                                             "compute_type"))
+    if not any((a, b, c, d, comp)):
+        return ""
+    out = f"{a or '?'},{b or '?'}->{d or '?'}"
+    if c and c != d:
+        out += f" C={c}"
+    return out + (f" {comp}" if comp else "")
+
+
+def algo_cell(get) -> str:
+    """``66 64x16 64xAUTO 2x1x1 sk2 co1``: algo id, tile, stages, cluster, split-K, custom option."""
+    if _txt(get("algo_id")) == "":
+        return ""
+    parts = [_txt(get("algo_id"))]
+    for col in ("tile", "stages", "cluster"):
+        v = _txt(get(col))
+        parts.append("-" if v in ("", "UNDEFINED", "AUTO") else v)  # the enum's zero: not set
+    sk, co = _txt(get("split_k")), _txt(get("custom_option"))
+    parts.append(f"sk{sk}" if sk else "-")
+    parts.append(f"co{co}" if co else "-")
+    return " ".join(parts)
+
+
+def epilogue_cell(get) -> str:
+    e = _txt(get("epilogue"))
+    return e[len("EPILOGUE_"):] if e.startswith("EPILOGUE_") else e
+
+
+def gemm_cells(get) -> list[str]:
+    """function, types, op, m, n, k, batch, epilogue, algo: the cells every GEMM table shows."""
+    return [_txt(get("function")), types_cell(get), f"{_txt(get('trans_a'))}{_txt(get('trans_b'))}",
+            _txt(get("m")), _txt(get("n")), _txt(get("k")), _txt(get("batch_count")), epilogue_cell(get),
+            algo_cell(get)]
+
+
+GEMM_HEADER = ["function", "types", "op", "m", "n", "k", "batch", "epilogue",
+               "algo tile stages cluster splitK customOpt"]
+RECORD_RIGHT = {"line", "pid", "m", "n", "k", "batch", "workspace"}
+
+
+def record_header(multi: bool, api: bool) -> list[str]:
+    """The columns of the records table: ``source`` with several files, ``kind`` with Api lines."""
+    return (["source"] if multi else []) + ["line", "pid"] + (["kind"] if api else []) + GEMM_HEADER + \
+        ["workspace"]
+
+
+class TableCells:
+    """``cells(record)`` → the record's row of the records table (`record_header`)."""
+
+    def __init__(self, multi: bool, api: bool):
+        import os
+        self.multi, self.api = multi, api
+        self._base = os.path.basename
+        self._memo = _Memo(self._rest)
+
+    def _rest(self, r: LogRecord) -> list[str]:
+        get = r.__getattribute__
+        return ([r.kind] if self.api else []) + gemm_cells(get) + [_txt(r.workspace_bytes)]
+
+    def __call__(self, r: LogRecord) -> list[str]:
+        head = [self._base(r.source) if r.source else ""] if self.multi else []
+        return head + [str(r.line), _txt(r.pid)] + self._memo.get(r)
+
+
+# --- Parquet --------------------------------------------------------------------------------------------
+
+def arrow_schema():
+    """The Arrow schema of `records_to_frame`'s frame, fixed so that every batch of a stream shares it."""
+    import pyarrow as pa
+
+    from cublaslt_probe.logs.frame import CATEGORY_COLUMNS, INT_COLUMNS
+    fields = []
+    for name in FIELD_NAMES:
+        if name in INT_COLUMNS:
+            t = pa.int64()
+        elif name in CATEGORY_COLUMNS:
+            t = pa.dictionary(pa.int32(), pa.string())
+        elif name == "time":
+            t = pa.timestamp("ns")
+        elif name == "beta":
+            t = pa.float64()
+        elif name == "out_of_place":
+            t = pa.bool_()
+        else:
+            t = pa.string()
+        fields.append(pa.field(name, t))
+    return pa.schema(fields)
+
+
+class ParquetStream:
+    """Write records to a Parquet file in row groups of `batch` records: memory holds one batch."""
+
+    def __init__(self, path: str, batch: int = 65536):
+        self.path, self.batch = path, batch
+        self._buf: list[LogRecord] = []
+        self._writer = None
+        self._schema = arrow_schema()
+        self.rows = 0
+
+    def write(self, r: LogRecord) -> None:
+        self._buf.append(r)
+        if len(self._buf) >= self.batch:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from cublaslt_probe.logs.frame import records_to_frame
+        df = records_to_frame(self._buf)
+        table = pa.Table.from_pandas(df, schema=self._schema, preserve_index=False)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, table.schema)
+        self._writer.write_table(table)
+        self.rows += len(self._buf)
+        self._buf = []
+
+    def close(self) -> None:
+        if self._buf or self._writer is None:
+            self._flush()
+        self._writer.close()
+
+
+# --- the running summary --------------------------------------------------------------------------------
+
+SUMMARY_KEYS = PROBLEM_FIELDS + ALGO_FIELDS
+
+
+class Summary:
+    """Identical GEMMs (`SUMMARY_KEYS`: function, types, transposes, m n k, batch, epilogue, algo) counted
+    as records stream by: memory grows with the distinct GEMMs, not with the records."""
+
+    def __init__(self):
+        self._key = attrgetter(*SUMMARY_KEYS)
+        self._groups: dict = {}  # key -> [count, order, first record, pids]
+        self.total = 0
+
+    def add(self, r: LogRecord) -> None:
+        k = self._key(r)
+        g = self._groups.get(k)
+        if g is None:
+            self._groups[k] = [1, self.total, r, {r.pid}]
+        else:
+            g[0] += 1
+            if len(g[3]) < 65536:
+                g[3].add(r.pid)
+        self.total += 1
+
+    def frame(self):
+        """The summary as `summarize` returns it: count, share, the key columns, the torch view, pids,
+        first_source, first_line; most frequent first, ties in order of appearance."""
+        import pandas as pd
+
+        from cublaslt_probe.logs.frame import records_to_frame
+        groups = sorted(self._groups.values(), key=lambda g: (-g[0], g[1]))
+        df = records_to_frame([g[2] for g in groups])
+        out = pd.DataFrame({"count": pd.array([g[0] for g in groups], dtype="int64"),
+                            "share": [g[0] / self.total for g in groups] if groups else []})
+        for c in SUMMARY_KEYS + ("torch_m", "torch_n", "torch_k"):
+            out[c] = df[c].reset_index(drop=True)
+        out["pids"] = pd.array([len(g[3] - {None}) for g in groups], dtype="Int64")
+        out["first_source"] = df["source"].astype(object).reset_index(drop=True)
+        out["first_line"] = df["line"].reset_index(drop=True)
+        return out
