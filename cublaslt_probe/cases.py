@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-BACKENDS = ("torch", "torch-lt", "cupy", "lt")
-OPS = ("mm", "bmm", "addmm", "scaled_mm")
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2")
-LAYOUTS = ("NN", "NT", "TN", "TT")
-FP8 = ("fp8", "fp8_e5m2")
+from cublaslt_probe.kinds import BACKENDS, DTYPES, LAYOUTS, OPS
+from cublaslt_probe.kinds import FP8_DTYPES as FP8
+
+__all__ = ["BACKENDS", "OPS", "DTYPES", "LAYOUTS", "FP8", "Case", "invalid_reason"]
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ import pandas as pd
 from cublaslt_probe.errors import SchemaError
 from cublaslt_probe.evidence import consistency, log_matches_case, main_kernel, trace_record
 from cublaslt_probe.evidence import MAIN_FAMILIES  # noqa: F401  (re-exported while trace.py imports it here)
+from cublaslt_probe.kinds import ENV_KEYS
 
 log = logging.getLogger(__name__)
 
-ENV_COLUMNS = ["gpu", "sm_count", "driver", "cuda_runtime", "cublaslt_version", "torch_version", "cupy_version"]
+ENV_COLUMNS = list(ENV_KEYS)
 
 # column -> (pandas dtype, meaning). Integers are nullable (Int64); repeated strings are categories.
 SCHEMA: dict[str, tuple[str, str]] = {

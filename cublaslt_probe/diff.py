@@ -25,12 +25,13 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.kinds import ENV_KEYS, ENV_MATCH
 
 log = logging.getLogger(__name__)
 
 KEY = ["op", "dtype", "layout", "m", "n", "k", "batch"]
-ENV_CHECKED = ("gpu", "cublaslt_version", "torch_version", "driver")
-ENV_REPORTED = ENV_CHECKED + ("sm_count", "cuda_runtime", "cupy_version")
+ENV_CHECKED = ENV_MATCH
+ENV_REPORTED = ENV_MATCH + tuple(k for k in ENV_KEYS if k not in ENV_MATCH)
 # per side: the kernel, its decoded fields (dataset columns) and the measurement
 SIDE = ["backend", "key", "kernel", "family", "kernel_short", "tile_m", "tile_n", "tile_k", "stages",
         "cluster_m", "cluster_n", "split_k", "n_kernels", "time_us", "tflops", "error"]

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.kinds import ORDER
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,6 @@ SECTIONS = [("environment", "Environment"), ("coverage", "Coverage"), ("maps", "
             ("paths", "Path differences"), ("top-kernels", "Top kernels by share"), ("cliffs", "Cliffs"),
             ("heuristic", "Heuristic overhead"), ("consistency", "Consistency between log and kernel")]
 GROUP_KEYS = ["backend", "op", "dtype", "layout"]
-_BACKENDS = ["torch", "torch-lt", "lt", "cupy", "numpy"]
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -332,7 +332,7 @@ def build_report(df: pd.DataFrame, outdir: str | os.PathLike, progress: Callable
     out.mkdir(parents=True, exist_ok=True)
     env = env_of(df)
     x, y = plots.auto_axes(df)
-    backends = [b for b in _BACKENDS if b in set(df["backend"].astype(str))] or \
+    backends = [b for b in ORDER["backend"] if b in set(df["backend"].astype(str))] or \
         sorted(set(df["backend"].astype(str)))
     square = y == "backend"
     groups = map_groups(df)
@@ -392,7 +392,7 @@ def build_report(df: pd.DataFrame, outdir: str | os.PathLike, progress: Callable
                  + ". Each colour is one kernel, numbered in the legend in the order it first appears from left "
                  "to right; black lines mark where the choice changes; hatched cells did not run. The TFLOP/s "
                  "map beside it draws the same boundaries as white lines with a black edge. "
-                 f"Peaks: {html.escape(plots.PEAK_SOURCE)}.</p>"]
+                 f"Peaks: {html.escape(plots.peak_source(env.get('gpu')))}.</p>"]
     for dt, lay, op in groups:
         kw = dict(dtype=dt, layout=lay, op=op)
         if not square:

@@ -152,6 +152,37 @@ def test_explain_renders_the_whole_chain(fixtures):
     assert r.exit_code == 0 and r.output.startswith("GEMM  torch mm bf16 NT  M=16 N=4096 K=4096")
 
 
+def test_explain_is_analysed_as_data_then_rendered(fixtures):
+    saved = ev(fixtures, "explain_bf16_NT_4096x4096x4096.json")
+    a = explain.analyse(saved)
+    assert a["error"] is None and a["kernels"]["main"] == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"
+    assert a["algo"]["algo_id"] == 66 and a["decoded"]["agrees_with_log"] is True
+    assert (a["waves"]["ctas"], a["waves"]["sms"], a["waves"]["tile"]) == (512, 132, (256, 128))
+    assert a["time"]["peaks"]["source"] == "NVIDIA H200 SXM datasheet" and a["time"]["peaks"]["bound"] == "compute"
+    assert a["candidates"]["rank_of_kernel"] == 0 and a["candidates"]["regret"]["best_rank"] == 4
+    assert a["first_call"]["verdict"].startswith("selected by heuristics")
+    assert explain.render_analysis(a) == explain.render(saved)
+
+
+@pytest.mark.parametrize("gpu, peak, hbm", [("NVIDIA H200", 989.5, 4.8), ("NVIDIA H100 80GB HBM3", 989.5, 3.35),
+                                            ("NVIDIA H100 PCIe", 756.5, 2.0), ("NVIDIA H100 NVL", 835.5, 3.9),
+                                            ("NVIDIA H200 NVL", 835.5, 4.8)])
+def test_explain_takes_the_peak_of_the_exact_product(fixtures, gpu, peak, hbm):
+    saved = ev(fixtures, "explain_bf16_NT_4096x4096x4096.json")
+    saved["env"]["gpu"] = gpu
+    p = explain.analyse(saved)["time"]["peaks"]
+    assert (p["tflops"], p["hbm_tbps"]) == (peak, hbm)
+    assert f"of {peak:.0f} TFLOP/s bf16 dense peak" in explain.render(saved)
+
+
+def test_explain_on_an_unknown_gpu_says_peak_unknown_and_counts_no_waves_without_sms(fixtures):
+    saved = ev(fixtures, "explain_bf16_NT_4096x4096x4096.json")
+    saved["env"].update(gpu="NVIDIA H100 SXM5 94GB", sm_count=None)     # no datasheet entry, no SM count
+    text = explain.render(saved)
+    assert "peak unknown for NVIDIA H100 SXM5 94GB" in text and "floors:" not in text
+    assert "(the SM count of the GPU is not recorded: waves not counted)" in text and "CTAs over" not in text
+
+
 # --- first call -------------------------------------------------------------------------------------------------
 def test_first_call_analysis(fixtures):
     raw = ev(fixtures, "firstcall_bf16_NT_16x4096x4096.json")

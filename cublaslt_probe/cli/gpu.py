@@ -10,6 +10,7 @@ import json
 import click
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.kinds import BACKENDS, DTYPES, LAYOUTS, OPS
 
 
 def gemm_options(f):
@@ -17,10 +18,10 @@ def gemm_options(f):
     @click.option("--n", type=int, help="torch view: columns of B and C")
     @click.option("--k", type=int, help="reduction dimension")
     @click.option("--dtype", default="bf16", show_default=True,
-                  type=click.Choice(["fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2"]))
-    @click.option("--layout", default="NT", show_default=True, type=click.Choice(["NN", "NT", "TN", "TT"]),
+                  type=click.Choice(DTYPES))
+    @click.option("--layout", default="NT", show_default=True, type=click.Choice(LAYOUTS),
                   help="torch view; NT = F.linear (B stored transposed)")
-    @click.option("--op", default=None, type=click.Choice(["mm", "bmm", "addmm", "scaled_mm"]),
+    @click.option("--op", default=None, type=click.Choice(OPS),
                   help="default: scaled_mm for fp8, else mm")
     @click.option("--batch", default=1, show_default=True)
     @functools.wraps(f)
@@ -103,7 +104,8 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
 
 @click.command("first-call")
 @gemm_options
-@click.option("--backend", default="torch", show_default=True, type=click.Choice(["torch", "torch-lt", "lt"]))
+@click.option("--backend", default="torch", show_default=True,
+              type=click.Choice([b for b in BACKENDS if b != "cupy"]))
 @click.option("--format", "fmt", default="text", type=click.Choice(["text", "json"]))
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
@@ -121,7 +123,7 @@ def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, save, from_p
 
 @click.command("explain")
 @gemm_options
-@click.option("--backend", default="torch", show_default=True, type=click.Choice(["torch", "torch-lt", "cupy", "lt"]))
+@click.option("--backend", default="torch", show_default=True, type=click.Choice(BACKENDS))
 @click.option("--top", default=32, show_default=True)
 @click.option("--first-call", "with_first_call", is_flag=True, help="also run the first-call anatomy (~20 s)")
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the evidence (JSON)")

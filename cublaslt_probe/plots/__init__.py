@@ -13,13 +13,13 @@ from cublaslt_probe.plots.maps import (REGRET_COLUMNS, kernel_map, pathdiff_map,
                                        tflops_map)
 from cublaslt_probe.plots.select import (AXES, Selection, auto_axes, default_dataset, env_of, load,
                                          require_columns, select)
-from cublaslt_probe.plots.style import (COLOR_FIELDS, DATASHEET_TFLOPS, MEASURED_TFLOPS, PEAK_SOURCE,
-                                        config_labels, kernel_labels, peak_tflops)
+from cublaslt_probe.kinds import MEASURED_TFLOPS, peak_tflops
+from cublaslt_probe.plots.style import COLOR_FIELDS, config_labels, kernel_labels, peak_source
 
 __all__ = ["kernel_map", "tflops_map", "regret_map", "pathdiff_map", "pathdiff_table", "heuristic_plot",
            "select", "Selection", "auto_axes", "default_dataset", "load", "env_of", "require_columns", "AXES",
-           "config_labels", "kernel_labels", "COLOR_FIELDS", "REGRET_COLUMNS", "DATASHEET_TFLOPS",
-           "MEASURED_TFLOPS", "PEAK_SOURCE", "peak_tflops", "save"]
+           "config_labels", "kernel_labels", "COLOR_FIELDS", "REGRET_COLUMNS", "MEASURED_TFLOPS",
+           "peak_tflops", "peak_source", "save"]
 
 
 def save(fig, path, dpi: int = 120) -> str:

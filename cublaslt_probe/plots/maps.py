@@ -15,8 +15,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.kinds import peak_tflops
 from cublaslt_probe.plots.select import AXIS_LABELS, Selection, axis_title, fmt_value, ordered, require_columns, select
-from cublaslt_probe.plots.style import (COLOR_FIELDS, PEAK_SOURCE, color_values, palette, peak_tflops,
+from cublaslt_probe.plots.style import (COLOR_FIELDS, color_values, palette, peak_source,
                                         text_color, title_head)
 
 MISSING_COLOR = "#f2f2f2"
@@ -257,7 +258,7 @@ def tflops_map(df: pd.DataFrame, x: str = "m", y: str | None = None, *, peak: fl
                annotate: str | None = "tflops", kernel_lines: bool = True, **filters) -> Figure:
     """Achieved TFLOP/s per shape, with % of peak on the colour bar's other side.
 
-    `peak` defaults to the datasheet dense peak of the GPU and dtype (`style.DATASHEET_TFLOPS`); unknown
+    `peak` defaults to the datasheet dense peak of the GPU product and dtype (`kinds.PEAKS`); unknown
     GPUs get no % scale. `annotate` writes ``"tflops"``, ``"pct"`` (of peak) or nothing in the cells.
     Black lines mark kernel changes, so cliffs can be matched to the choice.
     """
@@ -289,7 +290,7 @@ def tflops_map(df: pd.DataFrame, x: str = "m", y: str | None = None, *, peak: fl
         sec = cb.ax.secondary_yaxis("left", functions=(lambda t: 100 * t / pk, lambda p: p * pk / 100))
         sec.set_ylabel(f"% of peak ({pk:g})", fontsize=8.5)
         sec.tick_params(labelsize=7.5)
-    fig._cublaslt_probe = {"peak": pk, "peak_source": PEAK_SOURCE if peak is None else "given"}
+    fig._cublaslt_probe = {"peak": pk, "peak_source": peak_source(sel.env.get("gpu")) if peak is None else "given"}
     return fig
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe.errors import ProbeError, SchemaError
+from cublaslt_probe.kinds import ENV_KEYS, ORDER
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,6 @@ AXES = SHAPE + ("nk",) + CATEGORICAL
 PREFERRED = {"backend": "torch", "op": "mm", "dtype": "bf16", "layout": "NT", "k": 4096, "batch": 1}
 AXIS_LABELS = {"m": "M", "n": "N", "k": "K", "batch": "batch", "nk": "N×K", "backend": "backend",
                "op": "op", "dtype": "dtype", "layout": "layout"}
-# Orders that read better than alphabetical.
-_ORDER = {
-    "backend": ["torch", "torch-lt", "lt", "cupy", "numpy"],
-    "dtype": ["fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2"],
-    "layout": ["NN", "NT", "TN", "TT"],
-    "op": ["mm", "addmm", "bmm", "scaled_mm"],
-}
 
 DATASET_NAMES = ("h200_grid.parquet", "h200_llm.parquet")
 
@@ -73,7 +67,7 @@ def load(path: str | os.PathLike | None = None) -> pd.DataFrame:
 def env_of(df: pd.DataFrame) -> dict:
     """The environment: ``df.attrs['env']`` completed from the env columns of the rows."""
     env = dict(df.attrs.get("env") or {})
-    for col in ("gpu", "sm_count", "driver", "cuda_runtime", "cublaslt_version", "torch_version", "cupy_version"):
+    for col in ENV_KEYS:
         if not env.get(col) and col in df and df[col].notna().any():
             vals = df[col].dropna().astype(str).unique()
             env[col] = vals[0] if len(vals) == 1 else ", ".join(sorted(vals))
@@ -91,8 +85,8 @@ def require_columns(df: pd.DataFrame, cols, what: str) -> None:
 def ordered(values, col: str) -> list:
     """Distinct values in display order: numeric ascending; known categories in their natural order."""
     vals = [v for v in pd.unique(pd.Series(list(values), dtype="object")) if not _isna(v)]
-    if col in _ORDER:
-        pref = _ORDER[col]
+    if col in ORDER:
+        pref = ORDER[col]
         return sorted(vals, key=lambda v: (pref.index(v) if v in pref else len(pref), str(v)))
     try:
         return sorted(vals)

@@ -4,23 +4,13 @@ from __future__ import annotations
 import pandas as pd
 
 from cublaslt_probe.errors import ProbeError
-
-# Dense (non-sparse) peak rates of the H100/H200 SXM in TFLOP/s, from NVIDIA's H100 / H200 datasheets (the
-# sparse figures halved); the H200 has the H100's arithmetic (see the project's shared REFERENCE.md and
-# the device notes). fp32 is the plain (non-tensor-core) rate. MEASURED is what a plain torch matmul reached on
-# the H200 lent to this project (8192³ bf16 on random data, 769-798 TFLOP/s; KINDS.md).
-DATASHEET_TFLOPS = {"bf16": 989.5, "fp16": 989.5, "tf32": 494.7, "fp32": 66.9, "fp8": 1978.9, "fp8_e5m2": 1978.9}
-MEASURED_TFLOPS = {"bf16": 788.0}
-PEAK_SOURCE = ("NVIDIA H100/H200 SXM datasheet, dense: bf16/fp16 989.5, tf32 494.7, fp8 1978.9, fp32 66.9 "
-               "TFLOP/s")
-_HOPPER_SXM = ("H200", "H100 80GB HBM3", "H100 SXM", "GH200")
+from cublaslt_probe.kinds import gpu_peaks
 
 
-def peak_tflops(dtype: str, gpu: str | None) -> float | None:
-    """Datasheet dense peak for `dtype` on `gpu`, or None when the GPU is not one whose peaks we know."""
-    if gpu is None or not any(tag in str(gpu) for tag in _HOPPER_SXM):
-        return None
-    return DATASHEET_TFLOPS.get(str(dtype))
+def peak_source(gpu: str | None) -> str:
+    """Where the peaks of `gpu` come from (`kinds.PEAKS`), or that they are unknown."""
+    p = gpu_peaks(gpu)
+    return p.describe() if p else f"peak unknown for {gpu or 'this GPU'}"
 
 
 def palette(n: int) -> list:
