@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sweep throughput and timing fidelity on the GPU (run on the device machine).
+"""Sweep throughput and timing fidelity on the GPU (run on a machine with an NVIDIA GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_sweep.py [--preset quick] [--check 40]
 

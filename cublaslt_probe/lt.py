@@ -290,7 +290,7 @@ def pinned_algo(lib: "LtLibrary", p: "Problem", algo_id: int, config: dict) -> c
 
 
 class Logger:
-    """In-process cuBLASLt logger through `cublasLtLoggerSetCallback` (works after init; see REFERENCE).
+    """In-process cuBLASLt logger through `cublasLtLoggerSetCallback` (takes effect after the library is initialised).
 
     The callback gets (level, function, message); we keep them with a host timestamp. `lines()` renders
     them in the library's own line format so the same parser reads both (the file/stdout form is

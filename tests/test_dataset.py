@@ -1,5 +1,6 @@
 """The dataset builder on real H200 probe records (tests/fixtures/probe, see its PROVENANCE)."""
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -9,10 +10,12 @@ from cublaslt_probe import dataset
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SchemaError
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DATA = Path(__file__).resolve().parent.parent / "data"
+
 
 @pytest.fixture(scope="module")
-def raw(fixtures=None):
-    from conftest import FIXTURES
+def raw():
     env = json.loads((FIXTURES / "probe" / "env.json").read_text())
     _, recs = dataset.read_raw(FIXTURES / "probe" / "probe_raw.jsonl")
     return env, recs
@@ -102,7 +105,6 @@ def test_validate_names_what_is_wrong(df):
 
 
 def test_cli_dataset_and_schema(tmp_path):
-    from conftest import FIXTURES
     out = tmp_path / "d.parquet"
     r = CliRunner().invoke(main, ["dataset", str(FIXTURES / "probe" / "probe_raw.jsonl"), "--env",
                                   str(FIXTURES / "probe" / "env.json"), "-o", str(out)])
@@ -117,7 +119,6 @@ def test_cli_dataset_and_schema(tmp_path):
 def test_log_matches_case_flags_the_gemms_that_ran_under_another_gemms_flags():
     """A real llm capture from before the flags fix (tests/fixtures/probe/PROVENANCE.md): the check names
     exactly the 16 GEMMs whose logged call ran under the previous GEMM's flags, and passes the 16 that did not."""
-    from conftest import FIXTURES
     env, recs = dataset.read_raw(FIXTURES / "probe" / "leaked_flags_raw.jsonl")
     df = dataset.build(recs, env)
     bad = df[df.log_matches_case == False]  # noqa: E712
@@ -134,12 +135,11 @@ def test_log_matches_case_flags_the_gemms_that_ran_under_another_gemms_flags():
 
 
 @pytest.mark.parametrize("name", ["llm", "square", "grid", "regret"])
-def test_shipped_data_carries_its_timing_evidence(name):
-    """The shipped H200 datasets: each logged call is the GEMM asked for; the GPU never idled between timing
+def test_data_file_carries_its_timing_evidence(name):
+    """A check of the shipped data files data/h200_*.parquet: each logged call is the GEMM asked for; the GPU never idled between timing
     samples beyond the events' own cost (the spin covered the host); short GEMMs were timed in batches of
     3-5 calls, and the first call after an event paid a boundary cost that the differential sample removed."""
-    from conftest import FIXTURES
-    df = dataset.read_parquet(FIXTURES.parent.parent / "data" / f"h200_{name}.parquet")
+    df = dataset.read_parquet(DATA / f"h200_{name}.parquet")
     ok = df[df.error.isna()]
     assert ok.log_matches_case.all() and (ok.consistent.dropna()).all()
     assert (ok.time_gap_us / ok.time_reps <= 2.0).all()
@@ -155,12 +155,11 @@ def test_a_capture_with_the_lead_spin_carries_its_evidence():
     batch was queued before the GPU reached it (time_behind 0), the GPU idled only the events' cost between
     samples; the GEMMs whose first attempt fell behind were retaken behind a longer spin, and that first
     attempt is kept; for a GEMM longer than its launch the spin is shorter than the host's enqueue time."""
-    from conftest import FIXTURES
     env, recs = dataset.read_raw(FIXTURES / "probe" / "lead_spin_raw.jsonl")
     df = dataset.build(recs, env)
     dataset.validate(df)
     assert len(df) == 60 and df.error.isna().all()
-    assert (df.time_behind == 0).all()
+    assert df.time_behind.notna().all() and (df.time_behind == 0).all()
     assert (df.time_gap_us / df.time_reps <= 2.0).all()
     timing = {r["key"]: r["timing"] for r in recs}
     retaken = [t for t in timing.values() if t["attempts"] == 2]
@@ -178,5 +177,5 @@ def test_a_capture_with_the_lead_spin_carries_its_evidence():
     assert longer.sum() >= 5 and (spin[longer] < 0.8 * enqueue[longer]).all(), \
         pd.DataFrame({"spin": spin, "enqueue": enqueue})[longer]
     # the old captures (whole-enqueue spin) have no such column: null, not 0
-    old = dataset.read_parquet(FIXTURES.parent.parent / "data" / "h200_square.parquet")
+    old = dataset.read_parquet(DATA / "h200_square.parquet")
     assert old.time_behind.isna().all()

@@ -1,4 +1,4 @@
-"""GPU tests of candidates, first-call, explain and replay (run on the device: pytest -m gpu)."""
+"""GPU tests of candidates, first-call, explain and replay (run where an NVIDIA GPU is visible: pytest -m gpu)."""
 import json
 
 import pytest

@@ -1,5 +1,7 @@
 """The probe's timing plan (how many samples, how many back-to-back calls each) is pure: checked on the CPU,
 and against the plans the H200 captures in data/ were measured with."""
+from pathlib import Path
+
 import pytest
 
 from cublaslt_probe import dataset
@@ -34,9 +36,9 @@ def test_the_retime_of_a_short_gemm_never_falls_back_to_single_calls():
 
 
 @pytest.mark.parametrize("name", ["llm", "square", "grid", "regret"])
-def test_every_shipped_measurement_followed_a_plan(name):
-    from conftest import FIXTURES
-    df = dataset.read_parquet(FIXTURES.parent.parent / "data" / f"h200_{name}.parquet")
+def test_data_file_every_measurement_followed_a_plan(name):
+    """A check of the shipped data files data/h200_*.parquet against `timing_plan`."""
+    df = dataset.read_parquet(Path(__file__).resolve().parent.parent / "data" / f"h200_{name}.parquet")
     ok = df[df.error.isna()]
     plans = {timing_plan(x) for x in GRID}
     seen = set(zip(ok.time_reps.astype(int), ok.time_calls_per_rep.astype(int)))
