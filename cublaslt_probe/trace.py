@@ -46,12 +46,12 @@ from typing import IO, Any, Iterator
 import numpy as np
 import pandas as pd
 
-from cublaslt_probe.dataset import MAIN_FAMILIES
+from cublaslt_probe.evidence import MAIN_FAMILIES
+from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
 
 log = logging.getLogger(__name__)
 
-GEMM_FAMILIES = MAIN_FAMILIES
 REDUCE_FAMILY = "splitk_reduce"
 
 # column -> (pandas dtype, meaning). One row per (kernel, calling op with its input shapes).
@@ -65,6 +65,9 @@ TRACE_SCHEMA: dict[str, tuple[str, str]] = {
     "reduce_us": ("float64", "part of total_us spent in split-K reduce kernels counted with this GEMM"),
     "kernel": ("string", "kernel name as the trace writes it"),
     "family": ("category", "decoded family (nvjet, xmma, cutlass, ...; splitk_reduce for an orphan reduce)"),
+    "provenance": ("category", "how the kernel came to exist: library-selected (a cuBLAS/cuBLASLt heuristic "
+                               "picked it), ahead-of-time (compiled into a binary, launched directly), "
+                               "runtime-compiled, unknown (decoded from the name: docs/provenance.md)"),
     "kernel_short": ("string", "compact decoded form, e.g. 256x128 · 64x4 · 1x2 · coopA"),
     "arch": ("category", "decoded architecture (sm90, ...)"),
     "types": ("string", "decoded dtype code as the name writes it (nvjet: tst), else a/c/compute types"),
@@ -88,16 +91,26 @@ TRACE_SCHEMA: dict[str, tuple[str, str]] = {
     "m": ("Int64", "torch view: rows of A and C"),
     "n": ("Int64", "torch view: columns of B and C"),
     "k": ("Int64", "torch view: reduction dimension"),
-    "batch": ("Int64", "batch count (bmm, baddbmm), 1 otherwise"),
+    "batch": ("Int64", "batch count (bmm, baddbmm; a 3-D x 3-D grouped GEMM: its groups), 1 otherwise"),
+    "groups": ("Int64", "grouped GEMM (aten::_grouped_mm, _scaled_grouped_mm): number of problems; null otherwise"),
+    "group_dim": ("category", "grouped GEMM: the dimension the offsets split into groups (m, n or k; m, n, k "
+                              "give the total over the groups); null for a batched or ungrouped GEMM"),
+    "problem_shape": ("category", "CUTLASS 3 kernels: the problem shape the name declares (single, grouped, "
+                                  "ptr_array); null when the name says nothing"),
 }
 TRACE_COLUMNS = list(TRACE_SCHEMA)
 
-# Innermost torch ops that launch a cuBLAS/cuBLASLt GEMM, and where their operands sit in "Input Dims".
+# Innermost torch ops that launch a GEMM, and where their operands sit in "Input Dims".
 GEMM_OPS: dict[str, tuple[int, int]] = {
     "aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::_addmm_activation": (1, 2),
     "aten::bmm": (0, 1), "aten::baddbmm": (1, 2), "aten::_scaled_mm": (0, 1),
     "aten::mv": (0, 1), "aten::addmv": (1, 2),
+    "aten::_grouped_mm": (0, 1), "aten::_scaled_grouped_mm": (0, 1),
 }
+# Grouped GEMM ops (mat_a, mat_b, ..., offs): where the offsets sit. torch's convention: 2-D x 3-D = A [ΣM, K],
+# B [G, K, N], offsets split M; 3-D x 2-D = A [G, M, K], B [K, ΣN], offsets split N; 2-D x 2-D = A [M, ΣK],
+# B [ΣK, N], offsets split K (out [G, M, N]); 3-D x 3-D = a batch of G equal GEMMs, no offsets.
+GROUPED_OPS: dict[str, int] = {"aten::_grouped_mm": 2, "aten::_scaled_grouped_mm": 4}
 _TORCH_DTYPES = {
     "c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16", "float": "fp32",
     "Float": "fp32", "double": "fp64", "Double": "fp64", "c10::Float8_e4m3fn": "fp8_e4m3",
@@ -120,7 +133,8 @@ class TraceStats:
     bad_events: int = 0               # malformed events skipped
     truncated: bool = False           # the file ended inside the event array
     kernels: int = 0                  # kernel launches (all families)
-    gpu_time_us: float = 0.0          # summed kernel duration (all families)
+    copies: int = 0                   # memcpy / memset rows on the GPU
+    gpu_time_us: float = 0.0          # summed duration of the kernels, memcpys and memsets
     gemm_launches: int = 0
     reduce_launches: int = 0
     reduce_attached: int = 0
@@ -146,6 +160,8 @@ class TraceSummary:
     stats: TraceStats
     meta: dict[str, Any] = field(default_factory=dict)          # top-level keys other than traceEvents
     families: pd.DataFrame | None = None                          # GPU time per decoded family, all kernels
+    timeline: pd.DataFrame | None = None      # GPU time by (kind, provenance, family), columns TIMELINE_SCHEMA
+    detail: "TraceDetail | None" = None       # read_chrome_trace(detail=True): launches, ops, ranges (audit)
 
     @property
     def gemm_time_us(self) -> float:
@@ -444,8 +460,14 @@ def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats:
 
 # --------------------------------------------------------------------------- Chrome trace reader
 _KERNEL_CATS = {"kernel", "Kernel"}
+_COPY_CATS = {"gpu_memcpy", "gpu_memset", "Memcpy", "Memset"}
 _OP_CATS = {"cpu_op", "Operator", "user_annotation"}
 _RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+_PYTHON_CATS = {"python_function"}
+# profiler ranges kept (detail mode) for attribution: the capture's module and step ranges, torch.profiler's
+# own steps, and the ``nn.Module: Class_N`` python_function events of ``with_modules=True``
+RANGE_PREFIXES = (runfiles.MODULE_PREFIX, runfiles.STEP_PREFIX, "ProfilerStep#")
+PY_MODULE_PREFIX = "nn.Module: "
 
 
 class _Interner:
@@ -461,13 +483,21 @@ class _Interner:
         return i
 
 
+def classify(kn) -> tuple[str, str]:
+    """(kind, provenance) of a decoded kernel name: the decoder's classes (`cublaslt_probe.names.classes`)."""
+    kind, prov = getattr(kn, "kind", "other"), getattr(kn, "provenance", "unknown")
+    if kind == "other" and kn.family in MAIN_FAMILIES:   # a decoder that does not classify yet
+        return "gemm", "library-selected"
+    return kind, prov
+
+
 def _kind(name: str, cache: dict) -> int:
-    """0: not GEMM related, 1: GEMM family, 2: split-K reduce helper."""
+    """0: not GEMM related, 1: a GEMM-kind kernel (whichever library), 2: split-K reduce helper."""
     k = cache.get(name)
     if k is None:
         from cublaslt_probe.names import decode
-        fam = decode(name).family
-        k = cache[name] = 1 if fam in GEMM_FAMILIES else 2 if fam == REDUCE_FAMILY else 0
+        kn = decode(name)
+        k = cache[name] = 2 if kn.family == REDUCE_FAMILY else 1 if classify(kn)[0] == "gemm" else 0
     return k
 
 
@@ -509,8 +539,31 @@ def _op_key_json(key: tuple) -> tuple:
     return (name, *out)
 
 
-def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSummary:
-    """Read a torch.profiler Chrome trace (streamed) and summarise its GEMM-family kernels."""
+@dataclass
+class TraceDetail:
+    """What `audit` needs beyond the summary (``read_chrome_trace(path, detail=True)``): every launch, every
+    op's time and thread, the attribution ranges. Arrays, not per-event objects.
+
+    - ``launches``: one row per kernel launch (split-K reduces counted with their GEMM and dropped):
+      ``name`` (index into `names`), ``kind`` (1 GEMM, 2 orphan reduce, 0 other), ``dur`` (with the
+      reduce), ``reduce_us``, ``ts`` (GPU start), ``t_launch`` (CPU time of its launch call, else of its
+      op, else ``ts``), ``op_row`` (row in `ops`, -1 when unlinked);
+    - ``ops``: one row per CPU op / annotation with an External id: ``key`` (index into `op_keys`), ``ts``,
+      ``end``, ``tid``, ``seq`` (autograd ``Sequence number``, -1 without);
+    - ``ranges``: the attribution ranges (`RANGE_PREFIXES` annotations and ``nn.Module:`` python functions):
+      ``name``, ``ts``, ``end``, ``tid``.
+    """
+
+    names: list
+    op_keys: list
+    launches: pd.DataFrame
+    ops: pd.DataFrame
+    ranges: pd.DataFrame
+
+
+def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detail: bool = False) -> TraceSummary:
+    """Read a torch.profiler Chrome trace (streamed): every kernel's time by kind, provenance and family, and
+    the GEMM-kind kernels with their ops and shapes. ``detail=True`` also keeps `TraceDetail` (for `audit`)."""
     t0 = time.perf_counter()
     stats = TraceStats(path=str(path), format="chrome")
     try:
@@ -518,31 +571,38 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> Tr
     except OSError as e:
         raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
     meta: dict = {}
-    names = _Interner()                       # kernel names of GEMM/reduce launches
+    names = _Interner()                       # kernel names of the launches kept
     ops = _Interner()                         # (op name, dims, types, strides) as JSON strings
     kind_cache: dict[str, int] = {}
     per_name: dict[str, list] = {}            # every kernel name -> [count, total_us]
-    # one entry per GEMM-family or reduce launch
+    # one entry per GEMM-kind or reduce launch (detail: per launch of any kernel)
     l_name, l_kind = array("i"), array("b")
     l_ts, l_dur = array("d"), array("d")
     l_dev, l_stream, l_ext, l_corr = array("q"), array("q"), array("q"), array("q")
     # one entry per CPU op / annotation (External id -> interned op); annotations kept apart
     o_ext, o_idx = array("q"), array("i")
     a_ext, a_idx = array("q"), array("i")
-    # runtime calls: correlation -> External id
-    r_corr, r_ext = array("q"), array("q")
+    # detail: the ops' and annotations' times, threads and autograd sequence numbers
+    o_ts, o_end, o_tid, o_seq = array("d"), array("d"), array("q"), array("q")
+    a_ts, a_end, a_tid = array("d"), array("d"), array("q")
+    ranges: list[tuple] = []
+    # runtime calls: correlation -> External id (detail: and their CPU time)
+    r_corr, r_ext, r_ts = array("q"), array("q"), array("d")
 
-    n_kernels, gpu_us, n_ops, n_flows = 0, 0.0, 0, 0
+    n_kernels, n_copies, gpu_us, n_ops, n_flows = 0, 0, 0.0, 0, 0
     for ev in iter_chrome_events(path, meta, stats, chunk_bytes):
         if type(ev) is not dict:
             continue
         cat = ev.get("cat")
-        if cat in _KERNEL_CATS:
+        if cat in _KERNEL_CATS or cat in _COPY_CATS:
             name = ev.get("name") or ""
             dur = ev.get("dur")
             if type(dur) is not float:
                 dur = _as_float(dur)
-            n_kernels += 1
+            if cat in _KERNEL_CATS:
+                n_kernels += 1
+            else:
+                n_copies += 1
             gpu_us += dur
             acc = per_name.get(name)
             if acc is None:
@@ -553,7 +613,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> Tr
             k = kind_cache.get(name)
             if k is None:
                 k = _kind(name, kind_cache)
-            if k:
+            if k or detail:
                 args = ev.get("args") or {}
                 l_name.append(names(name))
                 l_kind.append(k)
@@ -565,6 +625,9 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> Tr
                 l_corr.append(_as_int(args.get("correlation")))
         elif cat in _OP_CATS:
             args = ev.get("args")
+            if detail and cat == "user_annotation" and (ev.get("name") or "").startswith(RANGE_PREFIXES):
+                ts = _as_float(ev.get("ts"))
+                ranges.append((ev["name"], ts, ts + _as_float(ev.get("dur")), _as_int(ev.get("tid"), 0)))
             if not args:
                 continue
             ext = args.get("External id")
@@ -581,42 +644,89 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> Tr
             if cat == "user_annotation":
                 a_ext.append(ext)
                 a_idx.append(ops(key))
+                if detail:
+                    ts = _as_float(ev.get("ts"))
+                    a_ts.append(ts)
+                    a_end.append(ts + _as_float(ev.get("dur")))
+                    a_tid.append(_as_int(ev.get("tid"), 0))
             else:
                 n_ops += 1
                 o_ext.append(ext)
                 o_idx.append(ops(key))
+                if detail:
+                    ts = _as_float(ev.get("ts"))
+                    o_ts.append(ts)
+                    o_end.append(ts + _as_float(ev.get("dur")))
+                    o_tid.append(_as_int(ev.get("tid"), 0))
+                    o_seq.append(_as_int(args.get("Sequence number")))
         elif cat in _RUNTIME_CATS:
             args = ev.get("args")
             if args:
                 corr, ext = args.get("correlation"), args.get("External id")
-                if type(corr) is int and type(ext) is int and corr >= 0 and ext >= 0:
+                if type(corr) is int and corr >= 0 and (detail or (type(ext) is int and ext >= 0)):
                     r_corr.append(corr)
-                    r_ext.append(ext)
+                    r_ext.append(ext if type(ext) is int else -1)
+                    if detail:
+                        r_ts.append(_as_float(ev.get("ts")))
         elif cat == "ac2g":
             n_flows += 1
-    stats.kernels, stats.gpu_time_us, stats.cpu_ops, stats.flows = n_kernels, gpu_us, n_ops, n_flows
+        elif detail and cat in _PYTHON_CATS and (ev.get("name") or "").startswith(PY_MODULE_PREFIX):
+            ts = _as_float(ev.get("ts"))
+            ranges.append((ev["name"], ts, ts + _as_float(ev.get("dur")), _as_int(ev.get("tid"), 0)))
+    stats.kernels, stats.copies, stats.gpu_time_us = n_kernels, n_copies, gpu_us
+    stats.cpu_ops, stats.flows = n_ops, n_flows
 
     ext = np.frombuffer(l_ext, dtype=np.int64).copy() if len(l_ext) else np.zeros(0, np.int64)
     del l_ext
+    corr = _np(l_corr, np.int64)
     need = ext < 0
     if need.any() and len(r_corr):            # kernels without External id: through their launch call
-        corr = np.frombuffer(l_corr, dtype=np.int64)
         ext[need] = _lookup(corr[need], r_corr, r_ext)
-    del l_corr, r_corr, r_ext
-    op_idx = _lookup(ext, o_ext, o_idx)
-    del o_ext, o_idx
-    missing = op_idx < 0
+    # op row of each launch: the innermost cpu_op with its External id, else an annotation (rows after ops)
+    n_o = len(o_ext)
+    op_row = _lookup(ext, o_ext, array("q", range(n_o)) if n_o else array("q"))
+    missing = op_row < 0
     if missing.any() and len(a_ext):
-        op_idx[missing] = _lookup(ext[missing], a_ext, a_idx)
-    groups = _attach_and_group(_np(l_name, np.int32), _np(l_kind, np.int8), _np(l_ts, np.float64),
-                               _np(l_dur, np.float64), _np(l_dev, np.int64), _np(l_stream, np.int64), ext,
-                               op_idx, stats)
+        got = _lookup(ext[missing], a_ext, array("q", range(len(a_ext))))
+        op_row[missing] = np.where(got >= 0, got + n_o, -1)
+    key_of_row = np.concatenate([_np(o_idx, np.int32), _np(a_idx, np.int32)]).astype(np.int64)
+    op_idx = np.where(op_row >= 0, key_of_row[np.maximum(op_row, 0)] if len(key_of_row) else -1, -1)
+    stats.linked = int(((_np(l_kind, np.int8) == 1) & (op_idx >= 0)).sum())
+    t_launch = None
+    if detail:
+        t_launch = _np(l_ts, np.float64).copy()
+        row_ts = np.concatenate([_np(o_ts, np.float64), _np(a_ts, np.float64)])
+        linked = op_row >= 0
+        t_launch[linked] = row_ts[op_row[linked]]
+        if len(r_corr):
+            r_row = _lookup(corr, r_corr, array("q", range(len(r_corr))))
+            hit = r_row >= 0
+            t_launch[hit] = _np(r_ts, np.float64)[r_row[hit]]
+    del l_corr, r_corr, r_ext, o_ext, a_ext
+    att = _attach(_np(l_kind, np.int8), _np(l_ts, np.float64), _np(l_dur, np.float64), _np(l_dev, np.int64),
+                  _np(l_stream, np.int64), ext, stats)
+    groups = _group(_np(l_name, np.int32), _np(l_kind, np.int8), op_idx, att)
     name_of = names.items
     out = _finish(groups.assign(kernel=[name_of[i] for i in groups["name"]]),
                   [_op_key_json(ops.items[i]) if i >= 0 else None for i in groups["op"]], stats)
+    det = None
+    if detail:
+        order, keep, total, red = att
+        det = TraceDetail(
+            names=name_of, op_keys=ops.items,
+            launches=pd.DataFrame({
+                "name": _np(l_name, np.int32)[order][keep], "kind": _np(l_kind, np.int8)[order][keep],
+                "dur": total, "reduce_us": red, "ts": _np(l_ts, np.float64)[order][keep],
+                "t_launch": t_launch[order][keep], "op_row": op_row[order][keep]}),
+            ops=pd.DataFrame({"key": key_of_row, "ts": np.concatenate([_np(o_ts, np.float64), _np(a_ts, np.float64)]),
+                              "end": np.concatenate([_np(o_end, np.float64), _np(a_end, np.float64)]),
+                              "tid": np.concatenate([_np(o_tid, np.int64), _np(a_tid, np.int64)]),
+                              "seq": np.concatenate([_np(o_seq, np.int64), np.full(len(a_ts), -1, np.int64)])}),
+            ranges=pd.DataFrame(ranges, columns=["name", "ts", "end", "tid"]))
     stats.seconds = time.perf_counter() - t0
     log.info("%s", stats.line())
-    return TraceSummary(out, stats.gpu_time_us, stats, meta, _families(per_name, stats.gpu_time_us))
+    timeline = _timeline(per_name, stats.gpu_time_us)
+    return TraceSummary(out, stats.gpu_time_us, stats, meta, _families(timeline), timeline, det)
 
 
 def _np(arr: array, dtype) -> np.ndarray:
@@ -645,31 +755,28 @@ def _lookup(keys: np.ndarray, k_arr: array, v_arr: array) -> np.ndarray:
     return out
 
 
-def _attach_and_group(name: np.ndarray, kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, dev: np.ndarray,
-                      stream: np.ndarray, ext: np.ndarray, op: np.ndarray, stats: TraceStats) -> pd.DataFrame:
-    """Count each split-K reduce with the GEMM launched before it on its stream; group by (kernel, op).
-
-    One row per launch in the arrays (kind 1 GEMM, 2 reduce); returns one row per (name, op) with count,
-    total_us, min_us, max_us, reduce_us. Numpy only, a few temporaries of the launches' length."""
-    cols = ["name", "op", "count", "total_us", "min_us", "max_us", "reduce_us"]
-    n = len(name)
-    if not n:
-        return pd.DataFrame({c: pd.Series([], dtype=np.float64 if c.endswith("_us") else np.int64) for c in cols})
+def _attach(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, dev: np.ndarray, stream: np.ndarray,
+            ext: np.ndarray, stats: TraceStats) -> tuple:
+    """Count each split-K reduce with the GEMM launched before it on its stream (by the same op, or either
+    unlinked). One row per launch (kind 1 GEMM, 2 reduce, 0 other); returns (order, keep, total, reduce):
+    the launches sorted by (device, stream, time), which of them stay (all but the attached reduces), and
+    the kept launches' time with their reduces and the reduce part. Numpy only."""
+    n = len(kind)
     order = np.lexsort((ts, stream, dev))
-    is_gemm = kind[order] == 1
+    k_s = kind[order]
+    is_gemm = k_s == 1
     stats.gemm_launches = int(is_gemm.sum())
-    stats.reduce_launches = n - stats.gemm_launches
-    ext_s, op_s = ext[order], op[order]
-    stats.linked = int((op_s[is_gemm] >= 0).sum())
+    stats.reduce_launches = int((k_s == 2).sum())
+    ext_s = ext[order]
     idx = np.arange(n)
     # for each row: the latest GEMM row at or before it, and the first row of its (device, stream) run
-    last = np.maximum.accumulate(np.where(is_gemm, idx, -1))
+    last = np.maximum.accumulate(np.where(is_gemm, idx, -1)) if n else idx
     d_s, s_s = dev[order], stream[order]
     new_run = np.ones(n, dtype=bool)
     new_run[1:] = (d_s[1:] != d_s[:-1]) | (s_s[1:] != s_s[:-1])
-    run_start = np.maximum.accumulate(np.where(new_run, idx, 0))
+    run_start = np.maximum.accumulate(np.where(new_run, idx, 0)) if n else idx
     del d_s, s_s, new_run
-    cand = ~is_gemm & (last >= run_start)
+    cand = (k_s == 2) & (last >= run_start)       # other kernels (detail mode) neither attach nor interrupt
     c_rows = np.flatnonzero(cand)
     owners = last[c_rows]
     same_op = (ext_s[c_rows] < 0) | (ext_s[owners] < 0) | (ext_s[c_rows] == ext_s[owners])
@@ -679,10 +786,20 @@ def _attach_and_group(name: np.ndarray, kind: np.ndarray, ts: np.ndarray, dur: n
     reduce_us = np.zeros(n)
     np.add.at(reduce_us, att_owner, dur_s[att_rows])
     keep = np.ones(n, dtype=bool)
-    keep[att_rows] = False                      # GEMMs, and reduces that found no GEMM
-    t = (dur_s + reduce_us)[keep]
-    r = reduce_us[keep]
-    nm, o = name[order][keep], op_s[keep]
+    keep[att_rows] = False
+    return order, keep, (dur_s + reduce_us)[keep], reduce_us[keep]
+
+
+def _group(name: np.ndarray, kind: np.ndarray, op: np.ndarray, att: tuple) -> pd.DataFrame:
+    """The GEMM and orphan-reduce launches kept by `_attach`, grouped by (kernel, op): count, total_us,
+    min_us, max_us, reduce_us."""
+    cols = ["name", "op", "count", "total_us", "min_us", "max_us", "reduce_us"]
+    order, keep, t, r = att
+    sel = kind[order][keep] > 0
+    t, r = t[sel], r[sel]
+    nm, o = name[order][keep][sel], op[order][keep][sel]
+    if not len(nm):
+        return pd.DataFrame({c: pd.Series([], dtype=np.float64 if c.endswith("_us") else np.int64) for c in cols})
     key = nm.astype(np.int64) * (int(o.max()) + 2) + (o + 1)
     uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
     g = len(uniq)
@@ -697,19 +814,76 @@ def _attach_and_group(name: np.ndarray, kind: np.ndarray, ts: np.ndarray, dur: n
                          "min_us": mn, "max_us": mx, "reduce_us": red})[cols]
 
 
-def _families(per_name: dict[str, list], gpu_time_us: float) -> pd.DataFrame:
+# --------------------------------------------------------------------------- GPU time by class
+# How the timeline's sentence writes the decoder's `library` (others as they are; no library: the family).
+LIBRARY_NAMES = {"cublas": "cuBLAS", "cudnn": "cuDNN", "triton": "Triton", "cutlass": "CUTLASS", "nccl": "NCCL",
+                 "flashinfer": "FlashInfer", "tensorrt_llm": "TensorRT-LLM", "deepgemm": "DeepGEMM"}
+_KIND_WORDS = {"gemm": "GEMMs", "attention": "attention", "elementwise": "elementwise", "reduction": "reductions",
+               "copy": "copies", "communication": "communication", "other": "other kernels"}
+
+TIMELINE_SCHEMA: dict[str, tuple[str, str]] = {
+    "kind": ("string", "what the kernel does: gemm, attention, elementwise, reduction, copy, communication, "
+                       "other (cublaslt_probe.names.classes)"),
+    "provenance": ("string", "how the kernel came to exist: library-selected, ahead-of-time, runtime-compiled, "
+                             "unknown"),
+    "library": ("string", "who ships or launches the kernel (decoded: cublas, cudnn, torch, triton, ...); "
+                          "null when the name does not say"),
+    "family": ("string", "decoded family"),
+    "kernels": ("Int64", "distinct kernel names"),
+    "launches": ("Int64", "launches (kernels, memcpy and memset rows)"),
+    "total_us": ("float64", "summed duration, µs"),
+    "share": ("float64", "fraction of the trace's GPU time"),
+}
+
+
+def _timeline(per_name: dict[str, list], gpu_time_us: float) -> pd.DataFrame:
+    """GPU time of every kernel name, by (kind, provenance, family)."""
     from cublaslt_probe.names import decode
-    fam: dict[str, list] = {}
+    acc: dict[tuple, list] = {}
     for name, (n, t) in per_name.items():
-        f = decode(name).family
-        acc = fam.setdefault(f, [0, 0, 0.0])
-        acc[0] += 1
-        acc[1] += n
-        acc[2] += t
-    df = pd.DataFrame([(f, a, b, c) for f, (a, b, c) in fam.items()],
-                      columns=["family", "kernels", "launches", "total_us"])
+        kn = decode(name)
+        kind, prov = classify(kn)
+        a = acc.setdefault((kind, prov, getattr(kn, "library", None), kn.family), [0, 0, 0.0])
+        a[0] += 1
+        a[1] += n
+        a[2] += t
+    df = pd.DataFrame([(*k, *v) for k, v in acc.items()], columns=list(TIMELINE_SCHEMA)[:-1])
     df["share"] = df["total_us"] / gpu_time_us if gpu_time_us else np.nan
-    return df.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+    df = df.astype({c: dt for c, (dt, _) in TIMELINE_SCHEMA.items()})
+    return df.sort_values(["total_us", "family"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def _families(timeline: pd.DataFrame) -> pd.DataFrame:
+    """GPU time per decoded family (the timeline summed over kind and provenance)."""
+    df = timeline.groupby("family", sort=False, observed=True)[["kernels", "launches", "total_us", "share"]].sum()
+    return df.reset_index().sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def timeline_groups(timeline: pd.DataFrame) -> pd.DataFrame:
+    """The timeline in the words of its summary sentence: one row per (provenance, library, kind) with its
+    ``label`` ("library-selected cuBLAS GEMMs"), ``total_us`` and ``share``, largest first. A kernel whose
+    library the name does not say is counted under its family."""
+    if not len(timeline):
+        return pd.DataFrame(columns=["provenance", "library", "kind", "label", "total_us", "share"])
+    lib = [LIBRARY_NAMES.get(lb, lb) if isinstance(lb, str) else f
+           for lb, f in zip(timeline["library"].astype(object), timeline["family"])]
+    g = (timeline.assign(library=lib).groupby(["provenance", "library", "kind"], sort=False, observed=True)
+         [["total_us", "share"]].sum().reset_index())
+    g["label"] = [f"{p} {lb} {_KIND_WORDS.get(k, k)}" for p, lb, k in
+                  zip(g["provenance"], g["library"], g["kind"])]
+    return g.sort_values(["total_us", "label"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def timeline_sentence(timeline: pd.DataFrame, top: int = 6) -> str:
+    """"62.0 % library-selected cuBLAS GEMMs, 21.0 % runtime-compiled Triton elementwise, …"."""
+    g = timeline_groups(timeline)
+    if not len(g):
+        return "no GPU time"
+    parts = [f"{100 * s:.1f} % {lb}" for lb, s in zip(g["label"].head(top), g["share"].head(top))]
+    rest = g["share"].iloc[top:].sum()
+    if len(g) > top:
+        parts.append(f"{100 * rest:.1f} % in {len(g) - top} more groups")
+    return ", ".join(parts)
 
 
 # --------------------------------------------------------------------------- op -> torch-view problem
@@ -729,9 +903,12 @@ def _letter(dims, strides) -> str | None:
 
 def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
                strides_json: str | None) -> dict[str, Any]:
-    """The torch-view GEMM (m, n, k, batch, dtype, layout) a GEMM op's recorded inputs describe.
+    """The torch-view GEMM (m, n, k, batch, dtype, layout; grouped ops also groups, group_dim) a GEMM op's
+    recorded inputs describe.
 
     Only for `GEMM_OPS`; other ops and missing shapes give ``{}``; a field the record cannot give is None.
+    A grouped GEMM's m, n, k are the totals over its groups (`GROUPED_OPS`): the offsets' values, hence the
+    size of each group, are a tensor the trace does not record.
     """
     where = GEMM_OPS.get(op or "")
     if where is None or not dims_json:
@@ -745,7 +922,12 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
         return {}
     out: dict[str, Any] = {}
     try:
-        if op in ("aten::mv", "aten::addmv"):
+        if op in GROUPED_OPS:
+            g = _groups(dims, GROUPED_OPS[op], a, b)
+            if g is None:
+                return {}
+            out.update(g)
+        elif op in ("aten::mv", "aten::addmv"):
             out.update(m=a[0], k=a[1], n=1, batch=1)
         elif len(a) == 3 and len(b) == 3:
             out.update(batch=a[0], m=a[1], k=a[2], n=b[2])
@@ -771,6 +953,21 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
     return out
 
 
+def _groups(dims: list, offs_at: int, a: list, b: list) -> dict | None:
+    """m, n, k, batch, groups, group_dim of a grouped GEMM from its operands' dims (`GROUPED_OPS`)."""
+    offs = dims[offs_at] if len(dims) > offs_at and dims[offs_at] else None
+    g = offs[0] if offs else None
+    if len(a) == 2 and len(b) == 3:
+        return dict(m=a[0], k=a[1], n=b[2], batch=1, groups=b[0], group_dim="m")
+    if len(a) == 3 and len(b) == 2:
+        return dict(m=a[1], k=a[2], n=b[1], batch=1, groups=a[0], group_dim="n")
+    if len(a) == 2 and len(b) == 2 and g:
+        return dict(m=a[0], k=a[1], n=b[1], batch=1, groups=g, group_dim="k")
+    if len(a) == 3 and len(b) == 3:
+        return dict(m=a[1], k=a[2], n=b[2], batch=a[0], groups=a[0], group_dim=None)
+    return None
+
+
 def _finish(groups: pd.DataFrame, op_keys: list, stats: TraceStats) -> pd.DataFrame:
     """Group rows (kernel, op key, count, times) -> the TRACE_SCHEMA frame, largest total first."""
     from cublaslt_probe.names import decode
@@ -780,21 +977,23 @@ def _finish(groups: pd.DataFrame, op_keys: list, stats: TraceStats) -> pd.DataFr
             op_keys):
         kn = decode(kernel)
         op, dims, types, strides = key if key else (None, None, None, None)
+        kind, prov = classify(kn)
         if dims is not None:
-            stats.with_shapes += int(count) if kn.family in GEMM_FAMILIES else 0
+            stats.with_shapes += int(count) if kind == "gemm" and kn.family != REDUCE_FAMILY else 0
         types_code = kn.type_code or "/".join(x for x in (kn.a_type, kn.c_type, kn.compute_type) if x) or None
         row = {
             "share": total / stats.gpu_time_us if stats.gpu_time_us else None,
             "count": count, "total_us": total, "mean_us": total / count if count else None,
             "min_us": mn, "max_us": mx, "reduce_us": red,
-            "kernel": kernel, "family": kn.family, "kernel_short": kn.short, "arch": kn.arch,
+            "kernel": kernel, "family": kn.family, "provenance": prov, "kernel_short": kn.short, "arch": kn.arch,
             "types": types_code, "tile_m": kn.tile_m, "tile_n": kn.tile_n, "tile_k": kn.tile_k,
             "stages": kn.stages, "cluster_m": kn.cluster_m, "cluster_n": kn.cluster_n,
             "split_k": kn.split_k, "kernel_layout": kn.layout, "kernel_flags": " ".join(kn.flags) or None,
             "op": op, "input_dims": dims, "input_types": types, "input_strides": strides,
+            "problem_shape": getattr(kn, "problem_shape", None),
         }
         p = problem_of(op, dims, types, strides)
-        row.update({c: p.get(c) for c in ("dtype", "layout", "m", "n", "k", "batch")})
+        row.update({c: p.get(c) for c in ("dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")})
         rows.append(row)
     df = pd.DataFrame(rows, columns=TRACE_COLUMNS)
     df = _coerce(df)
@@ -917,7 +1116,8 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
     out = _finish(groups, [None] * len(groups), stats)
     stats.seconds = time.perf_counter() - t0
     log.info("%s", stats.line())
-    return TraceSummary(out, stats.gpu_time_us, stats, {}, _families(per_name, stats.gpu_time_us))
+    timeline = _timeline(per_name, stats.gpu_time_us)
+    return TraceSummary(out, stats.gpu_time_us, stats, {}, _families(timeline), timeline)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -946,7 +1146,7 @@ def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
         return df.assign(ops=pd.Series([], dtype="string"), shapes=pd.Series([], dtype="Int64"))
     fixed = [c for c in TRACE_COLUMNS if c not in (
         "share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", "op", "input_dims",
-        "input_types", "input_strides", "dtype", "layout", "m", "n", "k", "batch")]
+        "input_types", "input_strides", "dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")]
     g = df.groupby("kernel", sort=False, observed=True)
     out = g.agg(share=("share", "sum"), count=("count", "sum"), total_us=("total_us", "sum"),
                 min_us=("min_us", "min"), max_us=("max_us", "max"), reduce_us=("reduce_us", "sum"))

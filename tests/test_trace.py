@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.names import decode
-from cublaslt_probe.trace import (GEMM_FAMILIES, TRACE_COLUMNS, by_kernel, iter_chrome_events, problem_of,
-                                  read_chrome_trace, read_nsys_sqlite, read_trace)
+from cublaslt_probe.trace import (TRACE_COLUMNS, by_kernel, classify, iter_chrome_events, problem_of,
+                                  read_chrome_trace, read_nsys_sqlite, read_trace, timeline_groups,
+                                  timeline_sentence)
 
 from conftest import FIXTURES
 
@@ -295,6 +296,18 @@ def test_by_kernel_sums_the_shape_rows(synth):
     ("aten::mm", [[16, 64], [64, 64]], BF16, None, dict(m=16, n=64, k=64, batch=1, dtype="bf16", layout=None)),
     ("aten::add", [[16, 64]], ["float"], [[64, 1]], {}),
     ("aten::mm", None, None, None, {}),
+    # grouped GEMMs: the Mixtral experts' gate/up projection of tests/fixtures/programs/mixtral_moe (2-D x 3-D,
+    # offsets split M), and torch's other three conventions
+    ("aten::_grouped_mm", [[4096, 4096], [8, 4096, 28672], [8], [], []], ["c10::BFloat16", "c10::BFloat16", "int",
+     "", ""], [[4096, 1], [117440512, 1, 4096], [1], [], []],
+     dict(m=4096, n=28672, k=4096, batch=1, groups=8, group_dim="m", dtype="bf16", layout="NT")),
+    ("aten::_grouped_mm", [[8, 64, 128], [128, 512], [8]], BF16 + ["int"], [[8192, 128, 1], [512, 1], [1]],
+     dict(m=64, n=512, k=128, batch=1, groups=8, group_dim="n", dtype="bf16", layout="NN")),
+    ("aten::_grouped_mm", [[64, 1024], [1024, 32], [4]], BF16 + ["int"], [[1024, 1], [32, 1], [1]],
+     dict(m=64, n=32, k=1024, batch=1, groups=4, group_dim="k", dtype="bf16", layout="NN")),
+    ("aten::_grouped_mm", [[4, 16, 32], [4, 32, 8]], BF16, [[512, 32, 1], [256, 8, 1]],
+     dict(m=16, n=8, k=32, batch=4, groups=4, group_dim=None, dtype="bf16", layout="NN")),
+    ("aten::_grouped_mm", [[64, 1024], [1024, 32], []], BF16 + ["int"], [[1024, 1], [32, 1], []], {}),
 ])
 def test_problem_of(opname, dims, types, strides, want):
     js = (lambda v: None if v is None else json.dumps(v))
@@ -360,14 +373,15 @@ def run(*args):
 
 TABLE = """\
 {p}: Chrome trace, NVIDIA H200; 20 events, 7 kernel launches, GPU time 0.100 ms
-GEMM-family kernels: 4 launches of 3 kernels, 0.051 ms = 51.0% of GPU time; 4 linked to an op, 4 with input shapes; 2 of 2 split-K reduces counted with their GEMM
+GPU time: 51.0 % library-selected cuBLAS GEMMs, 49.0 % ahead-of-time torch elementwise
+GEMM kernels: 4 launches of 3 kernels, 0.051 ms = 51.0% of GPU time; 4 linked to an op, 4 with input shapes; 2 of 2 split-K reduces counted with their GEMM
 
-share  count  total_us  mean_us  family   decoded                      op                dtype  layout    m     n     k  batch  kernel
------  -----  --------  -------  -------  ---------------------------  ----------------  -----  ------  ---  ----  ----  -----  -----------------------------------------------
-30.0%      1      30.0    30.00  cutlass  64x64 · 8x5                  aten::bmm         fp16   NT      128   256    64      8  cutlass_80_simt_sgemm_64x64_8x5_nn_align1
-10.0%      1      10.0    10.00  nvjet    64x8 · 64x16 · 2x1 · splitK  aten::addmm       bf16   NT       16  4096  4096      1  nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT
- 7.0%      1       7.0     7.00  nvjet    64x8 · 64x16 · 2x1 · splitK  aten::mm          bf16   NN       16  4096  4096      1  nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT
- 4.0%      1       4.0     4.00  nvjet    64x8 · 128x16 · 4x1 · algo2  aten::_scaled_mm  fp8    NT       64  1024  4096      1  nvjet_sm90_qqtst_64x8_128x16_4x1_v_bz_algo2_TNT
+share  count  total_us  mean_us  family   provenance        decoded                      op                dtype  layout    m     n     k  batch  groups  kernel
+-----  -----  --------  -------  -------  ----------------  ---------------------------  ----------------  -----  ------  ---  ----  ----  -----  ------  -----------------------------------------------
+30.0%      1      30.0    30.00  cutlass  library-selected  64x64 · 8x5                  aten::bmm         fp16   NT      128   256    64      8          cutlass_80_simt_sgemm_64x64_8x5_nn_align1
+10.0%      1      10.0    10.00  nvjet    library-selected  64x8 · 64x16 · 2x1 · splitK  aten::addmm       bf16   NT       16  4096  4096      1          nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT
+ 7.0%      1       7.0     7.00  nvjet    library-selected  64x8 · 64x16 · 2x1 · splitK  aten::mm          bf16   NN       16  4096  4096      1          nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT
+ 4.0%      1       4.0     4.00  nvjet    library-selected  64x8 · 128x16 · 4x1 · algo2  aten::_scaled_mm  fp8    NT       64  1024  4096      1          nvjet_sm90_qqtst_64x8_128x16_4x1_v_bz_algo2_TNT
 """
 
 
@@ -382,8 +396,8 @@ def test_cli_by_kernel_top(synth):
     r = run(synth, "--by", "kernel", "--top", "1")
     assert r.exit_code == 0
     lines = r.stdout.splitlines()
-    assert lines[3].split()[:4] == ["share", "count", "total_us", "mean_us"]
-    assert lines[5].startswith("30.0%      1      30.0    30.00  cutlass")
+    assert lines[4].split()[:5] == ["share", "count", "total_us", "mean_us", "family"]
+    assert lines[6].startswith("30.0%      1      30.0    30.00  cutlass  library-selected")
     assert lines[-1] == "… 2 more rows (--top 0 shows all)"
 
 
@@ -442,14 +456,17 @@ def test_real_trace_against_a_plain_reading(path):
     """Totals and GEMM launches against a direct json.load of the same file."""
     evs = _load(path)["traceEvents"]
     kernels = [e for e in evs if e.get("cat") == "kernel"]
+    copies = [e for e in evs if e.get("cat") in ("gpu_memcpy", "gpu_memset")]
     s = read_trace(path)
     assert s.stats.bad_events == 0 and not s.stats.truncated
-    assert s.stats.kernels == len(kernels)
-    assert s.gpu_time_us == pytest.approx(sum(e["dur"] for e in kernels))
-    gemm = [e for e in kernels if decode(e["name"]).family in GEMM_FAMILIES]
-    assert gemm, "a GEMM trace without GEMM kernels"
-    assert s.kernels[s.kernels.family.isin(GEMM_FAMILIES)]["count"].sum() == len(gemm)
+    assert (s.stats.kernels, s.stats.copies) == (len(kernels), len(copies))
+    assert s.gpu_time_us == pytest.approx(sum(e["dur"] for e in kernels + copies))
+    assert s.timeline.total_us.sum() == pytest.approx(s.gpu_time_us)
+    assert s.timeline.launches.sum() == len(kernels) + len(copies)
     reduce = [e for e in kernels if decode(e["name"]).family == "splitk_reduce"]
+    gemm = [e for e in kernels if classify(decode(e["name"]))[0] == "gemm" and e not in reduce]
+    assert gemm, "a GEMM trace without GEMM kernels"
+    assert s.kernels[s.kernels.family != "splitk_reduce"]["count"].sum() == len(gemm)
     assert s.kernels.total_us.sum() == pytest.approx(sum(e["dur"] for e in gemm + reduce))
     # every GEMM kernel of a torch.profiler trace with record_shapes is linked to the op that launched it
     ops = {e["args"]["External id"]: e for e in evs if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
@@ -504,14 +521,15 @@ def test_malformed_last_event_is_not_a_cut(tmp_path):
 
 
 FP8_TOP3 = """\
-tests/fixtures/traces/fp8_linear.json.gz: Chrome trace, NVIDIA H200; 336 events, 25 kernel launches, GPU time 0.586 ms
-GEMM-family kernels: 9 launches of 6 kernels, 0.481 ms = 82.2% of GPU time; 9 linked to an op, 9 with input shapes; 1 of 1 split-K reduces counted with their GEMM
+tests/fixtures/traces/fp8_linear.json.gz: Chrome trace, NVIDIA H200; 336 events, 25 kernel launches and 3 memcpy/memset, GPU time 0.588 ms
+GPU time: 81.9 % library-selected cuBLAS GEMMs, 10.4 % ahead-of-time torch copies, 7.3 % ahead-of-time torch elementwise, 0.4 % ahead-of-time driver copies
+GEMM kernels: 9 launches of 6 kernels, 0.481 ms = 81.9% of GPU time; 9 linked to an op, 9 with input shapes; 1 of 1 split-K reduces counted with their GEMM
 
-share  count  total_us  mean_us  family  decoded                              op                dtype  layout     m      n      k  batch  kernel
------  -----  --------  -------  ------  -----------------------------------  ----------------  -----  ------  ----  -----  -----  -----  -------------------------------------------------------
-29.7%      1     174.1   174.11  nvjet   128x128 · 128x6 · 2x1 · coopA algo2  aten::_scaled_mm  fp8    NT      2048  14336   4096      1  nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT
-25.8%      1     151.2   151.23  nvjet   128x128 · 128x6 · 2x1 · coopA algo2  aten::_scaled_mm  fp8    NT      2048   4096  14336      1  nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT
- 7.8%      1      45.8    45.76  nvjet   128x128 · 128x6 · 2x1 · coopA algo2  aten::_scaled_mm  fp8    NT      2048   4096   4096      1  nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT
+share  count  total_us  mean_us  family  provenance        decoded                              op                dtype  layout     m      n      k  batch  groups  kernel
+-----  -----  --------  -------  ------  ----------------  -----------------------------------  ----------------  -----  ------  ----  -----  -----  -----  ------  -------------------------------------------------------
+29.6%      1     174.1   174.11  nvjet   library-selected  128x128 · 128x6 · 2x1 · coopA algo2  aten::_scaled_mm  fp8    NT      2048  14336   4096      1          nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT
+25.7%      1     151.2   151.23  nvjet   library-selected  128x128 · 128x6 · 2x1 · coopA algo2  aten::_scaled_mm  fp8    NT      2048   4096  14336      1          nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT
+ 7.8%      1      45.8    45.76  nvjet   library-selected  128x128 · 128x6 · 2x1 · coopA algo2  aten::_scaled_mm  fp8    NT      2048   4096   4096      1          nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT
 … 6 more rows (--top 0 shows all)
 """
 
@@ -545,7 +563,7 @@ def test_real_transformer_forward_linears():
     assert addmm == [(2048, 1024, 1024), (2048, 1024, 4096), (2048, 4096, 1024)]   # out_proj, linear2, linear1
     assert df[df.op == "aten::addmm"].kernel_flags.str.contains("bias").all()          # bias epilogue
     gpu_us = read_trace(TRACES / "transformer_bf16.json.gz").gpu_time_us
-    assert df.total_us.sum() / gpu_us == pytest.approx(0.369, abs=1e-3)
+    assert df.total_us.sum() / gpu_us == pytest.approx(0.3615, abs=1e-3)   # of kernels + memcpy + memset
 
 
 @needs_traces
@@ -563,3 +581,59 @@ def test_real_fp8_trace_agrees_with_the_sweep_of_the_same_gpu():
     m = t.merge(d, on=keys, suffixes=("_trace", "_sweep"))
     assert len(m) >= 6
     assert (m.kernel_trace == m.kernel_sweep).all()
+
+
+# ------------------------------------------------------------------------------- the whole GPU timeline
+PROGRAMS = FIXTURES / "programs"
+
+
+def program_traces():
+    return sorted(PROGRAMS.glob("*/trace.json.gz")) if PROGRAMS.is_dir() else []
+
+
+@pytest.mark.parametrize("path", real_traces() + program_traces(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_timeline_covers_every_kernel_and_copy(path):
+    """Every kernel, memcpy and memset of the trace is in exactly one (kind, provenance, family) group, and the
+    detail reading (audit's) lists the same GEMMs as the summary."""
+    evs = _load(path)["traceEvents"]
+    gpu = [e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    s = read_chrome_trace(path, detail=True)
+    tl = s.timeline
+    assert tl.launches.sum() == len(gpu) and tl.total_us.sum() == pytest.approx(sum(e["dur"] for e in gpu))
+    assert tl.share.sum() == pytest.approx(1.0)
+    for (kind, prov, fam), part in tl.groupby(["kind", "provenance", "family"]):
+        want = [e for e in gpu if (*classify(decode(e["name"])), decode(e["name"]).family) == (kind, prov, fam)]
+        assert part.launches.sum() == len(want)
+    plain = read_trace(path).kernels
+    pd.testing.assert_frame_equal(s.kernels, plain)
+    det = s.detail
+    assert len(det.launches) == len(gpu) - s.stats.reduce_attached
+    gemm = det.launches[det.launches.kind > 0]
+    assert gemm.dur.sum() == pytest.approx(plain.total_us.sum())
+    # the sentence names the largest group first, with its share
+    g = timeline_groups(tl)
+    assert timeline_sentence(tl).startswith(f"{100 * g.share.iloc[0]:.1f} % {g.label.iloc[0]}")
+    assert g.total_us.sum() == pytest.approx(tl.total_us.sum())
+
+
+@pytest.mark.parametrize("path", program_traces(), ids=lambda p: p.parent.name)
+def test_every_gemm_kind_kernel_is_in_the_gemm_table(path):
+    """The rows hold every GEMM-kind kernel of the timeline, whichever library it comes from."""
+    s = read_trace(path)
+    gemm_time = s.timeline.loc[s.timeline.kind == "gemm", "total_us"].sum()
+    assert s.kernels.total_us.sum() == pytest.approx(gemm_time)
+
+
+def test_real_mixtral_grouped_gemm():
+    """tests/fixtures/programs/mixtral_moe: the experts run torch's CUTLASS 3 grouped GEMM through
+    aten::_grouped_mm (8 experts, 4096 tokens, hidden 4096, ffn 14336; gate and up fused: N = 28672), compiled
+    into libtorch ahead of time: GEMM rows with their op and group count, not cuBLAS."""
+    s = read_trace(PROGRAMS / "mixtral_moe" / "trace.json.gz")
+    g = s.kernels[s.kernels.op == "aten::_grouped_mm"]
+    main = g[g.total_us > 100]
+    got = sorted(main[["m", "n", "k", "groups"]].astype(int).itertuples(index=False, name=None))
+    assert got == [(4096, 4096, 14336, 8), (4096, 28672, 4096, 8)]
+    assert set(main.group_dim.astype(str)) == {"m"} and set(main.provenance.astype(str)) == {"ahead-of-time"}
+    assert set(main.problem_shape.astype(str)) == {"grouped"}
+    assert main.total_us.sum() / s.gpu_time_us > 0.4       # the experts are most of the layer's GPU time
+    assert "ahead-of-time" in timeline_sentence(s.timeline).split(",")[0]
