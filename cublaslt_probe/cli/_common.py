@@ -9,6 +9,7 @@ damaged line, a file cut off or unreadable); stderr says which. A closed pipe do
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import os
@@ -177,7 +178,7 @@ def write_text(output: str | None, text: str) -> None:
 class Lines:
     """Collect lines and write them in chunks (few large writes are much faster than many small ones)."""
 
-    def __init__(self, out: _Out, chunk: int = 2000):
+    def __init__(self, out: _Out, chunk: int = 256):
         self.out, self.chunk, self.buf = out, chunk, []
 
     def add(self, line: str) -> None:
@@ -267,35 +268,53 @@ class Table:
         self.caps = [caps.get(h, max_width) for h in self.header]
         self.rule, self.indent = rule, indent
 
-    def lines(self, rows: Iterable[list[str]]) -> Iterator[str]:
-        """The table's lines (each with ``"\\n"``) for `rows` (lists of strings)."""
+    def lines(self, rows: Iterable) -> Iterator[str]:
+        """The table's lines (each with ``"\\n"``) for `rows`: lists of strings, or ``(head, tail)`` pairs of
+        lists whose `tail` objects are shared by many rows (each distinct tail is padded once)."""
         caps = self.caps
         it = iter(rows)
-        head: list[list[str]] = []
+        sample: list = []
         for r in it:
-            head.append([fit(c, w) for c, w in zip(r, caps)])
-            if len(head) >= SAMPLE_ROWS:
+            sample.append(r)
+            if len(sample) >= SAMPLE_ROWS:
                 break
+        split = bool(sample) and isinstance(sample[0], tuple)
+        nhead = len(sample[0][0]) if split else 0
         widths = [len(h) for h in self.header]
-        for r in head:
-            for i, c in enumerate(r):
-                if len(c) > widths[i]:
-                    widths[i] = len(c)
+        for r in sample:
+            for i, c in enumerate(r[0] + r[1] if split else r):
+                n = len(fit(c, caps[i]))
+                if n > widths[i]:
+                    widths[i] = n
         widths = [min(w, cap) for w, cap in zip(widths, caps)]
         right, indent = self.right, self.indent
 
-        def line(cells):
-            out = [c.rjust(w) if rj else c.ljust(w) for c, w, rj in zip(cells, widths, right)]
-            return indent + "  ".join(out).rstrip() + "\n"
+        def cells(cs, offset=0):
+            out = []
+            for i, c in enumerate(cs, offset):
+                c = fit(c, caps[i])
+                out.append(c.rjust(widths[i]) if right[i] else c.ljust(widths[i]))
+            return "  ".join(out)
 
         if self.header:
-            yield line([fit(h, w) for h, w in zip(self.header, widths)])
+            yield (indent + cells(self.header)).rstrip() + "\n"
             if self.rule:
-                yield line(["-" * w for w in widths])
-        for r in head:
-            yield line(r)
-        for r in it:
-            yield line([fit(c, w) for c, w in zip(r, caps)])
+                yield (indent + "  ".join("-" * w for w in widths)).rstrip() + "\n"
+        if not split:
+            for r in sample:
+                yield (indent + cells(r)).rstrip() + "\n"
+            for r in it:
+                yield (indent + cells(r)).rstrip() + "\n"
+            return
+        tails: dict = {}  # id(tail) -> (tail, its padded text): the tail is kept, so its id stays its own
+        for head, tail in itertools.chain(sample, it):
+            t = tails.get(id(tail))
+            if t is None or t[0] is not tail:
+                t = (tail, (cells(tail, nhead) if tail else "").rstrip() + "\n")
+                if len(tails) >= 4096:
+                    tails.clear()
+                tails[id(tail)] = t
+            yield indent + cells(head) + ("  " if tail else "") + t[1]
 
     def write(self, rows: Iterable[list[str]], out: _Out) -> int:
         """Write the table of `rows` to `out`; returns the number of rows."""

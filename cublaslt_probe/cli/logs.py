@@ -86,7 +86,7 @@ def _report(stats, cublas: bool, files) -> int:
 def _emit_lt(sources, stats, fmt, output, summary, api, multi):
     from cublaslt_probe.logs import parse_log
     from cublaslt_probe.logs.parser import each_source
-    from cublaslt_probe.logs.write import CsvEncoder, JsonlEncoder, ParquetStream, Summary, TableCells
+    from cublaslt_probe.logs.write import CSV_HEADER, ParquetStream, Summary, csv_chunks, jsonl_chunks, table_rows
     records = each_source(sources, stats,
                           lambda src: parse_log(src, api=api, stats=stats, name=_name(src)))
     if summary:
@@ -108,18 +108,12 @@ def _emit_lt(sources, stats, fmt, output, summary, api, multi):
     from cublaslt_probe.logs.write import RECORD_RIGHT, record_header
     with text_output(output) as out:
         if fmt == "table":
-            Table(record_header(multi, api), RECORD_RIGHT).write(map(TableCells(multi, api), records), out)
+            Table(record_header(multi, api), RECORD_RIGHT).write(table_rows(records, multi, api), out)
             return
-        buf = Lines(out)
         if fmt == "csv":
-            enc = CsvEncoder()
-            buf.add(enc.header)
-        else:
-            enc = JsonlEncoder()
-        add = buf.add
-        for r in records:
-            add(enc(r))
-        buf.close()
+            out.write(CSV_HEADER)
+        for text in (csv_chunks if fmt == "csv" else jsonl_chunks)(records):
+            out.write(text)
 
 
 def _summary_table(df) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from operator import attrgetter
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from cublaslt_probe.logs.record import ALGO_FIELDS, FIELD_NAMES, PROBLEM_FIELDS, LogRecord, short_dtype
 
@@ -21,29 +21,35 @@ _REST = FIELD_NAMES[2:]  # everything but line and time
 assert FIELD_NAMES[:2] == ("line", "time")
 
 
-def _memo_key(r: LogRecord):
-    return (r.message, r.function, r.kind, r.level, r.pid, r.source)
-
-
-class _Memo:
-    """key → (extra it was built with, encoded rest); cleared when full (memory stays flat)."""
-
-    __slots__ = ("d", "build")
-
-    def __init__(self, build: Callable[[LogRecord], object]):
-        self.d: dict = {}
-        self.build = build
-
-    def get(self, r: LogRecord):
-        key = _memo_key(r)
-        hit = self.d.get(key)
-        if hit is not None and hit[0] == r.extra:
-            return hit[1]
-        value = self.build(r)
-        if len(self.d) >= _MEMO_MAX:
-            self.d.clear()
-        self.d[key] = (dict(r.extra), value)
-        return value
+def _chunks(records: Iterable[LogRecord], rest: Callable[[LogRecord], str], line: Callable[[int, str, str], str],
+            time: Callable[[str | None], str], chunk: int) -> Iterator[str]:
+    """The text of `records`, `chunk` records at a time: ``line(lineno, time(t), rest(record))`` with
+    `rest` and `time` memoized (the hot loop of every text encoder, inlined: no call per record but the
+    `line` formatting)."""
+    memo: dict = {}
+    times: dict = {}
+    buf: list = []
+    add = buf.append
+    for r in records:
+        key = (r.message, r.function, r.kind, r.level, r.pid, r.source)
+        hit = memo.get(key)
+        if hit is None or hit[0] != r.extra:
+            hit = (dict(r.extra), rest(r))
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            memo[key] = hit
+        t = times.get(r.time)
+        if t is None:
+            t = time(r.time)
+            if len(times) >= _MEMO_MAX:
+                times.clear()
+            times[r.time] = t
+        add(line(r.line, t, hit[1]))
+        if len(buf) >= chunk:
+            yield "".join(buf)
+            buf.clear()
+    if buf:
+        yield "".join(buf)
 
 
 # --- JSON lines -----------------------------------------------------------------------------------------
@@ -53,27 +59,15 @@ def record_json(r: LogRecord) -> str:
     return json.dumps(r.to_dict())
 
 
-class JsonlEncoder:
-    """``enc(record)`` → the record's JSON line (with ``"\\n"``), equal to ``record_json(record) + "\\n"``."""
+def _json_rest(r: LogRecord) -> str:
+    d = {name: getattr(r, name) for name in _REST}
+    d["extra"] = dict(r.extra)
+    return json.dumps(d)[1:]  # '"pid": 479, ...}'
 
-    def __init__(self):
-        self._memo = _Memo(self._rest)
-        self._times: dict = {}
 
-    @staticmethod
-    def _rest(r: LogRecord) -> str:
-        d = {name: getattr(r, name) for name in _REST}
-        d["extra"] = dict(r.extra)
-        return json.dumps(d)[1:]  # '"pid": 479, ...}'
-
-    def __call__(self, r: LogRecord) -> str:
-        t = self._times.get(r.time)
-        if t is None:
-            t = json.dumps(r.time)
-            if len(self._times) >= _MEMO_MAX:
-                self._times.clear()
-            self._times[r.time] = t
-        return f'{{"line": {int(r.line)}, "time": {t}, {self._memo.get(r)}\n'
+def jsonl_chunks(records: Iterable[LogRecord], chunk: int = 256) -> Iterator[str]:
+    """The JSON lines of `records` (``record_json(r) + "\n"`` each), in chunks of `chunk` lines."""
+    return _chunks(records, _json_rest, '{{"line": {}, "time": {}, {}\n'.format, json.dumps, chunk)
 
 
 # --- CSV ------------------------------------------------------------------------------------------------
@@ -89,27 +83,23 @@ def csv_cell(v) -> str:
 
 
 def csv_row(values: Iterable) -> str:
-    """A CSV line of `values` (with ``"\\n"``)."""
+    """A CSV line of `values` (with ``"\n"``)."""
     return ",".join(map(csv_cell, values)) + "\n"
 
 
-def _csv_value(name: str, v):
-    if name == "extra":
-        return json.dumps(v, separators=(",", ":"))
-    return v
+CSV_HEADER = csv_row(FIELD_NAMES)
 
 
-class CsvEncoder:
-    """``enc(record)`` → its CSV line: the columns of `FIELD_NAMES` (`header`), ``extra`` as a JSON object,
-    missing values empty, as `records_to_frame(...).to_csv()` writes them but for ``time`` (kept as logged)."""
+def _csv_rest(r: LogRecord) -> str:
+    return ",".join(csv_cell(json.dumps(r.extra, separators=(",", ":")) if n == "extra" else getattr(r, n))
+                    for n in _REST)
 
-    header = csv_row(FIELD_NAMES)
 
-    def __init__(self):
-        self._memo = _Memo(lambda r: ",".join(csv_cell(_csv_value(n, getattr(r, n))) for n in _REST))
-
-    def __call__(self, r: LogRecord) -> str:
-        return f"{int(r.line)},{csv_cell(r.time)},{self._memo.get(r)}\n"
+def csv_chunks(records: Iterable[LogRecord], chunk: int = 256) -> Iterator[str]:
+    """The CSV lines of `records` (no header: `CSV_HEADER`): the columns of `FIELD_NAMES`, ``extra`` as a
+    JSON object, missing values empty, as ``records_to_frame(...).to_csv()`` writes them but for ``time``
+    (kept as logged) and the quoting of a lone CR."""
+    return _chunks(records, _csv_rest, "{},{},{}\n".format, csv_cell, chunk)
 
 
 # --- table cells ----------------------------------------------------------------------------------------
@@ -167,22 +157,27 @@ def record_header(multi: bool, api: bool) -> list[str]:
         ["workspace"]
 
 
-class TableCells:
-    """``cells(record)`` → the record's row of the records table (`record_header`)."""
-
-    def __init__(self, multi: bool, api: bool):
-        import os
-        self.multi, self.api = multi, api
-        self._base = os.path.basename
-        self._memo = _Memo(self._rest)
-
-    def _rest(self, r: LogRecord) -> list[str]:
-        get = r.__getattribute__
-        return ([r.kind] if self.api else []) + gemm_cells(get) + [_txt(r.workspace_bytes)]
-
-    def __call__(self, r: LogRecord) -> list[str]:
-        head = [self._base(r.source) if r.source else ""] if self.multi else []
-        return head + [str(r.line), _txt(r.pid)] + self._memo.get(r)
+def table_rows(records: Iterable[LogRecord], multi: bool, api: bool) -> Iterator[tuple[list[str], list[str]]]:
+    """The rows of the records table (`record_header`) as ``(head, tail)`` pairs: `head` the cells that
+    change from line to line (source, line, pid), `tail` the rest, one shared list per distinct GEMM (the
+    renderer pads each shared tail once)."""
+    import os
+    base = os.path.basename
+    memo: dict = {}
+    for r in records:
+        key = (r.message, r.function, r.kind, r.level, r.pid, r.source)
+        hit = memo.get(key)
+        if hit is None or hit[0] != r.extra:
+            get = r.__getattribute__
+            tail = ([r.kind] if api else []) + gemm_cells(get) + [_txt(r.workspace_bytes)]
+            hit = (dict(r.extra), tail)
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            memo[key] = hit
+        head = [str(r.line), _txt(r.pid)]
+        if multi:
+            head.insert(0, base(r.source) if r.source else "")
+        yield head, hit[1]
 
 
 # --- Parquet --------------------------------------------------------------------------------------------
