@@ -2,9 +2,11 @@
 cost, and whether the logged algo agrees with the kernel that ran.
 
 `build_report(df, outdir)` writes ``outdir/index.html``; its PNG images are embedded as base64 ``data:`` URIs,
-so the page is one file that can be mailed or attached to an issue. The tables come from small functions
-here (`coverage`, `top_kernels`, `find_cliffs`, `heuristic_summary`, `consistency_summary`,
-`path_summary`) that return DataFrames, so a notebook can use them too. CPU only.
+so the page is one file that can be mailed or attached to an issue. It computes, then renders:
+`analyse(df)` builds every section as data (one function per section: numbers, DataFrames, figures still to
+be drawn), `render_page` writes the HTML. The tables come from small functions here (`coverage`,
+`top_kernels`, `find_cliffs`, `heuristic_summary`, `regret_summary`, `consistency_summary`, `path_summary`)
+that return DataFrames, so a notebook can use them too. CPU only.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -287,9 +290,188 @@ def _img(fig, alt: str, dpi: int) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
+# ------------------------------------------------------------------------------------------------ the analysis
+# `analyse` computes every section as plain data: numbers, DataFrames, and `Figure`s still to be drawn (a
+# figure is drawn while the page is rendered, one progress step each). `render_page` turns it into HTML.
+@dataclass
+class Figure:
+    """A figure of the page: the progress step that draws it, how to draw it, its alt text."""
+
+    step: str
+    make: Callable[[], object]
+    alt: str
+
+
+@dataclass
+class Analysis:
+    """What the report says about a dataset, section by section (`SECTIONS`), before any HTML."""
+
+    head: dict
+    sections: dict[str, dict] = field(default_factory=dict)
+
+    def figures(self) -> list[Figure]:
+        out: list[Figure] = []
+        for s in self.sections.values():
+            out += [f for f in s.get("figures", []) if isinstance(f, Figure)]
+        return out
+
+
+def map_groups(df: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(dtype, layout, op) combinations to map, in display order."""
+    return [tuple(g) for g in _sorted_groups(df, ["dtype", "layout", "op"])]
+
+
+def analyse(df: pd.DataFrame, *, backend: str | None = None, max_cliffs: int = 40) -> Analysis:
+    """Every section of the report as data (see `Analysis`); raises when the dataset cannot be reported."""
+    from cublaslt_probe import plots
+    from cublaslt_probe.plots.select import env_of, require_columns
+    from cublaslt_probe.plots.style import title_head
+
+    require_columns(df, GROUP_KEYS + ["m", "n", "k", "kernel", "tflops"], "the report")
+    if df.empty:
+        raise ProbeError("the dataset is empty: nothing to report")
+    env = env_of(df)
+    x, y = plots.auto_axes(df)
+    names = set(df["backend"].astype(str))
+    backends = [b for b in ORDER["backend"] if b in names] or sorted(names)
+    ctx = {"x": x, "y": y, "square": y == "backend", "backends": backends}
+    a = Analysis({"title": title_head(env), "source": str(df.attrs.get("source", "")), "rows": len(df)})
+    a.sections = {"environment": {"env": env}, "coverage": _coverage_section(df, backends),
+                  "maps": _maps_section(df, ctx, backend, env), "paths": _paths_section(df, ctx),
+                  "top-kernels": _top_kernels_section(df), "cliffs": _cliffs_section(df, max_cliffs),
+                  "heuristic": _heuristic_section(df, ctx), "consistency": _consistency_section(df)}
+    return a
+
+
+def _coverage_section(df: pd.DataFrame, backends: list[str]) -> dict:
+    n_err = int(df["error"].notna().sum()) if "error" in df else 0
+    errors = None
+    if n_err:
+        errs = df[df["error"].notna()]
+        e = errs.assign(error=errs["error"].astype(str).str.slice(0, 160))
+        errors = (e.groupby("error", sort=False)
+                  .agg(rows=("key", "size"), backends=("backend", lambda s: ", ".join(sorted(set(map(str, s))))),
+                       example=("key", "first"))
+                  .reset_index().sort_values("rows", ascending=False)[["rows", "backends", "example", "error"]])
+    return {"rows": len(df), "shapes": len(df[["m", "n", "k"]].drop_duplicates()), "m": _range(df["m"]),
+            "n": _range(df["n"]), "k": _range(df["k"]), "errors": n_err, "backends": backends,
+            "table": coverage(df), "error_table": errors}
+
+
+def _maps_section(df: pd.DataFrame, ctx: dict, backend: str | None, env: dict) -> dict:
+    from cublaslt_probe import plots
+    x, y, square, backends = ctx["x"], ctx["y"], ctx["square"], ctx["backends"]
+    names = set(df["backend"].astype(str))
+    map_bk = backend or ("torch" if "torch" in names else backends[0])
+    groups = []
+    for dt, lay, op in map_groups(df):
+        kw = dict(dtype=dt, layout=lay, op=op)
+        if not square:
+            sub = df[(df["dtype"].astype(str) == dt) & (df["layout"].astype(str) == lay) & (df["op"].astype(str) == op)]
+            bks = set(sub["backend"].astype(str))
+            kw["backend"] = map_bk if map_bk in bks else next(b for b in backends if b in bks)
+        label = f"{dt} {lay} {op}" + ("" if square else f" · {kw['backend']}")
+        groups.append({"label": label, "anchor": f"map-{dt}-{lay}-{op}", "figures": [
+            Figure(f"kernel map {label}", lambda kw=kw: plots.kernel_map(df, x, y, **kw), f"kernel map {label}"),
+            Figure(f"TFLOP/s map {label}", lambda kw=kw: plots.tflops_map(df, x, y, **kw), f"TFLOP/s {label}")]})
+    return {"x": x, "y": y, "square": square, "backend": map_bk, "peak_source": plots.peak_source(env.get("gpu")),
+            "groups": groups, "figures": [f for g in groups for f in g["figures"]]}
+
+
+def _paths_section(df: pd.DataFrame, ctx: dict) -> dict:
+    from cublaslt_probe import plots
+    names = set(df["backend"].astype(str))
+    if not ("torch" in names and "torch-lt" in names):
+        return {"table": None, "error": None, "figures": []}
+    ps, err = _safe(lambda: path_summary(df), "path differences")
+    if ps is None or ps.empty:
+        return {"table": None, "error": err, "figures": []}
+    x, y, square = ctx["x"], ctx["y"], ctx["square"]
+    differ = ps[ps["different kernels"] > 0]
+    # square sweeps: one figure per dtype × op with the layouts as rows; else one per dtype × layout × op
+    cols = ["dtype", "op"] if square else ["dtype", "layout", "op"]
+    groups = []
+    for g in dict.fromkeys(tuple(r) for r in differ[cols].itertuples(index=False)):
+        kw = dict(zip(cols, g))
+        label = " ".join(g)
+        groups.append({"label": label, "figure": Figure(f"path difference {label}", lambda kw=kw: plots.pathdiff_map(
+            df, None, x, "layout" if square else y, a="torch", b="torch-lt", **kw), f"path difference {label}")})
+    return {"table": ps, "error": None, "groups": groups, "figures": [g["figure"] for g in groups]}
+
+
+def _top_kernels_section(df: pd.DataFrame) -> dict:
+    tk, err = _safe(lambda: top_kernels(df, n=8), "top kernels")
+    return {"table": tk, "error": err}
+
+
+def _cliffs_section(df: pd.DataFrame, max_cliffs: int) -> dict:
+    cl = find_cliffs(df)
+    out = {"pairs": len(find_cliffs(df, all_pairs=True)), "cliffs": cl, "max": max_cliffs}
+    if not cl.empty:
+        out["changed"] = int(cl["kernel changed"].sum())
+        out["by"] = cl.groupby(["dtype", "kind"]).size().rename("cliffs").reset_index()
+    return out
+
+
+def _heuristic_section(df: pd.DataFrame, ctx: dict) -> dict:
+    """Heuristic miss/hit cost, and the regret of the heuristic's pick where the dataset has candidates."""
+    from cublaslt_probe import plots
+    has = "heuristic_miss_us" in df and df["heuristic_miss_us"].notna().any()
+    out: dict = {"measured": bool(has), "table": None, "error": None, "figures": [], "regret": None}
+    if has:
+        out["table"], out["error"] = _safe(lambda: heuristic_summary(df), "heuristic summary")
+        out["figures"].append(Figure("heuristic plot", lambda: plots.heuristic_plot(df, x="m"), "heuristic cost"))
+    rs = regret_summary(df)
+    if not rs.empty:
+        x, y = ctx["x"], ctx["y"]
+        regret_figs = [Figure(f"regret map {dt} {lay} {op}",
+                              lambda kw=dict(dtype=dt, layout=lay, op=op): plots.regret_map(df, x, y, **kw),
+                              f"regret {dt} {lay} {op}")
+                       for dt, lay, op in map_groups(df[df["regret_pct"].notna()])]
+        out["regret"] = {"table": rs, "figures": regret_figs}
+        out["figures"] += regret_figs
+    return out
+
+
+def _consistency_section(df: pd.DataFrame) -> dict:
+    res, err = _safe(lambda: consistency_summary(df), "consistency")
+    ct, bad = res if res else (pd.DataFrame(columns=["agree", "disagree", "not comparable"]), pd.DataFrame())
+    return {"error": err, "table": ct, "disagreements": bad,
+            **{k: int(ct[c].sum()) for k, c in (("agree", "agree"), ("disagree", "disagree"),
+                                                  ("not_comparable", "not comparable"))}}
+
+
+def _safe(make, what: str):
+    """(result, None) or (None, "what: why") -- one missing column must not stop the whole report."""
+    try:
+        return make(), None
+    except ProbeError as e:
+        return None, f"{what}: {e}"
+
+
+# ------------------------------------------------------------------------------------------------ the page
+def build_report(df: pd.DataFrame, outdir: str | os.PathLike, progress: Callable[[str], None] | None = None, *,
+                 backend: str | None = None, dpi: int = 90, max_cliffs: int = 40) -> Path:
+    """Write ``outdir/index.html`` (images embedded as base64 PNG) and return its path.
+
+    `progress` gets one line per step (``[3/29] kernel map bf16 NT mm``). Maps use `backend` (default:
+    torch when present) and the dataset's natural axes (`plots.auto_axes`); a map that cannot be drawn
+    shows its error in place instead of stopping the report.
+    """
+    t0 = time.perf_counter()
+    a = analyse(df, backend=backend, max_cliffs=max_cliffs)
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    page = render_page(a, _Steps(len(_STEP_SECTIONS) + len(a.figures()), progress), dpi, t0)
+    path = out / "index.html"
+    path.write_text(page, encoding="utf-8")
+    log.info("report: wrote %s (%.1f MB) in %.1f s", path, path.stat().st_size / 1e6, time.perf_counter() - t0)
+    return path
+
+
 class _Steps:
     def __init__(self, total: int, progress: Callable[[str], None] | None):
-        self.i, self.total, self.progress, self.t0 = 0, total, progress, time.perf_counter()
+        self.i, self.total, self.progress = 0, total, progress
 
     def __call__(self, msg: str) -> None:
         self.i += 1
@@ -299,206 +481,138 @@ class _Steps:
             self.progress(line)
 
 
-def _figure(steps: _Steps, msg: str, make, alt: str, dpi: int) -> str:
-    steps(msg)
-    try:
-        fig = make()
-    except ProbeError as e:
-        return f'<p class="error">{html.escape(msg)}: {html.escape(str(e))}</p>'
-    return _img(fig, alt, dpi)
-
-
-def map_groups(df: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """(dtype, layout, op) combinations to map, in display order."""
-    return [tuple(g) for g in _sorted_groups(df, ["dtype", "layout", "op"])]
-
-
-def build_report(df: pd.DataFrame, outdir: str | os.PathLike, progress: Callable[[str], None] | None = None, *,
-                 backend: str | None = None, dpi: int = 90, max_cliffs: int = 40) -> Path:
-    """Write ``outdir/index.html`` (images embedded as base64 PNG) and return its path.
-
-    `progress` gets one line per step (``[3/29] kernel map bf16 NT mm``). Maps use `backend` (default:
-    torch when present) and the dataset's natural axes (`plots.auto_axes`); a map that cannot be drawn
-    shows its error in place instead of stopping the report.
-    """
-    from cublaslt_probe import plots
-    from cublaslt_probe.plots.select import env_of, require_columns
-    from cublaslt_probe.plots.style import title_head
-
-    require_columns(df, GROUP_KEYS + ["m", "n", "k", "kernel", "tflops"], "the report")
-    if df.empty:
-        raise ProbeError("the dataset is empty: nothing to report")
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    env = env_of(df)
-    x, y = plots.auto_axes(df)
-    backends = [b for b in ORDER["backend"] if b in set(df["backend"].astype(str))] or \
-        sorted(set(df["backend"].astype(str)))
-    square = y == "backend"
-    groups = map_groups(df)
-    bk_names = set(df["backend"].astype(str))
-    has_paths = "torch" in bk_names and "torch-lt" in bk_names
-    ps, ps_err = None, None
-    if has_paths:
-        ps, ps_err = _safe(lambda: path_summary(df), "path differences")
-    ps = ps if ps is not None else pd.DataFrame()
-    has_paths = has_paths and not ps.empty
-    path_groups: list[tuple] = []
-    if not ps.empty:
-        differ = ps[ps["different kernels"] > 0]
-        # square sweeps: one figure per dtype × op with the layouts as rows; else one per dtype × layout × op
-        cols = ["dtype", "op"] if square else ["dtype", "layout", "op"]
-        path_groups = list(dict.fromkeys(tuple(r) for r in differ[cols].itertuples(index=False)))
-    has_heur = "heuristic_miss_us" in df and df["heuristic_miss_us"].notna().any()
-    rs = regret_summary(df)
-    regret_groups = map_groups(df[df["regret_pct"].notna()]) if not rs.empty else []
-    total = 1 + 2 * len(groups) + len(path_groups) + 4 + int(has_heur) + len(regret_groups)
-    steps = _Steps(total, progress)
-    t0 = time.perf_counter()
-    parts: list[str] = []
-
-    steps("environment and coverage")
-    head = title_head(env)
-    source = df.attrs.get("source", "")
-    parts.append(f"<h1>cublaslt-probe report — {html.escape(head)}</h1>")
-    parts.append(f'<p class="note">dataset {html.escape(str(source))}: {len(df):,} rows; generated '
-                 f'{time.strftime("%Y-%m-%d %H:%M")} by <code>cublaslt-probe report</code>. Images are embedded '
-                 f'PNGs.</p>')
-    parts.append("<nav><ul>" + "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t in SECTIONS)
-                 + "</ul></nav>")
-    env_rows = pd.DataFrame([{"field": k, "value": "" if v is None else str(v)} for k, v in env.items()])
-    parts.append(_section("environment", _table(env_rows)))
-
-    cov = coverage(df)
-    n_err = int(df["error"].notna().sum()) if "error" in df else 0
-    shapes = df[["m", "n", "k"]].drop_duplicates()
-    cov_html = (f"<p>{len(df):,} GEMMs over {len(shapes):,} distinct shapes (m {_range(df['m'])}, n "
-                f"{_range(df['n'])}, k {_range(df['k'])}); {n_err} rows did not run (error). Backends: "
-                f"{', '.join(backends)}.</p>" + _table(cov))
-    if n_err:
-        errs = df[df["error"].notna()]
-        e = errs.assign(error=errs["error"].astype(str).str.slice(0, 160))
-        grouped = (e.groupby("error", sort=False)
-                   .agg(rows=("key", "size"), backends=("backend", lambda s: ", ".join(sorted(set(map(str, s))))),
-                        example=("key", "first"))
-                   .reset_index().sort_values("rows", ascending=False)[["rows", "backends", "example", "error"]])
-        cov_html += "<h3>Rows that did not run</h3>" + _table(grouped, 20)
-    parts.append(_section("coverage", cov_html))
-
-    # maps
-    map_bk = backend or ("torch" if "torch" in bk_names else backends[0])
-    maps_html = [f'<p class="note">Axes: x = {html.escape(x)}, y = {html.escape(y)} '
-                 + ("(square sweep: every backend in one map)" if square else f"(backend {html.escape(map_bk)})")
-                 + ". Each colour is one kernel, numbered in the legend in the order it first appears from left "
-                 "to right; black lines mark where the choice changes; hatched cells did not run. The TFLOP/s "
-                 "map beside it draws the same boundaries as white lines with a black edge. "
-                 f"Peaks: {html.escape(plots.peak_source(env.get('gpu')))}.</p>"]
-    for dt, lay, op in groups:
-        kw = dict(dtype=dt, layout=lay, op=op)
-        if not square:
-            sub = df[(df["dtype"].astype(str) == dt) & (df["layout"].astype(str) == lay) & (df["op"].astype(str) == op)]
-            bks = set(sub["backend"].astype(str))
-            kw["backend"] = map_bk if map_bk in bks else next(b for b in backends if b in bks)
-        label = f"{dt} {lay} {op}" + ("" if square else f" · {kw['backend']}")
-        a = _figure(steps, f"kernel map {label}", lambda: plots.kernel_map(df, x, y, **kw), f"kernel map {label}", dpi)
-        b = _figure(steps, f"TFLOP/s map {label}", lambda: plots.tflops_map(df, x, y, **kw), f"TFLOP/s {label}", dpi)
-        maps_html.append(f'<h3 id="map-{dt}-{lay}-{op}">{html.escape(label)}</h3><div class="figs"><figure>{a}'
-                         f'</figure><figure>{b}</figure></div>')
-    parts.append(_section("maps", "".join(maps_html)))
-
-    # path differences
-    if has_paths:
-        ph = ["<p>Where torch's cuBLAS path (<code>torch</code>) and its cuBLASLt path (<code>torch-lt</code>) ran "
-              "the same GEMM with different kernels (they ask the heuristic with different workspace limits). "
-              "Change: TFLOP/s of torch-lt against torch where the kernels differ.</p>", _table(ps)]
-        for g in path_groups:
-            kw = dict(zip(["dtype", "op"] if square else ["dtype", "layout", "op"], g))
-            py = "layout" if square else y
-            label = " ".join(g)
-            ph.append(f"<h3>{html.escape(label)}</h3>")
-            ph.append(_figure(steps, f"path difference {label}",
-                              lambda: plots.pathdiff_map(df, None, x, py, a="torch", b="torch-lt", **kw),
-                              f"path difference {label}", dpi))
-        parts.append(_section("paths", "".join(ph)))
-    else:
-        parts.append(_section("paths", ps_err or '<p class="note">The dataset does not have both torch and '
-                              'torch-lt rows.</p>'))
-
-    steps("top kernels")
-    tk, err = _safe(lambda: top_kernels(df, n=8), "top kernels")
-    tk_html = err or ("<p>The kernel configurations chosen most often per dtype, over every backend, op, layout "
-                      "and shape of the dataset (share of that dtype's rows that ran). A configuration is family + "
-                      "decoded tile · K-tile×stages · cluster · flags; <i>names</i> counts the kernel names it "
-                      "covers (layout letters, type codes).</p>" + _table(tk))
-    parts.append(_section("top-kernels", tk_html))
-
-    steps("cliffs")
-    cl = find_cliffs(df)
-    n_pairs = len(find_cliffs(df, all_pairs=True))
-    if cl.empty:
-        cl_html = (f"<p>No cliffs: of {n_pairs} neighbouring pairs whose TFLOP/s differ by more than 20 %, none has "
-                   "the larger shape running at fewer TFLOP/s or in less time.</p>")
-    else:
-        n_changed = int(cl["kernel changed"].sum())
-        by = cl.groupby(["dtype", "kind"]).size().rename("cliffs").reset_index()
-        cl_html = (f"<p>Neighbouring shapes (same backend, op, dtype, layout; one dimension steps to the next "
-                   f"measured value) whose TFLOP/s differ by more than 20 % of the larger: {n_pairs:,} pairs. Most "
-                   f"are <i>scaling</i> -- a larger latency- or memory-bound GEMM does more work in the same time. "
-                   f"The {len(cl):,} cliffs below are the pairs that scaling does not explain: "
-                   f"<b>TFLOP/s falls</b> (the larger shape runs at more than 20 % fewer TFLOP/s) or <b>time "
-                   f"falls</b> (the larger shape finishes in more than 20 % less time, so the smaller one is the "
-                   f"anomaly). The kernel changes across {n_changed:,} of them ({100 * n_changed / len(cl):.0f} %); "
-                   f"sorted by the size of the change (log scale). <code>change %</code> is TFLOP/s of "
-                   f"<i>to</i> against <i>from</i>.</p>" + _table(by)
-                   + f"<h3>The {min(max_cliffs, len(cl))} largest</h3>" + _table(cl, max_cliffs))
-    parts.append(_section("cliffs", cl_html))
-
-    steps("heuristic overhead")
-    hs, h_err = _safe(lambda: heuristic_summary(df), "heuristic summary") if has_heur else (pd.DataFrame(), None)
-    h_img = _figure(steps, "heuristic plot", lambda: plots.heuristic_plot(df, x="m"), "heuristic cost", dpi) \
-        if has_heur else '<p class="note">The dataset has no heuristic times.</p>'
-    parts.append(_section("heuristic", "<p>Host time of <code>cublasLtMatmulAlgoGetHeuristic</code> with the "
-                          "heuristics cache off (miss) and warm (hit), against the GEMM's own time. A miss is paid "
-                          "once per new problem per process; torch's Lt path asks again on each call and relies on "
-                          "cuBLASLt's cache.</p>" + (h_err or _table(hs)) + h_img))
-
-    if not rs.empty:
-        r_html = ["<h3>Regret: the chosen kernel against the fastest heuristic candidate</h3><p>For GEMMs swept "
-                  "with candidates: how much longer the heuristic's first choice ran than the fastest candidate "
-                  "that ran correctly.</p>", _table(rs)]
-        for dt, lay, op in regret_groups:
-            kw = dict(dtype=dt, layout=lay, op=op)
-            r_html.append(_figure(steps, f"regret map {dt} {lay} {op}", lambda: plots.regret_map(df, x, y, **kw),
-                                  f"regret {dt} {lay} {op}", dpi))
-        parts[-1] = parts[-1].replace("\n</section>", "".join(r_html) + "\n</section>")
-
-    steps("consistency")
-    res, err = _safe(lambda: consistency_summary(df), "consistency")
-    ct, bad = res if res else (pd.DataFrame(columns=["agree", "disagree", "not comparable"]), pd.DataFrame())
-    n_ag, n_dis, n_nc = (int(ct[c].sum()) for c in ("agree", "disagree", "not comparable"))
-    c_html = err or (f"<p>Does the kernel that ran (decoded from its name) agree with the algo cuBLASLt logged "
-                     f"for the call, on tile, cluster and split-K? {n_ag:,} agree, {n_dis:,} disagree, {n_nc:,} not "
-                     "comparable (no trace line -- e.g. gemv kernels -- or nothing both sides state).</p>"
-                     + _table(ct))
-    if n_dis:
-        c_html += "<h3>Disagreements</h3>" + _table(bad, 30)
-    parts.append(_section("consistency", c_html))
-
-    page = ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>cublaslt-probe report — "
-            f"{html.escape(head)}</title><style>{_CSS}</style></head><body>" + "\n".join(parts)
+def render_page(a: Analysis, steps: _Steps, dpi: int = 90, t0: float | None = None) -> str:
+    """The HTML page of an analysis; draws its figures (one progress step each)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    h = a.head
+    parts = [f"<h1>cublaslt-probe report — {html.escape(h['title'])}</h1>",
+             f'<p class="note">dataset {html.escape(h["source"])}: {h["rows"]:,} rows; generated '
+             f'{time.strftime("%Y-%m-%d %H:%M")} by <code>cublaslt-probe report</code>. Images are embedded '
+             f'PNGs.</p>',
+             "<nav><ul>" + "".join(f'<li><a href="#{x}">{html.escape(t)}</a></li>' for x, t in SECTIONS)
+             + "</ul></nav>"]
+    for anchor, _ in SECTIONS:
+        if anchor in _STEP_SECTIONS:
+            steps(_STEP_SECTIONS[anchor])
+        body = _RENDER[anchor](a.sections[anchor], lambda f: _draw(steps, f, dpi))
+        parts.append(_section(anchor, body))
+    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>cublaslt-probe report — "
+            f"{html.escape(h['title'])}</title><style>{_CSS}</style></head><body>" + "\n".join(parts)
             + f'<p class="note">built in {time.perf_counter() - t0:.1f} s</p></body></html>\n')
-    path = out / "index.html"
-    path.write_text(page, encoding="utf-8")
-    log.info("report: wrote %s (%.1f MB) in %.1f s", path, path.stat().st_size / 1e6, time.perf_counter() - t0)
-    return path
 
 
-def _safe(make, what: str):
-    """(result, None) or (None, an error paragraph) -- one missing column must not stop the whole report."""
+def _draw(steps: _Steps, f: Figure, dpi: int) -> str:
+    steps(f.step)
     try:
-        return make(), None
+        fig = f.make()
     except ProbeError as e:
-        return None, f'<p class="error">{html.escape(what)}: {html.escape(str(e))}</p>'
+        return _error(f"{f.step}: {e}")
+    return _img(fig, f.alt, dpi)
+
+
+def _error(text: str | None) -> str:
+    return f'<p class="error">{html.escape(text)}</p>' if text else ""
+
+
+def _render_environment(s: dict, draw) -> str:
+    return _table(pd.DataFrame([{"field": k, "value": "" if v is None else str(v)} for k, v in s["env"].items()]))
+
+
+def _render_coverage(s: dict, draw) -> str:
+    out = (f"<p>{s['rows']:,} GEMMs over {s['shapes']:,} distinct shapes (m {s['m']}, n {s['n']}, k {s['k']}); "
+           f"{s['errors']} rows did not run (error). Backends: {', '.join(s['backends'])}.</p>" + _table(s["table"]))
+    if s["error_table"] is not None:
+        out += "<h3>Rows that did not run</h3>" + _table(s["error_table"], 20)
+    return out
+
+
+def _render_maps(s: dict, draw) -> str:
+    out = [f'<p class="note">Axes: x = {html.escape(s["x"])}, y = {html.escape(s["y"])} '
+           + ("(square sweep: every backend in one map)" if s["square"] else f"(backend {html.escape(s['backend'])})")
+           + ". Each colour is one kernel, numbered in the legend in the order it first appears from left "
+           "to right; black lines mark where the choice changes; hatched cells did not run. The TFLOP/s "
+           "map beside it draws the same boundaries as white lines with a black edge. "
+           f"Peaks: {html.escape(s['peak_source'])}.</p>"]
+    for g in s["groups"]:
+        kernel, tflops = (draw(f) for f in g["figures"])
+        out.append(f'<h3 id="{g["anchor"]}">{html.escape(g["label"])}</h3><div class="figs"><figure>{kernel}'
+                   f'</figure><figure>{tflops}</figure></div>')
+    return "".join(out)
+
+
+def _render_paths(s: dict, draw) -> str:
+    if s["table"] is None:
+        return _error(s["error"]) or '<p class="note">The dataset does not have both torch and torch-lt rows.</p>'
+    out = ["<p>Where torch's cuBLAS path (<code>torch</code>) and its cuBLASLt path (<code>torch-lt</code>) ran "
+           "the same GEMM with different kernels (they ask the heuristic with different workspace limits). "
+           "Change: TFLOP/s of torch-lt against torch where the kernels differ.</p>", _table(s["table"])]
+    for g in s["groups"]:
+        out.append(f"<h3>{html.escape(g['label'])}</h3>")
+        out.append(draw(g["figure"]))
+    return "".join(out)
+
+
+def _render_top_kernels(s: dict, draw) -> str:
+    return _error(s["error"]) or (
+        "<p>The kernel configurations chosen most often per dtype, over every backend, op, layout "
+        "and shape of the dataset (share of that dtype's rows that ran). A configuration is family + "
+        "decoded tile · K-tile×stages · cluster · flags; <i>names</i> counts the kernel names it "
+        "covers (layout letters, type codes).</p>" + _table(s["table"]))
+
+
+def _render_cliffs(s: dict, draw) -> str:
+    cl, n_pairs = s["cliffs"], s["pairs"]
+    if cl.empty:
+        return (f"<p>No cliffs: of {n_pairs} neighbouring pairs whose TFLOP/s differ by more than 20 %, none has "
+                "the larger shape running at fewer TFLOP/s or in less time.</p>")
+    n_changed = s["changed"]
+    return (f"<p>Neighbouring shapes (same backend, op, dtype, layout; one dimension steps to the next "
+            f"measured value) whose TFLOP/s differ by more than 20 % of the larger: {n_pairs:,} pairs. Most "
+            f"are <i>scaling</i> -- a larger latency- or memory-bound GEMM does more work in the same time. "
+            f"The {len(cl):,} cliffs below are the pairs that scaling does not explain: "
+            f"<b>TFLOP/s falls</b> (the larger shape runs at more than 20 % fewer TFLOP/s) or <b>time "
+            f"falls</b> (the larger shape finishes in more than 20 % less time, so the smaller one is the "
+            f"anomaly). The kernel changes across {n_changed:,} of them ({100 * n_changed / len(cl):.0f} %); "
+            f"sorted by the size of the change (log scale). <code>change %</code> is TFLOP/s of "
+            f"<i>to</i> against <i>from</i>.</p>" + _table(s["by"])
+            + f"<h3>The {min(s['max'], len(cl))} largest</h3>" + _table(cl, s["max"]))
+
+
+def _render_heuristic(s: dict, draw) -> str:
+    out = ("<p>Host time of <code>cublasLtMatmulAlgoGetHeuristic</code> with the heuristics cache off (miss) and "
+           "warm (hit), against the GEMM's own time. A miss is paid once per new problem per process; torch's Lt "
+           "path asks again on each call and relies on cuBLASLt's cache.</p>")
+    if s["measured"]:
+        out += (_error(s["error"]) or _table(s["table"])) + draw(s["figures"][0])
+    else:
+        out += _table(None) + '<p class="note">The dataset has no heuristic times.</p>'
+    r = s["regret"]
+    if r is not None:
+        out += ("<h3>Regret: the chosen kernel against the fastest heuristic candidate</h3><p>For GEMMs swept "
+                "with candidates: how much longer the heuristic's first choice ran than the fastest candidate "
+                "that ran correctly.</p>" + _table(r["table"]) + "".join(draw(f) for f in r["figures"]))
+    return out
+
+
+def _render_consistency(s: dict, draw) -> str:
+    if s["error"]:
+        out = _error(s["error"])
+    else:
+        out = (f"<p>Does the kernel that ran (decoded from its name) agree with the algo cuBLASLt logged "
+               f"for the call, on tile, cluster and split-K? {s['agree']:,} agree, {s['disagree']:,} disagree, "
+               f"{s['not_comparable']:,} not comparable (no trace line -- e.g. gemv kernels -- or nothing both "
+               "sides state).</p>" + _table(s["table"]))
+    if s["disagree"]:
+        out += "<h3>Disagreements</h3>" + _table(s["disagreements"], 30)
+    return out
+
+
+_RENDER = {"environment": _render_environment, "coverage": _render_coverage, "maps": _render_maps,
+           "paths": _render_paths, "top-kernels": _render_top_kernels, "cliffs": _render_cliffs,
+           "heuristic": _render_heuristic, "consistency": _render_consistency}
+# The sections whose rendering is a progress step of its own (besides one step per figure).
+_STEP_SECTIONS = {"environment": "environment and coverage", "top-kernels": "top kernels", "cliffs": "cliffs",
+                  "heuristic": "heuristic overhead", "consistency": "consistency"}
 
 
 def _section(anchor: str, body: str) -> str:

@@ -169,3 +169,28 @@ def test_report_degrades_when_a_table_cannot_be_built(slice_, tmp_path):
             in page)
     for anchor, _ in report.SECTIONS:      # every other section is still there
         assert f'<section id="{anchor}">' in page
+
+
+def test_the_analysis_is_data_and_the_page_renders_it(slice_):
+    a = report.analyse(slice_)
+    assert list(a.sections) == [anchor for anchor, _ in report.SECTIONS]
+    assert a.sections["coverage"]["rows"] == len(slice_) and a.sections["consistency"]["disagree"] == 0
+    groups = a.sections["maps"]["groups"]
+    assert [g["label"] for g in groups] == ["bf16 NT mm · torch", "fp8 NT scaled_mm · torch"]
+    assert all(isinstance(f, report.Figure) for f in a.figures())      # drawn only when the page is rendered
+    assert a.sections["heuristic"]["regret"] is None
+
+
+def test_regret_is_part_of_the_heuristic_section(tmp_path):
+    rg = plots.load(DATA / "h200_regret.parquet")
+    df = rg[rg["m"] <= 16].copy()
+    df.attrs = dict(rg.attrs)
+    a = report.analyse(df)
+    r = a.sections["heuristic"]["regret"]
+    assert r is not None and set(r["table"]["dtype"]) == {"bf16", "fp8", "all"}
+    assert [f.step for f in r["figures"]] == ["regret map bf16 NT mm", "regret map fp8 NT scaled_mm"]
+    page = report.build_report(df, tmp_path, dpi=30).read_text(encoding="utf-8")
+    heuristic = page[page.index('<section id="heuristic">'):]
+    heuristic = heuristic[:heuristic.index("</section>")]
+    assert "<h3>Regret: the chosen kernel against the fastest heuristic candidate</h3>" in heuristic
+    assert heuristic.count('alt="regret ') == 2
