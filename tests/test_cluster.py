@@ -1,0 +1,330 @@
+"""Sweeps sliced by the schedulers people run (Slurm job arrays, torchrun, Kubernetes Indexed Jobs), run end to
+end on the CPU with the numpy backend, their parts merged and checked against the plan."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cublaslt_probe import dataset, sweep
+from cublaslt_probe.cli import main
+from cublaslt_probe.errors import SpecError
+
+ROOT = Path(__file__).resolve().parent.parent
+SBATCH = ROOT / "docs" / "cluster" / "sweep.sbatch"
+MANIFEST = ROOT / "docs" / "cluster" / "sweep-indexed-job.yaml"
+
+SPEC = {"name": "cpu", "group": [
+    {"backends": ["numpy"], "ops": ["mm", "addmm"], "dtypes": ["fp32", "fp16"], "layouts": ["NN", "NT"],
+     "m": [1, 16, 33], "n": [8, 64], "k": [16]},
+    {"backends": ["numpy"], "ops": ["bmm"], "dtypes": ["fp32"], "layouts": ["NN"], "shapes": [[4, 8, 16, 3]]},
+]}
+PLAN = sweep.plan_from_spec(SPEC)
+# every variable a scheduler sets: unset in each run unless the test sets it (the suite may run under one)
+SCHEDULER_ENV = ["SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_COUNT",
+                 "SLURM_ARRAY_TASK_STEP", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                 "JOB_COMPLETION_INDEX", "CUDA_VISIBLE_DEVICES"]
+
+
+def _env(**kv):
+    env = {k: None for k in SCHEDULER_ENV}
+    env.update({k: str(v) for k, v in kv.items()})
+    return env
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(SPEC))
+    return p
+
+
+def _sweep(spec_file, out, *extra, **env):
+    r = CliRunner().invoke(main, ["sweep", "--spec", str(spec_file), "-o", str(out), "--no-progress", *extra],
+                           env=_env(**env))
+    return r
+
+
+def _merged_keys(path):
+    df = dataset.validate(dataset.read_parquet(str(path)))
+    return sorted(df.key)
+
+
+# --- slices from each scheduler's environment ---------------------------------------------------------------------
+@pytest.mark.parametrize("env, count, want", [
+    ({"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_MAX": "8",
+      "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_STEP": "1"}, None, (3, 4, None)),
+    ({"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "0"}, None, (1, 1, None)),
+    ({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}, None, (6, 8, 1)),
+    ({"JOB_COMPLETION_INDEX": "15"}, 16, (16, 16, None)),
+    # torchrun in each task of a 3-task array: rank r of task t is slice t + r·3 of 3·2
+    ({"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "3", "RANK": "1",
+      "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, None, (5, 6, 1)),
+    ({"JOB_COMPLETION_INDEX": "0", "RANK": "1", "WORLD_SIZE": "2"}, 4, (5, 8, None)),
+])
+def test_slice_from_each_scheduler(env, count, want):
+    s = sweep.shard_from_env(env, count)
+    assert (s.index, s.count, s.local_rank) == want
+
+
+@pytest.mark.parametrize("env, count, msg", [
+    ({}, None, "no scheduler slice in the environment (looked for SLURM_ARRAY_TASK_ID (Slurm job array), RANK "
+               "and WORLD_SIZE (torchrun), JOB_COMPLETION_INDEX (Kubernetes Indexed Job)); give --shard I/N"),
+    ({"SLURM_ARRAY_TASK_ID": "9", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "7"}, None,
+     "SLURM_ARRAY_TASK_ID=9 is outside SLURM_ARRAY_TASK_MIN..MAX = 0..7"),
+    ({"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "6",
+      "SLURM_ARRAY_TASK_STEP": "2"}, None, "the Slurm array steps by 2 (SLURM_ARRAY_TASK_STEP)"),
+    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "5",
+      "SLURM_ARRAY_TASK_COUNT": "3"}, None, "the Slurm array is not contiguous (SLURM_ARRAY_TASK_COUNT=3 tasks, ids 1..5)"),
+    ({"SLURM_ARRAY_TASK_ID": "3"}, None, "SLURM_ARRAY_TASK_MIN=None is not an integer"),
+    ({"JOB_COMPLETION_INDEX": "3"}, None, "needs the Job's completion count: pass --shard-count N"),
+    ({"JOB_COMPLETION_INDEX": "4"}, 4, "JOB_COMPLETION_INDEX=4 is outside 0..3 (--shard-count 4)"),
+    ({}, 4, "--shard-count 4 is for Kubernetes Indexed Jobs, but JOB_COMPLETION_INDEX is not set"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, None, "RANK=2 is outside 0..WORLD_SIZE-1 = 0..1"),
+    ({"RANK": "0"}, None, "WORLD_SIZE=None is not an integer"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, None,
+     "LOCAL_RANK=2 is outside 0..LOCAL_WORLD_SIZE-1"),
+    ({"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "1",
+      "JOB_COMPLETION_INDEX": "0"}, 2, "both a Slurm array (SLURM_ARRAY_TASK_ID) and a Kubernetes Indexed Job"),
+])
+def test_inconsistent_scheduler_environments_are_refused(env, count, msg):
+    with pytest.raises(SpecError) as e:
+        sweep.shard_from_env(env, count)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_composed_slices_cover_the_plan_once():
+    """Part j of slice i/n (torchrun ranks inside array tasks, --devices inside a slice) is a slice of the whole
+    plan: all of them together hold each GEMM once."""
+    cases = sweep.plan("quick").cases
+    keys = []
+    for i in range(1, 4):
+        for j in range(1, 3):
+            outer = sweep.Slice(i, 3)
+            part = outer.split(j, 2)
+            assert [c.key for c in part.take(cases)] == [c.key for c in outer.take(cases)[j - 1::2]]
+            keys += [c.key for c in part.take(cases)]
+    assert sorted(keys) == sorted(cases.keys())
+
+
+# --- end to end: each scheduler's environment, then merge ---------------------------------------------------------
+def test_slurm_array_runs_the_shipped_sbatch_script_and_merges(tmp_path, spec_file):
+    """The committed sbatch script, run by bash once per array task as Slurm would (array 5-7), then merged."""
+    header = [ln for ln in SBATCH.read_text().splitlines() if ln.startswith("#SBATCH")]
+    assert "#SBATCH --array=0-15" in header and "#SBATCH --gres=gpu:1" in header
+    out = tmp_path / "parts" / "x.parquet"
+    for tid in (5, 6, 7):
+        env = {k: v for k, v in os.environ.items() if k not in SCHEDULER_ENV}
+        env.update(SLURM_ARRAY_TASK_ID=str(tid), SLURM_ARRAY_TASK_MIN="5", SLURM_ARRAY_TASK_MAX="7",
+                   SLURM_ARRAY_TASK_COUNT="3", SLURM_ARRAY_TASK_STEP="1", SWEEP=f"--spec {spec_file}", OUT=str(out),
+                   PROBE=f"{sys.executable} -m cublaslt_probe")
+        r = subprocess.run(["bash", str(SBATCH)], env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert f"slice {tid - 4}/3 (SLURM_ARRAY_TASK_ID={tid} of array 5-7)" in r.stderr
+    names = sorted(p.name for p in out.parent.iterdir())
+    assert names == [f"x.part-000{i}-of-0003.{ext}" for i in (1, 2, 3) for ext in ("parquet", "raw.jsonl")]
+    env = sweep.raw_env(str(out.parent / "x.part-0002-of-0003.raw.jsonl"))
+    assert env["shard"] == "2/3" and env["shard_source"] == "SLURM_ARRAY_TASK_ID=6 of array 5-7"
+    assert env["plan"]["digest"] == PLAN.digest() and env["plan"]["cases"] == len(PLAN.cases)
+    r = CliRunner().invoke(main, ["merge", str(out.parent), "-o", str(tmp_path / "all.parquet")])
+    assert r.exit_code == 0, r.output
+    assert f"wrote {tmp_path / 'all.parquet'}: {len(PLAN.cases)} rows from 3 parts (plan 'cpu', each GEMM once)" \
+        in r.output
+    assert _merged_keys(tmp_path / "all.parquet") == sorted(PLAN.cases.keys())
+
+
+def test_torchrun_ranks_take_one_gpu_each_and_merge(tmp_path, spec_file):
+    """WORLD_SIZE=4 over two hosts of two GPUs: each rank runs its slice on the GPU of its local rank."""
+    out = tmp_path / "t.parquet"
+    for rank in range(4):
+        r = _sweep(spec_file, out, "--shard", "auto", RANK=rank, WORLD_SIZE=4, LOCAL_RANK=rank % 2,
+                   LOCAL_WORLD_SIZE=2, CUDA_VISIBLE_DEVICES="2,3")
+        assert r.exit_code == 0, r.output
+        assert f"slice {rank + 1}/4 (RANK={rank} of WORLD_SIZE=4)" in r.output
+        assert f"LOCAL_RANK={rank % 2}: CUDA_VISIBLE_DEVICES={2 + rank % 2}" in r.output
+    r = CliRunner().invoke(main, ["merge", str(tmp_path / "t.part-*.raw.jsonl"), "-o", str(tmp_path / "all.parquet")])
+    assert r.exit_code == 0, r.output
+    assert _merged_keys(tmp_path / "all.parquet") == sorted(PLAN.cases.keys())
+    # one process per GPU already: --devices on top of a launcher is refused
+    r = _sweep(spec_file, tmp_path / "d.parquet", "--shard", "auto", "--devices", "0,1", RANK=0, WORLD_SIZE=2,
+               LOCAL_RANK=0)
+    assert r.exit_code == 1 and "--devices with a launcher that starts one process per GPU" in r.output
+
+
+def test_kubernetes_manifest_passes_the_index_and_count(tmp_path, spec_file):
+    """The committed Indexed Job manifest (JSON is YAML): Indexed mode, the index in JOB_COMPLETION_INDEX, the
+    completions as --shard-count, one GPU a pod, the parts on a shared volume; its command, run once per index
+    with the spec swapped for the CPU one, covers the plan."""
+    job = json.loads(MANIFEST.read_text())
+    assert job["apiVersion"] == "batch/v1" and job["kind"] == "Job"
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    pod = spec["template"]["spec"]
+    (c,) = pod["containers"]
+    cmd = c["command"]
+    assert cmd[:2] == ["cublaslt-probe", "sweep"]
+    assert cmd[cmd.index("--shard") + 1] == "auto"
+    assert int(cmd[cmd.index("--shard-count") + 1]) == spec["completions"]
+    assert "--resume" in cmd
+    env = {e["name"]: e for e in c["env"]}
+    assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    out = cmd[cmd.index("-o") + 1]
+    mount = next(m for m in c["volumeMounts"] if out.startswith(m["mountPath"] + "/"))
+    vol = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert "persistentVolumeClaim" in vol      # every pod writes its part where the merge reads them
+    # run the pod command for each index; only the spec and the output folder change
+    args = cmd[2:]
+    i = args.index("--preset")
+    args[i:i + 2] = ["--spec", str(spec_file)]
+    args[args.index("-o") + 1] = str(tmp_path / "k8s" / Path(out).name)
+    (tmp_path / "k8s").mkdir()
+    for idx in range(spec["completions"]):
+        r = CliRunner().invoke(main, ["sweep", *args], env=_env(JOB_COMPLETION_INDEX=idx))
+        assert r.exit_code == 0, r.output
+    parts = sorted(p.name for p in (tmp_path / "k8s").glob("*.raw.jsonl"))
+    assert parts == [f"decode.part-{i:04d}-of-{spec['completions']:04d}.raw.jsonl" for i in range(1, 17)]
+    r = CliRunner().invoke(main, ["merge", str(tmp_path / "k8s"), "-o", str(tmp_path / "all.parquet")])
+    assert r.exit_code == 0, r.output
+    assert _merged_keys(tmp_path / "all.parquet") == sorted(PLAN.cases.keys())
+
+
+def test_explicit_shards_and_devices_inside_a_slice(tmp_path, spec_file):
+    """--shard I/N keeps working; --devices inside a slice leaves parts of the whole plan for `merge`."""
+    out = tmp_path / "e.parquet"
+    assert _sweep(spec_file, out, "--shard", "1/2").exit_code == 0
+    r = _sweep(spec_file, out, "--shard", "2/2", "--devices", "0,1")
+    assert r.exit_code == 0, r.output
+    assert "wrote 2 parts of slice 2/2" in r.output
+    names = sorted(p.name for p in tmp_path.glob("e.part-*.parquet"))
+    assert names == ["e.part-0001-of-0002.parquet", "e.part-0002-of-0004.parquet", "e.part-0004-of-0004.parquet"]
+    m = sweep.merge([str(tmp_path / "e.part-*.parquet")], str(tmp_path / "all.parquet"))
+    assert m.rows == len(PLAN.cases)
+    assert _merged_keys(tmp_path / "all.parquet") == sorted(PLAN.cases.keys())
+
+
+# --- merge: what it refuses, and why ------------------------------------------------------------------------------
+@pytest.fixture
+def four_parts(tmp_path, spec_file):
+    out = tmp_path / "p" / "x.parquet"
+    out.parent.mkdir()
+    for i in range(1, 5):
+        assert _sweep(spec_file, out, "--shard", f"{i}/4").exit_code == 0
+    return out.parent
+
+
+def _merge(*inputs, out):
+    return CliRunner().invoke(main, ["merge", *map(str, inputs), "-o", str(out)])
+
+
+def test_merge_names_missing_and_incomplete_slices(tmp_path, four_parts):
+    for p in four_parts.glob("x.part-000[24]-*"):
+        p.unlink()
+    r = _merge(four_parts, out=tmp_path / "m.parquet")
+    assert r.exit_code == 1
+    assert r.output.startswith(f"Error: the parts do not hold plan 'cpu' ({len(PLAN.cases)} GEMMs) exactly once: "
+                               "slices 2, 4 of 4 are missing (no part)")
+    assert not (tmp_path / "m.parquet").exists()
+    # a part cut short (a worker killed): its slice is named with what it lacks; --resume finishes it
+    raw = four_parts / "x.part-0003-of-0004.raw.jsonl"
+    (four_parts / "x.part-0003-of-0004.parquet").unlink()
+    lines = raw.read_text().splitlines(keepends=True)
+    raw.write_text("".join(lines[:-5]))
+    r = _merge(four_parts / "x.part-0001-of-0004.parquet", raw, out=tmp_path / "m.parquet")
+    assert r.exit_code == 1
+    third = [c.key for c in sweep.Slice(3, 4).take(PLAN.cases)]
+    lost = json.loads(lines[-5])["key"]
+    assert f"slices 2, 4 of 4 are missing (no part); slice 3/4 lacks 5 of {len(third)} GEMMs (e.g. {lost}; " \
+           "finish it with --resume)" in r.output
+
+
+def test_merge_names_gemms_held_twice_and_foreign_parts(tmp_path, four_parts, spec_file):
+    # slice 1/2 holds the GEMMs of slices 1/4 and 3/4 again
+    assert _sweep(spec_file, four_parts / "x.parquet", "--shard", "1/2").exit_code == 0
+    r = _merge(four_parts, out=tmp_path / "m.parquet")
+    assert r.exit_code == 1
+    first = PLAN.cases[0].key
+    assert f"{len(sweep.Slice(1, 2).take(PLAN.cases))} GEMMs are in two parts ({first} in " \
+           f"{four_parts / 'x.part-0001-of-0002.parquet'} and {four_parts / 'x.part-0001-of-0004.parquet'}" in r.output
+    (four_parts / "x.part-0001-of-0002.parquet").unlink()
+    (four_parts / "x.part-0001-of-0002.raw.jsonl").unlink()
+    # a part of another sweep
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"name": "other", "group": [SPEC["group"][1]]}))
+    assert _sweep(other, tmp_path / "o.parquet").exit_code == 0
+    r = _merge(four_parts, tmp_path / "o.parquet", out=tmp_path / "m.parquet")
+    assert r.exit_code == 1
+    assert f"Error: {tmp_path / 'o.parquet'} ran another plan than {four_parts / 'x.part-0001-of-0004.parquet'} " \
+           f"(sweep 'other' vs 'cpu', 1 vs {len(PLAN.cases)} GEMMs): merge the parts of one sweep" in r.output
+    # a part whose records are not its slice's (an edited or misnamed file)
+    raw = four_parts / "x.part-0002-of-0004.raw.jsonl"
+    lines = raw.read_text().splitlines(keepends=True)
+    head = json.loads(lines[0])
+    head["shard"] = "3/4"
+    raw.write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    (four_parts / "x.part-0002-of-0004.parquet").unlink()
+    r = _merge(four_parts, out=tmp_path / "m.parquet")
+    assert r.exit_code == 1 and f"{raw} (slice 3/4) holds {len(lines) - 1} GEMMs of other slices" in r.output
+
+
+def test_merge_refuses_parts_from_another_environment(tmp_path, four_parts):
+    raw = four_parts / "x.part-0004-of-0004.raw.jsonl"
+    lines = raw.read_text().splitlines(keepends=True)
+    head = dict(json.loads(lines[0]), gpu="NVIDIA H200")
+    raw.write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    (four_parts / "x.part-0004-of-0004.parquet").unlink()
+    r = _merge(four_parts, out=tmp_path / "m.parquet")
+    assert r.exit_code == 1
+    assert f"{raw} was measured in another environment than {four_parts / 'x.part-0001-of-0004.parquet'} " \
+           "(gpu 'NVIDIA H200' vs 'cpu (numpy)')" in r.output
+    r = CliRunner().invoke(main, ["merge", str(four_parts), "-o", str(tmp_path / "m.parquet"), "--allow-env-mismatch"])
+    assert r.exit_code == 0, r.output
+    df = dataset.read_parquet(str(tmp_path / "m.parquet"))
+    assert sorted(df.gpu.unique()) == ["NVIDIA H200", "cpu (numpy)"]
+
+
+def test_merge_reads_a_fresh_dataset_else_the_raw_file(tmp_path, four_parts):
+    pq_, raw = four_parts / "x.part-0001-of-0004.parquet", four_parts / "x.part-0001-of-0004.raw.jsonl"
+    found = sweep.find_parts([str(four_parts)])
+    assert str(pq_) in found and str(raw) not in found and len(found) == 4
+    os.utime(raw, (pq_.stat().st_mtime + 10, pq_.stat().st_mtime + 10))   # appended after the dataset was built
+    found = sweep.find_parts([str(four_parts)])
+    assert str(raw) in found and str(pq_) not in found
+    r = _merge(tmp_path / "nowhere", out=tmp_path / "m.parquet")
+    assert r.exit_code == 1 and "no part at" in r.output
+    r = _merge(tmp_path / "p" / "y.part-*", out=tmp_path / "m.parquet")
+    assert r.exit_code == 1 and f"no file matches {tmp_path / 'p' / 'y.part-*'}" in r.output
+    (tmp_path / "empty").mkdir()
+    r = _merge(tmp_path / "empty", out=tmp_path / "m.parquet")
+    assert r.exit_code == 1 and "no part files in folder" in r.output
+
+
+def test_merge_of_raw_parts_keeps_a_resumed_gemms_last_record(tmp_path):
+    """A resumed part may hold a GEMM twice (--retry-errors re-runs error rows): the later record stands. Raw
+    parts merge to the rows of the parts' own datasets, built in this process or in two."""
+    out = str(tmp_path / "r.parquet")
+    for i in (1, 2):
+        sl = sweep.Slice(i, 2)
+        cases = sl.take(PLAN.cases)
+        sweep.run(cases, sweep.part_path(out, sl), sweep.NumpyExecutor(fail_keys={cases[3].key}), progress=False,
+                  meta=sweep.run_meta(PLAN, sl))
+        df = sweep.run(cases, sweep.part_path(out, sl), sweep.NumpyExecutor(), progress=False, resume=True,
+                       retry_errors=True, meta=sweep.run_meta(PLAN, sl))
+        assert df.error.isna().all()
+        raw = sweep.raw_path(sweep.part_path(out, sl))
+        keys = [json.loads(ln)["key"] for ln in open(raw) if '"gemm"' in ln]
+        assert keys.count(cases[3].key) == 2 and len(keys) == len(cases) + 1
+    want = sweep.merge([str(tmp_path / "r.part-*.parquet")], str(tmp_path / "want.parquet"))
+    want = dataset.read_parquet(str(tmp_path / "want.parquet")).sort_values("key", ignore_index=True)
+    assert len(want) == len(PLAN.cases) and want.error.isna().all()
+    for jobs in (1, 2):
+        m = sweep.merge([str(tmp_path / "r.part-*.raw.jsonl")], str(tmp_path / f"m{jobs}.parquet"), jobs=jobs)
+        got = dataset.read_parquet(str(tmp_path / f"m{jobs}.parquet")).sort_values("key", ignore_index=True)
+        assert m.rows == len(PLAN.cases)
+        assert got.drop(columns="kernels").equals(want.drop(columns="kernels"))
+        assert got.attrs["env"]["plan"] == want.attrs["env"]["plan"]
