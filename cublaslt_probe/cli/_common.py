@@ -261,12 +261,12 @@ class Table:
     """
 
     def __init__(self, header: list[str], right: Iterable[str] = (), *, caps: dict[str, int] | None = None,
-                 max_width: int = MAX_CELL, rule: bool = True, indent: str = ""):
+                 max_width: int = MAX_CELL, rule: bool = True, indent: str = "", show_header: bool = True):
         self.header = list(header)
         self.right = [h in set(right) for h in self.header]
         caps = caps or {}
         self.caps = [caps.get(h, max_width) for h in self.header]
-        self.rule, self.indent = rule, indent
+        self.rule, self.indent, self.show_header = rule, indent, show_header
 
     def lines(self, rows: Iterable) -> Iterator[str]:
         """The table's lines (each with ``"\\n"``) for `rows`: lists of strings, or ``(head, tail)`` pairs of
@@ -280,7 +280,7 @@ class Table:
                 break
         split = bool(sample) and isinstance(sample[0], tuple)
         nhead = len(sample[0][0]) if split else 0
-        widths = [len(h) for h in self.header]
+        widths = [len(h) if self.show_header else 0 for h in self.header]
         for r in sample:
             for i, c in enumerate(r[0] + r[1] if split else r):
                 n = len(fit(c, caps[i]))
@@ -296,7 +296,7 @@ class Table:
                 out.append(c.rjust(widths[i]) if right[i] else c.ljust(widths[i]))
             return "  ".join(out)
 
-        if self.header:
+        if self.header and self.show_header:
             yield (indent + cells(self.header)).rstrip() + "\n"
             if self.rule:
                 yield (indent + "  ".join("-" * w for w in widths)).rstrip() + "\n"
@@ -316,15 +316,12 @@ class Table:
                 tails[id(tail)] = t
             yield indent + cells(head) + ("  " if tail else "") + t[1]
 
-    def write(self, rows: Iterable[list[str]], out: _Out) -> int:
-        """Write the table of `rows` to `out`; returns the number of rows."""
-        n = -2 if self.header and self.rule else -1 if self.header else 0
+    def write(self, rows: Iterable, out: _Out) -> None:
+        """Write the table of `rows` to `out`."""
         buf = Lines(out)
         for ln in self.lines(rows):
             buf.add(ln)
-            n += 1
         buf.close()
-        return max(n, 0)
 
     def text(self, rows: Iterable[list[str]]) -> str:
         return "".join(self.lines(rows))
