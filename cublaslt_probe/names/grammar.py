@@ -16,7 +16,7 @@ from typing import Callable
 from cublaslt_probe.names.model import KernelName
 from cublaslt_probe.names.tokens import INFERRED, Meaning, Tok
 
-Fields = dict  # field name -> value; the key "+flags" appends to KernelName.flags
+Fields = dict  # field name -> value; "+flags" appends to KernelName.flags, "+<field>" to a tuple field
 
 
 @dataclass(frozen=True)
@@ -46,17 +46,31 @@ class Grammar:
     finish: Callable[[Fields, list], None] | None = None  # derive fields from (fields, flags)
     owns: Callable[[KernelName], bool] | None = None  # which decoded names this grammar encodes
     notes: tuple[str, ...] = ()
+    glue: tuple[str, ...] = ()                    # regexes: a token matching one is glued to the next
     _heads: dict = field(default_factory=dict, repr=False)
+    _glue: tuple = field(default=(), repr=False)
 
     def __post_init__(self):
         heads: dict[str, list[tuple[str, ...]]] = {}
         for p in sorted(self.phrases, key=len, reverse=True):
             heads.setdefault(p[0], []).append(p)
         self._heads = heads
+        self._glue = tuple(re.compile(g) for g in self.glue)
 
     # ----------------------------------------------------------------------------------- decode
     def split(self, base: str) -> list[str]:
         toks = base.split("_")
+        if self._glue:
+            out = []
+            i = 0
+            while i < len(toks):
+                if i + 1 < len(toks) and any(g.fullmatch(toks[i]) for g in self._glue):
+                    out.append(toks[i] + "_" + toks[i + 1])
+                    i += 2
+                else:
+                    out.append(toks[i])
+                    i += 1
+            toks = out
         if not self._heads:
             return toks
         out, i, n = [], 0, len(toks)
@@ -99,6 +113,8 @@ class Grammar:
                             flags.append(v)
                         elif k == "+unparsed":
                             unparsed.append(v)
+                        elif k[0] == "+":     # "+<field>": append to a tuple field (fused_ops)
+                            fields[k[1:]] = fields.get(k[1:], ()) + (v,)
                         else:
                             fields[k] = v
                     filled.add(s.key)
@@ -202,7 +218,12 @@ def regex(key: str, template: str, pattern: str, parse: Callable[[re.Match], Fie
 
     def match(tok):
         m = rx.fullmatch(tok)
-        return None if m is None else parse(m)
+        if m is None:
+            return None
+        try:
+            return parse(m)
+        except ValueError:  # e.g. a size of more digits than int() converts: a token no rule understands
+            return None
 
     def _render(kn):
         r = render(kn)
