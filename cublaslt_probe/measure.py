@@ -39,7 +39,8 @@ _DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "tf32": "tf32", "fp8"
 
 def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | None]:
     """The probe Case of one audited GEMM (a dict with op, dtype, layout, m, n, k, batch and, optionally,
-    ``backend``: ``torch`` for the cuBLAS path, ``torch-lt`` for the cuBLASLt one), or why there is none."""
+    ``backend`` — ``torch`` for the cuBLAS path, ``torch-lt`` for the cuBLASLt one — or the joined log line's
+    ``log_function``), or why there is none."""
     op = TORCH_OPS.get(g.get("op") or "")
     if op is None:
         return None, f"op {g.get('op')!r} is not one the probe rebuilds (mm, addmm, bmm, _scaled_mm)"
@@ -55,7 +56,11 @@ def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | No
     batch = int(g.get("batch") or 1)
     if op == "mm" and batch > 1:
         op = "bmm"
-    backend = g.get("backend") if g.get("backend") in ("torch", "torch-lt") else "torch"
+    backend = g.get("backend")
+    if backend not in ("torch", "torch-lt"):
+        # the joined log line says which path ran: cublasLtMatmul is torch's Lt path, the typed wrappers
+        # (cublasLtTSTMatmul, ...) are its cuBLAS path; without a log line, torch's default (cuBLAS)
+        backend = "torch-lt" if g.get("log_function") == "cublasLtMatmul" else "torch"
     c = Case(backend, op, dtype, g["layout"], int(g["m"]), int(g["n"]), int(g["k"]), batch)
     why = invalid_reason(c)
     return (None, why) if why else (c, None)
@@ -158,7 +163,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
     for g in gemms:
         t0 = time.perf_counter()
         entry = {"key": {k: g.get(k) for k in ("op", "dtype", "layout", "m", "n", "k", "batch", "groups")},
-                 **{k: g[k] for k in ("module", "calls", "kernel", "gpu_us", "backend") if k in g}}
+                 **{k: g[k] for k in ("module", "pass", "calls", "kernel", "gpu_us", "backend", "log_function") if k in g}}
         c, why = case_of(g, allow_tf32=allow_tf32)
         if c is None:
             entry["skipped"] = why
