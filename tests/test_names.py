@@ -211,10 +211,6 @@ NAMES = [
 
 # Names no grammar understands fully: family and what stays unparsed.
 NOT_UNDERSTOOD = [
-    # [pub] 70375477270 (other vendors' kernels), 71364489026
-    ("flash_fwd_splitkv_kernel", "unknown", ("flash", "fwd", "splitkv", "kernel")),
-    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "unknown", ("ncclDevKernel", "AllReduce", "Sum", "bf16",
-                                                              "RING", "LL")),
     # [pub] 57637412532: TensorRT's own kernels, not cuBLAS's
     ("trt_ampere_h16816gemm_128x64_ldg8_nn_v1", "unknown", ("trt", "ampere", "h16816gemm", "128x64", "ldg8",
                                                             "nn", "v1")),

@@ -46,6 +46,10 @@ trans_b       false
 flags         splitK
 base          nvjet_sm90_hsh_128x8_64x12_4x1_v_bz_splitK_NNT
 source        bare
+kind          gemm
+provenance    library-selected
+evidence      name
+library       cublas
 op            gemm
 type_code     hsh
 d_type        fp16
@@ -59,11 +63,11 @@ def test_decode_several_names_table():
     r = run("decode", TST, AMPERE, "Memset (Device)", "flash_fwd_kernel")
     assert r.exit_code == 0
     assert r.output == """\
-name                                            family   arch  types           tile     k x stages  cluster  layout  flags  unparsed
-nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT  nvjet    sm90  tst             256x128  64x4        1x2      TNT     coopA
-ampere_sgemm_128x64_tn                          legacy   sm80  fp32/fp32/fp32  128x64                        tn
+name                                            family      arch  types           tile     k x stages  cluster  layout  flags  unparsed
+nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT  nvjet       sm90  tst             256x128  64x4        1x2      TNT     coopA
+ampere_sgemm_128x64_tn                          legacy      sm80  fp32/fp32/fp32  128x64                        tn
 Memset (Device)                                 helper
-flash_fwd_kernel                                unknown                                                                     flash fwd kernel
+flash_fwd_kernel                                flash_attn
 """
 
 
@@ -151,7 +155,8 @@ def test_grammars_lists_every_family_with_tokens():
     r = run("grammars")
     assert r.exit_code == 0
     heads = [ln.split("  ")[0] for ln in r.output.splitlines() if ln and not ln.startswith(" ")]
-    assert heads == ["nvjet", "nvjet_sm120", "xmma", "cutlass", "cutlass3x", "legacy", "helpers"]
+    assert heads == ["nvjet", "nvjet_sm120", "xmma", "cutlass", "cutlass3x", "legacy", "helpers", "cudnn", "triton",
+                     "fmha_cutlass", "trtllm_bmm", "nccl", "nccl_legacy", "signatures"]
     assert "    coopA|coopB               flags" in r.output
     assert "measured" in r.output and "inferred" in r.output
 

@@ -9,6 +9,9 @@ from cublaslt_probe.names import nvjet as _nvjet  # noqa: I001  (import order = 
 from cublaslt_probe.names import xmma as _xmma
 from cublaslt_probe.names import cutlass as _cutlass
 from cublaslt_probe.names import helpers as _helpers
+from cublaslt_probe.names import families as _fam
+from cublaslt_probe.names import signatures as _sig
+from cublaslt_probe.names.classify import classify as _classify
 from cublaslt_probe.names import tokens as T
 from cublaslt_probe.names.grammar import Grammar, grammar_for
 from cublaslt_probe.names.model import KernelName, make
@@ -54,6 +57,8 @@ def encode(kn: KernelName) -> str:
             kn.template_args or kn.source == "activity" or _helpers.lookup(kn.base)[1] is not None):
         return kn.base
     g = grammar_for(kn)
+    if g is None and kn.family in _sig.NAME_FAMILIES:
+        return kn.base
     if g is None:
         raise ValueError(f"no grammar encodes family {kn.family!r}")
     return g.encode(kn)
@@ -77,7 +82,25 @@ def _demangle(s: str) -> str | None:
     try:
         import cxxfilt
         out = cxxfilt.demangle(s)
-    except Exception:  # noqa: BLE001 - invalid or unsupported mangling: the caller keeps the raw name
+    except Exception:  # noqa: BLE001 - invalid or unsupported mangling: try the second demangler
+        out = None
+    if out and out != s:
+        return out
+    return _demangle_itanium(s)
+
+
+def _demangle_itanium(s: str) -> str | None:
+    """The pure-Python Itanium demangler reads names the GNU one refuses (CUTLASS 3 enum literals)."""
+    try:
+        import itanium_demangler
+        ast = itanium_demangler.parse(s)
+    except Exception:  # noqa: BLE001 - not installed, or a name it cannot read either
+        return None
+    if ast is None:
+        return None
+    try:
+        out = str(ast)
+    except Exception:  # noqa: BLE001
         return None
     return out if out and out != s else None
 
@@ -95,41 +118,69 @@ def _select(base: str) -> Grammar | None:
         return _cutlass.LEGACY
     if rest.startswith("xmma_") and _SM.fullmatch(head):
         return _xmma.XMMA
+    g = _HEADS.get(head)
+    if g is not None:
+        return g
+    if head == "fmha" and rest.startswith("cutlass"):
+        return _fam.FMHA
     return None
 
 
-def _unknown(text: str, base: str, source: str, extra: tuple[str, ...] = (), **kw) -> KernelName:
+_HEADS = {"triton": _fam.TRITON, "cudnn": _fam.CUDNN, "bmm": _fam.TRTLLM_BMM, "Bmm": _fam.TRTLLM_BMM,
+          "ncclDevKernel": _fam.NCCL, "ncclKernel": _fam.NCCL_LEGACY}
+
+
+def _unknown(base: str, source: str, extra: tuple[str, ...] = (), **kw) -> dict:
     toks = tuple(t for t in base.split("_") if t) if base else ()
-    return make(text, base=base, family="unknown", source=source, tokens=toks,
-                      unparsed=toks + extra, **kw)
+    return dict(base=base, family="unknown", source=source, tokens=toks, unparsed=toks + extra, **kw)
 
 
-def _decode_grammar(text: str, base: str, source: str, g: Grammar, extra_unparsed=()) -> KernelName:
+def _decode_grammar(base: str, source: str, g: Grammar, extra_unparsed=()) -> dict:
     toks = g.split(base)
     fields, flags, unparsed = g.parse(toks)
     if g.finish is not None:
         g.finish(fields, flags)
     for k in [k for k in fields if k[0] == "_"]:
         del fields[k]
-    return make(text, base=base, family=g.family, source=source, flags=tuple(flags),
-                      tokens=tuple(toks), unparsed=tuple(unparsed) + tuple(extra_unparsed), **fields)
+    return dict(base=base, family=g.family, source=source, flags=tuple(flags), tokens=tuple(toks),
+                unparsed=tuple(unparsed) + tuple(extra_unparsed), **fields)
 
 
 def _decode_uncached(raw) -> KernelName:
     text = _as_text(raw)
+    try:
+        f = _decode_fields(text)
+        if f is None:
+            return make(text)
+        _classify(f)
+        return make(text, **f)
+    except Exception:  # noqa: BLE001 - the contract: never raise; a bug here must not lose the name
+        log.debug("decoder error on %r", text[:200], exc_info=True)
+        f = _unknown(text.strip(), "bare", ("<decoder error>",))
+        _classify(f)
+        return make(text, **f)
+
+
+def _decode_fields(text: str) -> dict | None:
     s = text.strip()
+    if "<unnamed>" in s:      # nsys spells the anonymous namespace <unnamed>
+        s = s.replace("<unnamed>", "(anonymous namespace)")
     if not s:
-        return make(text)
+        return None
     source = "bare"
     if s.startswith("_Z"):
         d = _demangle(s)
         if d is None:
-            return _unknown(text, s, "mangled")
+            f = _sig.mangled_fields(s)
+            if f is not None:
+                f["source"] = "mangled"
+                return f
+            return _unknown(s, "mangled")
         s, source = d, "mangled"
     if s.startswith(("Memset", "Memcpy")):
         f = _helpers.helper_fields(s, (), False)
         if f is not None:
-            return make(text, **f)
+            return f
     if "<" in s or "(" in s:
         if source == "bare":
             source = "demangled"
@@ -139,24 +190,37 @@ def _decode_uncached(raw) -> KernelName:
             g = _select(inner)
             extra = ("<truncated>",) if truncated and len(args) == 1 else ()
             if g is not None:
-                return _decode_grammar(text, inner, source, g, extra)
-            return _unknown(text, inner, source, extra, template_args=args)
+                return _decode_grammar(inner, source, g, extra)
+            return _unknown(inner, source, extra, template_args=args)
+        if fname in _helpers.CUTLASS_WRAPPERS and args:
+            f = _sig.device_kernel_fields(s, truncated)
+            f["source"] = source
+            return f
         f = _helpers.helper_fields(fname, args, truncated)
         if f is not None:
             f.setdefault("source", source)
-            return make(text, **f)
+            return f
+        f = _sig.signature_fields(fname, args, s, truncated)
+        if f is not None:
+            f.setdefault("source", source)
+            return f
         if fname and _helpers._IDENT.fullmatch(fname):
             g = _select(fname)
             if g is not None:
-                return _decode_grammar(text, fname, source, g, ("<truncated>",) if truncated else ())
-        return _unknown(text, fname or s, source, template_args=args)
+                return _decode_grammar(fname, source, g, ("<truncated>",) if truncated else ())
+        return _unknown(fname or s, source, template_args=args)
     g = _select(s)
     if g is not None:
-        return _decode_grammar(text, s, source, g)
+        return _decode_grammar(s, source, g)
     f = _helpers.helper_fields(s, (), False)
     if f is not None:
-        return make(text, source=source, **f)
-    return _unknown(text, s, source)
+        f["source"] = source
+        return f
+    f = _sig.signature_fields(s, (), s, False)
+    if f is not None:
+        f["source"] = source
+        return f
+    return _unknown(s, source)
 
 
 def _strict_message(kn: KernelName) -> str:

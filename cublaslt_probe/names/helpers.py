@@ -20,7 +20,8 @@ from cublaslt_probe.names import tokens as T
 from cublaslt_probe.names.grammar import Grammar, Slot, register
 from cublaslt_probe.names.tokens import Meaning
 
-CUTLASS_WRAPPERS = frozenset({"cutlass::Kernel", "cutlass::Kernel2", "Kernel", "Kernel2"})
+CUTLASS_WRAPPERS = frozenset({"cutlass::Kernel", "cutlass::Kernel2", "Kernel", "Kernel2", "cutlass::device_kernel",
+                              "device_kernel"})
 HELPER_FAMILIES = frozenset({"gemv", "gemmSN", "splitk_reduce", "helper", "framework"})
 _ELLIPSIS = ("…", "...")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

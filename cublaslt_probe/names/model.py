@@ -25,6 +25,11 @@ class KernelName:
     base: str = ""                              # the bare identifier the grammar parsed
     family: str = "unknown"                     # nvjet, xmma, cutlass, cutlass3x, legacy, gemv, ...
     source: str = "bare"                        # bare | demangled | mangled | activity
+    kind: str = "other"                         # classes.KINDS: gemm, attention, elementwise, ...
+    provenance: str = "unknown"                 # classes.PROVENANCES: library-selected, ahead-of-time, ...
+    evidence: str = "name"                      # classes.EVIDENCE: what kind/provenance rest on
+    library: str | None = None                  # who ships/launches it: cublas, cudnn, torch, triton, ...
+    ambiguity: str | None = None                # why the name alone cannot settle the provenance, if so
     arch: str | None = None                     # sm90, sm100, ... (legacy words mapped: ampere -> sm80)
     op: str | None = None                       # gemm, sparse_gemm, gemv, reduce, memset, ...
     variant: str | None = None                  # cutlass opcode class (tensorop/simt/wmma_tensorop), ...
@@ -63,6 +68,11 @@ class KernelName:
     instruction_shape: tuple[int, ...] | None = None
     epilogue: str | None = None                 # fused epilogue ops written in the name (relu, bias_f32_relu)
     schedule: str | None = None                 # cutlass3x kernel/epilogue schedule tokens
+    problem_shape: str | None = None            # CUTLASS 3: classes.PROBLEM_SHAPES (single, grouped, ptr_array)
+    mma_atom: str | None = None                 # CUTLASS 3 / CuTe MMA atom (SM90_64x128x16_F32BF16BF16_SS)
+    head_dim: int | None = None                 # attention kernels: head dimension
+    fused_ops: tuple[str, ...] = ()             # Triton/Inductor: the ATen ops fused into the kernel
+    index: int | None = None                    # Triton/Inductor: the kernel's number in its graph
     suffix: str | None = None                   # build tag after the kernel body (xmma "_5x_cublas")
     template_args: tuple[str, ...] = ()         # demangled C++ template arguments (helpers)
     tokens: tuple[str, ...] = ()                # the base split into grammar tokens

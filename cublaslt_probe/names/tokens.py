@@ -337,4 +337,218 @@ CXX_DTYPES: dict[str, str] = {
     "cutlass::half_t": "fp16", "float2": "complex64", "double2": "complex128", "cuComplex": "complex64",
     "cuDoubleComplex": "complex128", "__nv_fp8_e4m3": "fp8_e4m3", "__nv_fp8_e5m2": "fp8_e5m2",
     "signed char": "int8", "char": "int8", "int8_t": "int8",
+    "cutlass::float_e4m3_t": "fp8_e4m3", "cutlass::float_e5m2_t": "fp8_e5m2", "cutlass::tfloat32_t": "tf32",
+    "cutlass::float_e2m1_t": "fp4_e2m1", "cutlass::int4b_t": "int4", "cutlass::uint4b_t": "uint4",
+    "cutlass::float_ue8m0_t": "ue8m0", "cutlass::float_ue4m3_t": "ue4m3", "c10::Float8_e4m3fn": "fp8_e4m3",
+    "c10::Float8_e5m2": "fp8_e5m2", "__nv_fp8_e4m3fn": "fp8_e4m3", "cutlass::int8_t": "int8",
+    "__nv_bfloat162": "bf16", "__half2": "fp16",
 }
+
+# ================================================================ families that share traces with cuBLAS
+CAPTURE_TRACE = ("tests/fixtures/traces (H200, torch 2.11, cuDNN SDPA in nn.TransformerEncoderLayer): kernel "
+                 "names of real torch.profiler traces")
+PUBLIC = "tests/fixtures/names/public_names.jsonl: public traces and issue threads (where each was seen)"
+
+# ------------------------------------------------------------------------------------------ cuDNN
+CUDNN_GRAPHS: dict[str, Tok] = {
+    "sdpa": Tok("sdpa", "scaled-dot-product attention graph", MEASURED, CAPTURE_TRACE),
+    "matmul": Tok("matmul", "matmul graph (runtime-fused GEMM with its pointwise ops)"),
+    "conv": Tok("conv", "convolution graph"),
+}
+CUDNN_ENGINES: dict[str, Tok] = {
+    "flash": Tok("flash", "flash-attention-style fused kernel (one pass over K/V with online softmax)",
+                 MEASURED, CAPTURE_TRACE),
+}
+CUDNN_DIRECTIONS: dict[str, Tok] = {
+    "fprop": Tok("fprop", "forward", MEASURED, CAPTURE_TRACE),
+    "bprop": Tok("bprop", "backward", MEASURED, CAPTURE_TRACE),
+}
+CUDNN_INSTRUCTIONS: dict[str, Tok] = {
+    "wgmma": Tok("wgmma", "Hopper warp-group MMA instructions", MEASURED, CAPTURE_TRACE),
+}
+CUDNN_DTYPES: dict[str, Tok] = {
+    "f16": Tok("fp16", "16-bit inputs (fp16 or bf16: the captured bf16 SDPA ran f16 kernels)", MEASURED,
+               CAPTURE_TRACE),
+    "bf16": Tok("bf16", "bfloat16 inputs"),
+    "fp8": Tok("fp8", "fp8 inputs"),
+    "mxfp8": Tok("mxfp8", "block-scaled fp8 (MXFP8) inputs"),
+}
+
+# ----------------------------------------------------------------------------------------- Triton
+# <category> prefix -> the op word Inductor's category stands for.
+TRITON_CATEGORIES: dict[str, Tok] = {
+    "poi": Tok("pointwise", "pointwise kernel (elementwise ops)"),
+    "red": Tok("reduction", "reduction kernel (looped reduction)"),
+    "per": Tok("persistent_reduction", "persistent reduction (the whole reduced dim in one block)"),
+    "tem": Tok("template", "template kernel (Inductor's matmul / attention templates with fused epilogue)"),
+    "for": Tok("foreach", "foreach kernel (one launch over a list of tensors: optimizer steps)"),
+    "spl": Tok("split_scan", "split scan kernel (cumsum-like)"),
+    "mix": Tok("mix_order_reduction", "mixed-order reduction kernel"),
+}
+TRITON_CATEGORIES_VARIANT: dict[str, Tok] = {k: Tok(k, t.meaning, t.evidence, t.source)
+                                              for k, t in TRITON_CATEGORIES.items()}
+# ATen op names that contain underscores, as Inductor writes them inside kernel names. Only the longest
+# match at a position is glued; anything else stays one word per token.
+TRITON_OP_PHRASES: tuple[tuple[str, ...], ...] = tuple(tuple(p.split("_")) for p in (
+    "_to_copy", "_unsafe_view", "_softmax", "_log_softmax", "_softmax_backward_data", "_scaled_mm",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_int_mm", "_adaptive_avg_pool2d",
+    "native_layer_norm", "native_layer_norm_backward", "native_dropout", "native_batch_norm",
+    "native_group_norm", "layer_norm", "group_norm", "batch_norm", "rms_norm", "_fused_rms_norm",
+    "embedding_dense_backward", "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
+    "flex_attention", "flex_attention_backward", "index_put", "index_select", "scatter_add", "slice_scatter",
+    "select_scatter", "constant_pad_nd", "avg_pool2d", "max_pool2d_with_indices", "new_zeros", "new_ones",
+    "full_like", "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "masked_fill",
+    "where_self", "gelu_backward", "silu_backward", "threshold_backward", "sigmoid_backward",
+    "tanh_backward", "mm_t", "clamp_min", "clamp_max", "var_mean", "arange", "_weight_norm_interface",
+))
+TRITON_OP_PHRASES_BY_HEAD: dict[str, tuple[tuple[str, ...], ...]] = {}
+for _p in sorted(TRITON_OP_PHRASES, key=len, reverse=True):
+    TRITON_OP_PHRASES_BY_HEAD[_p[0]] = TRITON_OP_PHRASES_BY_HEAD.get(_p[0], ()) + (_p,)
+# ATen ops that make an Inductor template kernel a GEMM or an attention.
+TRITON_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm", "mm_t", "matmul",
+                             "linear", "addmv", "_grouped_mm"})
+TRITON_ATTENTION_OPS = frozenset({"flex_attention", "flex_attention_backward", "flex_decoding"})
+
+# --------------------------------------------------------------------------------- memory-efficient
+FMHA_DIRECTIONS: dict[str, Tok] = {
+    "cutlassF": Tok("fwd", "forward (AttentionKernel)"),
+    "cutlassB": Tok("bwd", "backward (AttentionBackwardKernel)"),
+}
+FMHA_DTYPES: dict[str, Tok] = {
+    "f16": Tok("fp16", "float16"), "bf16": Tok("bf16", "bfloat16"), "f32": Tok("fp32", "float32"),
+}
+FMHA_ALIGN: dict[str, Tok] = {
+    "aligned": Tok("aligned", "inputs aligned for 128-bit loads"),
+    "notaligned": Tok("notaligned", "inputs not aligned"),
+}
+FMHA_FLAGS: dict[str, Tok] = {
+    "rf": Tok("rf", "output accumulated in registers"),
+    "gmem": Tok("gmem", "output accumulated in global memory (long head dims)"),
+    "dropout": Tok("dropout", "dropout fused"),
+    "seqaligned": Tok("seqaligned", "sequence length a multiple of the tile"),
+}
+
+# ---------------------------------------------------------------------------------- trtllm-gen bmm
+TRTLLM_PREFIXES: dict[str, Tok] = {
+    "bmm": Tok("bmm", "batched GEMM kernel"),
+    "Bmm": Tok("Bmm", "batched GEMM kernel (cubin file spelling)"),
+}
+TRTLLM_DTYPES: dict[str, Tok] = {
+    "E4m3": Tok("fp8_e4m3", "float8 e4m3"), "E5m2": Tok("fp8_e5m2", "float8 e5m2"),
+    "E2m1": Tok("fp4_e2m1", "float4 e2m1 (NVFP4/MXFP4)"), "MxE4m3": Tok("mxfp8_e4m3", "MX float8 e4m3"),
+    "MxE2m1": Tok("mxfp4_e2m1", "MX float4 e2m1"), "Bfloat16": Tok("bf16", "bfloat16"),
+    "Fp16": Tok("fp16", "float16"), "Fp32": Tok("fp32", "float32"), "Fp8": Tok("fp8", "float8 (block-scale type)"),
+}
+TRTLLM_FLAGS: dict[str, Tok] = {
+    "transOut": Tok("transOut", "output written transposed"),
+    "noShfl": Tok("noShfl", "no shuffle of the B matrix"),
+    "schedS": Tok("schedS", "static tile scheduler"),
+    "schedP": Tok("schedP", "persistent tile scheduler"),
+    "bN": Tok("bN", "batch along N"),
+    "bM": Tok("bM", "batch along M"),
+    "tma": Tok("tma", "TMA loads"),
+    "tmaSf": Tok("tmaSf", "TMA loads of the scale factors"),
+    "rgTma": Tok("rgTma", "routed gather through TMA (MoE token routing)"),
+    "clmp": Tok("clmp", "clamped activation"),
+    "dynB": Tok("dynB", "dynamic batch"),
+    "swiGlu": Tok("swiGlu", "SwiGLU activation fused"),
+    "geGlu": Tok("geGlu", "GeGLU activation fused"),
+    "relu2": Tok("relu2", "squared-ReLU activation fused"),
+    "gated": Tok("gated", "gated activation fused"),
+}
+
+# ------------------------------------------------------------------------------------------- NCCL
+NCCL_PREFIXES: dict[str, Tok] = {"ncclDevKernel": Tok("ncclDevKernel", "NCCL device kernel (NCCL >= 2.19)")}
+NCCL_LEGACY_PREFIXES: dict[str, Tok] = {"ncclKernel": Tok("ncclKernel", "NCCL kernel (older naming)")}
+NCCL_COLLECTIVES: dict[str, Tok] = {k: Tok(k, f"{k} collective") for k in (
+    "AllReduce", "AllGather", "ReduceScatter", "Reduce", "Broadcast", "SendRecv", "AllToAll", "Generic")}
+NCCL_REDOPS: dict[str, Tok] = {k: Tok(k, f"reduction operator {k}") for k in (
+    "Sum", "Prod", "Min", "Max", "PreMulSum", "SumPostDiv", "Avg")}
+NCCL_DTYPES: dict[str, Tok] = {
+    "bf16": Tok("bf16", "bfloat16"), "f16": Tok("fp16", "float16"), "f32": Tok("fp32", "float32"),
+    "f64": Tok("fp64", "float64"), "i8": Tok("int8", "int8"), "u8": Tok("uint8", "uint8"),
+    "i32": Tok("int32", "int32"), "u32": Tok("uint32", "uint32"), "i64": Tok("int64", "int64"),
+    "u64": Tok("uint64", "uint64"), "f8e4m3": Tok("fp8_e4m3", "float8 e4m3"), "f8e5m2": Tok("fp8_e5m2", "float8 e5m2"),
+}
+NCCL_LEGACY_DTYPES: dict[str, Tok] = {
+    "half": Tok("fp16", "float16"), "float": Tok("fp32", "float32"), "double": Tok("fp64", "float64"),
+    "bf16": Tok("bf16", "bfloat16"), "__nv_bfloat16": Tok("bf16", "bfloat16"), "int8_t": Tok("int8", "int8"),
+    "uint8_t": Tok("uint8", "uint8"), "int32_t": Tok("int32", "int32"), "uint32_t": Tok("uint32", "uint32"),
+    "int64_t": Tok("int64", "int64"), "uint64_t": Tok("uint64", "uint64"),
+}
+NCCL_ALGOS: dict[str, Tok] = {k: Tok(k, f"{k} algorithm") for k in (
+    "RING", "TREE", "NVLS", "NVLS_TREE", "COLLNET_DIRECT", "COLLNET_CHAIN", "PAT")}
+NCCL_PROTOCOLS: dict[str, Tok] = {
+    "LL": Tok("LL", "low-latency protocol (8-byte stores with flags)"),
+    "LL128": Tok("LL128", "low-latency protocol, 128-byte lines"),
+    "SIMPLE": Tok("SIMPLE", "simple protocol (bulk copies with fences)"),
+}
+
+# ------------------------------------------------------------------------ namespace-recognised families
+# Namespace (or name start) -> (family, library). Longest key wins.
+SIGNATURE_FAMILIES: dict[str, Tok] = {
+    "pytorch_flash::": Tok(("flash_attn", "torch"), "FlashAttention 2 compiled into libtorch (SDPA's FLASH_ATTENTION "
+                           "backend)", INFERRED, PUBLIC),
+    "flash::": Tok(("flash_attn", "flash-attn"), "FlashAttention 2/3 (the flash-attn package, vLLM's / sglang's "
+                   "builds)", INFERRED, PUBLIC),
+    "flashinfer::": Tok(("flashinfer", "flashinfer"), "FlashInfer kernels (attention, sampling, norms, "
+                        "all-reduce fusion, GEMMs)", INFERRED, PUBLIC),
+    "deep_gemm::": Tok(("deepgemm", "deepgemm"), "DeepGEMM fp8 / bf16 GEMMs (JIT-compiled at run time)", INFERRED,
+                       PUBLIC),
+    "marlin::": Tok(("marlin", "vllm"), "Marlin mixed-precision (int4/fp4 weight) GEMM", INFERRED, PUBLIC),
+    "marlin_moe_wna16::": Tok(("marlin", "vllm"), "Marlin MoE GEMM (weight-only quantised experts)", INFERRED, PUBLIC),
+    "infer_marlin_moe::": Tok(("marlin", "vllm"), "Marlin MoE GEMM (another build's namespace)", INFERRED, PUBLIC),
+    "gptq_marlin::": Tok(("marlin", "vllm"), "GPTQ Marlin GEMM", INFERRED, PUBLIC),
+    "machete::": Tok(("marlin", "vllm"), "Machete mixed-input GEMM (CUTLASS 3, Hopper)", INFERRED),
+    "cudnn::": Tok(("cudnn", "cudnn"), "cuDNN's precompiled helper kernels (SDPA backward: dO.O, dQ "
+                   "conversion)", MEASURED, CAPTURE_TRACE),
+    "tensorrt_llm::": Tok(("trtllm_gen", "trtllm"), "TensorRT-LLM kernels", INFERRED, PUBLIC),
+}
+SIGNATURE_FAMILIES_SORTED = tuple(sorted(SIGNATURE_FAMILIES.items(), key=lambda kv: -len(kv[0])))
+# Words of trtllm-gen attention kernel names (CamelCase, no separators), kept as flags in order.
+TRTLLM_FMHA_WORDS = (r"PagedKv", r"ContiguousKv", r"SeparateQkv", r"Causal", r"Dense", r"SlidingOrChunkedCausal",
+                     r"SlidingWindow", r"Custom", r"VarSeq", r"MultiCtasKv", r"Persistent", r"Static", r"SwapsAb",
+                     r"ForGen", r"Context", r"DynamicTokenSparse", r"HVPerCta\d+", r"P\d+(?=[A-Z])",
+                     r"Q\d+Kv\d+", r"KeepsMmaAbForGen", r"Sparse")
+
+# ------------------------------------------------------------------------------------- kind keywords
+# Substring of a function name (or of its template arguments, for torch's functor-carrying kernels) ->
+# kind. The first match wins; rows are ordered so that the specific beats the generic.
+KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
+    # communication
+    ("allreduce", "communication"), ("all_reduce", "communication"), ("AllReduce", "communication"),
+    ("all_gather", "communication"), ("AllGather", "communication"), ("reduce_scatter", "communication"),
+    ("cross_device_reduce", "communication"), ("lamport", "communication"), ("alltoall", "communication"),
+    # attention
+    ("Attention", "attention"), ("attention", "attention"), ("Prefill", "attention"), ("Decode", "attention"),
+    ("MLA", "attention"), ("fmha", "attention"), ("flash", "attention"), ("dot_do_o", "attention"),
+    ("convert_dq", "attention"), ("sdpa", "attention"), ("merge_state", "attention"),
+    # GEMMs
+    ("Gemm", "gemm"), ("gemm", "gemm"), ("GEMM", "gemm"), ("Marlin", "gemm"), ("matmul", "gemm"),
+    ("_mm_", "gemm"),
+    # copies and data movement
+    ("CatArrayBatchedCopy", "copy"), ("copy_kernel", "copy"), ("direct_copy", "copy"), ("_copy", "copy"),
+    ("Copy", "copy"), ("index_select", "copy"), ("indexSelect", "copy"), ("index_elementwise", "copy"),
+    ("indexFunc", "copy"), ("index_put", "copy"), ("gather", "copy"), ("scatter", "copy"),
+    ("embedding", "copy"), ("Embedding", "copy"), ("take_", "copy"), ("transpose", "copy"), ("permute", "copy"),
+    ("reshape_and_cache", "copy"), ("fill_", "elementwise"),
+    # reductions (normalisations and softmax reduce over a row)
+    ("reduce_kernel", "reduction"), ("Reduce", "reduction"), ("reduce", "reduction"), ("SoftMax", "reduction"),
+    ("softmax", "reduction"), ("Softmax", "reduction"), ("layer_norm", "reduction"), ("LayerNorm", "reduction"),
+    ("RowwiseMoments", "reduction"), ("GammaBeta", "reduction"), ("batch_norm", "reduction"),
+    ("RMSNorm", "reduction"), ("rms_norm", "reduction"), ("norm", "reduction"), ("Norm", "reduction"),
+    ("Scan", "reduction"), ("scan", "reduction"), ("cumsum", "reduction"), ("Histogram", "reduction"),
+    ("argmax", "reduction"), ("nll_loss", "reduction"), ("cross_entropy", "reduction"),
+    # sorts, selection and other bookkeeping
+    ("Sort", "other"), ("sort", "other"), ("radix", "other"), ("Radix", "other"), ("topk", "other"),
+    ("TopK", "other"), ("philox", "other"), ("unique", "other"), ("nonzero", "other"), ("Select", "other"),
+    ("routing", "other"), ("sampling", "other"), ("Sampling", "other"),
+    # elementwise
+    ("elementwise", "elementwise"), ("Elementwise", "elementwise"), ("Functor", "elementwise"),
+    ("multi_tensor_apply", "elementwise"), ("dropout", "elementwise"), ("activation", "elementwise"),
+    ("act_and_mul", "elementwise"), ("silu", "elementwise"), ("gelu", "elementwise"), ("rotary", "elementwise"),
+    ("rope", "elementwise"), ("Rope", "elementwise"), ("quant", "elementwise"), ("Quant", "elementwise"),
+    ("fill", "elementwise"), ("Fill", "elementwise"), ("triu", "elementwise"), ("tril", "elementwise"),
+    ("Transform", "elementwise"), ("transform", "elementwise"), ("for_each", "elementwise"),
+)
