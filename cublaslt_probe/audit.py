@@ -1,0 +1,944 @@
+"""`audit`: every GEMM of a profiled step, attributed to its layer and judged against its roofline.
+
+CPU only. Input: a capture run folder (`runfiles`: ``trace.json.gz``, ``cublaslt.log``, ``env.json``) or a bare
+torch.profiler trace (with an optional cuBLASLt log). `audit(path)` returns an `Audit` whose ``rows`` hold one row
+per distinct GEMM (kernel + problem + module + pass; columns `AUDIT_SCHEMA`), with layers collapsed where they
+repeat (``model.layers.*.mlp.down_proj`` ×32); `advice(rows, measure)` turns saved GPU measurements into ranked
+advice; `render_text` and `render_html` draw them. docs/audit.md describes each column and rule.
+
+How a GEMM launch is attributed (the trace's own links; `trace.read_chrome_trace(detail=True)` reads them):
+- to a step: its launch call's CPU time lies inside a ``runfiles.STEP_PREFIX`` range (else a torch.profiler
+  ``ProfilerStep#N`` range; without either the whole trace is one step);
+- to a module: its launching op (External id / correlation) lies inside the innermost ``runfiles.MODULE_PREFIX``
+  range of its thread (else inside an ``nn.Module: Class_N`` python function of ``with_modules=True``);
+- backward: an op inside ``autograd::engine::evaluate_function: XBackward0`` takes that node's ``Sequence
+  number``, and the module of the forward op that recorded the same number (``pass`` = bwd).
+A GEMM counts whatever launched it: every GEMM-kind kernel of the step is in exactly one row, so the rows'
+``gpu_us`` add up to the step's GEMM time.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cublaslt_probe import runfiles
+from cublaslt_probe.errors import ProbeError
+
+log = logging.getLogger(__name__)
+
+# column -> (pandas dtype, meaning): one row per (module pattern, pass, op record, kernel).
+AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
+    "module": ("string", "module qualified name, layer indices collapsed (model.layers.*.mlp.down_proj); null "
+                         "when the trace has no module ranges around the launching op"),
+    "instances": ("Int64", "distinct modules collapsed into the row (32 for a layer of a 32-layer model)"),
+    "pass": ("category", "fwd, or bwd for a kernel launched by the autograd engine (attributed to the module "
+                         "whose forward recorded the same sequence number); null without a module"),
+    "op": ("string", "launching torch op (aten::mm, aten::addmm, aten::_grouped_mm, ...)"),
+    "dtype": ("category", "torch-view dtype (bf16, fp16, fp32, tf32, fp8, ...): tf32 when the joined log line "
+                          "computes in TF32"),
+    "layout": ("category", "torch-view layout: N = operand contiguous, T = stored transposed (NT = F.linear)"),
+    "m": ("Int64", "torch view: rows of A and C (grouped: the total over the groups when group_dim is m)"),
+    "n": ("Int64", "torch view: columns of B and C"),
+    "k": ("Int64", "torch view: reduction dimension"),
+    "batch": ("Int64", "batch count (bmm; 3-D x 3-D grouped GEMM), 1 otherwise"),
+    "groups": ("Int64", "grouped GEMM: number of problems; null otherwise"),
+    "group_dim": ("category", "grouped GEMM: the dimension its offsets split (m, n or k)"),
+    "calls": ("float64", "launches per step"),
+    "gpu_us": ("float64", "GPU time per step of all its launches (with their split-K reduces), µs"),
+    "mean_us": ("float64", "gpu_us / calls: one launch, µs"),
+    "share": ("float64", "fraction of the step's GPU time (every kernel, memcpy and memset)"),
+    "kernel": ("string", "the GEMM kernel as the trace names it"),
+    "family": ("category", "decoded family (nvjet, xmma, cutlass, ...)"),
+    "provenance": ("category", "library-selected, ahead-of-time, runtime-compiled, unknown (decoded)"),
+    "kernel_short": ("string", "decoded fields, compact: 256x128 · 64x4 · 1x2 · coopA"),
+    "arch": ("category", "decoded architecture of the kernel (sm90, sm80, ...)"),
+    "tile_m": ("Int64", "decoded tile M (as the name writes it)"),
+    "tile_n": ("Int64", "decoded tile N"),
+    "tile_k": ("Int64", "decoded K tile"),
+    "stages": ("Int64", "decoded pipeline stages"),
+    "cluster_m": ("Int64", "decoded cluster M"),
+    "cluster_n": ("Int64", "decoded cluster N"),
+    "problem_shape": ("category", "CUTLASS 3 problem shape from the name (single, grouped, ptr_array)"),
+    "algo": ("string", "the algo the joined cuBLASLt log line records (algoId, tile, stages, cluster, split-K); "
+                       "null when no log line matches the GEMM"),
+    "algo_id": ("Int64", "logged algoId"),
+    "algo_split_k": ("Int64", "logged numSplitsK (1 without split-K)"),
+    "log_function": ("category", "logged function: cublasLtMatmul (torch's Lt path) or a cuBLAS wrapper "
+                                 "(cublasLtTSTMatmul, ...: the cuBLAS path)"),
+    "workspace_bytes": ("Int64", "workspace the logged call passed"),
+    "log_calls": ("float64", "matching log lines per step"),
+    "log_consistent": ("boolean", "the kernel agrees with the logged algo on tile, cluster, split-K (null: "
+                                  "nothing to compare)"),
+    "flops": ("float64", "2·m·n·k·batch of one call"),
+    "tflops": ("float64", "flops / mean_us / 1e6"),
+    "peak_tflops": ("float64", "the GPU's dense peak for the dtype (null: GPU or dtype without a peak)"),
+    "pct_peak": ("float64", "tflops / peak_tflops, in %"),
+    "floor_us": ("float64", "roofline floor of one call: max(flops / peak, bytes / bandwidth), µs"),
+    "bound": ("category", "which floor is higher: compute or memory"),
+    "floor_ratio": ("float64", "mean_us / floor_us: 1.0 = at the floor"),
+    "waves": ("float64", "CTAs / SMs: ⌈m/tile⌉·⌈n/tile⌉·split-K·batch over the SM count (null: no tile, "
+                         "grouped, or split-K factor unknown)"),
+    "align_fallback": ("boolean", "the kernel is an alignment fallback: it says align1/align2 (under 16 "
+                                  "bytes) or is built for an older architecture than the GPU, and a leading "
+                                  "dimension of the problem is not 16-byte aligned"),
+    "misaligned": ("string", "the operands whose leading dimension is not a multiple of 16 bytes (A ld=50257)"),
+    "split_k": ("boolean", "split-K: the name says so, the log's numSplitsK > 1, or a reduce kernel followed"),
+    "reduce_us": ("float64", "part of gpu_us in split-K reduce kernels"),
+    "helper_us": ("float64", "part of gpu_us in the other GEMM-kind kernels the same op call launched (torch's "
+                             "prepare_grouped_gemm_data before a grouped GEMM): the row's kernel is the longest"),
+    "shape_from": ("category", "where m, n, k come from: op (the torch op's inputs), kernel arguments (an "
+                               "Inductor Triton template's first two inputs, A [m, k] and B [k, n]: inferred), "
+                               "null when they could not be rebuilt"),
+    "input_dims": ("string", "the op's recorded input dims (JSON)"),
+    "input_strides": ("string", "the op's recorded input strides (JSON)"),
+}
+AUDIT_COLUMNS = list(AUDIT_SCHEMA)
+# The keys every jsonl row carries in this order (the rest follow).
+FIXED_KEYS = ("module", "op", "dtype", "layout", "m", "n", "k", "batch", "groups", "calls", "gpu_us", "share",
+              "kernel", "family", "provenance", "algo", "tflops", "pct_peak", "floor_us", "waves",
+              "align_fallback", "split_k")
+
+BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e5m2": 1, "fp64": 8}
+OUT_BYTES = {"fp8": 2, "fp8_e5m2": 2}          # fp8 GEMMs write bf16
+EVAL_PREFIX = "autograd::engine::evaluate_function: "
+NEAR_FLOOR = 1.10                              # within 10 % of the floor: nothing left to win
+_LAYER = re.compile(r"(?<=\.)\d+(?=\.|$)")
+_CLASS_N = re.compile(r"_\d+$")
+
+
+@dataclass
+class Audit:
+    """The audit of one run: ``rows`` (`AUDIT_SCHEMA`), the step's GPU time by class, and what could not be
+    shown (``notes``: one line each)."""
+
+    rows: pd.DataFrame
+    timeline: pd.DataFrame                # per step: kind, provenance, family, kernels, launches, total_us, share
+    steps: int
+    step_gpu_us: float                    # GPU time per step, every kernel
+    gemm_gpu_us: float                    # per step, GEMM-kind kernels (with their reduces)
+    env: dict
+    gpu: str | None
+    attribution: str                      # capture ranges | nn.Module | none
+    notes: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def attributed_share(self) -> float:
+        """Fraction of the step's GEMM time in rows that have a module."""
+        if not self.gemm_gpu_us:
+            return 0.0
+        return float(self.rows.loc[self.rows["module"].notna(), "gpu_us"].sum() / self.gemm_gpu_us)
+
+
+# --------------------------------------------------------------------------- input
+def resolve(path: str | os.PathLike, log_path: str | os.PathLike | None = None) -> dict[str, Path | None]:
+    """The trace, log and env files of a run folder or a bare trace (`runfiles`)."""
+    p = Path(path)
+    if p.is_dir():
+        trace = p / runfiles.TRACE_FILE
+        if not trace.exists():
+            raise ProbeError(f"{p}: no {runfiles.TRACE_FILE} in this folder: give a run folder written by "
+                             "`cublaslt_probe.capture` or a torch.profiler trace file")
+        lg = Path(log_path) if log_path else (p / runfiles.LOG_FILE if (p / runfiles.LOG_FILE).exists() else None)
+        env = p / runfiles.ENV_FILE if (p / runfiles.ENV_FILE).exists() else None
+        return {"trace": trace, "log": lg, "env": env}
+    if not p.exists():
+        raise ProbeError(f"cannot read {p}: no such file or folder")
+    return {"trace": p, "log": Path(log_path) if log_path else None, "env": None}
+
+
+def _read_env(path: Path | None, notes: list[str]) -> dict:
+    if path is None:
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        notes.append(f"{path}: unreadable environment ({e}); GPU facts come from the trace")
+        return {}
+
+
+# --------------------------------------------------------------------------- rates
+def gpu_rates(gpu: str | None) -> tuple[dict | None, float | None, str | None]:
+    """(dense peak TFLOP/s by dtype, HBM TB/s, source) of a GPU (`kinds.gpu_peaks`); Nones when unknown."""
+    from cublaslt_probe.kinds import gpu_peaks
+    p = gpu_peaks(gpu)
+    return (dict(p.tflops), p.hbm_tbps, p.describe()) if p else (None, None, None)
+
+
+# --------------------------------------------------------------------------- attribution
+def _innermost(r_ts, r_end, r_tid, p_ts, p_tid) -> np.ndarray:
+    """For each point (ts, tid): the index of the innermost range of its thread that contains it, else -1.
+
+    Ranges on one thread nest (profiler ranges are scopes). A sweep per thread with a stack."""
+    out = np.full(len(p_ts), -1, dtype=np.int64)
+    if not len(r_ts) or not len(p_ts):
+        return out
+    r_ts, r_end, r_tid = np.asarray(r_ts), np.asarray(r_end), np.asarray(r_tid)
+    p_ts, p_tid = np.asarray(p_ts), np.asarray(p_tid)
+    for tid in np.intersect1d(np.unique(r_tid), np.unique(p_tid)):
+        ri = np.flatnonzero(r_tid == tid)
+        ri = ri[np.lexsort((-r_end[ri], r_ts[ri]))]          # by start, the outer (longer) one first
+        pi = np.flatnonzero(p_tid == tid)
+        pi = pi[np.argsort(p_ts[pi], kind="stable")]
+        starts, ends = r_ts[ri].tolist(), r_end[ri].tolist()
+        stack: list[int] = []
+        j, nr = 0, len(ri)
+        for p, t in zip(pi.tolist(), p_ts[pi].tolist()):
+            while j < nr and starts[j] <= t:
+                while stack and ends[stack[-1]] < starts[j]:
+                    stack.pop()
+                stack.append(j)
+                j += 1
+            while stack and ends[stack[-1]] < t:
+                stack.pop()
+            if stack:
+                out[p] = ri[stack[-1]]
+    return out
+
+
+def _contained(r_ts, r_end, pts) -> np.ndarray:
+    """Index of the (non-overlapping, any thread) range containing each point, else -1 (steps)."""
+    out = np.full(len(pts), -1, dtype=np.int64)
+    if not len(r_ts):
+        return out
+    order = np.argsort(r_ts)
+    s, e = np.asarray(r_ts)[order], np.asarray(r_end)[order]
+    i = np.searchsorted(s, pts, side="right") - 1
+    ok = (i >= 0) & (pts <= e[np.maximum(i, 0)])
+    out[ok] = order[i[ok]]
+    return out
+
+
+def collapse(name: str) -> str:
+    """``model.layers.3.mlp`` -> ``model.layers.*.mlp``; ``LlamaMLP_3`` (class and order) -> ``LlamaMLP_*``."""
+    if "." in name or name.isidentifier() is False:
+        return _LAYER.sub("*", name)
+    return _CLASS_N.sub("_*", name)
+
+
+# --------------------------------------------------------------------------- log join
+def _log_dtype(rec) -> str | None:
+    from cublaslt_probe.logs import short_dtype
+    a, b = short_dtype(rec.a_type), short_dtype(rec.b_type)
+    if a == "fp32":
+        return "tf32" if rec.compute_type and "TF32" in rec.compute_type else "fp32"
+    if a and a.startswith("fp8"):
+        return "fp8" if (a, b) == ("fp8_e4m3", "fp8_e4m3") else "fp8_e5m2" if (a, b) == ("fp8_e5m2", "fp8_e4m3") \
+            else f"{a}x{b}"
+    return a
+
+
+def _algo_text(rec) -> str:
+    parts = [f"algo {rec.algo_id}"]
+    if rec.tile:
+        parts.append(f"tile {rec.tile}")
+    if rec.stages:
+        parts.append(f"stages {rec.stages}")
+    if rec.cluster:
+        parts.append(f"cluster {rec.cluster}")
+    if rec.split_k and rec.split_k > 1:
+        parts.append(f"splitK {rec.split_k}")
+    if rec.custom_option:
+        parts.append(f"custom {rec.custom_option}")
+    return " ".join(parts)
+
+
+def _log_groups(log_path: Path, notes: list[str]) -> dict[tuple, list]:
+    """Matmul trace lines of a cuBLASLt log grouped by torch-view problem (m, n, k, batch, layout, dtype
+    family): {key: [records]}."""
+    from cublaslt_probe.logs import LogReadError, ParseStats, parse_log
+    st = ParseStats()
+    out: dict[tuple, list] = {}
+    try:
+        for r in parse_log(str(log_path), stats=st):
+            if r.kind != "trace" or r.torch_m is None:
+                continue
+            layout = (r.trans_b or "N")[:1] + (r.trans_a or "N")[:1]
+            dt = _log_dtype(r)
+            key = (r.torch_m, r.torch_n, r.torch_k, r.batch_count or 1, layout, "fp32" if dt == "tf32" else dt)
+            out.setdefault(key, []).append(r)
+    except LogReadError as e:
+        notes.append(f"{log_path}: cannot be read ({e}): the logged algos cannot be shown")
+        return {}
+    if not out:
+        notes.append(f"{log_path}: no matmul trace lines (a cuBLASLt log at level 2 or more has one per call): "
+                     "the logged algos cannot be shown")
+    return out
+
+
+def _join_log(row: dict, kn, groups: dict[tuple, list], steps: int) -> None:
+    from cublaslt_probe.evidence import consistency
+    if not groups or row.get("m") is None or row.get("layout") is None:
+        return
+    dt = row.get("dtype")
+    key = (row["m"], row["n"], row["k"], row.get("batch") or 1, row["layout"], "fp32" if dt == "tf32" else dt)
+    recs = groups.get(key)
+    if not recs:
+        return
+    by_algo: dict[str, list] = {}
+    for r in recs:
+        by_algo.setdefault(_algo_text(r), []).append(r)
+    # the algo that agrees with the kernel that ran, else the most frequent
+    ranked = sorted(by_algo.items(), key=lambda kv: -len(kv[1]))
+    pick = next(((a, rs) for a, rs in ranked if consistency(kn, rs[0]) is not False), ranked[0])
+    text, rs = pick
+    r = rs[0]
+    row.update(algo=text if len(by_algo) == 1 else f"{text} (+{len(by_algo) - 1} other algos logged)",
+               algo_id=r.algo_id, algo_split_k=r.split_k or 1, log_function=r.function,
+               workspace_bytes=r.workspace_bytes, log_calls=len(recs) / steps,
+               log_consistent=consistency(kn, r))
+    ld = _log_dtype(r)
+    if ld == "tf32" and dt == "fp32":
+        row["dtype"] = "tf32"
+
+
+# --------------------------------------------------------------------------- per-row judgement
+def _leading_dims(dims_json, strides_json, op) -> list[tuple[str, int]]:
+    """(operand, leading dimension in elements) of A and B from the op's recorded dims and strides."""
+    from cublaslt_probe.trace import GEMM_OPS
+    where = GEMM_OPS.get(op or "")
+    if where is None or not dims_json or not strides_json:
+        return []
+    try:
+        dims, strides = json.loads(dims_json), json.loads(strides_json)
+        out = []
+        for label, i in (("A", where[0]), ("B", where[1])):
+            d, s = dims[i], strides[i]
+            if len(d) < 2 or len(s) != len(d):
+                continue
+            (r, c), (s0, s1) = d[-2:], s[-2:]
+            if s1 == 1 and r > 1:
+                out.append((label, s0))
+            elif s0 == 1 and c > 1:
+                out.append((label, s1))
+        return out
+    except (ValueError, IndexError, TypeError):
+        return []
+
+
+def _arch_num(arch: str | None) -> int | None:
+    m = re.match(r"sm_?(\d+)", arch or "")
+    return int(m.group(1)) if m else None
+
+
+def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -> None:
+    """flops, tflops, % of peak, roofline floor, waves, alignment fallback of one row (in place)."""
+    from cublaslt_probe.evidence import logged_tile
+    m, n, k, b = row.get("m"), row.get("n"), row.get("k"), row.get("batch") or 1
+    dt = row.get("dtype")
+    mean = row["mean_us"]
+    if None in (m, n, k):
+        return
+    flops = 2.0 * m * n * k * b
+    row["flops"] = flops
+    row["tflops"] = flops / mean / 1e6 if mean else None
+    peaks, bw, _ = rates
+    nb = BYTES.get(dt or "")
+    peak = peaks.get(dt) if peaks and dt else None
+    if peak:
+        row["peak_tflops"] = peak
+        row["pct_peak"] = 100 * row["tflops"] / peak if row["tflops"] is not None else None
+    if peak and bw and nb:
+        nbytes = (m * k + k * n) * b * nb + m * n * b * OUT_BYTES.get(dt, nb)
+        t_mem = nbytes / (bw * 1e12) * 1e6
+        t_cmp = flops / (peak * 1e12) * 1e6
+        row["floor_us"] = max(t_mem, t_cmp)
+        row["bound"] = "memory" if t_mem > t_cmp else "compute"
+        row["floor_ratio"] = mean / row["floor_us"] if row["floor_us"] else None
+    # waves: the tile in cuBLAS's column-major order against blas_m = torch n, blas_n = torch m
+    tile = logged_tile(kn)
+    split = row.get("algo_split_k")
+    if split is None:
+        split = 1 if kn.split_k is False or (kn.split_k is None and not row.get("split_k")) else None
+    if tile and sms and split and row.get("groups") is None:
+        from cublaslt_probe.explain import waves
+        row["waves"] = waves(n, m, tile[0], tile[1], split, b, sms)["waves"]
+    # alignment: leading dimensions in bytes
+    lds = _leading_dims(row.get("input_dims"), row.get("input_strides"), row.get("op"))
+    if nb:
+        bad = [f"{lab} ld={ld}" for lab, ld in lds if (ld * nb) % 16]
+        if (n * OUT_BYTES.get(dt, nb)) % 16:
+            bad.append(f"C ld={n}")
+        row["misaligned"] = ", ".join(bad) or None
+        aligns = [a for a in (kn.align_a, kn.align_b, kn.align_c) if a]
+        small = any(a * nb < 16 for a in aligns)
+        karch = _arch_num(kn.arch)
+        older = karch is not None and gpu_arch is not None and karch < gpu_arch
+        row["align_fallback"] = bool(bad) and (small or older)
+
+
+# --------------------------------------------------------------------------- the audit
+def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None) -> Audit:
+    """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc)."""
+    from cublaslt_probe.names import decode
+    from cublaslt_probe.trace import _op_key_json, classify, problem_of, read_chrome_trace, _timeline
+    files = resolve(path, log_path)
+    notes: list[str] = []
+    env = _read_env(files["env"], notes)
+    s = read_chrome_trace(files["trace"], detail=True)
+    det = s.detail
+    gpu_env, gpu_trace = env.get("gpu"), s.device
+    gpu = gpu_env or gpu_trace
+    if gpu_env and gpu_trace and gpu_env not in gpu_trace:
+        notes.append(f"env.json says {gpu_env} but the trace was taken on {gpu_trace}: rates are the trace's GPU")
+        gpu = gpu_trace
+    rates = gpu_rates(gpu)
+    if rates[0] is None:
+        notes.append(f"no peak rates for GPU {gpu or '(not recorded)'}: floor_us and pct_peak cannot be shown")
+    props = s.meta.get("deviceProperties") or [{}]
+    sms = env.get("sm_count") or (props[0].get("numSms") if isinstance(props[0], dict) else None)
+    cc = env.get("cc") or (f"{props[0].get('computeMajor')}.{props[0].get('computeMinor')}"
+                           if isinstance(props[0], dict) and props[0].get("computeMajor") is not None else None)
+    gpu_arch = int(cc.replace(".", "")) if cc and cc.replace(".", "").isdigit() else None
+
+    L, ops, rng = det.launches, det.ops, det.ranges
+    names = det.names
+    # ---- steps
+    is_step = rng["name"].str.startswith(runfiles.STEP_PREFIX) if len(rng) else pd.Series([], dtype=bool)
+    steps_r = rng[is_step]
+    if not len(steps_r) and len(rng):
+        steps_r = rng[rng["name"].str.startswith("ProfilerStep#")]
+    if len(steps_r):
+        in_step = _contained(steps_r["ts"].to_numpy(), steps_r["end"].to_numpy(), L["t_launch"].to_numpy()) >= 0
+        steps = len(steps_r)
+        outside = int((~in_step).sum())
+        if outside:
+            notes.append(f"{outside:,} launches outside the {steps} step ranges are left out")
+    else:
+        in_step = np.ones(len(L), dtype=bool)
+        steps = int((env.get("capture") or {}).get("steps") or 1)
+        if not env:
+            notes.append("no step ranges in the trace: the whole trace counts as one step")
+    L = L[in_step]
+    # ---- the step's GPU time by class
+    per_name: dict[str, list] = {}
+    g = L.groupby("name")["dur"].agg(["count", "sum"])
+    for i, (c, t) in zip(g.index, g.itertuples(index=False)):
+        per_name[names[i]] = [int(c), float(t)]
+    total_us = float(L["dur"].sum())
+    timeline = _timeline(per_name, total_us)
+    for col in ("total_us",):
+        timeline[col] = timeline[col] / steps
+    step_gpu = total_us / steps
+    G = L[L["kind"] > 0].copy()      # GEMM-kind launches (and orphan reduces)
+    # ---- modules
+    mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX)] if len(rng) else rng
+    attribution = "capture ranges"
+    prefix = runfiles.MODULE_PREFIX
+    if not len(mods) and len(rng):
+        mods = rng[rng["name"].str.startswith("nn.Module: ")]
+        attribution, prefix = "nn.Module", "nn.Module: "
+    if not len(mods):
+        attribution = "none"
+    op_row = G["op_row"].to_numpy()
+    module = np.full(len(G), -1, dtype=np.int64)
+    bwd = np.zeros(len(G), dtype=bool)
+    if len(mods) and len(G):
+        m_ts, m_end, m_tid = mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy()
+        linked = op_row >= 0
+        o_ts, o_tid = ops["ts"].to_numpy(), ops["tid"].to_numpy()
+        r = op_row[linked]
+        module[linked] = _innermost(m_ts, m_end, m_tid, o_ts[r], o_tid[r])
+        # backward: the evaluate_function node around the op, its sequence number, the forward op's module
+        need = linked & (module < 0)
+        if need.any():
+            keys = det.op_keys
+            is_eval = np.fromiter((keys[k][0].startswith(EVAL_PREFIX) for k in ops["key"].to_numpy()),
+                                  dtype=bool, count=len(ops))
+            ev_rows = np.flatnonzero(is_eval)
+            rn = op_row[need]
+            inner = _innermost(o_ts[ev_rows], ops["end"].to_numpy()[ev_rows], o_tid[ev_rows], o_ts[rn], o_tid[rn])
+            seq = np.where(inner >= 0, ops["seq"].to_numpy()[ev_rows[np.maximum(inner, 0)]], -1)
+            wanted = np.unique(seq[seq >= 0])
+            if len(wanted):
+                fwd = np.flatnonzero(np.isin(ops["seq"].to_numpy(), wanted) & ~is_eval)
+                fmod = _innermost(m_ts, m_end, m_tid, o_ts[fwd], o_tid[fwd])
+                ok = fmod >= 0
+                f = pd.DataFrame({"seq": ops["seq"].to_numpy()[fwd][ok], "ts": o_ts[fwd][ok], "mod": fmod[ok]})
+                seq_mod = f.sort_values("ts").groupby("seq")["mod"].last()
+                got = pd.Series(seq).map(seq_mod).to_numpy()
+                hit = ~pd.isna(got)
+                idx = np.flatnonzero(need)
+                module[idx[hit]] = got[hit].astype(np.int64)
+                bwd[idx[seq >= 0]] = True
+    mod_names = mods["name"].str.slice(len(prefix)).tolist() if len(mods) else []
+    G["module_full"] = [mod_names[i] if i >= 0 else None for i in module]
+    G["pass"] = np.where(module >= 0, np.where(bwd, "bwd", "fwd"), None)
+    G["key"] = np.where(op_row >= 0, ops["key"].to_numpy()[np.maximum(op_row, 0)] if len(ops) else -1, -1)
+    G["module"] = [collapse(x) if x is not None else None for x in G["module_full"]]
+    G = _fold_helpers(G)
+    # ---- rows
+    log_groups = _log_groups(files["log"], notes) if files["log"] else {}
+    rows = []
+    grp = G.groupby(["module", "pass", "key", "name"], dropna=False, sort=False)
+    agg = grp.agg(count=("dur", "size"), total=("dur", "sum"), reduce=("reduce_us", "sum"),
+                  helper=("helper_us", "sum"), instances=("module_full", "nunique"))
+    no_shape_us, no_shape = 0.0, 0
+    key_cache: dict[int, tuple] = {}
+    for (mod, pas, key, name), a in zip(agg.index, agg.itertuples(index=False)):
+        kernel = names[name]
+        kn = decode(kernel)
+        _, prov = classify(kn)
+        key = int(key)
+        if key >= 0:
+            if key not in key_cache:
+                key_cache[key] = _op_key_json(det.op_keys[key])
+            op, dims, types, strides = key_cache[key]
+        else:
+            op = dims = types = strides = None
+        p = problem_of(op, dims, types, strides)
+        shape_from = "op" if p else None
+        if not p and op and op.startswith("triton_tem") and "mm" in op:
+            p = _template_problem(dims, types, strides)
+            shape_from = "kernel arguments" if p else None
+        if not p:
+            no_shape += 1
+            no_shape_us += a.total
+        row = {
+            "module": None if pd.isna(mod) else mod, "instances": int(a.instances) if not pd.isna(mod) else None,
+            "pass": None if pd.isna(pas) else pas, "op": op,
+            **{c: p.get(c) for c in ("dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")},
+            "calls": a.count / steps, "gpu_us": a.total / steps, "mean_us": a.total / a.count,
+            "share": (a.total / steps) / step_gpu if step_gpu else None,
+            "kernel": kernel, "family": kn.family, "provenance": prov, "kernel_short": kn.short,
+            "arch": kn.arch, "tile_m": kn.tile_m, "tile_n": kn.tile_n, "tile_k": kn.tile_k, "stages": kn.stages,
+            "cluster_m": kn.cluster_m, "cluster_n": kn.cluster_n,
+            "problem_shape": getattr(kn, "problem_shape", None),
+            "split_k": bool(kn.split_k) or a.reduce > 0 if kn.split_k is not None or a.reduce > 0 else None,
+            "shape_from": shape_from,
+            "reduce_us": a.reduce / steps, "helper_us": a.helper / steps, "input_dims": dims,
+            "input_strides": strides,
+        }
+        _join_log(row, kn, log_groups, steps)
+        if row.get("algo_split_k") and row["algo_split_k"] > 1:
+            row["split_k"] = True
+        _judge(row, kn, rates, sms, gpu_arch)
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+    df = _coerce(df)
+    df = df.sort_values(["gpu_us", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    gemm_us = float(G["dur"].sum()) / steps
+    # ---- what cannot be shown
+    if len(G) and not any(k[1] is not None for k in det.op_keys):
+        notes.append("the trace has no input shapes (profile with record_shapes=True): m, n, k, dtype, floor "
+                     "and % of peak cannot be shown")
+    elif no_shape:
+        notes.append(f"{no_shape} GEMM rows ({100 * no_shape_us / steps / gemm_us:.1f} % of GEMM time) have no "
+                     "shape: their op is not linked or not a GEMM op whose inputs give m, n, k")
+    if attribution == "none" and len(G):
+        notes.append("no module ranges in the trace (capture with cublaslt_probe.capture, or profile with "
+                     "with_modules=True): rows are by op and shape")
+    return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
+                 gpu=gpu, attribution=attribution, notes=notes,
+                 sources={k: str(v) for k, v in files.items() if v is not None})
+
+
+def _template_problem(dims, types, strides) -> dict:
+    """An Inductor Triton GEMM template's problem from its launch record's first two inputs (A [m, k],
+    B [k, n], as torch.compile passes them to ``triton_tem_fused_mm*``); {} when they do not chain."""
+    from cublaslt_probe.trace import problem_of
+    try:
+        d = json.loads(dims)
+        if len(d) < 2 or len(d[0]) != 2 or len(d[1]) != 2 or d[0][1] != d[1][0]:
+            return {}
+    except (TypeError, ValueError):
+        return {}
+    return problem_of("aten::mm", dims, types, strides)
+
+
+def _fold_helpers(G: pd.DataFrame) -> pd.DataFrame:
+    """One op call = one GEMM: where an op call launched several GEMM-kind kernels, the longest is the GEMM
+    and the others' time is added to it (``helper_us``), as a split-K reduce is."""
+    G = G.assign(helper_us=0.0)
+    linked = G[G["op_row"] >= 0].sort_values(["op_row", "dur"], ascending=[True, False], kind="stable")
+    extra = linked.duplicated("op_row")
+    if not extra.any():
+        return G
+    helpers = linked[extra].groupby("op_row")["dur"].sum()
+    main = linked[~extra]
+    main = main[main["op_row"].isin(helpers.index)]
+    add = main["op_row"].map(helpers)
+    G.loc[main.index, "dur"] += add
+    G.loc[main.index, "helper_us"] = add
+    return G.drop(index=linked[extra].index)
+
+
+def _coerce(df: pd.DataFrame) -> pd.DataFrame:
+    for col, (dt, _) in AUDIT_SCHEMA.items():
+        if dt == "category":
+            df[col] = df[col].astype("string").astype("category")
+        elif dt in ("Int64", "boolean"):
+            df[col] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+                                for v in df[col].tolist()], dtype=dt)
+        else:
+            df[col] = df[col].astype(dt)
+    return df
+
+
+def jsonl_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with `FIXED_KEYS` first (the jsonl/csv/parquet column order)."""
+    rest = [c for c in rows.columns if c not in FIXED_KEYS]
+    return rows[list(FIXED_KEYS) + rest]
+
+
+# --------------------------------------------------------------------------- advice from measurements
+MIN_GAIN = 0.03          # a measured alternative must beat the original by 3 % (above timing noise)
+PATH_WORDS = {
+    "torch": "the cuBLAS path (torch.backends.cuda.preferred_blas_library('cublas'), 32 MiB workspace)",
+    "torch-lt": "torch's cuBLASLt path (torch.backends.cuda.preferred_blas_library('cublaslt'), 1 MiB workspace)",
+    "lt": "cuBLASLt with a 32 MiB workspace (preferred_blas_library('cublaslt') and CUBLASLT_WORKSPACE_SIZE=32768)",
+}
+ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", "risk", "gemms")
+
+
+def _key_of(d: dict) -> tuple:
+    return tuple(d.get(c) if c != "batch" else (d.get(c) or 1) for c in ("op", "dtype", "layout", "m", "n", "k",
+                                                                         "batch"))
+
+
+def _match_rows(rows: pd.DataFrame, g: dict) -> pd.DataFrame:
+    """The audit rows a measured GEMM stands for: same problem (and module when the measurement names one)."""
+    key = _key_of(g.get("key") or {})
+    if rows.empty:
+        return rows
+    keys = [tuple(None if pd.isna(v) else (int(v) if isinstance(v, (int, np.integer, float)) and c in
+                  ("m", "n", "k", "batch") else str(v)) for c, v in zip(("op", "dtype", "layout", "m", "n", "k",
+                                                                          "batch"), r))
+            for r in rows[["op", "dtype", "layout", "m", "n", "k", "batch"]].itertuples(index=False)]
+    norm = tuple(int(v) if c in ("m", "n", "k", "batch") and v is not None else v
+                 for c, v in zip(("op", "dtype", "layout", "m", "n", "k", "batch"), key))
+    hit = pd.Series([k == norm for k in keys], index=rows.index)
+    out = rows[hit]
+    mod = g.get("module")
+    if mod is not None and (out["module"] == mod).any():
+        out = out[out["module"] == mod]
+    return out
+
+
+def _numerics_risk(g: dict, label: str) -> str:
+    num = (g.get("numerics") or {}).get(label)
+    tol = g.get("tolerance")
+    if num is None:
+        return "numerics not compared"
+    if tol is not None and num > tol:
+        return f"numerics differ: max rel. error {num:.2g} > tolerance {tol:.2g}"
+    return f"numerics agree (max rel. error {num:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
+
+
+def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) -> list[dict]:
+    """Ranked advice from saved measurements (`measure.measure_gemms`' result) against the audit rows.
+
+    Each item: ``what`` to change, ``kind`` (pad | path | workspace | pin | at_floor | not_measured),
+    ``module``, ``saving_us`` per step (per-call saving × calls per step), ``saving_pct`` of the step's GPU
+    time, ``evidence`` (the numbers), ``risk`` (numerics, memory) and the ``gemms`` it covers. Items with a
+    saving come first, largest first; then the GEMMs already near their floor (no advice) and those that
+    could not be measured."""
+    step = step_gpu_us or (float(rows["gpu_us"].sum() / rows["share"].sum()) if len(rows) and rows["share"].sum()
+                           else None)
+    items: list[dict] = []
+    merged: dict[tuple, dict] = {}
+    quiet: list[dict] = []
+
+    def pct(us):
+        return 100 * us / step if step else None
+
+    def add(key, item):
+        cur = merged.get(key)
+        if cur is None:
+            merged[key] = item
+            return
+        cur["saving_us"] += item["saving_us"]
+        cur["evidence"] += "; " + item["evidence"]
+        cur["gemms"] += item["gemms"]
+        if item["risk"] not in cur["risk"]:
+            cur["risk"] += "; " + item["risk"]
+
+    for g in measure.get("gemms") or []:
+        key = g.get("key") or {}
+        matched = _match_rows(rows, g)
+        module = g.get("module") if g.get("module") is not None else (
+            matched["module"].iloc[0] if len(matched) and not pd.isna(matched["module"].iloc[0]) else None)
+        label = (f"{key.get('op')} {key.get('dtype')} {key.get('layout')} {key.get('m')}×{key.get('n')}×"
+                 f"{key.get('k')}" + (f" ×{key['batch']}" if (key.get("batch") or 1) > 1 else ""))
+        where = f" ({module})" if module else ""
+        if g.get("skipped") or g.get("error"):
+            quiet.append({"what": f"{label}{where}: not measured — {g.get('skipped') or g.get('error')}",
+                          "kind": "not_measured", "module": module, "saving_us": 0.0, "saving_pct": 0.0,
+                          "evidence": "", "risk": "", "gemms": [label]})
+            continue
+        calls = float(matched["calls"].sum()) if len(matched) else float(g.get("calls") or 1)
+        orig = g.get("original_us")
+        if not orig:
+            continue
+        floor = matched["floor_us"].dropna()
+        ratio = orig / float(floor.iloc[0]) if len(floor) else None
+        best: list[dict] = []
+        # (a) the heuristic's candidates: pin the fastest correct one
+        cands = [c for c in g.get("candidates") or [] if c.get("time_us") and c.get("ok_numerics") is not False]
+        if cands:
+            c = min(cands, key=lambda c: c["time_us"])
+            if c["time_us"] < orig * (1 - MIN_GAIN) and c.get("rank", 0) != 0:
+                c0 = next((x for x in cands if x.get("rank") == 0), None)
+                best.append({"kind": "pin", "per_call": orig - c["time_us"],
+                             "what": f"pin candidate #{c['rank']} ({c.get('algo') or c.get('kernel') or ''}) for "
+                                     f"{module or label}",
+                             "evidence": f"{label}: original {orig:.1f} µs, candidate #{c['rank']} {c['time_us']:.1f} "
+                                         f"µs" + (f", #0 {c0['time_us']:.1f} µs" if c0 else ""),
+                             "risk": "numerics checked against candidate #0" if c.get("ok_numerics") else
+                                     "numerics not checked; needs the algo pinned through cuBLASLt (replay)"})
+        # (b) the other paths and workspaces
+        for p in g.get("paths") or []:
+            t = p.get("time_us")
+            if t and t < orig * (1 - MIN_GAIN):
+                kind = "workspace" if p.get("path") == "lt" else "path"
+                mem = f"; workspace {p['workspace'] / 2**20:g} MiB" if p.get("workspace") else ""
+                best.append({"kind": kind, "per_call": orig - t, "path": p.get("path"),
+                             "what": f"run on {PATH_WORDS.get(p.get('path'), p.get('path'))}",
+                             "evidence": f"{label}: original {orig:.1f} µs, {p.get('path')} {t:.1f} µs "
+                                         f"({p.get('kernel') or ''})",
+                             "risk": _numerics_risk(g, f"path:{p.get('path')}") + mem})
+        # (c) padded shapes
+        for w in g.get("whatifs") or []:
+            t = w.get("time_us")
+            if t and t < orig * (1 - MIN_GAIN):
+                dim, value = w.get("dim"), w.get("value")
+                old = key.get(dim)
+                vocab = bool(module) and re.search(r"(lm_head|embed|wte|vocab)", str(module)) is not None
+                best.append({"kind": "pad", "per_call": orig - t, "dim": dim, "old": old, "value": value,
+                             "what": f"pad {'the vocabulary ' if vocab else ''}{old} → {value} (a multiple of "
+                                     f"{w.get('multiple')})" + (f" in {module}" if module else ""),
+                             "evidence": f"{label}: original {orig:.1f} µs, {dim}={value} {t:.1f} µs "
+                                         f"({w.get('kernel') or ''})",
+                             "risk": _numerics_risk(g, f"{dim}={value}") + f"; {dim} grows by {value - old} "
+                                     "(more work and memory; slice the result back)"})
+        if not best:
+            why = (f"within {100 * (ratio - 1):.0f} % of its floor" if ratio is not None and ratio <= NEAR_FLOOR
+                   else "no measured alternative beats it by 3 %")
+            quiet.append({"what": f"{label}{where}: {why}; no advice", "kind": "at_floor" if ratio and
+                          ratio <= NEAR_FLOOR else "no_gain", "module": module, "saving_us": 0.0,
+                          "saving_pct": 0.0, "evidence": f"original {orig:.1f} µs" + (
+                              f", floor {float(floor.iloc[0]):.1f} µs" if len(floor) else ""),
+                          "risk": "", "gemms": [label]})
+            continue
+        for b in best:
+            item = {"what": b["what"], "kind": b["kind"], "module": module, "saving_us": b["per_call"] * calls,
+                    "evidence": b["evidence"] + f"; × {calls:g} calls/step", "risk": b["risk"], "gemms": [label]}
+            if b["kind"] == "pad":       # one padding of one value in one module helps several of its GEMMs
+                mk = ("pad", module, b["old"], b["value"])
+            elif b["kind"] in ("path", "workspace"):
+                mk = (b["kind"], b["path"])
+            else:
+                mk = ("pin", module, label)
+            add(mk, item)
+    # per GEMM only the best of its alternatives counts towards one item; merged items add GEMMs up
+    items = sorted(merged.values(), key=lambda x: -x["saving_us"])
+    for it in items:
+        it["saving_pct"] = pct(it["saving_us"])
+    return [{k: it.get(k) for k in ADVICE_KEYS} for it in items] + [{k: q.get(k) for k in ADVICE_KEYS}
+                                                                     for q in quiet]
+
+
+# --------------------------------------------------------------------------- rendering
+TABLE_COLUMNS = ("share", "calls", "gpu_us", "module", "pass", "op", "dtype", "layout", "m", "n", "k", "groups",
+                 "family", "provenance", "kernel_short", "algo", "pct_peak", "floor_ratio", "waves", "flags")
+
+
+def _na(v) -> bool:
+    return v is None or (not isinstance(v, str) and pd.isna(v))
+
+
+def row_label(r: dict) -> str:
+    """``model.layers.*.mlp.down_proj ×32`` (the module and how many it collapses; else the op)."""
+    mod, inst, op = r.get("module"), r.get("instances"), r.get("op")
+    if _na(mod):
+        return "(no module)" if not _na(op) else "(no op)"
+    return str(mod) + (f" ×{int(inst)}" if not _na(inst) and int(inst) > 1 else "")
+
+
+def flags(r: dict) -> str:
+    """align-fallback, split-K, kernel≠log: what a row's booleans say, for the table."""
+    out = []
+    if not _na(r["align_fallback"]) and r["align_fallback"]:
+        out.append("align-fallback")
+    if not _na(r["split_k"]) and r["split_k"]:
+        out.append("split-K")
+    if not _na(r["log_consistent"]) and not r["log_consistent"]:
+        out.append("kernel≠log")
+    return " ".join(out)
+
+
+def summary_lines(a: Audit) -> list[str]:
+    """The audit's header, one fact a line."""
+    from cublaslt_probe.trace import timeline_sentence
+    cap = (a.env.get("capture") or {})
+    lines = [f"{a.sources.get('trace')}" + (f" + {a.sources['log']}" if a.sources.get("log") else "")
+             + (f"; GPU {a.gpu}" if a.gpu else "") + (f" ({a.env.get('sm_count')} SMs)" if a.env.get("sm_count")
+                                                      else ""),
+             f"{a.steps} step{'s' if a.steps != 1 else ''}; per step: GPU time {a.step_gpu_us / 1e3:,.3f} ms, GEMMs "
+             f"{a.gemm_gpu_us / 1e3:,.3f} ms ({100 * a.gemm_gpu_us / a.step_gpu_us if a.step_gpu_us else 0:.1f} %) "
+             f"in {len(a.rows):,} distinct GEMMs",
+             f"GPU time: {timeline_sentence(a.timeline)}"]
+    if len(a.rows):
+        lines.append(f"attribution: {a.attribution}; {100 * a.attributed_share:.1f} % of GEMM time has a module"
+                     + (f"; torch allow_tf32={cap.get('allow_tf32')}" if "allow_tf32" in cap else ""))
+    lines += [f"note: {n}" for n in a.notes]
+    return lines
+
+
+def table_rows(rows: pd.DataFrame) -> list[list[str]]:
+    """The people's table of the rows: `TABLE_COLUMNS` as text."""
+    def f(v, fmt):
+        return "" if v is None or (not isinstance(v, str) and pd.isna(v)) else format(v, fmt)
+    out = []
+    for r in rows.to_dict("records"):
+        out.append([f"{100 * r['share']:.1f}%" if r["share"] is not None and not pd.isna(r["share"]) else "",
+                    f(r["calls"], "g"), f(r["gpu_us"], ",.1f"), row_label(r), f(r["pass"], ""), f(r["op"], ""),
+                    f(r["dtype"], ""), f(r["layout"], ""), f(r["m"], "d"), f(r["n"], "d"), f(r["k"], "d"),
+                    f(r["groups"], "d"), f(r["family"], ""), f(r["provenance"], ""), f(r["kernel_short"], ""),
+                    f(r["algo"], ""), f(r["pct_peak"], ".1f"), f(r["floor_ratio"], ".2f"), f(r["waves"], ".2f"),
+                    flags(r)])
+    return out
+
+
+def advice_lines(items: list[dict]) -> list[str]:
+    out = []
+    for i, it in enumerate([x for x in items if x["saving_us"] > 0], 1):
+        out.append(f"{i}. {it['what']}: saves {it['saving_us']:,.1f} µs/step"
+                   + (f" ({it['saving_pct']:.1f} % of the step)" if it.get("saving_pct") is not None else ""))
+        out.append(f"   evidence: {it['evidence']}")
+        out.append(f"   risk: {it['risk']}")
+    for it in items:
+        if it["saving_us"] <= 0:
+            out.append(f"- {it['what']}")
+    return out
+
+
+def _svg(fig) -> str:
+    """The figure as inline SVG (the page stays one self-contained file)."""
+    import io
+    import matplotlib.pyplot as plt
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, Any]:
+    """matplotlib Figures of the audit: GPU time by class, share and % of peak per GEMM, what-if curves."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from cublaslt_probe.trace import timeline_groups
+    figs: dict[str, Any] = {}
+    g = timeline_groups(a.timeline)
+    if len(g):
+        fig, ax = plt.subplots(figsize=(7, 0.35 * len(g) + 0.8))
+        ax.barh(g["label"][::-1], 100 * g["share"][::-1], color="#4c72b0")
+        ax.set_xlabel("% of the step's GPU time")
+        ax.set_title("GPU time by provenance, library and kind")
+        figs["timeline"] = fig
+    rows = a.rows.head(top)
+    if len(rows):
+        labels = [f"{row_label(r)} · {r['m']}×{r['n']}×{r['k']}" for r in rows.to_dict("records")][::-1]
+        fig, (ax1, ax2) = plt.subplots(1, 2, sharey=True, figsize=(11, 0.32 * len(rows) + 1.0))
+        ax1.barh(labels, 100 * rows["share"].astype(float)[::-1], color="#55a868")
+        ax1.set_xlabel("% of the step's GPU time")
+        ax1.set_title("share per GEMM")
+        pk = rows["pct_peak"].astype(float)[::-1]
+        ax2.barh(labels, pk.fillna(0), color="#c44e52")
+        ax2.set_xlabel("% of dense peak")
+        ax2.set_xlim(0, 100)
+        ax2.set_title("% of peak per GEMM")
+        figs["gemms"] = fig
+    curves = [g for g in (measure or {}).get("gemms") or [] if g.get("whatifs") and g.get("original_us")][:4]
+    if curves:
+        fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3), squeeze=False)
+        for ax, g in zip(axes[0], curves):
+            k = g.get("key") or {}
+            for dim in ("m", "n", "k"):
+                pts = sorted((w["value"], w["time_us"]) for w in g["whatifs"] if w.get("dim") == dim and w.get("time_us"))
+                if pts:
+                    ax.plot([k.get(dim)] + [p[0] for p in pts], [g["original_us"]] + [p[1] for p in pts], "o-",
+                            label=f"pad {dim}")
+            ax.axhline(g["original_us"], color="grey", lw=0.8)
+            ax.set_title(f"{k.get('m')}×{k.get('n')}×{k.get('k')} {k.get('dtype')}", fontsize=9)
+            ax.set_xlabel("padded value")
+            ax.set_ylabel("µs")
+            ax.legend(fontsize=7)
+        figs["whatifs"] = fig
+    return figs
+
+
+def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None = None) -> str:
+    """A self-contained HTML page: summary, GPU time by class, the advice, the GEMM table, figures (SVG
+    embedded), and per-GEMM measurements when given."""
+    import html as H
+    e = H.escape
+    figs = {k: _svg(f) for k, f in figures(a, measure).items()}
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>cublaslt-probe audit</title><style>"
+             "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px}"
+             "td,th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}"
+             ".note{color:#a33}.bar{background:#55a868;height:10px;display:inline-block}</style></head><body>",
+             "<h1>GEMM audit</h1>", "<ul>" + "".join(
+                 f"<li class='{'note' if ln.startswith('note:') else ''}'>{e(ln)}</li>" for ln in summary_lines(a))
+             + "</ul>"]
+    parts.append("<h2>GPU time by kind and provenance</h2>" + figs.get("timeline", "<p>no GPU time</p>"))
+    parts.append("<h2>Advice</h2>")
+    if items:
+        parts.append("<ol>" + "".join(
+            f"<li><b>{e(it['what'])}</b>: saves {it['saving_us']:,.1f} µs/step"
+            + (f" ({it['saving_pct']:.1f} % of the step)" if it.get("saving_pct") is not None else "")
+            + f"<br>evidence: {e(it['evidence'])}<br>risk: {e(it['risk'])}</li>"
+            for it in items if it["saving_us"] > 0) + "</ol>")
+        rest = [it for it in items if it["saving_us"] <= 0]
+        if rest:
+            parts.append("<ul>" + "".join(f"<li>{e(it['what'])}</li>" for it in rest) + "</ul>")
+    else:
+        parts.append("<p>no measurements: run <code>audit --measure</code> on the GPU (or render a saved one "
+                     "with <code>--from</code>) for advice.</p>")
+    parts.append("<h2>GEMMs</h2>")
+    head = ["share", "calls", "µs/step", "module", "pass", "op", "dtype", "layout", "m", "n", "k", "groups",
+            "family", "provenance", "decoded", "logged algo", "% peak", "× floor", "waves", "flags"]
+    num = {0, 1, 2, 8, 9, 10, 11, 16, 17, 18}
+    body = []
+    for r, cells in zip(a.rows.to_dict("records"), table_rows(a.rows)):
+        share = r["share"] if r["share"] is not None and not pd.isna(r["share"]) else 0
+        cells[0] = f"<span class='bar' style='width:{max(1, int(200 * share))}px'></span> {e(cells[0])}"
+        body.append("<tr>" + "".join(f"<td class='n'>{c}</td>" if i in num and i else f"<td>{c if i == 0 else e(c)}</td>"
+                                     for i, c in enumerate(cells)) + "</tr>")
+    parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>" + "".join(body) + "</table>")
+    if "gemms" in figs:
+        parts.append("<h2>Share and % of peak per GEMM</h2>" + figs["gemms"])
+    if measure:
+        parts.append("<h2>Measured alternatives</h2>")
+        if "whatifs" in figs:
+            parts.append(figs["whatifs"])
+        for g in measure.get("gemms") or []:
+            k = g.get("key") or {}
+            parts.append(f"<h3>{e(str(g.get('module') or ''))} {e(str(k.get('op')))} {e(str(k.get('dtype')))} "
+                         f"{e(str(k.get('layout')))} {k.get('m')}×{k.get('n')}×{k.get('k')}</h3>")
+            if g.get("skipped") or g.get("error"):
+                parts.append(f"<p>not measured: {e(str(g.get('skipped') or g.get('error')))}</p>")
+                continue
+            parts.append(f"<p>original {g.get('original_us')} µs</p>")
+            for name, cols in (("candidates", ("rank", "algo", "kernel", "time_us", "ok_numerics")),
+                               ("paths", ("path", "workspace", "kernel", "time_us")),
+                               ("whatifs", ("dim", "value", "multiple", "kernel", "time_us"))):
+                recs = g.get(name) or []
+                if recs:
+                    parts.append(f"<h4>{name}</h4><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
+                                 + "".join("<tr>" + "".join(f"<td>{e(str(x.get(c, '')))}</td>" for c in cols)
+                                           + "</tr>" for x in recs) + "</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,120 @@
+"""`audit`: every GEMM of a profiled step with its layer, its roofline and, from measurements, what to change.
+
+CPU for the rows (a run folder or a trace); ``--measure`` times the alternatives on the GPU (`measure`), and
+``--from`` renders a saved measurement anywhere. docs/audit.md.
+"""
+from __future__ import annotations
+
+import json
+
+import click
+
+from cublaslt_probe.cli._common import out_format, output_options, render_table, write_frame, write_text
+from cublaslt_probe.errors import ProbeError
+
+FORMATS = ("table", "jsonl", "csv", "parquet")
+_RIGHT = {"share", "calls", "gpu_us", "m", "n", "k", "groups", "pct_peak", "floor_ratio", "waves"}
+
+
+def audit_table(a, rows, total: int, items: list | None) -> str:
+    from cublaslt_probe.audit import TABLE_COLUMNS, advice_lines, summary_lines, table_rows
+    head = "\n".join(summary_lines(a)) + "\n"
+    if not len(a.rows):
+        return head + "no GEMM kernels in the steps of this trace\n"
+    header = [c if c != "kernel_short" else "decoded" for c in TABLE_COLUMNS]
+    body = "\n" + render_table(header, table_rows(rows), _RIGHT)
+    if total > len(rows):
+        body += f"… {total - len(rows):,} more rows (--top 0 shows all)\n"
+    if items is not None:
+        body += "\nadvice (measured):\n" + ("\n".join(advice_lines(items)) or "none") + "\n"
+    return head + body
+
+
+def _load_measure(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise ProbeError(f"cannot read measurements {path}: {e.strerror or e}") from e
+    except ValueError as e:
+        raise ProbeError(f"{path}: not a JSON measurement file ({e}); write one with audit --measure "
+                         "--save FILE") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("gemms"), list):
+        raise ProbeError(f"{path}: no 'gemms' list: not a measurement written by audit --measure --save")
+    return doc
+
+
+@click.command("audit")
+@click.argument("run", type=click.Path(exists=False), metavar="RUN_DIR|TRACE")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None,
+              help="The cuBLASLt log of the same run (a run folder's cublaslt.log is read by itself).")
+@click.option("--measure", is_flag=True,
+              help="On the GPU: time each GEMM's candidates, other paths and padded shapes (largest first).")
+@click.option("--top-measure", type=click.IntRange(min=1), default=12, show_default=True,
+              help="With --measure: how many GEMMs, largest share first.")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
+              help="With --measure: write the measurements here (JSON), to render later with --from.")
+@click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
+              help="Advice from saved measurements (audit --measure --save) instead of measuring.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write a self-contained HTML report here.")
+@output_options(FORMATS, top=25)
+def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, fmt, output, top):
+    """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
+
+    RUN_DIR is a folder written by `cublaslt_probe.capture` (trace.json.gz, cublaslt.log, env.json);
+    TRACE is a torch.profiler trace (record_shapes=True) taken elsewhere, with --log for its cuBLASLt log.
+    Every GEMM-kind kernel counts, whatever launched it; repeated layers are collapsed
+    (model.layers.*.mlp.down_proj ×32). With --measure (GPU) or --from (saved), ranked advice follows: what
+    to change, the saving in µs per step, its evidence and risk.
+
+    \b
+      cublaslt-probe audit run1/
+      cublaslt-probe audit run1/ --measure --save run1/measure.json --html run1/audit.html
+      cublaslt-probe audit run1/ --from run1/measure.json -o rows.jsonl
+    """
+    from cublaslt_probe.audit import advice, audit, jsonl_frame, render_html
+    fmt = out_format(fmt, output, FORMATS)
+    if measure and from_path:
+        raise click.UsageError("give --measure (time on the GPU now) or --from (saved measurements), not both")
+    if save_path and not measure:
+        raise click.UsageError("--save writes what --measure measured: add --measure")
+    a = audit(run, log_path)
+    meas = None
+    if from_path:
+        meas = _load_measure(from_path)
+    elif measure:
+        from cublaslt_probe import measure as M
+        gemms = [{k: (None if v is None or (not isinstance(v, str) and v != v) else v) for k, v in r.items()}
+                 for r in a.rows.head(top_measure).to_dict("records")]
+        M.require(gemms)
+        tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
+        meas = M.measure_gemms(gemms, allow_tf32=tf32)
+        if save_path:
+            write_text(save_path, json.dumps(meas, indent=1, default=str) + "\n")
+            click.echo(f"wrote measurements of {len(meas['gemms'])} GEMMs to {save_path}", err=True)
+    items = None
+    if meas is not None:
+        mg = (meas.get("env") or {}).get("gpu")
+        if mg and a.gpu and mg != a.gpu:
+            a.notes.append(f"the measurements were taken on {mg}, the run on {a.gpu}: advice is not shown")
+        else:
+            items = advice(a.rows, meas, a.step_gpu_us)
+    if html_path:
+        write_text(html_path, render_html(a, items, meas))
+        click.echo(f"wrote {html_path}", err=True)
+    rows = a.rows
+    total = len(rows)
+    n = top if top is not None else (25 if fmt == "table" else 0)
+    shown = rows.head(n) if n else rows
+    if fmt == "table":
+        write_frame(shown, fmt, output, lambda: audit_table(a, shown, total, items))
+    else:
+        write_frame(jsonl_frame(shown), fmt, output)
+        for line in a.notes:
+            click.echo(f"note: {line}", err=True)
+    if output and output != "-":
+        click.echo(f"wrote {len(shown):,} rows to {output}", err=True)
+
+
+COMMANDS = [audit_cmd]

@@ -1,0 +1,249 @@
+"""`cublaslt_probe.audit` and `cublaslt-probe audit` on the real H200 run folders of tests/fixtures/programs
+(see the PROVENANCE there): coverage, attribution, grouped GEMMs, alignment fallbacks, collapsed layers, the
+log join, bad input. The expectations come from the programs the capture script ran (its docstring) and from
+an independent plain json.load of each trace, never from the code under test.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from cublaslt_probe import runfiles
+from cublaslt_probe.audit import AUDIT_COLUMNS, FIXED_KEYS, audit, collapse, render_html
+from cublaslt_probe.cli import main
+from cublaslt_probe.names import decode
+
+from conftest import FIXTURES
+
+PROGRAMS = FIXTURES / "programs"
+RUNS = sorted(p for p in PROGRAMS.iterdir() if (p / runfiles.ENV_FILE).exists()) if PROGRAMS.is_dir() else []
+
+
+def _events(path):
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def plain_step_gemm_us(trace) -> tuple[float, int]:
+    """GEMM-kind GPU time per step and the number of steps, read with json.load: a kernel belongs to a step
+    when its launch call (cuda_runtime, same correlation) starts inside a step range; a trace without step
+    ranges is one step."""
+    evs = _events(trace)
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in evs if e.get("cat") == "user_annotation"
+             and e["name"].startswith(runfiles.STEP_PREFIX)]
+    launch = {e["args"]["correlation"]: e["ts"] for e in evs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+              and "correlation" in e.get("args", {})}
+    total = 0.0
+    for e in evs:
+        if e.get("cat") != "kernel" or decode(e["name"]).kind != "gemm":
+            continue
+        t = launch.get(e["args"].get("correlation"), e["ts"])
+        if not steps or any(a <= t <= b for a, b in steps):
+            total += e["dur"]
+    return total / max(len(steps), 1), max(len(steps), 1)
+
+
+@pytest.fixture(scope="module")
+def audits():
+    return {p.name: audit(p) for p in RUNS}
+
+
+# ------------------------------------------------------------------------------------------ coverage
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_rows_add_up_to_the_steps_gemm_time(run, audits):
+    a = audits[run.name]
+    want, steps = plain_step_gemm_us(run / runfiles.TRACE_FILE)
+    assert a.steps == steps
+    assert a.rows.gpu_us.sum() == pytest.approx(want, rel=0.01)
+    assert a.gemm_gpu_us == pytest.approx(want, rel=0.01)
+    assert a.rows.share.sum() == pytest.approx(want / a.step_gpu_us, rel=0.01)
+    assert list(a.rows.columns) == AUDIT_COLUMNS
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_attribution_on_captured_runs(run, audits):
+    """Every capture run has module ranges: at least 95 % of its GEMM time gets a module."""
+    a = audits[run.name]
+    if not len(a.rows):
+        pytest.skip("no GEMM in this program")
+    assert a.attribution == "capture ranges"
+    assert a.attributed_share >= 0.95
+
+
+def test_backward_gemms_take_their_forward_module(audits):
+    """GPT-2 training step: the vocabulary (50257) appears only in lm_head, so every GEMM with it — the
+    forward and its two backward GEMMs (grad input, grad weight) — belongs to lm_head; the MLP's backward
+    GEMMs to the MLP modules of all 12 layers."""
+    r = audits["gpt2_train"].rows
+    vocab = r[(r.m == 50257) | (r.n == 50257) | (r.k == 50257)]
+    assert set(vocab.module) == {"lm_head"}
+    assert sorted(vocab["pass"].astype(str)) == ["bwd", "bwd", "fwd"]
+    fc = r[r.module == "transformer.h.*.mlp.c_fc"]
+    assert set(fc["pass"].astype(str)) == {"fwd", "bwd"} and set(fc.instances) == {12}
+    assert (fc.calls == 12).all()                                  # once per layer per step
+    assert set(fc[fc["pass"] == "fwd"].op) == {"aten::addmm"}
+
+
+def test_layers_collapse(audits):
+    """Llama prefill, 2 decoder layers: each projection is one row of 2 modules, 2 calls per step."""
+    r = audits["llama_prefill"].rows
+    down = r[r.module == "model.layers.*.mlp.down_proj"]
+    assert len(down) == 1 and down.instances.iloc[0] == 2 and down.calls.iloc[0] == 2
+    assert (down.m.iloc[0], down.n.iloc[0], down.k.iloc[0]) == (2048, 4096, 14336)
+    assert collapse("model.layers.31.mlp.down_proj") == "model.layers.*.mlp.down_proj"
+    assert collapse("LlamaMLP_3") == "LlamaMLP_*" and collapse("lm_head") == "lm_head"
+
+
+def test_grouped_gemm_rows(audits):
+    """Mixtral MoE layer: the experts' two grouped GEMMs (8 experts; gate+up fused N = 2 × 14336, then down)
+    with torch's grouped-GEMM setup kernel folded into them."""
+    a = audits["mixtral_moe"]
+    g = a.rows[a.rows.op == "aten::_grouped_mm"]
+    got = sorted(g[["m", "n", "k", "groups"]].astype(int).itertuples(index=False, name=None))
+    assert got == [(4096, 4096, 14336, 8), (4096, 28672, 4096, 8)]
+    assert set(g.module) == {"model.layers.*.mlp.experts"} and (g.helper_us > 0).all()
+    assert set(g.provenance.astype(str)) == {"ahead-of-time"} and g.share.sum() > 0.4
+    assert g.waves.isna().all()                                    # group sizes are not in the trace
+
+
+def test_alignment_fallbacks(audits):
+    """odd_linear: the same linear with N = 4095 (output rows of 8190 bytes) and 4096; GPT-2: vocabulary
+    50257. The odd ones run an older-architecture CUTLASS kernel, the even ones nvjet."""
+    r = audits["odd_linear"].rows.set_index("module")
+    assert r.loc["odd", "align_fallback"] == True and "C ld=4095" in r.loc["odd", "misaligned"]  # noqa: E712
+    assert r.loc["even", "align_fallback"] == False and pd.isna(r.loc["even", "misaligned"])  # noqa: E712
+    assert str(r.loc["odd", "arch"]) < "sm90" <= str(r.loc["even", "arch"])
+    g = audits["gpt2_train"].rows
+    assert g[g.module == "lm_head"].align_fallback.all()
+    assert not g[g.module != "lm_head"].align_fallback.fillna(False).any()
+
+
+def test_log_join_and_roofline(audits):
+    """The logged algo matches the kernel; fp32 GEMMs run as TF32 in the GPT-2 step (the log says so); the
+    floor is never above the measured time."""
+    g = audits["gpt2_train"].rows
+    assert g.algo.notna().all() and (g.log_consistent != False).all()  # noqa: E712
+    assert set(g.dtype.astype(str)) == {"tf32"}
+    for a in audits.values():
+        r = a.rows[a.rows.floor_us.notna()]
+        assert (r.floor_ratio >= 1).all()
+        assert (r.pct_peak <= 100).all()
+    p = audits["llama_prefill"].rows
+    lm = p[p.module == "lm_head"].iloc[0]
+    assert lm.tflops == pytest.approx(2 * 2048 * 128256 * 4096 / lm.mean_us / 1e6)
+    assert lm.waves == pytest.approx(-(-128256 // lm.tile_m) * -(-2048 // lm.tile_n) / 132)
+
+
+def test_triton_template_shape_from_its_arguments(audits):
+    r = audits["compiled_mm_autotune"].rows
+    (row,) = r.to_dict("records")
+    assert row["provenance"] == "runtime-compiled" and row["shape_from"] == "kernel arguments"
+    assert (row["m"], row["n"], row["k"]) == (2048, 4096, 4096)
+    assert any("no matmul trace lines" in n for n in audits["compiled_mm_autotune"].notes)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+def test_trace_captured_elsewhere_falls_back_to_op_and_shapes():
+    """A plain torch.profiler trace (with_modules=True records no module events in this torch): no steps,
+    no modules: one note each, the rows by op and shape."""
+    a = audit(PROGRAMS / "llama_decode_with_modules" / "trace.json.gz")
+    assert a.attribution == "none" and a.rows.module.isna().all()
+    assert any("no step ranges" in n for n in a.notes) and any("no module ranges" in n for n in a.notes)
+    assert a.rows.m.notna().all() and a.rows.gpu_us.sum() == pytest.approx(a.gemm_gpu_us)
+
+
+def _strip(src, dst, drop):
+    """A copy of a real trace with some event args removed (derived in the test, never stored)."""
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    for e in doc["traceEvents"]:
+        for k in drop:
+            (e.get("args") or {}).pop(k, None)
+    with gzip.open(dst, "wt") as f:
+        json.dump(doc, f)
+    return dst
+
+
+def test_trace_without_shapes(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(PROGRAMS / "llama_prefill", run)
+    _strip(PROGRAMS / "llama_prefill" / runfiles.TRACE_FILE, run / runfiles.TRACE_FILE,
+           ("Input Dims", "Input type", "Input Strides"))
+    a = audit(run)
+    assert any("no input shapes" in n for n in a.notes)
+    assert a.rows.m.isna().all() and a.rows.pct_peak.isna().all()
+    assert a.rows.module.notna().all()                            # attribution does not need shapes
+    assert a.rows.gpu_us.sum() == pytest.approx(audit(PROGRAMS / "llama_prefill").rows.gpu_us.sum())
+
+
+def test_run_from_another_gpu(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(PROGRAMS / "odd_linear", run)
+    env = json.loads((run / runfiles.ENV_FILE).read_text())
+    env["gpu"] = "NVIDIA B200"
+    (run / runfiles.ENV_FILE).write_text(json.dumps(env))
+    a = audit(run)
+    assert any("env.json says NVIDIA B200" in n for n in a.notes) and a.gpu == "NVIDIA H200"
+    assert a.rows.pct_peak.notna().all()                          # the trace's own GPU's rates
+    # a bare trace of a GPU without a peak table: rows still there, floors not
+    t = tmp_path / "t.json.gz"
+    with gzip.open(PROGRAMS / "odd_linear" / runfiles.TRACE_FILE, "rt") as f:
+        doc = json.load(f)
+    doc["deviceProperties"][0]["name"] = "NVIDIA GeForce RTX 4090"
+    with gzip.open(t, "wt") as f:
+        json.dump(doc, f)
+    b = audit(t)
+    assert any("no peak rates for GPU NVIDIA GeForce RTX 4090" in n for n in b.notes)
+    assert b.rows.floor_us.isna().all() and len(b.rows) == 2
+
+
+def test_log_without_trace_lines(tmp_path):
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    a = audit(PROGRAMS / "odd_linear" / runfiles.TRACE_FILE, empty)
+    assert any("no matmul trace lines" in n for n in a.notes) and a.rows.algo.isna().all()
+    assert len(a.rows) == 2
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def run_cli(*args):
+    return CliRunner().invoke(main, ["audit", *map(str, args)])
+
+
+def test_cli_jsonl_keys_and_table(tmp_path):
+    r = run_cli(PROGRAMS / "gpt2_train", "--format", "jsonl")
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert list(rows[0])[:len(FIXED_KEYS)] == list(FIXED_KEYS)
+    assert rows[0]["module"] == "lm_head" and rows[0]["align_fallback"] is True
+    t = run_cli(PROGRAMS / "gpt2_train", "--top", "3", "--html", tmp_path / "a.html")
+    assert t.exit_code == 0
+    lines = t.stdout.splitlines()
+    assert lines[1].startswith("2 steps; per step: GPU time") and "100.0 % of GEMM time has a module" in lines[3]
+    assert "transformer.h.*.mlp.c_proj ×12" in t.stdout or "lm_head" in lines[7]
+    assert lines[-1] == "… 12 more rows (--top 0 shows all)"
+    page = (tmp_path / "a.html").read_text()
+    assert page.count("<svg") >= 2 and "lm_head" in page
+
+
+def test_cli_errors(tmp_path):
+    r = run_cli(tmp_path / "missing")
+    assert r.exit_code == 1 and "no such file or folder" in r.stderr
+    r = run_cli(tmp_path)
+    assert r.exit_code == 1 and "no trace.json.gz in this folder" in r.stderr
+    bad = tmp_path / "m.json"
+    bad.write_text("[1, 2]")
+    r = run_cli(PROGRAMS / "odd_linear", "--from", bad)
+    assert r.exit_code == 1 and "no 'gemms' list" in r.stderr
+    r = run_cli(PROGRAMS / "odd_linear", "--from", bad, "--measure")
+    assert r.exit_code == 2
+
+
+def test_html_without_measurements(audits):
+    page = render_html(audits["mixtral_moe"])
+    assert page.startswith("<!doctype html>") and "aten::_grouped_mm" in page and "audit --measure" in page
