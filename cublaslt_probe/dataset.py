@@ -9,10 +9,12 @@ Each row joins three independent pieces of evidence for one GEMM:
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -105,31 +107,131 @@ SCHEMA: dict[str, tuple[str, str]] = {
 COLUMNS = list(SCHEMA)
 
 
-def read_raw(path: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """Read a raw sweep file (JSONL): returns (env, records). Tolerates a truncated last line.
+# The fields every raw probe record carries (`sweep` writes them); a line without them is not a record.
+RAW_REQUIRED = {"key": str, "backend": str, "op": str, "dtype": str, "layout": str, "m": int, "n": int, "k": int}
+
+
+@dataclass
+class RawStats:
+    """What reading raw files found: records kept, duplicates replaced (the later record of a key wins),
+    lines that are not records, and where a file was cut off."""
+
+    files: list[str] = field(default_factory=list)
+    lines: int = 0
+    records: int = 0
+    duplicates: int = 0
+    unreadable: int = 0
+    examples: list[str] = field(default_factory=list)
+    cut: list[tuple[str, str]] = field(default_factory=list)
+
+    def bad(self, where: str, why: str) -> None:
+        self.unreadable += 1
+        if len(self.examples) < 5:
+            self.examples.append(f"{where}: {why}")
+
+    @property
+    def complete(self) -> bool:
+        return not self.unreadable and not self.cut
+
+
+def _record_problem(obj) -> str | None:
+    if not isinstance(obj, dict):
+        return f"a JSON {type(obj).__name__}, not a record"
+    missing = [k for k in RAW_REQUIRED if k not in obj]
+    if missing:
+        return f"not a probe record (no {', '.join(missing)})"
+    wrong = [k for k, t in RAW_REQUIRED.items() if not isinstance(obj[k], t) or isinstance(obj[k], bool)]
+    if wrong:
+        return f"not a probe record ({', '.join(wrong)} of the wrong type)"
+    return None
+
+
+def read_raw(path: str | os.PathLike, stats: RawStats | None = None) -> tuple[dict, list[dict]]:
+    """Read a raw sweep file (JSONL, gzip detected by its first bytes): returns (env, records).
 
     The first line may be an env record (`{"type": "env", ...}`); a later record with the same key
-    replaces an earlier one (resume re-runs a window that was cut off).
+    replaces an earlier one (resume re-runs a window that was cut off). Never loses a readable record to
+    a bad line: a line that is not a probe record (a truncated last line, garbage) is skipped and
+    counted, and a gzip file cut off part way keeps the records before the cut (both in `stats`).
     """
     import gzip
+    import zlib
+    st = stats if stats is not None else RawStats()
+    st.files.append(str(path))
     env: dict = {}
     recs: dict[str, dict] = {}
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        for i, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("%s:%d: unreadable record skipped (a sweep cut off mid-write?)", path, i)
-                continue
-            if obj.get("type") == "env":
-                env = {k: v for k, v in obj.items() if k != "type"}
-            elif "key" in obj:
+    with open(path, "rb") as raw:
+        binary = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == b"\x1f\x8b" else raw
+        f = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="\n")
+        i = 0
+        try:
+            for i, line in enumerate(f, 1):
+                st.lines += 1
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    obj = json.loads(line)
+                except (json.JSONDecodeError, RecursionError):
+                    st.bad(f"{path}:{i}", "not JSON (a sweep cut off mid-write?)")
+                    continue
+                if isinstance(obj, dict) and obj.get("type") == "env":
+                    env = {k: v for k, v in obj.items() if k != "type"}
+                    continue
+                why = _record_problem(obj)
+                if why:
+                    st.bad(f"{path}:{i}", why)
+                    continue
+                if obj["key"] in recs:
+                    st.duplicates += 1
+                    del recs[obj["key"]]  # the later record wins, in its own place
                 recs[obj["key"]] = obj
+        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
+            st.cut.append((str(path), f"cut off after line {i:,} ({e}): the records before it are kept"))
+    st.records += len(recs)
     return env, list(recs.values())
+
+
+def read_raws(paths: list, env_override: dict | None = None, allow_env_mismatch: bool = False,
+              stats: RawStats | None = None) -> tuple[dict, list[dict]]:
+    """Read several raw files into one set of records, each carrying the environment of its own file.
+
+    Files measured in different environments (`ENV_MATCH`: GPU, cuBLASLt, torch, driver) are refused, as
+    `merge` refuses such parts, unless `allow_env_mismatch`; either way every record keeps its file's
+    environment in its env columns, never another file's. `env_override` (an env.json) is the
+    environment of files that have no env line. A key in several files: the later file's record wins
+    (counted in ``stats.duplicates``). Returns (the environment the files share, records).
+    """
+    from cublaslt_probe.errors import ProbeError
+    from cublaslt_probe.kinds import ENV_MATCH
+    st = stats if stats is not None else RawStats()
+    envs: list[tuple[str, dict]] = []
+    recs: dict[str, dict] = {}
+    for p in paths:
+        env, rs = read_raw(p, st)
+        env = env or dict(env_override or {})
+        if env:
+            for q, other in envs:
+                diff = [k for k in ENV_MATCH if env.get(k) != other.get(k)]
+                if diff and not allow_env_mismatch:
+                    what = "; ".join(f"{k} {other.get(k)} vs {env.get(k)}" for k in diff)
+                    raise ProbeError(f"{p} was measured in another environment than {q} ({what}): build one "
+                                     "dataset per environment, or pass --allow-env-mismatch to keep each "
+                                     "row's own environment")
+            envs.append((str(p), env))
+        for r in rs:
+            for c in ENV_COLUMNS:
+                if r.get(c) is None and env.get(c) is not None:
+                    r[c] = env[c]
+            if r["key"] in recs:
+                st.duplicates += 1
+                st.records -= 1
+                del recs[r["key"]]
+            recs[r["key"]] = r
+    shared = dict(envs[0][1]) if envs else {}
+    for _, e in envs[1:]:
+        shared = {k: v for k, v in shared.items() if e.get(k) == v}
+    return shared, list(recs.values())
 
 
 def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dict]:

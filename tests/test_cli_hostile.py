@@ -94,3 +94,99 @@ def test_csv_quotes_a_lone_carriage_return():
     r = run("decode", "-f", "csv", input="a\rb\nc\n")  # a lone CR on stdin stays in its name
     rows = list(csv.reader(io.StringIO(r.stdout, newline="")))
     assert [x[0] for x in rows[1:]] == ["a\rb", "c"]
+
+
+# --- dataset --------------------------------------------------------------------------------------------
+
+def _raw_lines(name: str, n: int) -> list[str]:
+    with gzip.open(ROOT / "data" / f"{name}.raw.jsonl.gz", "rt") as f:
+        return [next(f) for _ in range(n)]
+
+
+@pytest.fixture
+def two_gpus(tmp_path):
+    """Two real raw files; B's environment line names another GPU (as a file from another machine)."""
+    a, b = tmp_path / "A.raw.jsonl", tmp_path / "B.raw.jsonl"
+    a.write_text("".join(_raw_lines("h200_square", 40)))
+    lines = _raw_lines("h200_llm", 30)
+    env = json.loads(lines[0])
+    assert env["type"] == "env"
+    env["gpu"] = "NVIDIA H100 80GB HBM3"
+    b.write_text(json.dumps(env) + "\n" + "".join(lines[1:]))
+    return a, b
+
+
+def test_dataset_refuses_mixed_environments(two_gpus, tmp_path):
+    a, b = two_gpus
+    for order in ((a, b), (b, a)):
+        r = run("dataset", *order, "-o", tmp_path / "ab.parquet")
+        assert r.exit_code == 1
+        line = one_error_line(r)
+        assert "another environment" in line and "--allow-env-mismatch" in line and "H100" in line
+    assert not (tmp_path / "ab.parquet").exists()
+
+
+def test_dataset_keeps_each_rows_own_environment(two_gpus, tmp_path):
+    from cublaslt_probe.dataset import read_parquet
+    a, b = two_gpus
+    for order in ((a, b), (b, a)):
+        out = tmp_path / "ab.parquet"
+        r = run("dataset", *order, "-o", out, "--allow-env-mismatch")
+        assert r.exit_code == 0, r.output
+        df = read_parquet(out)
+        by_file = df.groupby(df["key"].isin([json.loads(x)["key"] for x in a.read_text().splitlines()[1:]]))
+        gpus = {bool(k): set(g["gpu"].astype(str)) for k, g in by_file}
+        assert gpus == {True: {"NVIDIA H200"}, False: {"NVIDIA H100 80GB HBM3"}}
+        assert "gpu" not in df.attrs["env"]  # the file-level environment holds only what both share
+        assert df.attrs["env"]["cublaslt_version"] == "13.1.0"
+
+
+def test_dataset_keeps_the_readable_half_of_a_cut_gzip(tmp_path):
+    lines = _raw_lines("h200_square", 1200)
+    full = gzip.compress("".join(lines).encode())
+    cut = tmp_path / "cut.raw.jsonl.gz"
+    cut.write_bytes(full[: len(full) // 2])
+    with gzip.open(cut, "rt") as f:  # what a reader can get out of the cut file
+        readable = []
+        try:
+            for line in f:
+                readable.append(line)
+        except EOFError:
+            pass
+    n_good = sum(1 for x in readable[1:] if x.endswith("\n"))
+    assert 100 < n_good < 1199
+    out = tmp_path / "cut.parquet"
+    r = run("dataset", cut, "-o", out)
+    assert r.exit_code == 3, r.output
+    assert "cut off after line" in r.stderr and "kept" in r.stderr
+    assert len(pd.read_parquet(out)) == n_good
+
+
+def test_dataset_wrong_inputs_are_one_line_errors(tmp_path):
+    out = tmp_path / "x.parquet"
+    pq = ROOT / "data" / "h200_square.parquet"
+    r = run("dataset", pq, "-o", out)
+    assert r.exit_code == 1 and "is a Parquet file" in one_error_line(r)
+    notgz = tmp_path / "plain.raw.jsonl.gz"  # named .gz but not gzip: read as what it is
+    notgz.write_text("".join(_raw_lines("h200_square", 11)))
+    r = run("dataset", notgz, "-o", out)
+    assert r.exit_code == 0 and len(pd.read_parquet(out)) == 10
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 8)
+    r = run("dataset", junk, "-o", out)
+    assert r.exit_code == 1 and "binary data" in one_error_line(r)
+    r = run("dataset", notgz, "-o", tmp_path / "no" / "x.parquet")
+    assert r.exit_code == 1 and "no such directory" in one_error_line(r)
+    r = run("dataset", notgz, "--env", pq, "-o", out)
+    assert r.exit_code == 1 and "Parquet file, not JSON" in one_error_line(r)
+
+
+def test_dataset_says_how_many_duplicates_it_replaced(tmp_path):
+    lines = _raw_lines("h200_square", 21)
+    a, b = tmp_path / "a.raw.jsonl", tmp_path / "b.raw.jsonl"
+    a.write_text("".join(lines))
+    b.write_text("".join(lines[:1] + lines[11:]))  # keys 11..20 again
+    r = run("dataset", a, b, "-o", tmp_path / "x.parquet")
+    assert r.exit_code == 0
+    assert "10 records repeated a key" in r.stderr
+    assert len(pd.read_parquet(tmp_path / "x.parquet")) == 20

@@ -379,6 +379,18 @@ def _csv_value(v):
 
 
 # ------------------------------------------------------------------------------------------------ inputs
+def read_json(path: str, what: str):
+    """A small JSON file (an env.json, a saved evidence file); a ProbeError that names it and what it
+    should have been when it is not JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        why = getattr(e, "strerror", None) or (f"it is {sniff(path)}, not JSON" if isinstance(
+            e, (UnicodeDecodeError, ValueError)) else str(e))
+        raise ProbeError(f"cannot read {path}: {why}; give {what}") from e
+
+
 _MAGIC = ((b"\x1f\x8b", "a gzip file"), (b"PAR1", "a Parquet file"), (b"\x89PNG", "a PNG image"),
           (b"SQLite format 3\x00", "an SQLite database"), (b"%PDF", "a PDF document"),
           (b"PK\x03\x04", "a zip archive"), (b"\x7fELF", "an ELF binary"), (b"<svg", "an SVG image"))

@@ -136,28 +136,49 @@ def merge_cmd(parts, out, allow_env_mismatch, jobs):
 
 @click.command("dataset")
 @click.argument("raw", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Dataset to write (Parquet).")
 @click.option("--env", "env_path", type=click.Path(dir_okay=False), help="env.json for raw files without an env line.")
-def dataset_cmd(raw, out, env_path):
-    """Build the tidy Parquet dataset from raw probe records (JSONL)."""
-    import json
+@click.option("--allow-env-mismatch", is_flag=True,
+              help="Build one dataset from raw files of different GPUs or libraries (refused by default); "
+                   "every row keeps the environment of its own file.")
+def dataset_cmd(raw, out, env_path, allow_env_mismatch):
+    """Build the tidy Parquet dataset from raw probe records (JSONL, gzip or not).
 
+    Every row carries the environment of the file it came from. Exit status 3 when some lines were not
+    probe records or a file was cut off (the records before are kept), 1 when no record was found.
+    """
+    from cublaslt_probe.cli._common import EXIT_PARTIAL, check_writable, read_json, sniff
     from cublaslt_probe import dataset
-    env, recs = {}, []
+    check_writable(out)
     for p in raw:
         if not os.path.exists(p):
             raise ProbeError(f"raw file {p} does not exist")
-        e, r = dataset.read_raw(p)
-        env = env or e
-        recs += r
-    if env_path:
-        with open(env_path) as f:
-            env = json.load(f)
+    env_override = read_json(env_path, "an env.json (an object of gpu, driver, ...)") if env_path else None
+    if env_override is not None and not isinstance(env_override, dict):
+        raise ProbeError(f"{env_path} holds a JSON {type(env_override).__name__}: give an env.json (an object "
+                         "of gpu, driver, ...)")
+    st = dataset.RawStats()
+    env, recs = dataset.read_raws(list(raw), env_override, allow_env_mismatch, st)
+    if not recs:
+        kinds = "; ".join(f"{p} is {sniff(p)}" for p in raw)
+        raise ProbeError(f"no raw probe records in {', '.join(raw)} ({kinds}): give the OUT.raw.jsonl(.gz) "
+                         "files a sweep writes (a dataset .parquet is already built: use it directly)")
+    for line in [f"{p}: {why}" for p, why in st.cut] + st.examples:
+        click.echo(f"warning: {line}", err=True)
+    if st.unreadable > len(st.examples):
+        click.echo(f"warning: ... and {st.unreadable - len(st.examples):,} more lines that are not probe records",
+                   err=True)
+    if st.duplicates:
+        click.echo(f"note: {st.duplicates:,} records repeated a key (a resumed or overlapping sweep): the later "
+                   "record of each was kept", err=True)
     df = dataset.build(recs, env)
     dataset.write_parquet(df, out, env)
     click.echo(f"wrote {out}: {len(df)} rows, {int(df['error'].notna().sum())} error rows, "
                f"{int(df['consistent'].eq(True).sum())} consistent / {int(df['consistent'].notna().sum())} comparable",
                err=True)
+    if not st.complete:
+        click.get_current_context().exit(EXIT_PARTIAL)
 
 
 @click.command("schema")
