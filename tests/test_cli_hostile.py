@@ -190,3 +190,32 @@ def test_dataset_says_how_many_duplicates_it_replaced(tmp_path):
     assert r.exit_code == 0
     assert "10 records repeated a key" in r.stderr
     assert len(pd.read_parquet(tmp_path / "x.parquet")) == 20
+
+
+# --- trace ----------------------------------------------------------------------------------------------
+TRACE = FIXTURES / "traces" / "transformer_bf16.json.gz"
+
+
+def test_trace_refuses_a_cublaslt_log():
+    r = run("trace", LOGS / "level2_torch.log")
+    assert r.exit_code == 1
+    line = one_error_line(r)
+    assert "is a cuBLASLt log, not a profiler trace" in line and "parse-log" in line
+
+
+def test_trace_format_and_suffix_must_agree(tmp_path):
+    r = run("trace", TRACE, "--format", "csv", "-o", tmp_path / "x.json")
+    assert r.exit_code == 2 and "write " in r.stderr and "x.csv" in r.stderr
+    assert not (tmp_path / "x.json").exists()
+    r = run("trace", TRACE, "-o", tmp_path / "x.csv")  # the suffix alone picks the format
+    assert r.exit_code == 0 and (tmp_path / "x.csv").read_text().startswith("share,") or \
+        (tmp_path / "x.csv").read_text().split(",")[0]
+
+
+def test_trace_cut_off_is_partial_and_says_so_once(tmp_path):
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(gzip.decompress(TRACE.read_bytes())[:30_000])
+    r = run("trace", cut)
+    assert r.exit_code == 3
+    assert "cut off inside the event array" in r.stdout
+    assert "0 malformed" not in r.output

@@ -1,73 +1,29 @@
 """Bring your own evidence: `trace` (a profiler trace's GEMM kernels) and `diff` (two datasets' kernel choices).
 
-Both are CPU only and share the output options (`output_options`): ``--format table|csv|jsonl``, ``-o FILE``
-(``.parquet``, ``.csv`` or ``.jsonl`` by its suffix, else ``--format``) and ``--top N``.
+Both are CPU only and take the shared output options (cli/_common.py): ``-f/--format table|csv|jsonl|parquet``,
+``-o/--output FILE`` (the suffix picks the format when --format is not given) and ``--top N``.
 """
 from __future__ import annotations
 
-import functools
 import os
 from typing import Callable
 
 import click
 import pandas as pd
 
-from cublaslt_probe.cli._common import check_writable, clean as _clean, write_frame
+from cublaslt_probe.cli._common import EXIT_PARTIAL, cell as _s, check_writable, clean as _clean, out_format, \
+    output_options as _output_options, render_table, sniff, write_frame
 from cublaslt_probe.errors import ProbeError
 
-FORMATS = ("table", "csv", "jsonl")
-_SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
-
-
-# ----------------------------------------------------------------------------------------- shared output
-def output_options(f):
-    """--format, -o/--output, --top: the output options every command of this module takes."""
-    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-                  help="table: a summary and the rows for people; csv / jsonl: every column of the rows.")
-    @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-                  help="Write the rows here: .parquet, .csv or .jsonl by suffix, else in --format.")
-    @click.option("--top", type=click.IntRange(min=0), default=None,
-                  help="Only the first N rows (table default 25; 0 = all).")
-    @functools.wraps(f)
-    def wrapper(*a, **kw):
-        return f(*a, **kw)
-    return wrapper
-
-
-def _out_format(fmt: str, output: str | None) -> str:
-    if output and output != "-":
-        return _SUFFIX_FORMATS.get(os.path.splitext(output)[1].lower(), fmt)
-    return fmt
-
-
+FORMATS = ("table", "csv", "jsonl", "parquet")
+output_options = _output_options(FORMATS, top=25)
 
 
 def emit(df: pd.DataFrame, fmt: str, output: str | None, table: Callable[[], str]) -> None:
     """Write `df` in the chosen format (`table` renders the people's view)."""
-    write_frame(df, _out_format(fmt, output), output, table)
+    write_frame(df, fmt, output, table)
     if output and output != "-":
         click.echo(f"wrote {len(df):,} rows to {output}", err=True)
-
-
-def _s(v, fmt: str = "") -> str:
-    v = _clean(v)
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if fmt and isinstance(v, (int, float)):
-        return format(v, fmt)
-    return str(v)
-
-
-def render_table(header: list[str], rows: list[list[str]], right: set[str]) -> str:
-    """Aligned text columns under a dashed rule; columns named in `right` are right-aligned."""
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-
-    def line(cells):
-        out = [c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, header)]
-        return "  ".join(out).rstrip()
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]) + "\n"
 
 
 def _more(total: int, shown: int) -> str:
@@ -103,9 +59,11 @@ def trace_header(summary) -> str:
     if st.reduce_launches:
         line += f"; {st.reduce_attached:,} of {st.reduce_launches:,} split-K reduces counted with their GEMM"
     lines.append(line)
-    if st.bad_events or st.truncated:
-        lines.append(f"warning: {st.bad_events:,} malformed events skipped"
-                     + ("; the file is cut off inside the event array" if st.truncated else ""))
+    problems = ([f"{st.bad_events:,} malformed event{'s' if st.bad_events != 1 else ''} skipped"]
+                if st.bad_events else []) + (["the file is cut off inside the event array (the events before the "
+                                              "cut are counted)"] if st.truncated else [])
+    if problems:
+        lines.append("warning: " + "; ".join(problems))
     if st.format == "nsys":
         lines.append("note: the Nsight Systems reader is untested on a real export (docs/trace.md); "
                      "an export has no op shapes")
@@ -169,13 +127,37 @@ def trace_cmd(file, by, fmt, output, top):
       cublaslt-probe trace trace.json.gz
     """
     from cublaslt_probe.trace import by_kernel, read_trace
-    check_writable(output)
+    fmt = out_format(fmt, output, FORMATS)
+    _check_trace(file)
     summary = read_trace(file)
     df = summary.kernels if by == "shape" else by_kernel(summary.kernels)
     total = len(df)
-    n = top if top is not None else (25 if _out_format(fmt, output) == "table" else 0)
+    n = top if top is not None else (25 if fmt == "table" else 0)
     shown = df.head(n) if n else df
     emit(shown, fmt, output, lambda: trace_table(summary, shown, total, by))
+    st = summary.stats
+    if fmt != "table" and (st.bad_events or st.truncated):  # the table says it in its header
+        click.echo(trace_header(summary).rstrip("\n").splitlines()[-1], err=True)
+    if st.bad_events or st.truncated:
+        click.get_current_context().exit(EXIT_PARTIAL)
+
+
+_NOT_A_TRACE = {"a cuBLASLt log": "cublaslt-probe parse-log reads it",
+                "a cuBLAS API log": "cublaslt-probe parse-log --cublas reads it",
+                "a raw probe file (JSONL)": "cublaslt-probe dataset builds a dataset from it",
+                "a Parquet file": "a dataset goes to map, plot, report or diff"}
+
+
+def _check_trace(file: str) -> None:
+    """Refuse, with what to do instead, a file that is plainly not a profiler trace."""
+    kind = sniff(file)
+    inner = kind.replace("a gzip file holding ", "")
+    if inner.startswith(("a Chrome trace", "a JSON document", "an SQLite database", "unreadable")) or \
+            kind.startswith("a gzip file (damaged)"):
+        return  # the trace reader says what is wrong with it
+    fix = _NOT_A_TRACE.get(inner, "give a torch.profiler Chrome trace (.json or .json.gz) or an Nsight "
+                                  "Systems SQLite export")
+    raise ProbeError(f"{file} is {kind}, not a profiler trace: {fix}")
 
 
 # ------------------------------------------------------------------------------------------------- diff
@@ -276,7 +258,7 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
       cublaslt-probe diff data/h200_llm.parquet data/h200_llm.parquet --backends torch,torch-lt
     """
     from cublaslt_probe.diff import diff_files, diff_map, sort_rows
-    check_writable(output)
+    fmt = out_format(fmt, output, FORMATS)
     if map_path:
         ext = os.path.splitext(map_path)[1].lower()
         if ext not in (".png", ".svg", ".pdf"):
@@ -287,7 +269,7 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
                    filters=filters)
     rows = sort_rows(r.joined) if show_all else r.changed()
     total = len(rows)
-    n = top if top is not None else (25 if _out_format(fmt, output) == "table" else 0)
+    n = top if top is not None else (25 if fmt == "table" else 0)
     shown = rows.head(n) if n else rows
     emit(shown, fmt, output, lambda: diff_table(r, shown, total, show_all))
     if map_path:
