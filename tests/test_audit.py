@@ -247,3 +247,9 @@ def test_cli_errors(tmp_path):
 def test_html_without_measurements(audits):
     page = render_html(audits["mixtral_moe"])
     assert page.startswith("<!doctype html>") and "aten::_grouped_mm" in page and "audit --measure" in page
+
+
+def test_docs_list_every_column():
+    doc = (FIXTURES.parent.parent / "docs" / "audit.md").read_text()
+    missing = [c for c in AUDIT_COLUMNS if f"| `{c}` |" not in doc]
+    assert not missing, f"docs/audit.md lacks columns {missing}"
