@@ -83,7 +83,7 @@ def classify(f: dict) -> None:
         kind, prov, lib = C.COPY, C.AHEAD_OF_TIME, "driver"
     elif family == "framework":
         variant = f.get("variant")
-        lib = variant
+        lib = "torch" if base.startswith(("at_cuda_detail::", "(anonymous namespace)::")) else variant
         text = base + " " + " ".join(f.get("template_args", ())[:3])
         kind = keyword_kind(base.rsplit("::", 1)[-1] + " " + text) or C.OTHER
         if variant == "cupy":

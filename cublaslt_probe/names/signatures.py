@@ -176,8 +176,13 @@ def device_kernel_fields(sig: str, truncated: bool) -> dict:
         f = {"family": "cutlass_template"}
         f.update(fl)
         f["flags"] = tuple(flags)
+    lib = next((t.value for k, t in T.TEMPLATE_LIBRARIES.items() if ns.startswith(k)), None)
     key, tok = _family_entry(ns)
-    if tok is not None and f["family"] == "cutlass_template":
+    if lib is not None and f["family"] == "cutlass_template":
+        f["library"] = lib
+        if ns.startswith("machete::"):
+            f["family"], f["variant"] = "marlin", "machete"
+    elif tok is not None and f["family"] == "cutlass_template":
         f["library"] = tok.value[1]
         if tok.value[0] == "marlin":
             f["family"], f["variant"] = "marlin", "machete"
@@ -213,10 +218,10 @@ def mangled_fields(s: str) -> dict | None:
     if names[0] == "cutlass" and len(names) > 2 and names[1] in ("device_kernel", "Kernel", "Kernel2") and any(
             w.startswith(("Gemm", "Mainloop", "Collective", "cutlass_3x", "Kernel")) for w in names[2:]):
         f, flags, missing = TP.mangled_cutlass_fields(words)
+        cut = s.rstrip().endswith(("...", "…"))
         f.update(family="cutlass_template", base="cutlass::" + names[1], tokens=tuple(names[:6]),
-                 flags=tuple(flags) + ("truncated",), unparsed=tuple(missing))
-        lib = next((tok.value[1] for key, tok in T.SIGNATURE_FAMILIES_SORTED
-                    if key.split("::")[0] and key.split("::")[0] in names[2:4]), None)
+                 flags=tuple(flags) + (("truncated",) if cut else ()), unparsed=tuple(missing))
+        lib = next((t.value for k, t in T.TEMPLATE_LIBRARIES.items() if names[2:3] == [k.rstrip(":")]), None)
         if lib is not None:
             f["library"] = lib
         return f

@@ -328,6 +328,15 @@ FRAMEWORK_PREFIXES: dict[str, Tok] = {
                  MEASURED, _RUN),
     "cub::": Tok("cub", "CUB device-wide primitive (captured: cupy's reduction for a 1 x 1 x 1024 matmul)",
                  MEASURED, _RUN),
+    "at_cuda_detail::cub::": Tok("cub", "torch's private copy of CUB (sorts, scans, unique for embedding "
+                                 "backward and MoE routing)", MEASURED, "tests/fixtures/programs (H200 programs)"),
+    "thrust::": Tok("thrust", "Thrust algorithm kernel"),
+    "(anonymous namespace)::softmax_warp_": Tok("torch", "torch's persistent softmax (PersistentSoftmax.cuh), "
+                                                 "outside namespace at", MEASURED,
+                                                 "tests/fixtures/programs (H200 programs)"),
+    "(anonymous namespace)::elementwise_kernel_with_index": Tok("torch", "torch's arange / linspace kernel, "
+                                                                "outside namespace at", MEASURED,
+                                                                "tests/fixtures/programs (H200 programs)"),
 }
 
 # C++ type names in template arguments -> canonical dtype.
@@ -347,6 +356,8 @@ CXX_DTYPES: dict[str, str] = {
 # ================================================================ families that share traces with cuBLAS
 CAPTURE_TRACE = ("tests/fixtures/traces (H200, torch 2.11, cuDNN SDPA in nn.TransformerEncoderLayer): kernel "
                  "names of real torch.profiler traces")
+CAPTURE_PROGRAMS = ("tests/fixtures/programs (H200, torch 2.11, cuDNN 9.19): kernel names of real programs "
+                    "(Llama, Mixtral MoE, GPT-2 training, torch.compile, SDPA backends, fp8)")
 PUBLIC = "tests/fixtures/names/public_names.jsonl: public traces and issue threads (where each was seen)"
 
 # ------------------------------------------------------------------------------------------ cuDNN
@@ -365,6 +376,8 @@ CUDNN_DIRECTIONS: dict[str, Tok] = {
 }
 CUDNN_INSTRUCTIONS: dict[str, Tok] = {
     "wgmma": Tok("wgmma", "Hopper warp-group MMA instructions", MEASURED, CAPTURE_TRACE),
+    "wmma": Tok("wmma", "warp-level MMA instructions (the sm80 kernels cuDNN also runs on Hopper)", MEASURED,
+                CAPTURE_PROGRAMS),
 }
 CUDNN_DTYPES: dict[str, Tok] = {
     "f16": Tok("fp16", "16-bit inputs (fp16 or bf16: the captured bf16 SDPA ran f16 kernels)", MEASURED,
@@ -505,6 +518,16 @@ SIGNATURE_FAMILIES: dict[str, Tok] = {
                    "conversion)", MEASURED, CAPTURE_TRACE),
     "tensorrt_llm::": Tok(("trtllm_gen", "trtllm"), "TensorRT-LLM kernels", INFERRED, PUBLIC),
 }
+# Namespaces of the code that instantiated a CUTLASS template (device_kernel<ns::...>) -> library.
+TEMPLATE_LIBRARIES: dict[str, Tok] = {
+    "at::": Tok("torch", "instantiated in libtorch (torch's grouped / scaled GEMMs: enable_3x_kernel_for_sm9x)",
+                MEASURED, CAPTURE_PROGRAMS),
+    "flashinfer::": Tok("flashinfer", "instantiated by FlashInfer (JIT by default)", INFERRED, PUBLIC),
+    "tensorrt_llm::": Tok("trtllm", "instantiated in TensorRT-LLM", INFERRED),
+    "vllm::": Tok("vllm", "instantiated in vLLM's extension", INFERRED),
+    "sglang::": Tok("sglang", "instantiated in sglang's kernel library", INFERRED),
+    "machete::": Tok("vllm", "vLLM's Machete", INFERRED),
+}
 SIGNATURE_FAMILIES_SORTED = tuple(sorted(SIGNATURE_FAMILIES.items(), key=lambda kv: -len(kv[0])))
 # Words of trtllm-gen attention kernel names (CamelCase, no separators), kept as flags in order.
 TRTLLM_FMHA_WORDS = (r"PagedKv", r"ContiguousKv", r"SeparateQkv", r"Causal", r"Dense", r"SlidingOrChunkedCausal",
@@ -516,6 +539,8 @@ TRTLLM_FMHA_WORDS = (r"PagedKv", r"ContiguousKv", r"SeparateQkv", r"Causal", r"D
 # Substring of a function name (or of its template arguments, for torch's functor-carrying kernels) ->
 # kind. The first match wins; rows are ordered so that the specific beats the generic.
 KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
+    # sorts first: a radix sort's histogram and scan passes are part of the sort
+    ("RadixSort", "other"), ("radix_sort", "other"), ("radixSort", "other"),
     # communication
     ("allreduce", "communication"), ("all_reduce", "communication"), ("AllReduce", "communication"),
     ("all_gather", "communication"), ("AllGather", "communication"), ("reduce_scatter", "communication"),
@@ -540,9 +565,10 @@ KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
     ("RMSNorm", "reduction"), ("rms_norm", "reduction"), ("norm", "reduction"), ("Norm", "reduction"),
     ("Scan", "reduction"), ("scan", "reduction"), ("cumsum", "reduction"), ("Histogram", "reduction"),
     ("argmax", "reduction"), ("nll_loss", "reduction"), ("cross_entropy", "reduction"),
+    ("reduction", "reduction"), ("grad_weight", "reduction"),
     # sorts, selection and other bookkeeping
     ("Sort", "other"), ("sort", "other"), ("radix", "other"), ("Radix", "other"), ("topk", "other"),
-    ("TopK", "other"), ("philox", "other"), ("unique", "other"), ("nonzero", "other"), ("Select", "other"),
+    ("TopK", "other"), ("philox", "other"), ("unique", "other"), ("Unique", "other"), ("nonzero", "other"), ("Select", "other"),
     ("routing", "other"), ("sampling", "other"), ("Sampling", "other"),
     # elementwise
     ("elementwise", "elementwise"), ("Elementwise", "elementwise"), ("Functor", "elementwise"),
