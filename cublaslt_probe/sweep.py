@@ -121,10 +121,16 @@ class Cases(Sequence):
 
     def keys(self) -> list[str]:
         """`Case.key` of every GEMM, in order (built from the columns, without making the Cases)."""
+        return [k for ks in self.key_chunks() for k in ks]
+
+    def key_chunks(self, rows: int = 1 << 16):
+        """`keys()` a list of `rows` at a time (what holds a million keys at once need not)."""
         c = self.cols
-        prefix = _combo_prefixes()[_combo_code(c["backend"], c["op"], c["dtype"], c["layout"])].tolist()
-        return [f"{p}{m}|{n}|{k}|{b}" for p, m, n, k, b in
-                zip(prefix, *(c[f].tolist() for f in SIZES))]
+        prefixes = _combo_prefixes()
+        for i in range(0, len(self), rows):
+            s = slice(i, i + rows)
+            prefix = prefixes[_combo_code(c["backend"][s], c["op"][s], c["dtype"][s], c["layout"][s])].tolist()
+            yield [f"{p}{m}|{n}|{k}|{b}" for p, m, n, k, b in zip(prefix, *(c[f][s].tolist() for f in SIZES))]
 
 
 def _combo_code(backend, op, dtype, layout):
@@ -162,7 +168,10 @@ class Plan:
     def digest(self) -> str:
         """sha256 of the ordered keys: the identity a part records and merge checks."""
         import hashlib
-        return "sha256:" + hashlib.sha256("\n".join(self.cases.keys()).encode()).hexdigest()
+        h = hashlib.sha256()
+        for i, ks in enumerate(self.cases.key_chunks()):
+            h.update((("\n" if i else "") + "\n".join(ks)).encode())
+        return "sha256:" + h.hexdigest()
 
     def identity(self) -> dict:
         """What a raw file records so that `merge` can rebuild this plan and check it is the same."""
@@ -629,7 +638,7 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
         prog.close()
     log.info("ran %d GEMMs in %.1f s", len(todo), time.time() - t0)
     part = Part(raw, True, raw_env(raw))
-    part.scan(KeyIndex(cases.keys() if isinstance(cases, Cases) else [c.key for c in cases]))
+    part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
     write_dataset([part], out, part.env)
     return dataset.read_parquet(out)
 
@@ -693,8 +702,9 @@ class KeyIndex:
     kept). A hash is seeded per process; two keys of one list sharing one is told, not guessed around."""
 
     def __init__(self, keys):
+        """`keys`: the keys in order, or lists of them in order (`Cases.key_chunks`)."""
         import numpy as np
-        h = np.fromiter((hash(k) for k in keys), dtype=np.int64)
+        h = np.fromiter((hash(k) for ks in _chunked(keys) for k in ks), dtype=np.int64)
         self.order = np.argsort(h, kind="stable")
         self.sorted = h[self.order]
         if len(h) > 1 and (self.sorted[1:] == self.sorted[:-1]).any():
@@ -715,6 +725,11 @@ class KeyIndex:
             pos = np.where(self.sorted[i] == h, self.order[i], -2)
         pos[np.fromiter((k is None for k in keys), dtype=bool, count=len(keys))] = -1
         return pos
+
+
+def _chunked(keys):
+    """A list of keys as one chunk; an iterator of lists as it is."""
+    return [keys] if isinstance(keys, list) else keys
 
 
 @dataclass
@@ -958,8 +973,6 @@ def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: i
     which GEMMs two parts both hold, and which records belong to no slice of theirs. Parts written before plans
     were recorded can only be checked for GEMMs held twice.
     """
-    import numpy as np
-
     from cublaslt_probe.errors import ProbeError
     if not inputs:
         raise ProbeError("merge needs at least one part")
@@ -985,18 +998,21 @@ def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: i
             raise ProbeError(f"the plan of {base.path} ({idents[0]['cases']} GEMMs) is not what its spec expands "
                              f"to now ({len(plan_.cases)} GEMMs, another order or another version of the tool): "
                              "merge with the version that ran the sweep")
-        keys = plan_.cases.keys()
-        index = KeyIndex(keys)
-        del keys
+        index = KeyIndex(plan_.cases.key_chunks())
+
+        def key_of(q):
+            return plan_.cases[int(q)].key
     else:
         old = [p.path for p, i in zip(parts, idents) if not i]
         log.warning("%s record no plan (written by an earlier version): checking only that no GEMM is held twice",
                     ", ".join(old[:3]) + (" ..." if len(old) > 3 else ""))
         keys = sorted({k for p in parts for ks in p.keys() for k in ks if k is not None})
         index = KeyIndex(keys)
+
+        def key_of(q):
+            return keys[int(q)]
     for p in parts:
         p.scan(index)
-    key_of = (lambda q: plan_.cases[int(q)].key) if plan_ is not None else (lambda q, ks=keys: ks[int(q)])
     problems = _coverage(parts, index, plan_, key_of)
     if problems:
         raise ProbeError(f"the parts do not hold {'plan ' + repr(plan_.name) if plan_ else 'their GEMMs'} "

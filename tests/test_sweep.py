@@ -259,3 +259,17 @@ def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
     assert parts == ["d.part-0001-of-0002.parquet", "d.part-0002-of-0002.parquet"]
     df = dataset.read_parquet(out)
     assert sorted(df.key) == sorted(c.key for c in sweep.plan_from_spec(NUMPY_SPEC).cases)
+
+
+def test_parts_without_a_plan_merge_with_only_the_twice_check(tmp_path):
+    """Datasets written before plans were recorded (the shipped ones): merged, and refused only for a GEMM held
+    twice (nothing to say what is missing)."""
+    data = __import__("pathlib").Path(__file__).parent.parent / "data" / "h200_regret.parquet"
+    m = sweep.merge([str(data)], str(tmp_path / "m.parquet"))
+    assert (m.rows, m.plan) == (len(dataset.read_parquet(str(data))), None)
+    cases = _plan()
+    a, b = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
+    sweep.run(cases[:10], a, sweep.NumpyExecutor(), progress=False)
+    sweep.run(cases[9:], b, sweep.NumpyExecutor(), progress=False)
+    with pytest.raises(ProbeError, match=rf"\(97 GEMMs\) exactly once: 1 GEMMs are in two parts \({cases[9].key.replace('|', '[|]')} in "):
+        sweep.merge([a, b], str(tmp_path / "m.parquet"))
