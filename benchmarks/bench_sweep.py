@@ -23,6 +23,32 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+SPIN_RULES = ("lead", "enqueue", "alternate")
+
+
+def rule_probe(rule: str, options):
+    """A probe whose first timing spin follows `rule`: "lead" (the probe's own, `timing_spin`), "enqueue" (the
+    whole enqueue time, `enqueue_spin`: the rule before it), or "alternate" (one then the other, GEMM by GEMM,
+    to compare them in one process on the same host state; a GEMM's re-time keeps its rule). The rule each
+    GEMM was timed with is in its raw record's `timing.rule`."""
+    from cublaslt_probe.probe import Probe, enqueue_spin
+
+    class RuleProbe(Probe):
+        def __init__(self):
+            super().__init__(options)
+            self.timed = 0
+
+        def time_gpu(self, fn, reps=None, key=""):
+            self.timed += 1
+            return super().time_gpu(fn, reps, key)
+
+        def first_spin(self, host_us, once_us, reps, per):
+            r = rule if rule != "alternate" else ("lead", "enqueue")[self.timed % 2]
+            if r == "enqueue":
+                return enqueue_spin(host_us, reps, per), "enqueue"
+            return super().first_spin(host_us, once_us, reps, per)
+    return RuleProbe()
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -40,15 +66,15 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print the probe's timing evidence for each checked GEMM")
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     ap.add_argument("--every", type=int, default=1, metavar="K", help="run every K-th GEMM of the plan")
-    ap.add_argument("--spin-rule", default="lead", choices=("lead", "enqueue", "alternate"),
+    ap.add_argument("--spin-rule", default="lead", choices=SPIN_RULES,
                     help="the timing spin: the host's lead over the GPU (default), the whole enqueue time "
                          "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
                          "process, on the same host state)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
-    from cublaslt_probe.probe import Builder, Probe
+    from cublaslt_probe.probe import Builder, ProbeOptions
     t_init = time.time()
-    probe = Probe(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps, spin_rule=a.spin_rule)
+    probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps))
     print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
     cases = sweep.plan(a.preset).cases
     if a.limit:
@@ -152,9 +178,10 @@ def main():
             for _ in range(2):  # warm, as the sweep does before timing
                 fn()
             torch.cuda.synchronize()
-            now, samples = probe.time_gpu(fn, key=f"{c.backend}|{c.op}")
+            timing = probe.time_gpu(fn, key=f"{c.backend}|{c.op}")
+            now = timing.median_us
             if a.verbose:
-                print(f"      {now:.2f} µs {probe.last_timing}; samples " + " ".join(f"{x:.2f}" for x in samples))
+                print(f"      {now:.2f} µs {timing.evidence()}; samples " + " ".join(f"{x:.2f}" for x in timing.samples_us))
             drift.append((row.time_us / now - 1) * 100)
             if a.flush_l2:
                 ref = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
@@ -200,7 +227,7 @@ def _stream_reference(fn, probe, expect_us, batches=15):
     out = []
     for _ in range(batches):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        probe._spin(50 + 2 * host_us)
+        probe.spin(50 + 2 * host_us)
         s.record()
         for _ in range(per):
             fn()
@@ -231,7 +258,7 @@ def _graph_reference(fn, probe, expect_us, batches=20):
     out = []
     for _ in range(batches):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        probe._spin(100)
+        probe.spin(100)
         s.record()
         g.replay()
         e.record()

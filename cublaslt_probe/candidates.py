@@ -84,6 +84,18 @@ def summary(df) -> dict:
     return out
 
 
+# The fields of a candidate row a raw record keeps (`compact`): its config, waves, workspace, times, numerics
+# against #0, kernels and error.
+CANDIDATE_KEYS = ("rank", "algo_id", "tile", "stages", "cluster", "split_k", "reduction_scheme", "custom_option",
+                  "cta_swizzling", "inner_shape", "waves", "workspace_bytes", "time_us", "time_us_min",
+                  "time_us_repeat", "max_rel_diff_vs_0", "kernels", "error")
+
+
+def compact(row: dict) -> dict:
+    """The `CANDIDATE_KEYS` of a candidate row as `probe.lt_candidates` returns it (None where absent)."""
+    return {k: row.get(k) for k in CANDIDATE_KEYS}
+
+
 def to_json(cands: list[dict]) -> str:
     slim = []
     for c in cands:

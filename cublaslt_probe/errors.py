@@ -29,3 +29,7 @@ class SchemaError(ProbeError):
 
 class SpecError(ProbeError):
     """A sweep spec (preset or file) is invalid."""
+
+
+class OptionError(ProbeError, ValueError):
+    """An option of the probe (or another component) has a value it cannot take."""

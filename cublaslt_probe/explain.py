@@ -275,14 +275,15 @@ _SECTIONS = (("1. cuBLASLt log (level 2, the call that ran):", _render_log),
 # --- gathering (GPU) ------------------------------------------------------------------------------------------
 def gather(case, *, top: int = 32, first_call: bool = False, probe=None) -> dict:
     """Run the GEMM through the probe, its candidates, optionally the first-call anatomy (GPU)."""
+    from cublaslt_probe.candidates import compact
     from cublaslt_probe.evidence import heuristic_workspace
-    from cublaslt_probe.probe import Probe, _compact, lt_candidates
+    from cublaslt_probe.probe import Probe, lt_candidates
     probe = probe or Probe()
     [rec] = probe.run_window([case])
     ev = {"case": case.as_dict(), "env": probe.env, "record": rec}
     ws = heuristic_workspace(case.backend, case.op, case.k)
     try:
-        ev["candidates"] = [_compact(r) for r in lt_candidates(probe, case, top=top, workspace_bytes=ws)]
+        ev["candidates"] = [compact(r) for r in lt_candidates(probe, case, top=top, workspace_bytes=ws)]
         ev["candidates_workspace"] = ws
     except Exception as e:  # noqa: BLE001
         ev["candidates_error"] = f"{type(e).__name__}: {e}"

@@ -69,7 +69,7 @@ def _child(key: str) -> dict:
     import torch
 
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import Builder
+    from cublaslt_probe.probe import Builder, profile_kernels
     c = Case.from_key(key)
     res: dict = {}
     t = time.perf_counter()
@@ -91,11 +91,7 @@ def _child(key: str) -> dict:
         with lt.LtMatmul(lib, lt.Problem(72, 40, 24, dtype="fp32")) as mm:  # unrelated shape
             mm.heuristic(1)
         res["lt_init_us"] = (time.perf_counter() - t) * 1e6
-    b = Builder(None)
-    if c.backend == "lt":
-        from cublaslt_probe import lt
-        lt.ensure_loaded()
-        b.lib = lt.LtLibrary()
+    b = Builder()   # an lt-backend Case binds it to the libcublasLt torch loaded
     b.set_flags(c)
     built = b.build(c)
     torch.cuda.synchronize()
@@ -121,13 +117,11 @@ def _child(key: str) -> dict:
         torch.cuda.synchronize()
     res["launch_us"] = statistics.median(launch)
     # a new shape whose kernel is already loaded: try variants, keep the first that launches the same kernel
-    from torch.profiler import ProfilerActivity, profile
+    marker = torch.zeros(1, dtype=torch.int8, device="cuda")
 
     def kernels(fn):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+        [ks] = profile_kernels(torch, [fn], marker)   # the probe's kernel capture
+        return [name for name, _ in ks]
     res["kernels"] = kernels(built.fn)
     variants = [(c.m, c.n, c.k + 64), (c.m, c.n, c.k - 64), (c.m, c.n, c.k * 2), (c.m + 8, c.n, c.k),
                 (c.m, c.n + 64, c.k)]

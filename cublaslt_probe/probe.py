@@ -6,18 +6,22 @@ How each capture is made (the evidence, not a guess):
 - log lines: the logger API of the libcublasLt instance torch loaded (`lt.Logger`), level 2 for exactly one
   call of the GEMM after warm-up; one process for the whole sweep.
 - kernel names: torch.profiler (CUPTI) over a *window* of many GEMMs; before each GEMM a 1-element int8
-  `fill_` marker kernel is launched on the same stream, so the kernel stream splits into one group per GEMM.
-- GPU time: median over samples timed with CUDA events. With `flush_l2=True` a sample is one call after
-  an L2 flush (zeroing a 256 MB buffer). Without, a sample is a batch of back-to-back calls lasting at
-  least BATCH_US, all batches queued behind one GPU spin long enough that the GPU never catches up with
-  the host, so the events bracket GEMMs and never the CPU's launch gap. An event after each batch's first
-  call splits it; the difference of the two spans over the difference of their calls is the sample
-  (`time_us`, a call of a steady back-to-back run; the event and kernel-boundary cost cancels), the first
-  call alone gives `time_us_first`. The spin covers the host's lead over the GPU (`timing_spin`); the evidence that it did
-  is kept: the batches the GPU reached before the host had enqueued them (`timing.behind`, 0) and the GPU's
-  idle time between batches (`time_gap_us`).
+  `fill_` marker kernel is launched on the same stream, so the kernel stream splits into one group per GEMM
+  (`profile_kernels`).
+- GPU time: median over samples timed with CUDA events (`Probe.time_gpu`, which returns a `Timing`). With
+  `flush_l2=True` a sample is one call after an L2 flush (zeroing a 256 MB buffer). Without, a sample is a
+  batch of back-to-back calls lasting at least BATCH_US, all batches queued behind one GPU spin long enough
+  that the GPU never catches up with the host, so the events bracket GEMMs and never the CPU's launch gap.
+  An event after each batch's first call splits it; the difference of the two spans over the difference of
+  their calls is the sample (`time_us`, a call of a steady back-to-back run; the event and kernel-boundary
+  cost cancels), the first call alone gives `time_us_first`. The spin covers the host's lead over the GPU
+  (`timing_spin`); the evidence that it did is kept: the batches the GPU reached before the host had
+  enqueued them (`timing.behind`, 0) and the GPU's idle time between batches (`time_gap_us`).
 - heuristic CPU cost: `cublasLtMatmulAlgoGetHeuristic` for the same column-major problem with the
   backend's workspace limit, timed with the library's heuristics cache off (miss) and on (hit).
+
+The public interface: `Probe(ProbeOptions(...))` with `run_window(cases)` (one raw record per Case, see
+`raw_record`), `time_gpu(fn)`, `profile(fns)`, `lt_gemm(problem)` and `lt_candidates(probe, case)`.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import time
 from dataclasses import dataclass
 
 from cublaslt_probe.cases import Case, invalid_reason
-from cublaslt_probe.errors import CaptureError, NoCudaDevice
+from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
 from cublaslt_probe.evidence import WORKSPACE_BYTES, heuristic_workspace
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,7 @@ MAX_CALLS = 24                   # timed calls per GEMM at most, when batches ho
 MAX_PER = 5                      # calls per batch at most
 SINGLE_US = 200.0                # GEMMs this long run one call per timing sample
 GAP_US_PER_REP = 2.0             # GPU idle between batches above this: the spin was too short
+HOST_US_GUESS = 30.0             # host µs to enqueue one call before the first enqueue loop of a backend and op
 
 
 def require_gpu(what: str):
@@ -84,7 +89,79 @@ def environment(lib=None) -> dict:
     return env
 
 
-# --- building one GEMM as a zero-argument callable -----------------------------------------------------------
+# --- options and results --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How the probe measures. Checked when made; a bad value raises `OptionError` naming it."""
+
+    reps: int = 20                  # most timing samples per GEMM (the budget sets fewer for long GEMMs)
+    flush_l2: bool = False          # flush L2 (zero 256 MB) before each sample; one call per sample then
+    heuristic_reps: int = 5         # heuristic calls timed per problem with the cache off, and again on
+    budget_ms: float = 3.0          # GPU time the timing samples of one GEMM may take
+    mem_budget: int = 24 << 30      # bytes of operands a window keeps alive before it is cut
+    candidates: int = 0             # lt backend: also run the heuristic's top N candidates (0: none)
+    candidate_reps: int = 5         # timing samples per candidate
+
+    def __post_init__(self):
+        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1}
+        for name, least in ints.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
+        if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
+            raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
+        if not isinstance(self.flush_l2, bool):
+            raise OptionError(f"probe option flush_l2={self.flush_l2!r}: expected True or False")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What `Probe.time_gpu` measured: the median µs of one call, the samples behind it, and the evidence
+    that the samples bracketed GEMMs (see the module doc)."""
+
+    median_us: float                # median sample: µs of one call
+    samples_us: tuple[float, ...]   # every sample, µs per call
+    calls_per_rep: int              # back-to-back calls per sample
+    first_us: float                 # median time of the first call of a sample (right after an event), µs
+    gap_us: float | None            # GPU idle between the samples, µs in all (None with an L2 flush)
+    spin_us: float | None           # GPU spin before the samples (None with an L2 flush)
+    enqueue_us: float               # host time to enqueue every sample
+    attempts: int                   # 2 when the first attempt failed its checks and was retaken
+    behind: int | None              # samples the GPU reached before the host had enqueued them (None: flush)
+    retaken: dict | None            # the first attempt's evidence when it was retaken
+    estimate_us: float              # the estimating call (or the samples of a re-time) the plan was sized by
+    rule: str = "lead"              # the spin rule of the first attempt
+
+    @property
+    def min_us(self) -> float:
+        return min(self.samples_us)
+
+    def evidence(self) -> dict:
+        """The raw record's `timing` field."""
+        return {"spin_us": self.spin_us and round(self.spin_us, 1), "enqueue_us": round(self.enqueue_us, 1),
+                "attempts": self.attempts, "behind": self.behind, "retaken": self.retaken,
+                "estimate_us": round(self.estimate_us, 2), "rule": self.rule}
+
+
+def raw_record(c: Case) -> dict:
+    """The raw record of one Case before it runs: its identity, both views, and every measured field empty.
+    `Probe.run_window` fills it; docs/dataset.md lists what the dataset reads from it."""
+    return {"key": c.key, **c.as_dict(), **c.blas, "kernels": [], "kernel_us": [], "log_lines": [],
+            "time_us": None, "time_us_reps": 0, "heuristic_miss_us": None, "heuristic_hit_us": None,
+            "lt_config": None, "lt_waves": None, "error": None}
+
+
+def _fill_timing(rec: dict, t: Timing) -> None:
+    rec["time_us"] = t.median_us
+    rec["time_us_reps"] = len(t.samples_us)
+    rec["time_us_min"] = t.min_us
+    rec["time_gap_us"] = None if t.gap_us is None else round(t.gap_us, 3)
+    rec["time_calls_per_rep"] = t.calls_per_rep
+    rec["time_us_first"] = t.first_us
+    rec["timing"] = t.evidence()
+
+
+# --- one cuBLASLt GEMM ----------------------------------------------------------------------------------------
 _TORCH_DT = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16",
              "fp8": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 
@@ -116,18 +193,64 @@ def lt_operands(torch, mm, p) -> tuple:
     return A, B, C, bias
 
 
+class LtGemm:
+    """One cuBLASLt GEMM ready to run: the descriptors of Problem `p` (`lt.LtMatmul`), its operands
+    (`lt_operands`; D = C unless `out_of_place`), a workspace of `p.workspace_bytes` (or the one given) and
+    the current stream. `call(algo)` is the zero-argument launch of one algo. The one builder of an
+    LtMatmul call: the lt backend, the candidates and replay use it. Close it (or use `with`) after."""
+
+    def __init__(self, torch, lib, p, *, out_of_place: bool = False, workspace=None):
+        from cublaslt_probe import lt
+        self.torch, self.lib, self.p = torch, lib, p
+        self.mm = lt.LtMatmul(lib, p)
+        try:
+            self.A, self.B, self.C, self.bias = lt_operands(torch, self.mm, p)
+            self.D = torch.empty_like(self.C) if out_of_place else self.C
+            self.ws = workspace if workspace is not None else \
+                torch.empty(max(p.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+        except Exception:
+            self.mm.close()
+            raise
+        self.stream = torch.cuda.current_stream().cuda_stream
+        # operands this GEMM holds alive (the workspace given by the caller is the caller's)
+        own = [self.A, self.B, self.C] + ([self.D] if out_of_place else []) + ([self.bias] if self.bias is not None else [])
+        if workspace is None:
+            own.append(self.ws)
+        self.nbytes = sum(t.element_size() * t.numel() for t in own)
+
+    def heuristic(self, requested: int = 1) -> list:
+        return self.mm.heuristic(requested)
+
+    def call(self, algo):
+        """Zero-argument callable launching `algo` on this GEMM (pointers read once, here)."""
+        mm, ws_bytes, stream = self.mm, self.p.workspace_bytes, self.stream
+        a, b, c, d, ws = (x.data_ptr() for x in (self.A, self.B, self.C, self.D, self.ws))
+        return lambda: mm.run(algo, a, b, c, ws, ws_bytes, stream, d_ptr=d)
+
+    def close(self) -> None:
+        self.mm.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# --- building one GEMM as a zero-argument callable -----------------------------------------------------------
 @dataclass
 class Built:
     fn: object            # zero-argument callable launching the GEMM
-    keep: tuple           # tensors the callable needs alive
+    keep: tuple           # objects the callable needs alive (closed after the window when they can be)
     lt_config: dict | None = None   # lt backend: the config of the algo it runs
     lt_waves: float | None = None
 
 
 class Builder:
-    """Makes a callable for a Case on its backend. One per probe process."""
+    """Makes a callable for a Case on its backend. One per probe process. `lib` (an `lt.LtLibrary`) is
+    found when the first lt-backend Case is built if none is given."""
 
-    def __init__(self, lib):
+    def __init__(self, lib=None):
         import torch
         self.torch = torch
         self.lib = lib
@@ -192,24 +315,19 @@ class Builder:
         return Built(lambda: cp.matmul(a, b), (a, b))
 
     def _lt(self, c: Case) -> Built:
-        from cublaslt_probe import lt
-        t = self.torch
-        mm = lt.LtMatmul(self.lib, lt_problem(c, CUBLAS_WORKSPACE))
-        A, B, C, bias = lt_operands(t, mm, mm.p)
-        keep = [A, B, C, mm] + ([bias] if bias is not None else [])
-        res = mm.heuristic(1)
+        if self.lib is None:
+            from cublaslt_probe import lt
+            self.lib = lt.LtLibrary()  # the instance torch loaded (loaded first if nothing has)
+        g = LtGemm(self.torch, self.lib, lt_problem(c, CUBLAS_WORKSPACE), workspace=self.ws)
+        res = g.heuristic(1)
         if not res:
-            mm.close()
+            g.close()
             raise CaptureError(f"cuBLASLt heuristic returned no algo for {c.key}")
         algo = res[0].algo
-        cfg = self.lib.algo_config(algo)
-        ws, wsb = self.ws.data_ptr(), CUBLAS_WORKSPACE
-        stream = t.cuda.current_stream().cuda_stream
-        a_p, b_p, c_p = A.data_ptr(), B.data_ptr(), C.data_ptr()
-        return Built(lambda: mm.run(algo, a_p, b_p, c_p, ws, wsb, stream), tuple(keep), cfg,
-                     float(res[0].wavesCount))
+        return Built(g.call(algo), (g,), self.lib.algo_config(algo), float(res[0].wavesCount))
 
 
+# --- timing: pure rules -----------------------------------------------------------------------------------------
 def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None, max_reps: int = 20,
                 budget_ms: float = 3.0) -> tuple[int, int]:
     """(samples, calls per sample) for a GEMM whose one call took about `once_us` (pure; see time_gpu).
@@ -244,6 +362,12 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
     return SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
 
 
+def enqueue_spin(host_us: float, reps: int, per: int) -> float:
+    """µs of GPU spin that covers the host's whole enqueue time (times SPIN_MARGIN, plus SPIN_FLOOR_US): the
+    retake's rule (twice this), and a reference the benchmark compares `timing_spin` against."""
+    return SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host_us
+
+
 def _nbytes(objs) -> int:
     n = 0
     for o in objs:
@@ -254,28 +378,101 @@ def _nbytes(objs) -> int:
     return n
 
 
-CANDIDATE_KEYS = ("rank", "algo_id", "tile", "stages", "cluster", "split_k", "reduction_scheme", "custom_option",
-                  "cta_swizzling", "inner_shape", "waves", "workspace_bytes", "time_us", "time_us_min",
-                  "time_us_repeat", "max_rel_diff_vs_0", "kernels", "error")
-
-
-def _compact(row: dict) -> dict:
-    return {k: row.get(k) for k in CANDIDATE_KEYS}
-
-
 def _lap(ph: dict, name: str, t0: float) -> float:
     t = time.perf_counter()
     ph[name] = round((t - t0) * 1e3, 3)
     return t
 
 
+# --- kernels ------------------------------------------------------------------------------------------------------
+def profile_kernels(torch, calls, marker) -> list[list[tuple[str, float]]]:
+    """Run `calls` (zero-argument callables, or (setup, fn) pairs whose setup runs first) under
+    torch.profiler; the kernels each launched, in launch order, as (name, µs). Before each call `marker`
+    (a 1-element int8 CUDA tensor) is filled on the same stream, which splits the kernel stream per call."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for call in calls:
+            setup, fn = call if isinstance(call, tuple) else (None, call)
+            if setup is not None:
+                setup()
+            marker.fill_(1)
+            fn()
+        marker.fill_(1)
+        torch.cuda.synchronize()
+    evs = _device_events(prof)
+    if not evs:
+        raise CaptureError("the profiler recorded no kernels (is CUPTI available?)")
+    name = evs[0][1]
+    groups: list[list[tuple[str, float]]] = []
+    for _, kernel, dur in evs:
+        if kernel == name:
+            groups.append([])
+        elif groups:
+            groups[-1].append((kernel, dur))
+    groups = groups[:-1]  # the closing marker opens an empty group
+    if len(groups) != len(calls):
+        raise CaptureError(f"split the kernel stream into {len(groups)} groups for {len(calls)} GEMMs: "
+                           "another stream or process launched kernels inside the window")
+    return groups
+
+
+def _device_events(prof) -> list[tuple[float, str, float]]:
+    """(start, name, duration µs) of every kernel/memset/memcpy, in start order.
+
+    Reads kineto's results directly (fast); falls back to the Chrome-trace export.
+    """
+    try:
+        from torch.autograd import DeviceType
+        out = [(e.start_ns(), e.name(), e.duration_ns() / 1e3)
+               for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA]
+    except (AttributeError, RuntimeError):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                trace = json.load(f)
+        out = [(e.get("ts", 0), e["name"], float(e.get("dur", 0.0))) for e in trace.get("traceEvents", [])
+               if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+class _Events:
+    """The CUDA events of `reps` timed batches: start and end of each, and a mid event after the first call
+    when a batch holds several calls."""
+
+    def __init__(self, torch, reps: int, split: bool):
+        def ev():
+            return torch.cuda.Event(enable_timing=True)
+        self.starts, self.ends = [ev() for _ in range(reps)], [ev() for _ in range(reps)]
+        self.mids = [ev() for _ in range(reps)] if split else None
+
+    def samples(self, per: int) -> tuple[list[float], list[float], list[float]]:
+        """(µs of each batch, of its first call, of one call: the sample) once the last batch has ended.
+        The sample of a split batch is differential: (the per-1 calls after the mid event) - (the one call
+        after the start event) = per-2 calls, the event and kernel-boundary cost cancelling out."""
+        totals = [a.elapsed_time(b) * 1e3 for a, b in zip(self.starts, self.ends)]
+        if not self.mids:
+            return totals, totals, totals
+        firsts = [a.elapsed_time(m) * 1e3 for a, m in zip(self.starts, self.mids)]
+        times = [max(m.elapsed_time(b) * 1e3 - f, 0.0) / (per - 2) for m, b, f in zip(self.mids, self.ends, firsts)]
+        return totals, firsts, times
+
+    def gap_us(self, totals: list[float]) -> float:
+        """GPU idle time between the batches: their whole span minus their own times."""
+        return max(0.0, self.starts[0].elapsed_time(self.ends[-1]) * 1e3 - sum(totals))
+
+
 # --- the probe ------------------------------------------------------------------------------------------------
 class Probe:
-    """Runs windows of Cases and returns one raw record (a dict) per Case. One per process."""
+    """Runs windows of Cases and returns one raw record (a dict) per Case. One per process.
 
-    def __init__(self, reps: int = 20, flush_l2: bool = False, heuristic_reps: int = 5,
-                 budget_ms: float = 3.0, mem_budget: int = 24 << 30, candidates: int = 0,
-                 candidate_reps: int = 5, spin_rule: str = "lead"):
+    `Probe(ProbeOptions(reps=10))`, or the options as keywords: `Probe(reps=10)`."""
+
+    def __init__(self, options: ProbeOptions | None = None, **kwargs):
+        if options is not None and kwargs:
+            raise OptionError(f"give the probe options either as ProbeOptions or as keywords, not both ({kwargs})")
+        self.options = options if options is not None else ProbeOptions(**kwargs)
         torch = require_gpu("sweep")
         from cublaslt_probe import lt
         self.torch = torch
@@ -284,22 +481,13 @@ class Probe:
         self.logger = lt.Logger(self.lib)
         self.env = environment(self.lib)
         self.builder = Builder(self.lib)
-        self.reps, self.flush_l2, self.heuristic_reps, self.budget_ms = reps, flush_l2, heuristic_reps, budget_ms
-        self.mem_budget, self.candidates, self.candidate_reps = mem_budget, candidates, candidate_reps
-        if spin_rule not in ("lead", "enqueue", "alternate"):
-            raise ValueError(f"spin_rule {spin_rule!r}: use 'lead' (timing_spin), 'enqueue' (the whole enqueue "
-                             "time) or 'alternate' (one then the other, GEMM by GEMM: to compare them)")
-        self.spin_rule = spin_rule
-        self._timed = 0
         self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
-        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if flush_l2 else None
-        self._marker_name = None
+        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if self.options.flush_l2 else None
         self.cycles_per_us = self._calibrate_spin()
         self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
-        self.last_timing: dict = {}
-        self._profile([(lambda: None, lambda: None)])  # start-up cost once: torch.profiler import, CUPTI init
+        self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
 
-    # timing -----------------------------------------------------------------------------------------------
+    # GPU spin -------------------------------------------------------------------------------------------
     def _calibrate_spin(self) -> float:
         """GPU spin cycles per µs (torch.cuda._sleep counts SM clock cycles), measured with events."""
         torch = self.torch
@@ -311,120 +499,115 @@ class Probe:
             rate = 400_000 / max(s.elapsed_time(e) * 1e3, 1.0)
         return rate
 
-    def _spin(self, us: float) -> None:
+    def spin(self, us: float) -> None:
+        """Keep the GPU busy for about `us` µs (queued on the current stream)."""
         self.torch.cuda._sleep(int(max(us, 1.0) * self.cycles_per_us))
 
-    def time_gpu(self, fn, reps: int | None = None, key: str = "", once_us: float | None = None,
-                 _again: bool = False) -> tuple[float, list[float]]:
-        """Median µs of one call of `fn` running back to back, and the samples behind it (CUDA events; see
-        the module doc).
+    def first_spin(self, host_us: float, once_us: float, reps: int, per: int) -> tuple[float, str]:
+        """(µs of spin before the first attempt's batches, the rule's name): `timing_spin`, the host's lead."""
+        return timing_spin(host_us, once_us, reps, per), "lead"
 
-        One estimating call first, unless `once_us` gives its result. With an L2 flush, each sample is one
-        call after a flush. Without, each sample is a batch of `calls_per_rep` (n >= 3) back-to-back calls,
-        all batches queued behind one GPU spin long enough that the GPU never reaches a batch before the
-        host has enqueued all of it (timing_spin), so that no event brackets the CPU's launch gap. An event
-        after the batch's first call splits it in two: F, the first call, and R, the n-1 calls after it.
-        Each span pays once for its opening event and the kernel boundary after it (about 2 µs on an H200,
-        20 % of a 10 µs GEMM), so the sample is (R - F) / (n - 2): the time per call of a steady
-        back-to-back run, the fixed cost cancelled (differential timing). The median of F is kept as
-        `first_us` (a call right after an event, as after another kernel). GEMMs of SINGLE_US or more run
-        one call per sample (the boundary is then under 1 % of it).
+    # timing -----------------------------------------------------------------------------------------------
+    def time_gpu(self, fn, reps: int | None = None, key: str = "") -> Timing:
+        """Time `fn` (a zero-argument GEMM launch): the median µs of one call running back to back, with its
+        samples and evidence (CUDA events; see the module doc).
 
-        The host's cost per call is what the last enqueue loop of this `key` (backend and op) took per
-        call; for a GEMM timed one call per sample, the larger of that and what its estimating call took.
-        `last_timing` keeps the evidence that the spin was long enough: `behind`, the batches the GPU had
-        reached before the host finished enqueueing them (an event query after each batch), and `gap_us`,
-        the GPU's idle time between batches. When either fails (a batch behind, or more than
-        GAP_US_PER_REP idle per sample), the samples are retaken once behind a spin of twice the whole
-        enqueue time, and the first attempt's evidence is kept under `retaken`. With
-        `self.spin_rule == "enqueue"` (the previous rule, kept to measure against) the first spin covers the
-        whole enqueue time too; with "alternate", GEMM by GEMM one rule then the other (`rule` in the
-        evidence), to compare them in one process. `reps` fixes the number of samples; by default
-        `budget_ms` sets it, at most `self.reps`."""
+        One estimating call sizes the plan (`timing_plan`). With an L2 flush each sample is one call after a
+        flush. Without, each sample is a batch of `calls_per_rep` (n >= 3) back-to-back calls, all batches
+        queued behind one GPU spin long enough that the GPU never reaches a batch before the host has
+        enqueued all of it (`first_spin`), so no event brackets the CPU's launch gap. An event after the
+        batch's first call splits it in two: F, the first call, and R, the n-1 calls after it. Each span
+        pays once for its opening event and the kernel boundary after it (about 2 µs on an H200, 20 % of a
+        10 µs GEMM), so the sample is (R - F) / (n - 2): the time per call of a steady back-to-back run, the
+        fixed cost cancelled (differential timing). The median of F is `first_us`. GEMMs of SINGLE_US or
+        more run one call per sample (the boundary is then under 1 % of it); one whose samples say it is
+        short after all (under SINGLE_US / 2: the estimating call read long) is timed again in batches
+        sized by them.
+
+        The host's cost per call is what the last enqueue loop of this `key` (backend and op) took per call;
+        for a GEMM timed one call per sample, the larger of that and what its estimating call took. The
+        evidence that the spin was long enough: `behind`, the batches the GPU had reached before the host
+        finished enqueueing them (an event query after each batch), and `gap_us`, the GPU's idle time
+        between batches. When either fails (a batch behind, or more than GAP_US_PER_REP idle per sample),
+        the samples are retaken once behind a spin of twice the whole enqueue time (`enqueue_spin`), and
+        the first attempt's evidence is kept under `retaken`. `reps` fixes the number of samples; by
+        default the options' `budget_ms` sets it, at most their `reps`."""
+        once_us, host_once = self._estimate(fn, key)
+        t = self._sample(fn, reps, key, once_us, host_once)
+        if t.calls_per_rep == 1 and self.flush is None and t.median_us < SINGLE_US / 2:
+            # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
+            # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
+            # them, with no second estimate that could read long again
+            t = self._sample(fn, reps, key, t.median_us, None)
+        return t
+
+    def _estimate(self, fn, key: str) -> tuple[float, float]:
+        """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
         torch = self.torch
-
-        def ev():
-            return torch.cuda.Event(enable_timing=True)
-        host = self._host_us.get(key, 30.0)
-        reps_asked = reps
-        if once_us is None:
-            s, e = ev(), ev()
-            if self.flush is not None:
-                self.flush.zero_()
-            else:
-                self._spin(SPIN_FLOOR_US + 2 * host)
-            h = time.perf_counter()
-            s.record(); fn(); e.record()  # noqa: E702
-            host_once = (time.perf_counter() - h) * 1e6
-            e.synchronize()
-            once_us = max(s.elapsed_time(e) * 1e3, 1.0)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self.flush is not None:
+            self.flush.zero_()
         else:
-            host_once = host
-        reps, per = timing_plan(once_us, flush=self.flush is not None, reps=reps, max_reps=self.reps,
-                                budget_ms=self.budget_ms)
-        rule = self.spin_rule
-        if rule == "alternate":
-            if not _again:
-                self._timed += 1
-            rule = ("lead", "enqueue")[self._timed % 2]
-        if per == 1:
+            self.spin(SPIN_FLOOR_US + 2 * self._host_us.get(key, HOST_US_GUESS))
+        h = time.perf_counter()
+        s.record(); fn(); e.record()  # noqa: E702
+        host_once = (time.perf_counter() - h) * 1e6
+        e.synchronize()
+        return max(s.elapsed_time(e) * 1e3, 1.0), host_once
+
+    def _sample(self, fn, reps_asked: int | None, key: str, once_us: float, host_once: float | None) -> Timing:
+        """The samples of one timing plan sized by `once_us`, retaken once when their evidence fails."""
+        flush = self.flush is not None
+        host = self._host_us.get(key, HOST_US_GUESS)
+        reps, per = timing_plan(once_us, flush=flush, reps=reps_asked, max_reps=self.options.reps,
+                                budget_ms=self.options.budget_ms)
+        if per == 1 and host_once is not None:
             # a long GEMM's launch can cost the host several times its backend's usual (seen: 100-170 µs for
             # llm GEMMs of 1-12 ms): its spin, a small part of its time, covers the larger of the two
             host = max(host, host_once)
-        starts, ends = [ev() for _ in range(reps)], [ev() for _ in range(reps)]
-        mids = [ev() for _ in range(reps)] if per > 1 else None
-        retaken = None
+        events = _Events(self.torch, reps, per > 1)
+        retaken, rule = None, "lead"
         for attempt in (1, 2):
-            spin_us, behind = None, 0
-            if self.flush is None:
-                whole = SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host
-                spin_us = 2 * whole if attempt == 2 else \
-                    whole if rule == "enqueue" else timing_spin(host, once_us, reps, per)
-                self._spin(spin_us)
-            h = time.perf_counter()
-            for i in range(reps):
-                if self.flush is not None:
-                    self.flush.zero_()
-                starts[i].record()
-                fn()
-                if mids:
-                    mids[i].record()
-                    for _ in range(per - 1):
-                        fn()
-                ends[i].record()
-                if self.flush is None and starts[i].query():
-                    behind += 1  # the GPU was already in this batch: it may have waited for the host inside it
-            enqueue_us = (time.perf_counter() - h) * 1e6
-            if self.flush is None:
+            spin_us = None
+            if not flush:
+                if attempt == 1:
+                    spin_us, rule = self.first_spin(host, once_us, reps, per)
+                else:
+                    spin_us = 2 * enqueue_spin(host, reps, per)
+                self.spin(spin_us)
+            enqueue_us, behind = self._enqueue(fn, events, reps, per)
+            if not flush:
                 host = self._host_us[key] = enqueue_us / (reps * per)
-            ends[-1].synchronize()
-            totals = [a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends)]
-            if mids:
-                firsts = [a.elapsed_time(m) * 1e3 for a, m in zip(starts, mids)]
-                # differential: (the k = per-1 calls after the mid event) - (the one call after the start
-                # event) = (k-1) calls, the event and boundary cost cancelling out
-                times = [max(m.elapsed_time(b) * 1e3 - f, 0.0) / (per - 2)
-                         for m, b, f in zip(mids, ends, firsts)]
-            else:
-                firsts = times = totals
-            gap = None if self.flush is not None else \
-                max(0.0, starts[0].elapsed_time(ends[-1]) * 1e3 - sum(totals))
-            self.last_timing = {"calls_per_rep": per, "gap_us": gap, "first_us": statistics.median(firsts),
-                                "spin_us": spin_us and round(spin_us, 1), "enqueue_us": round(enqueue_us, 1),
-                                "attempts": attempt, "behind": None if self.flush is not None else behind,
-                                "retaken": retaken, "estimate_us": round(once_us, 2), "rule": rule}
+            events.ends[-1].synchronize()
+            totals, firsts, times = events.samples(per)
+            gap = None if flush else events.gap_us(totals)
+            t = Timing(statistics.median(times), tuple(times), per, statistics.median(firsts), gap, spin_us,
+                       enqueue_us, attempt, None if flush else behind, retaken, once_us, rule)
             if gap is None or (gap <= GAP_US_PER_REP * reps and not behind):
                 break
             retaken = {"spin_us": round(spin_us, 1), "enqueue_us": round(enqueue_us, 1), "behind": behind,
                        "gap_us": round(gap, 3)}
-        med = statistics.median(times)
-        if per == 1 and self.flush is None and med < SINGLE_US / 2 and not _again:
-            # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
-            # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
-            # them, with no second estimate that could read long again
-            return self.time_gpu(fn, reps_asked, key, once_us=med, _again=True)
-        return med, times
+        return t
 
+    def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
+        """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued)."""
+        flush, behind = self.flush, 0
+        h = time.perf_counter()
+        for i in range(reps):
+            if flush is not None:
+                flush.zero_()
+            events.starts[i].record()
+            fn()
+            if events.mids:
+                events.mids[i].record()
+                for _ in range(per - 1):
+                    fn()
+            events.ends[i].record()
+            if flush is None and events.starts[i].query():
+                behind += 1  # the GPU was already in this batch: it may have waited for the host inside it
+        return (time.perf_counter() - h) * 1e6, behind
+
+    # heuristic cost -----------------------------------------------------------------------------------------
     @staticmethod
     def heuristic_workspace(c: Case) -> int:
         """The workspace limit the backend's own heuristic query uses for this GEMM."""
@@ -458,12 +641,12 @@ class Probe:
                 for rec in groups[key]:
                     rec["heuristic_error"] = f"{type(e).__name__}: {e}"[:300]
         try:
-            results = lt.time_heuristics(self.lib, mms, self.heuristic_reps)
+            results = lt.time_heuristics(self.lib, mms, self.options.heuristic_reps)
         except Exception:  # noqa: BLE001  (no algo for one problem: time them one by one)
             results = []
             for key, mm in zip(keys, mms):
                 try:
-                    results.append(mm.time_heuristic(self.heuristic_reps))
+                    results.append(mm.time_heuristic(self.options.heuristic_reps))
                 except Exception as e2:  # noqa: BLE001
                     results.append((None, None))
                     for rec in groups[key]:
@@ -479,132 +662,102 @@ class Probe:
         for rec, _ in items:
             rec.setdefault("probe_ms", {})["heuristic_share"] = share
 
-    # kernels ---------------------------------------------------------------------------------------------
-    def _profile(self, calls) -> list[list[tuple[str, float]]]:
-        """Run `calls` (list of (setup, fn)) under torch.profiler; kernels of each call, in launch order."""
-        torch = self.torch
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for setup, fn in calls:
-                setup()
-                self.marker.fill_(1)
-                fn()
-            self.marker.fill_(1)
-            torch.cuda.synchronize()
-        evs = self._device_events(prof)
-        if not evs:
-            raise CaptureError("the profiler recorded no kernels (is CUPTI available?)")
-        marker = evs[0][1]
-        groups: list[list[tuple[str, float]]] = []
-        for _, name, dur in evs:
-            if name == marker:
-                groups.append([])
-            elif groups:
-                groups[-1].append((name, dur))
-        groups = groups[:-1]  # the closing marker opens an empty group
-        if len(groups) != len(calls):
-            raise CaptureError(f"split the kernel stream into {len(groups)} groups for {len(calls)} GEMMs: "
-                               "another stream or process launched kernels inside the window")
-        return groups
+    # kernels, log lines, direct cuBLASLt calls ------------------------------------------------------------
+    def profile(self, calls) -> list[list[tuple[str, float]]]:
+        """The kernels each call launched, in launch order, as (name, µs) (`profile_kernels`)."""
+        return profile_kernels(self.torch, calls, self.marker)
+
+    def logged_call(self, fn) -> list[str]:
+        """Run `fn` once with the cuBLASLt logger at level 2; the log lines of that call."""
+        self.logger.take()
+        self.logger.set_level(2)
+        try:
+            fn()
+            self.torch.cuda.synchronize()
+        finally:
+            self.logger.set_level(0)
+        return self.lt_lines(self.logger.take())
 
     @staticmethod
-    def _device_events(prof) -> list[tuple[float, str, float]]:
-        """(start, name, duration µs) of every kernel/memset/memcpy, in start order.
+    def lt_lines(recs) -> list[str]:
+        from cublaslt_probe.lt import Logger
+        return Logger.render(recs)
 
-        Reads kineto's results directly (fast); falls back to the Chrome-trace export.
-        """
-        try:
-            from torch.autograd import DeviceType
-            out = [(e.start_ns(), e.name(), e.duration_ns() / 1e3)
-                   for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA]
-        except (AttributeError, RuntimeError):
-            with tempfile.TemporaryDirectory() as d:
-                path = os.path.join(d, "trace.json")
-                prof.export_chrome_trace(path)
-                with open(path) as f:
-                    trace = json.load(f)
-            out = [(e.get("ts", 0), e["name"], float(e.get("dur", 0.0))) for e in trace.get("traceEvents", [])
-                   if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
-        out.sort(key=lambda x: x[0])
-        return out
+    def lt_gemm(self, p, *, out_of_place: bool = False) -> LtGemm:
+        """A direct cuBLASLt call of Problem `p` on this process's library (`LtGemm`)."""
+        return LtGemm(self.torch, self.lib, p, out_of_place=out_of_place)
 
     # one window --------------------------------------------------------------------------------------------
     def run_window(self, cases: list[Case]) -> list[dict]:
         """One raw record per Case. Kernel names are captured for the window in one profiler session;
-        the window is cut early when the GEMMs it holds alive pass `mem_budget` bytes."""
-        torch = self.torch
+        the window is cut early when the GEMMs it holds alive pass the options' `mem_budget` bytes."""
         records: list[dict] = []
         built: list[tuple[dict, Case, Built]] = []
         heur: list[tuple[dict, Case]] = []
         held = 0
         for c in cases:
-            rec = {"key": c.key, **c.as_dict(), **c.blas, "kernels": [], "kernel_us": [], "log_lines": [],
-                   "time_us": None, "time_us_reps": 0, "heuristic_miss_us": None, "heuristic_hit_us": None,
-                   "lt_config": None, "lt_waves": None, "error": None}
+            rec = raw_record(c)
             records.append(rec)
             why = invalid_reason(c)
             if why:
                 rec["error"] = f"invalid: {why}"
                 continue
             ph = rec["probe_ms"] = {}
-            key = f"{c.backend}|{c.op}"
             t = time.perf_counter()
             try:
-                self.builder.set_flags(c)
-                b = self.builder.build(c)
-                nbytes = _nbytes(b.keep)
-                if built and held + nbytes > self.mem_budget:
-                    self._finish(built)   # profiles the earlier GEMMs, each under its own flags ...
-                    built, held = [], 0
-                    torch.cuda.empty_cache()
-                    self.builder.set_flags(c)  # ... so this GEMM's flags are set again (seen: tf32/Lt leaking)
-                held += nbytes
-                for _ in range(2):
-                    b.fn()
-                torch.cuda.synchronize()
-                t = _lap(ph, "build_warm", t)
-                # one logged call
-                self.logger.take()
-                self.logger.set_level(2)
-                try:
-                    b.fn()
-                    torch.cuda.synchronize()
-                finally:
-                    self.logger.set_level(0)
-                rec["log_lines"] = self.lt_lines(self.logger.take())
-                t = _lap(ph, "log", t)
-                rec["time_us"], times = self.time_gpu(b.fn, key=key)
-                t = _lap(ph, "time", t)
-                rec["time_us_reps"] = len(times)
-                rec["time_us_min"] = min(times)
-                lt_ = self.last_timing
-                rec["time_gap_us"] = None if lt_["gap_us"] is None else round(lt_["gap_us"], 3)
-                rec["time_calls_per_rep"] = lt_["calls_per_rep"]
-                rec["time_us_first"] = lt_["first_us"]
-                rec["timing"] = {k: lt_[k] for k in ("spin_us", "enqueue_us", "attempts", "behind", "retaken",
-                                                      "estimate_us", "rule")}
-                rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
+                b, held = self._build(c, built, held)
+                t = self._capture(c, b, rec, ph, t)
                 built.append((rec, c, b))
             except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on
                 rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
-                torch.cuda.synchronize()
+                self.torch.cuda.synchronize()
                 if "out of memory" in str(e):
                     self._finish(built)
-                    built, held = [], 0
-                    torch.cuda.empty_cache()
+                    held = 0
+                    self.torch.cuda.empty_cache()
                 continue
             heur.append((rec, c))
-            if self.candidates and c.backend == "lt":
-                try:
-                    rec["candidates"] = [_compact(r) for r in
-                                         lt_candidates(self, c, top=self.candidates, reps=self.candidate_reps)]
-                    _lap(ph, "candidates", t)
-                except Exception as e:  # noqa: BLE001
-                    rec["candidates_error"] = f"{type(e).__name__}: {e}"[:300]
+            if self.options.candidates and c.backend == "lt":
+                self._add_candidates(c, rec, ph, t)
         self._finish(built)
         self.time_heuristics(heur)
         self.builder.set_flags(Case("torch", "mm", "fp32", "NN", 1, 1, 1))
         return records
+
+    def _build(self, c: Case, built: list, held: int) -> tuple[Built, int]:
+        """Build `c` under its flags; when the window's GEMMs would pass the memory budget, finish them first.
+        Returns the built GEMM and the bytes the window now holds."""
+        self.builder.set_flags(c)
+        b = self.builder.build(c)
+        nbytes = _nbytes(b.keep)
+        if built and held + nbytes > self.options.mem_budget:
+            self._finish(built)   # profiles the earlier GEMMs, each under its own flags ...
+            held = 0
+            self.torch.cuda.empty_cache()
+            self.builder.set_flags(c)  # ... so this GEMM's flags are set again (seen: tf32/Lt leaking)
+        return b, held + nbytes
+
+    def _capture(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> float:
+        """Warm-up, one logged call, the timing; fills `rec` and the phase times `ph`."""
+        for _ in range(2):
+            b.fn()
+        self.torch.cuda.synchronize()
+        t = _lap(ph, "build_warm", t)
+        rec["log_lines"] = self.logged_call(b.fn)
+        t = _lap(ph, "log", t)
+        _fill_timing(rec, self.time_gpu(b.fn, key=f"{c.backend}|{c.op}"))
+        t = _lap(ph, "time", t)
+        rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
+        return t
+
+    def _add_candidates(self, c: Case, rec: dict, ph: dict, t: float) -> None:
+        from cublaslt_probe.candidates import compact
+        try:
+            rec["candidates"] = [compact(r) for r in
+                                 lt_candidates(self, c, top=self.options.candidates, reps=self.options.candidate_reps)]
+            _lap(ph, "candidates", t)
+        except Exception as e:  # noqa: BLE001
+            rec["candidates_error"] = f"{type(e).__name__}: {e}"[:300]
 
     def _finish(self, built) -> None:
         """Profile the built GEMMs of a window (one session), fill their kernels, release them."""
@@ -612,7 +765,7 @@ class Probe:
             return
         t = time.perf_counter()
         try:
-            groups = self._profile([(lambda c=c: self.builder.set_flags(c), b.fn) for _, c, b in built])
+            groups = self.profile([(lambda c=c: self.builder.set_flags(c), b.fn) for _, c, b in built])
             share = (time.perf_counter() - t) * 1e3 / len(built)
             for (rec, _, _), g in zip(built, groups):
                 rec["kernels"] = [n for n, _ in g]
@@ -627,11 +780,6 @@ class Probe:
                     k.close()
         built.clear()
 
-    @staticmethod
-    def lt_lines(recs) -> list[str]:
-        from cublaslt_probe.lt import Logger
-        return Logger.render(recs)
-
 
 # --- heuristic candidates -------------------------------------------------------------------------------------
 def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = CUBLAS_WORKSPACE,
@@ -639,51 +787,43 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
     """Every candidate cuBLASLt's heuristic returns for Case `c` (its cuBLAS view), each run: config,
     waves, workspace, the kernels it launched (profiler), median time (events, same method as the probe),
     and its max relative difference to candidate 0's output."""
-    from cublaslt_probe import lt
     torch = probe.torch
     why = invalid_reason(Case("lt", c.op, c.dtype, c.layout, c.m, c.n, c.k, c.batch))
     if why:
         raise CaptureError(why)
-    p = lt_problem(c, workspace_bytes, alignment)
     out: list[dict] = []
-    with lt.LtMatmul(probe.lib, p) as mm:
-        A, B, C, _bias = lt_operands(torch, mm, p)
-        ws = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device="cuda")
-        stream = torch.cuda.current_stream().cuda_stream
+    with probe.lt_gemm(lt_problem(c, workspace_bytes, alignment)) as g:
         t0 = time.perf_counter()
-        res = mm.heuristic(top)
+        res = g.heuristic(top)
         heur_us = (time.perf_counter() - t0) * 1e6
         ref = None
-        fns = []
+        ran = []
         for rank, r in enumerate(res):
-            cfg = probe.lib.algo_config(r.algo)
-            row = {"rank": rank, **cfg, "waves": float(r.wavesCount), "workspace_bytes": int(r.workspaceSize),
-                   "state": int(r.state), "heuristic_us": heur_us, "error": None}
-            algo = r.algo
-            fn = (lambda algo=algo: mm.run(algo, A.data_ptr(), B.data_ptr(), C.data_ptr(), ws.data_ptr(),
-                                            workspace_bytes, stream))
+            row = {"rank": rank, **probe.lib.algo_config(r.algo), "waves": float(r.wavesCount),
+                   "workspace_bytes": int(r.workspaceSize), "state": int(r.state), "heuristic_us": heur_us,
+                   "error": None}
+            fn = g.call(r.algo)
             try:
-                C.fill_(float("nan"))
+                g.C.fill_(float("nan"))
                 fn()
                 torch.cuda.synchronize()
-                y = C.float()
+                y = g.C.float()
                 if ref is None:
                     ref = y.clone()
                 row["max_rel_diff_vs_0"] = float(((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item())
                 row["nan"] = bool(torch.isnan(y).any().item())
-                row["time_us"], times = probe.time_gpu(fn, reps)
-                row["time_us_min"] = min(times)
-                fns.append((row, fn))
+                t = probe.time_gpu(fn, reps)
+                row["time_us"], row["time_us_min"] = t.median_us, t.min_us
+                ran.append((row, fn))
             except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 torch.cuda.synchronize()
             out.append(row)
-        if fns and fns[0][0]["rank"] == 0:
+        if ran and ran[0][0]["rank"] == 0:
             # time #0 again after the others: the spread between its two medians is the noise band's evidence
-            fns[0][0]["time_us_repeat"], _ = probe.time_gpu(fns[0][1], reps)
-        if fns:
-            groups = probe._profile([(lambda: None, fn) for _, fn in fns])
-            for (row, _), g in zip(fns, groups):
-                row["kernels"] = [n for n, _ in g]
-                row["kernel_us"] = [d for _, d in g]
+            ran[0][0]["time_us_repeat"] = probe.time_gpu(ran[0][1], reps).median_us
+        if ran:
+            for (row, _), kernels in zip(ran, probe.profile([fn for _, fn in ran])):
+                row["kernels"] = [n for n, _ in kernels]
+                row["kernel_us"] = [d for _, d in kernels]
     return out

@@ -58,7 +58,7 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
     from cublaslt_probe import lt
     from cublaslt_probe.evidence import consistency, main_kernel
     from cublaslt_probe.names import decode
-    from cublaslt_probe.probe import Probe, lt_operands
+    from cublaslt_probe.probe import Probe
     probe = probe or Probe()
     torch = probe.torch
     out = []
@@ -77,24 +77,17 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
             p = lt.Problem(pr["m"], pr["n"], pr["k"], dtype=pr["dtype"], trans_a=pr["trans_a"], trans_b=pr["trans_b"],
                            batch=pr["batch"], bias=pr["bias"], workspace_bytes=max(pr["workspace_bytes"], 0),
                            b_type=pr["b_type"], lda=pr["lda"], ldb=pr["ldb"], ldc=pr["ldc"])
-            with lt.LtMatmul(probe.lib, p) as mm:
-                A, B, C, _bias = lt_operands(torch, mm, p)
-                D = torch.empty_like(C) if pr["out_of_place"] else C
-                ws = torch.empty(max(pr["workspace_bytes"], 1), dtype=torch.uint8, device="cuda")
+            with probe.lt_gemm(p, out_of_place=pr["out_of_place"]) as g:
                 algo = lt.pinned_algo(probe.lib, p, pr["algo_id"], pr["config"])
-                stream = torch.cuda.current_stream().cuda_stream
-
-                def fn():
-                    mm.run(algo, A.data_ptr(), B.data_ptr(), C.data_ptr(), ws.data_ptr(), pr["workspace_bytes"], stream,
-                           d_ptr=D.data_ptr())
+                fn = g.call(algo)
                 fn()
                 torch.cuda.synchronize()
-                [ks] = probe._profile([(lambda: None, fn)])
+                [ks] = probe.profile([fn])
                 res["kernels"] = [n for n, _ in ks]
                 res["kernel"] = main_kernel(res["kernels"])
-                res["time_us"], _ = probe.time_gpu(fn, reps)
+                res["time_us"] = probe.time_gpu(fn, reps).median_us
                 res["pinned_config"] = probe.lib.algo_config(algo)
-                today = mm.heuristic(1)
+                today = g.heuristic(1)
                 res["heuristic_today"] = probe.lib.algo_config(today[0].algo) if today else None
                 kn = decode(res["kernel"]) if res["kernel"] else None
                 res["consistent_with_log"] = consistency(kn, rec)

@@ -1,4 +1,6 @@
 """GPU tests (run where an NVIDIA GPU is visible: `python3 -m pytest -m gpu`); skipped with a reason elsewhere."""
+import dataclasses
+
 import pytest
 
 from cublaslt_probe import dataset, sweep
@@ -55,6 +57,20 @@ def test_lt_backend_runs_the_algo_it_logged(probe):
     assert row.consistent
 
 
+def test_time_gpu_returns_the_samples_and_their_evidence(probe):
+    b = probe.builder
+    c = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
+    b.set_flags(c)
+    fn = b.build(c).fn
+    fn()
+    t = probe.time_gpu(fn, key="torch|mm")
+    assert t.calls_per_rep >= 3 and len(t.samples_us) >= 5 and t.min_us <= t.median_us
+    assert t.behind == 0 and t.gap_us is not None and t.gap_us / len(t.samples_us) <= 2.0
+    assert t.evidence()["rule"] == "lead" and t.evidence()["attempts"] in (1, 2)
+    t = probe.time_gpu(fn, reps=7, key="torch|mm")
+    assert len(t.samples_us) == 7
+
+
 def test_candidates_are_run_and_compared(probe):
     from cublaslt_probe.probe import lt_candidates
     rows = lt_candidates(probe, Case("lt", "mm", "bf16", "NT", 256, 4096, 4096), top=8, reps=5)
@@ -78,12 +94,12 @@ def test_a_window_cut_by_memory_keeps_each_gemms_flags(probe):
     cases = [Case("torch", "mm", "fp32", "NT", 64, 1024, 1024), Case("torch", "mm", "tf32", "NT", 64, 1024, 1024),
              Case("torch-lt", "mm", "bf16", "NN", 64, 1024, 1024), Case("torch", "mm", "bf16", "NN", 64, 1024, 1024),
              Case("torch", "mm", "fp32", "NN", 64, 1024, 1024)]
-    budget = probe.mem_budget
-    probe.mem_budget = 1  # every GEMM cuts the window
+    options = probe.options
+    probe.options = dataclasses.replace(options, mem_budget=1)  # every GEMM cuts the window
     try:
         recs = probe.run_window(cases)
     finally:
-        probe.mem_budget = budget
+        probe.options = options
     df = dataset.build(recs, probe.env)
     assert df.error.isna().all()
     assert df.log_matches_case.all(), df[["key", "log_function", "log_matches_case"]].to_string()

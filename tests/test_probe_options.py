@@ -1,0 +1,45 @@
+"""The probe's typed interface on the CPU: options checked when made, the raw record and the timing evidence."""
+import dataclasses
+
+import pytest
+
+from cublaslt_probe.cases import Case
+from cublaslt_probe.errors import OptionError, ProbeError
+from cublaslt_probe.probe import Probe, ProbeOptions, Timing, raw_record
+
+
+@pytest.mark.parametrize("field, value", [("reps", 0), ("reps", 2.5), ("reps", True), ("heuristic_reps", 0),
+                                          ("budget_ms", 0), ("budget_ms", "3"), ("mem_budget", -1),
+                                          ("candidates", -1), ("candidate_reps", 0), ("flush_l2", "yes")])
+def test_a_bad_option_is_refused_by_name(field, value):
+    with pytest.raises(OptionError, match=rf"probe option {field}="):
+        ProbeOptions(**{field: value})
+    assert issubclass(OptionError, ProbeError)          # the CLI turns it into one clean line
+
+
+def test_options_are_frozen_and_the_probe_checks_them_before_any_gpu_work():
+    o = ProbeOptions(reps=7, candidates=8)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.reps = 3
+    with pytest.raises(OptionError, match="probe option reps=0"):
+        Probe(reps=0)                                   # refused before the GPU is looked for
+    with pytest.raises(OptionError, match="not both"):
+        Probe(o, reps=3)
+
+
+def test_the_raw_record_of_a_case_before_it_runs():
+    c = Case("torch", "mm", "bf16", "NT", 16, 4096, 1024)
+    r = raw_record(c)
+    assert r["key"] == c.key and (r["blas_m"], r["blas_n"], r["blas_k"]) == (4096, 16, 1024)
+    assert (r["blas_trans_a"], r["blas_trans_b"]) == ("T", "N")
+    assert r["time_us"] is None and r["kernels"] == [] and r["error"] is None
+
+
+def test_timing_evidence_is_the_raw_records_timing_field():
+    t = Timing(10.0, (10.5, 10.0, 9.75), 5, 12.0, 3.25, 412.3456, 120.04, 2, 0,
+               {"spin_us": 200.0, "enqueue_us": 150.0, "behind": 1, "gap_us": 0.5}, 17.123, "lead")
+    assert t.min_us == 9.75
+    assert t.evidence() == {"spin_us": 412.3, "enqueue_us": 120.0, "attempts": 2, "behind": 0,
+                            "retaken": {"spin_us": 200.0, "enqueue_us": 150.0, "behind": 1, "gap_us": 0.5},
+                            "estimate_us": 17.12, "rule": "lead"}
+    assert Timing(1.0, (1.0,), 1, 1.0, None, None, 5.0, 1, None, None, 1.0).evidence()["spin_us"] is None
