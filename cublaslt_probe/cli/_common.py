@@ -96,17 +96,15 @@ def check_writable(output: str | None) -> None:
 
 
 def check_writable_dir(path: str) -> None:
-    """Fail early when the directory `path` cannot be created or written."""
-    p = os.path.abspath(path)
-    if os.path.exists(p) and not os.path.isdir(p):
+    """Create the directory `path` (and its parents) now, so that a long job cannot fail at its end."""
+    if os.path.exists(path) and not os.path.isdir(path):
         raise ProbeError(f"cannot write into {path}: it is a file (give a directory)")
-    q = p
-    while not os.path.exists(q):
-        q = os.path.dirname(q)
-    if not os.path.isdir(q):
-        raise ProbeError(f"cannot create {path}: {q} is a file")
-    if not os.access(q, os.W_OK):
-        raise ProbeError(f"cannot write into {path}: permission denied in {q} (choose a writable directory)")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ProbeError(f"cannot create the directory {path}: {e.strerror or e} (choose a writable place)") from e
+    if not os.access(path, os.W_OK):
+        raise ProbeError(f"cannot write into {path}: permission denied (choose a writable directory)")
 
 
 # ------------------------------------------------------------------------------------------ text output

@@ -1,9 +1,14 @@
 """`map`, `plot`, `report`: pictures of a dataset (CPU only). DATASET defaults to the shipped H200 dataset."""
 from __future__ import annotations
 
+import os
+
 import click
 
+from cublaslt_probe.cli._common import check_writable, check_writable_dir, sniff
 from cublaslt_probe.errors import ProbeError
+
+_IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 
 _AXES = "m, n, k, batch, nk (the (n, k) pair), backend, op, dtype, layout"
 
@@ -36,8 +41,23 @@ def _filters(f):
 
 
 def _load(dataset):
+    """The dataset; says which one when it is the shipped default, and what a wrong file is."""
     from cublaslt_probe import plots
+    if dataset is None:
+        from cublaslt_probe.plots.select import default_dataset
+        click.echo(f"dataset: {default_dataset()} (the shipped default; give DATASET for another)", err=True)
+    elif os.path.exists(dataset) and not os.path.isdir(dataset):
+        kind = sniff(dataset)
+        if kind != "a Parquet file":
+            raise ProbeError(f"{dataset} is {kind}, not a dataset: give a dataset .parquet (`cublaslt-probe "
+                             "dataset RAW.jsonl -o X.parquet` builds one from a sweep's raw records)")
     return plots.load(dataset)
+
+
+def _check_image(out: str) -> None:
+    if os.path.splitext(out)[1].lower() not in _IMAGE_SUFFIXES:
+        raise click.UsageError(f"-o {out}: give an image file ending in .png, .svg or .pdf")
+    check_writable(out)
 
 
 def _save(fig, out: str, dpi: int) -> str:
@@ -52,8 +72,8 @@ def _pins(kw: dict) -> dict:
 
 @click.command("map")
 @click.argument("dataset", required=False, type=click.Path(dir_okay=False))
-@click.option("-o", "--out", default="map.png", show_default=True, type=click.Path(dir_okay=False),
-              help="Image to write: .png, .svg or .pdf.")
+@click.option("-o", "--output", "--out", "out", default="map.png", show_default=True,
+              type=click.Path(dir_okay=False), help="Image to write: .png, .svg or .pdf.")
 @_filters
 @click.option("--color", default="kernel", show_default=True,
               help="Colour by: kernel, tile, cluster, family, split_k, or any dataset column (stages, algo_id…).")
@@ -66,7 +86,11 @@ def map_cmd(dataset, out, x, y, color, no_numbers, dpi, **kw):
     with the options below); the title says what was pinned. Example:
 
         cublaslt-probe map --dtype bf16 --layout NT --backend torch -o map.png
+
+    DATASET: a dataset .parquet (`sweep` or `dataset` writes one). Default: the shipped H200 grid,
+    data/h200_grid.parquet (in the checkout, the installed package, or the folder CUBLASLT_PROBE_DATA names).
     """
+    _check_image(out)
     _agg()
     from cublaslt_probe import plots
     df = _load(dataset)
@@ -83,7 +107,7 @@ PLOT_KINDS = ("tflops", "heuristic", "regret", "pathdiff")
 @click.command("plot")
 @click.argument("kind", type=click.Choice(PLOT_KINDS))
 @click.argument("dataset", required=False, type=click.Path(dir_okay=False))
-@click.option("-o", "--out", default=None, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "--out", "out", default=None, type=click.Path(dir_okay=False),
               help="Image to write: .png, .svg or .pdf (default: KIND.png).")
 @_filters
 @click.option("--peak", type=float, default=None,
@@ -102,10 +126,14 @@ def plot_cmd(kind, dataset, out, x, y, peak, pct, other, a, b, dpi, **kw):
     heuristic  heuristic miss/hit µs per dtype and against the x axis (filters optional; --y unused)
     regret     time over the best heuristic candidate (datasets swept with candidates)
     pathdiff   where torch and torch-lt (--a/--b), or two datasets (--other), pick different kernels
+
+    DATASET: a dataset .parquet (`sweep` or `dataset` writes one). Default: the shipped H200 grid,
+    data/h200_grid.parquet (in the checkout, the installed package, or the folder CUBLASLT_PROBE_DATA names).
     """
+    out = out or f"{kind}.png"
+    _check_image(out)
     _agg()
     from cublaslt_probe import plots
-    out = out or f"{kind}.png"
     df = _load(dataset)
     pins = _pins(kw)
     if kind == "tflops":
@@ -119,6 +147,10 @@ def plot_cmd(kind, dataset, out, x, y, peak, pct, other, a, b, dpi, **kw):
         if pins.get("backend"):
             raise ProbeError("pathdiff compares two backends: give them with --a and --b, not --backend")
         pins.pop("backend")
+        if y == "auto":
+            from cublaslt_probe.plots.select import auto_axes
+            if auto_axes(df)[1] == "backend":  # a square sweep's natural y is what pathdiff compares
+                y = "dtype"
         df_b = _load(other) if other else None
         fig = plots.pathdiff_map(df, df_b, x, y, a=a, b=b, **pins)
     fmt = _save(fig, out, dpi)
@@ -127,14 +159,19 @@ def plot_cmd(kind, dataset, out, x, y, peak, pct, other, a, b, dpi, **kw):
 
 @click.command("report")
 @click.argument("dataset", required=False, type=click.Path(dir_okay=False))
-@click.option("-o", "--out", default="report", show_default=True, type=click.Path(file_okay=False),
-              help="Directory to write index.html into (created if needed).")
+@click.option("-o", "--output", "--out", "out", default="report", show_default=True,
+              type=click.Path(file_okay=False), help="Directory to write index.html into (created if needed).")
 @click.option("--backend", default=None, help="Backend of the per-dtype maps (default: torch when present).")
 @click.option("--dpi", default=90, show_default=True, help="Resolution of the embedded images.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 def report_cmd(dataset, out, backend, dpi, quiet):
     """One self-contained HTML page (images embedded): environment, coverage, maps per dtype × layout,
-    path differences, top kernels, cliffs, heuristic overhead, log/kernel consistency."""
+    path differences, top kernels, cliffs, heuristic overhead, log/kernel consistency.
+
+    DATASET: a dataset .parquet (`sweep` or `dataset` writes one). Default: the shipped H200 grid,
+    data/h200_grid.parquet (in the checkout, the installed package, or the folder CUBLASLT_PROBE_DATA names).
+    """
+    check_writable_dir(out)
     _agg()
     from cublaslt_probe.report import build_report
     df = _load(dataset)
