@@ -65,12 +65,35 @@ def run(key: str, timeout: float = 240.0) -> dict:
 
 
 def _child(key: str) -> dict:
+    """The measurements of one fresh process (run as `python -m cublaslt_probe.firstcall --child KEY`)."""
     t_start = time.perf_counter()
     import torch
 
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import Builder, profile_kernels
+    from cublaslt_probe.probe import Builder
     c = Case.from_key(key)
+    res = _library_init(torch, t_start)
+    b = Builder()   # an lt-backend Case binds it to the libcublasLt torch loaded
+    b.set_flags(c)
+    built = b.build(c)
+    torch.cuda.synchronize()
+    res.update(_call_times(torch, built.fn))
+    res.update(_new_shape(torch, b, c, built.fn))
+    res["ok"] = True
+    return res
+
+
+def _timed(torch, fn) -> float:
+    """Host µs of one call of `fn` and a synchronize."""
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6
+
+
+def _library_init(torch, t_start: float) -> dict:
+    """Import, CUDA context and cuBLAS handle times; with CUBLASLT_PROBE_PREINIT=1 also cuBLASLt's per-context
+    init (its first heuristic query, for an unrelated shape), each timed on its own."""
     res: dict = {}
     t = time.perf_counter()
     torch.cuda.init()
@@ -91,54 +114,52 @@ def _child(key: str) -> dict:
         with lt.LtMatmul(lib, lt.Problem(72, 40, 24, dtype="fp32")) as mm:  # unrelated shape
             mm.heuristic(1)
         res["lt_init_us"] = (time.perf_counter() - t) * 1e6
-    b = Builder()   # an lt-backend Case binds it to the libcublasLt torch loaded
-    b.set_flags(c)
-    built = b.build(c)
-    torch.cuda.synchronize()
+    return res
 
-    def timed(fn):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e6
 
-    res["mem_reserved_before"] = torch.cuda.memory_reserved()
-    res["first_us"] = timed(built.fn)
-    res["mem_reserved_after"] = torch.cuda.memory_reserved()
-    res["second_us"] = timed(built.fn)
-    steady = [timed(built.fn) for _ in range(50)]
-    res["steady_us"] = statistics.median(steady)
+def _call_times(torch, fn) -> dict:
+    """First, second and steady call (host µs with a synchronize), the allocator's growth on the first, and
+    the host cost of the call alone."""
+    res = {"mem_reserved_before": torch.cuda.memory_reserved(), "first_us": _timed(torch, fn),
+           "mem_reserved_after": torch.cuda.memory_reserved(), "second_us": _timed(torch, fn)}
+    res["steady_us"] = statistics.median([_timed(torch, fn) for _ in range(50)])
     # host-side cost of the call alone (no sync): where the heuristic's CPU time shows
     launch = []
     for _ in range(50):
         t0 = time.perf_counter()
-        built.fn()
+        fn()
         launch.append((time.perf_counter() - t0) * 1e6)
         torch.cuda.synchronize()
     res["launch_us"] = statistics.median(launch)
-    # a new shape whose kernel is already loaded: try variants, keep the first that launches the same kernel
+    return res
+
+
+def _new_shape(torch, b, c, fn) -> dict:
+    """The kernels `fn` (the GEMM of Case `c`) launches (the probe's kernel capture), and a new shape whose
+    kernel is already loaded: variants built by `b` are tried, the first that launches the same kernels is
+    kept."""
+    from cublaslt_probe.cases import Case
+    from cublaslt_probe.probe import profile_kernels
     marker = torch.zeros(1, dtype=torch.int8, device="cuda")
 
-    def kernels(fn):
-        [ks] = profile_kernels(torch, [fn], marker)   # the probe's kernel capture
+    def kernels(f):
+        [ks] = profile_kernels(torch, [f], marker)
         return [name for name, _ in ks]
-    res["kernels"] = kernels(built.fn)
+    res = {"kernels": kernels(fn), "new_shape": None}
     variants = [(c.m, c.n, c.k + 64), (c.m, c.n, c.k - 64), (c.m, c.n, c.k * 2), (c.m + 8, c.n, c.k),
                 (c.m, c.n + 64, c.k)]
-    res["new_shape"] = None
     for (m, n, k) in variants:
         if min(m, n, k) < 1:
             continue
         v = Case(c.backend, c.op, c.dtype, c.layout, m, n, k, c.batch)
         vb = b.build(v)
         torch.cuda.synchronize()
-        first = timed(vb.fn)
-        second = timed(vb.fn)
+        first = _timed(torch, vb.fn)
+        second = _timed(torch, vb.fn)
         ks = kernels(vb.fn)
         if ks == res["kernels"]:
             res["new_shape"] = {"key": v.key, "first_us": first, "second_us": second, "kernels": ks}
             break
-    res["ok"] = True
     return res
 
 

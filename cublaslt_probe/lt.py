@@ -32,16 +32,12 @@ log = logging.getLogger(__name__)
 # --- ABI-stable enum values (checked against the header when it is found) -----------------------------
 CUDA_R = {"fp32": 0, "fp64": 1, "fp16": 2, "int8": 3, "int32": 10, "bf16": 14,
           "fp8_e4m3": 28, "fp8_e5m2": 29}
-CUDA_R_NAMES = {0: "CUDA_R_32F", 1: "CUDA_R_64F", 2: "CUDA_R_16F", 3: "CUDA_R_8I", 10: "CUDA_R_32I",
-                14: "CUDA_R_16BF", 28: "CUDA_R_8F_E4M3", 29: "CUDA_R_8F_E5M2"}
 COMPUTE = {"CUBLAS_COMPUTE_16F": 64, "CUBLAS_COMPUTE_32F": 68, "CUBLAS_COMPUTE_32F_PEDANTIC": 69,
            "CUBLAS_COMPUTE_32F_FAST_16F": 74, "CUBLAS_COMPUTE_32F_FAST_16BF": 75,
            "CUBLAS_COMPUTE_32F_FAST_TF32": 77, "CUBLAS_COMPUTE_64F": 70, "CUBLAS_COMPUTE_32I": 72}
 OP_N, OP_T = 0, 1
 DESC = {"CUBLASLT_MATMUL_DESC_TRANSA": 3, "CUBLASLT_MATMUL_DESC_TRANSB": 4,
         "CUBLASLT_MATMUL_DESC_EPILOGUE": 7, "CUBLASLT_MATMUL_DESC_BIAS_POINTER": 8,
-        "CUBLASLT_MATMUL_DESC_A_SCALE_POINTER": 17, "CUBLASLT_MATMUL_DESC_B_SCALE_POINTER": 18,
-        "CUBLASLT_MATMUL_DESC_D_SCALE_POINTER": 20, "CUBLASLT_MATMUL_DESC_FAST_ACCUM": 25,
         "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE": 26}
 LAYOUT = {"CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT": 5, "CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET": 6}
 PREF = {"CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES": 1, "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES": 5,
@@ -52,7 +48,7 @@ CONFIG = {"id": (0, ctypes.c_int32), "tile": (1, ctypes.c_uint32), "split_k": (2
           "reduction_scheme": (3, ctypes.c_uint32), "cta_swizzling": (4, ctypes.c_uint32),
           "custom_option": (5, ctypes.c_uint32), "stages": (6, ctypes.c_uint32),
           "inner_shape": (7, ctypes.c_uint16), "cluster": (8, ctypes.c_uint16)}
-EPILOGUE_DEFAULT, EPILOGUE_BIAS = 1, 4
+EPILOGUE_BIAS = 4
 
 # Which header enum prefixes name the config values (id -> name tables come from the header).
 _ENUM_PREFIX = {"tile": "CUBLASLT_MATMUL_TILE_", "stages": "CUBLASLT_MATMUL_STAGES_",
@@ -270,14 +266,12 @@ def pinned_algo(lib: "LtLibrary", p: "Problem", algo_id: int, config: dict) -> c
                                         CUDA_R[p.b_type or ab], CUDA_R[cd], CUDA_R[cd], int(algo_id),
                                         ctypes.byref(algo))
     _check(st, f"cublasLtMatmulAlgoInit(algoId={algo_id})")
-    names = {"tile": "CUBLASLT_MATMUL_TILE_", "stages": "CUBLASLT_MATMUL_STAGES_",
-             "cluster": "CUBLASLT_CLUSTER_SHAPE_", "reduction_scheme": "CUBLASLT_REDUCTION_SCHEME_"}
     for key, value in config.items():
         if value is None or key not in CONFIG:
             continue
         attr, ctype = CONFIG[key]
-        if key in names:
-            full = names[key] + str(value)
+        if key in _ENUM_PREFIX:
+            full = _ENUM_PREFIX[key] + str(value)
             if full not in lib.enums.values:
                 raise CaptureError(f"{key}={value!r}: {full} is not in this library's cublasLt.h "
                                    f"({lib.enums.header or 'no header found'})")
@@ -362,14 +356,6 @@ class Problem:
     lda: int | None = None
     ldb: int | None = None
     ldc: int | None = None
-
-    @property
-    def ab_type(self):
-        return DTYPE_SPEC[self.dtype][0]
-
-    @property
-    def cd_type(self):
-        return DTYPE_SPEC[self.dtype][1]
 
     def shapes(self):
         """Stored (rows, cols) of A, B, C in column-major order."""
@@ -457,16 +443,9 @@ class LtMatmul:
                       ctypes.c_int64(ld * cols))
         return h
 
-    def set_pointers(self, a_scale=None, b_scale=None, bias=None):
-        L = self.lib.lib
-        if a_scale is not None:
-            self._set(L.cublasLtMatmulDescSetAttribute, self.op, DESC["CUBLASLT_MATMUL_DESC_A_SCALE_POINTER"],
-                      ctypes.c_void_p(a_scale))
-        if b_scale is not None:
-            self._set(L.cublasLtMatmulDescSetAttribute, self.op, DESC["CUBLASLT_MATMUL_DESC_B_SCALE_POINTER"],
-                      ctypes.c_void_p(b_scale))
+    def set_pointers(self, bias=None):
         if bias is not None:
-            self._set(L.cublasLtMatmulDescSetAttribute, self.op, DESC["CUBLASLT_MATMUL_DESC_BIAS_POINTER"],
+            self._set(self.lib.lib.cublasLtMatmulDescSetAttribute, self.op, DESC["CUBLASLT_MATMUL_DESC_BIAS_POINTER"],
                       ctypes.c_void_p(bias))
 
     def heuristic(self, requested: int = 1) -> list[cublasLtMatmulHeuristicResult_t]:

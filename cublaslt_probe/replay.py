@@ -6,8 +6,6 @@ GPU side: `replay(records)`. CPU side: `problem_from_record(rec)` (what can be r
 """
 from __future__ import annotations
 
-from cublaslt_probe.cases import Case
-
 # (A type, B type, compute type) as the log writes them -> the probe's dtype name
 _DTYPES = {("R_32F", "R_32F", "COMPUTE_32F"): "fp32", ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"): "tf32",
            ("R_16F", "R_16F", "COMPUTE_32F"): "fp16", ("R_16BF", "R_16BF", "COMPUTE_32F"): "bf16",
@@ -131,8 +129,3 @@ def render(results: list[dict]) -> str:
     lines.append(f"\nreplayed {n_ok}/{len(results)} lines; {n_match} launched a kernel matching the logged algo")
     return "\n".join(lines)
 
-
-def case_for(pr: dict) -> Case:
-    """The torch-view Case of a replayable problem (for explain/candidates)."""
-    layout = pr["trans_b"] + pr["trans_a"]
-    return Case("lt", "addmm" if pr["bias"] else "mm", pr["dtype"], layout, pr["n"], pr["m"], pr["k"], pr["batch"])
