@@ -305,6 +305,13 @@ def test_cutlass3_full_grouped_template_fields():
     assert decode(f"void cutlass::device_kernel<{batch}>(Params)").problem_shape == "ptr_array"
 
 
+def test_cutlass2_templated_kernel_fields():
+    kn = decode(_public("void cutlass::Kernel2<cutlass::gemm::kernel::GemmWithFusedEpilogue<MmaPipelined<"))
+    assert (kn.family, kn.kind, kn.variant, kn.a_type) == ("cutlass_template", "gemm", "MmaPipelined", "fp16")
+    assert (kn.tile_m, kn.tile_n, kn.tile_k, kn.warp_tile, kn.instruction_shape) == (
+        128, 64, 32, (64, 32, 32), (16, 8, 8))
+
+
 def test_flash_attention_fields():
     kn = decode(_public("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::"
                         "CollectiveMainloopFwdSm90<2,"))
