@@ -336,8 +336,12 @@ def test_triton_fields():
     kn = decode(_public("triton_poi_fused__scaled_dot_product_cudnn_attention_add_7"))
     assert (kn.variant, kn.op, kn.fused_ops, kn.index) == (
         "poi", "pointwise", ("_scaled_dot_product_cudnn_attention", "add"), 7)
-    kn = decode("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0")   # Inductor's RMSNorm (torch docs)
+    kn = decode(_public("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0"))     # Inductor's RMSNorm
     assert kn.fused_ops == ("_to_copy", "add", "mean", "mul", "pow", "rsqrt") and kn.kind == "reduction"
+    kn = decode(_public("triton_per_fused__to_copy_add_embedding_dense_backward_native_dropout_backward"))
+    assert (kn.variant, kn.op, kn.index) == ("per", "persistent_reduction", 30)
+    assert kn.fused_ops == ("_to_copy", "add", "embedding_dense_backward", "native_dropout_backward",
+                            "native_layer_norm_backward", "nll_loss_forward")
 
 
 def test_trtllm_and_fmha_fields():

@@ -318,6 +318,15 @@ def _nccl_finish(f, flags):
     pass
 
 
+def _dtype_as_written(key, template, mapping):
+    """A dtype token kept as written in type_code (two spellings can mean one dtype: bf16, bfloat16)."""
+    rx = "|".join(sorted(mapping, key=len, reverse=True))
+    return regex(key, template, rf"(?:{rx})", lambda m: {"a_type": mapping[m.group(0)].value,
+                                                         "type_code": m.group(0)},
+                 lambda kn: kn.type_code,
+                 tuple(Meaning(k, "a_type, type_code", t.meaning, t.evidence, t.source) for k, t in mapping.items()))
+
+
 NCCL = register(Grammar(
     name="nccl", family="nccl",
     summary="NCCL collective kernels (compiled into libnccl, launched directly by each collective)",
@@ -330,7 +339,7 @@ NCCL = register(Grammar(
         table("prefix", "ncclDevKernel", T.NCCL_PREFIXES, "variant", required=True),
         table("collective", "<collective>", T.NCCL_COLLECTIVES, "op", required=True),
         table("redop", "<redop>", T.NCCL_REDOPS, "epilogue"),
-        table("dtype", "<dtype>", T.NCCL_DTYPES, "a_type"),
+        _dtype_as_written("dtype", "<dtype>", T.NCCL_DTYPES),
         table("algo", "<algorithm>", T.NCCL_ALGOS, "schedule"),
         table("proto", "<protocol>", T.NCCL_PROTOCOLS, "instruction"),
     ),
@@ -351,7 +360,7 @@ NCCL_LEGACY = register(Grammar(
         table("algo", "<algorithm>", T.NCCL_ALGOS, "schedule"),
         table("proto", "<protocol>", T.NCCL_PROTOCOLS, "instruction"),
         table("redop", "<redop>", T.NCCL_REDOPS, "epilogue"),
-        table("dtype", "<dtype>", T.NCCL_LEGACY_DTYPES, "a_type"),
+        _dtype_as_written("dtype", "<dtype>", T.NCCL_LEGACY_DTYPES),
     ),
     phrases=(("NVLS", "TREE"), ("COLLNET", "DIRECT"), ("COLLNET", "CHAIN"), ("int8", "t"), ("uint8", "t"),
              ("int32", "t"), ("uint32", "t"), ("int64", "t"), ("uint64", "t")),

@@ -415,6 +415,8 @@ TRITON_OP_PHRASES: tuple[tuple[str, ...], ...] = tuple(tuple(p.split("_")) for p
     "where_self", "gelu_backward", "silu_backward", "threshold_backward", "sigmoid_backward",
     "tanh_backward", "mm_t", "clamp_min", "clamp_max", "var_mean", "arange", "_weight_norm_interface",
 ))
+# ...and their backward ops (native_dropout_backward, native_group_norm_backward, ...)
+TRITON_OP_PHRASES += tuple(p + ("backward",) for p in TRITON_OP_PHRASES if p[-1] != "backward")
 TRITON_OP_PHRASES_BY_HEAD: dict[str, tuple[tuple[str, ...], ...]] = {}
 for _p in sorted(TRITON_OP_PHRASES, key=len, reverse=True):
     TRITON_OP_PHRASES_BY_HEAD[_p[0]] = TRITON_OP_PHRASES_BY_HEAD.get(_p[0], ()) + (_p,)
@@ -486,7 +488,8 @@ NCCL_DTYPES: dict[str, Tok] = {
 }
 NCCL_LEGACY_DTYPES: dict[str, Tok] = {
     "half": Tok("fp16", "float16"), "float": Tok("fp32", "float32"), "double": Tok("fp64", "float64"),
-    "bf16": Tok("bf16", "bfloat16"), "__nv_bfloat16": Tok("bf16", "bfloat16"), "int8_t": Tok("int8", "int8"),
+    "bf16": Tok("bf16", "bfloat16"), "bfloat16": Tok("bf16", "bfloat16"), "__nv_bfloat16": Tok("bf16", "bfloat16"),
+    "int8_t": Tok("int8", "int8"),
     "uint8_t": Tok("uint8", "uint8"), "int32_t": Tok("int32", "int32"), "uint32_t": Tok("uint32", "uint32"),
     "int64_t": Tok("int64", "int64"), "uint64_t": Tok("uint64", "uint64"),
 }
