@@ -5,14 +5,28 @@ class ProbeError(Exception):
     """Base class: every error the CLI turns into a clean `Error: ...` line."""
 
 
+# The commands that run on any machine (tests/test_cli_help.py checks that every command is in one list).
+CPU_COMMANDS = ("decode", "grammars", "parse-log", "trace", "dataset", "merge", "schema", "map", "plot",
+                "report", "diff", "audit")
+# The commands that need a GPU; those marked `--from` also render a saved file on any machine.
+GPU_COMMANDS = ("sweep", "capture", "cold-start", "candidates --from", "first-call --from", "explain --from",
+                "replay --from")
+
+
 class NoCudaDevice(ProbeError):
     """A GPU-only operation was asked for on a machine without a usable CUDA device."""
 
     def __init__(self, what: str, detail: str = ""):
-        msg = (f"no CUDA device: `{what}` needs an NVIDIA GPU with torch or cupy"
-               + (f" ({detail})" if detail else "")
-               + "; `decode`, `grammars`, `parse-log`, `map`, `report` and `diff` work without one")
-        super().__init__(msg)
+        self.what, self.detail = what, detail
+        super().__init__(self.message(what))
+
+    def message(self, what: str) -> str:
+        """The message with `what` (the command being run, which the CLI knows best) as the asker."""
+        saved = [c.split()[0] for c in GPU_COMMANDS if c.endswith("--from")]
+        hint = (f"; render a saved file with `{what} --from FILE` on any machine" if what in saved else "")
+        return (f"no CUDA device: `{what}` needs an NVIDIA GPU with torch or cupy"
+                + (f" ({self.detail})" if self.detail else "") + hint
+                + f"; {', '.join(CPU_COMMANDS)} work without one")
 
 
 class CaptureError(ProbeError):

@@ -17,7 +17,7 @@ import traceback
 
 import click
 
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.errors import NoCudaDevice, ProbeError
 
 _MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence", "capture"]
 _BROKEN: dict[str, str] = {}  # command module -> why it failed to import
@@ -45,6 +45,8 @@ class _Group(click.Group):
             out = super().invoke(ctx)
             sys.stdout.flush()
             return out
+        except NoCudaDevice as e:  # named after the command the user ran, not the library call that found out
+            raise click.ClickException(_one_line(e.message(ctx.invoked_subcommand or e.what))) from e
         except ProbeError as e:
             raise click.ClickException(_one_line(str(e))) from e
         except BrokenPipeError:  # `... | head`: the reader took what it wanted

@@ -417,6 +417,25 @@ def sniff(path: str) -> str:
     return _sniff_bytes(head)
 
 
+def check_dataset_file(path: str) -> None:
+    """A Parquet file given where a dataset is expected must be one (have the dataset's `key` column)."""
+    if not (os.path.isfile(path) and sniff(path) == "a Parquet file"):
+        return
+    import pyarrow.parquet as pq
+    try:
+        names = pq.read_schema(path).names
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds on a damaged file
+        raise ProbeError(f"{path} is not a readable Parquet file ({_first_line(e)})") from e
+    if "key" not in names or "backend" not in names:
+        what = " (it looks like parse-log's output: GEMM records of a log)" if "message" in names else ""
+        raise ProbeError(f"{path} is a Parquet file but not a dataset{what}: give datasets written by `sweep`, "
+                         "`dataset` or `merge`")
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
 def _sniff_bytes(head: bytes) -> str:
     if not head:
         return "empty"

@@ -14,16 +14,16 @@ from cublaslt_probe.kinds import BACKENDS, DTYPES, LAYOUTS, OPS
 
 
 def gemm_options(f):
-    @click.option("--m", type=int, help="torch view: rows of A and C (tokens)")
-    @click.option("--n", type=int, help="torch view: columns of B and C")
-    @click.option("--k", type=int, help="reduction dimension")
+    @click.option("--m", type=int, help="torch view: rows of A and C (tokens)  [required without --from]")
+    @click.option("--n", type=int, help="torch view: columns of B and C  [required without --from]")
+    @click.option("--k", type=int, help="reduction dimension  [required without --from]")
     @click.option("--dtype", default="bf16", show_default=True,
-                  type=click.Choice(DTYPES))
+                  type=click.Choice(DTYPES), help="operand type (fp8: e4m3 inputs, bf16 output)")
     @click.option("--layout", default="NT", show_default=True, type=click.Choice(LAYOUTS),
                   help="torch view; NT = F.linear (B stored transposed)")
     @click.option("--op", default=None, type=click.Choice(OPS),
                   help="default: scaled_mm for fp8, else mm")
-    @click.option("--batch", default=1, show_default=True)
+    @click.option("--batch", default=1, show_default=True, help="batch count (bmm when > 1)")
     @functools.wraps(f)
     def wrapper(*a, **kw):
         return f(*a, **kw)
@@ -42,12 +42,28 @@ def make_case(backend, m, n, k, dtype, layout, op, batch):
     return c
 
 
-def _load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise ProbeError(f"cannot read {path}: {e}") from e
+# What a saved file of each command holds: (top-level JSON type, keys every entry must have); the most
+# specific first (an explain file also holds candidates).
+_SAVED = {"explain": (dict, ("case", "env", "record")), "candidates": (dict, ("case", "candidates")),
+          "first-call": (dict, ("key", "runs")), "replay": (list, ("line", "logged", "kernel"))}
+
+
+def _load(path, kind: str):
+    """A file saved with `kind --save`; a one-line error naming what it holds instead."""
+    from cublaslt_probe.cli._common import read_json
+    obj = read_json(path, f"a file saved by `{kind} --save`")
+    typ, keys = _SAVED[kind]
+    entries = obj if isinstance(obj, list) else [obj]
+    if not isinstance(obj, typ) or not all(isinstance(e, dict) and all(k in e for k in keys) for e in entries):
+        saved_by = [k for k, (t, ks) in _SAVED.items() if isinstance(obj, t) and all(
+            isinstance(e, dict) and all(x in e for x in ks) for e in entries)]
+        what = f"a file saved by `{saved_by[0]} --save`" if saved_by else "not a saved evidence file"
+        raise ProbeError(f"{path} is {what}, not what `{kind} --save` writes: give `{kind} --from` a file "
+                         f"saved by `{kind} --save`" + (f" (or run `{saved_by[0]} --from {path}`)" if saved_by
+                                                        else ""))
+    if not entries:
+        raise ProbeError(f"{path} holds no {kind} results: give `{kind} --from` a file saved by `{kind} --save`")
+    return obj
 
 
 def _save(obj, path):
@@ -66,14 +82,16 @@ def _save(obj, path):
 @click.option("--reps", default=10, show_default=True, help="timed repetitions per candidate")
 @click.option("--flush-l2", is_flag=True,
               help="flush L2 before each rep (default: L2 warm, back-to-back batches behind one GPU spin)")
-@click.option("--format", "fmt", default="table", type=click.Choice(["table", "csv", "jsonl", "json"]))
+@click.option("-f", "--format", "fmt", default="table", show_default=True,
+              type=click.Choice(["table", "csv", "jsonl", "json"]),
+              help="table: for people; csv / jsonl: one row per candidate; json: case, regret and candidates")
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw candidates (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render a saved file (no GPU)")
 def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment, reps, flush_l2, fmt, save, from_path):
     """The heuristic's candidates for one GEMM, each run and timed; the pick and the fastest marked."""
     from cublaslt_probe import candidates as cm
     if from_path:
-        saved = _load(from_path)
+        saved = _load(from_path, "candidates")
     else:
         from cublaslt_probe.probe import Probe, lt_candidates
         c = make_case("lt", m, n, k, dtype, layout, op, batch)
@@ -105,15 +123,17 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
 @click.command("first-call")
 @gemm_options
 @click.option("--backend", default="torch", show_default=True,
-              type=click.Choice([b for b in BACKENDS if b != "cupy"]))
-@click.option("--format", "fmt", default="text", type=click.Choice(["text", "json"]))
+              type=click.Choice([b for b in BACKENDS if b != "cupy"]),
+              help="torch: its cuBLAS path; torch-lt: its cuBLASLt path; lt: cuBLASLt directly")
+@click.option("-f", "--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]),
+              help="text: for people; json: the analysis as data")
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
 def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, save, from_path):
     """Where the first call's time goes (module loading, heuristic miss, ...) and whether anything was JIT-compiled."""
     from cublaslt_probe import firstcall
     if from_path:
-        raw = _load(from_path)
+        raw = _load(from_path, "first-call")
     else:
         raw = firstcall.run(make_case(backend, m, n, k, dtype, layout, op, batch).key)
         _save(raw, save)
@@ -123,8 +143,9 @@ def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, save, from_p
 
 @click.command("explain")
 @gemm_options
-@click.option("--backend", default="torch", show_default=True, type=click.Choice(BACKENDS))
-@click.option("--top", default=32, show_default=True)
+@click.option("--backend", default="torch", show_default=True, type=click.Choice(BACKENDS),
+              help="the path the GEMM takes: torch (cuBLAS), torch-lt (cuBLASLt), cupy, lt (cuBLASLt directly)")
+@click.option("--top", default=32, show_default=True, help="candidates to ask the heuristic for")
 @click.option("--first-call", "with_first_call", is_flag=True, help="also run the first-call anatomy (~20 s)")
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the evidence (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render saved evidence (no GPU)")
@@ -132,7 +153,7 @@ def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call
     """The chain of evidence for one GEMM: log line, algo, kernel, decoded fields, waves, time, heuristic, rank."""
     from cublaslt_probe import explain
     if from_path:
-        ev = _load(from_path)
+        ev = _load(from_path, "explain")
     else:
         ev = explain.gather(make_case(backend, m, n, k, dtype, layout, op, batch), top=top, first_call=with_first_call)
         _save(ev, save)
@@ -143,14 +164,15 @@ def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call
 @click.argument("logfile", type=click.Path(dir_okay=False))
 @click.option("--line", "line_no", type=int, help="replay the trace record on this line of the log")
 @click.option("--all", "all_lines", is_flag=True, help="replay every trace line")
-@click.option("--format", "fmt", default="text", type=click.Choice(["text", "json"]))
-@click.option("--save", type=click.Path(dir_okay=False))
+@click.option("-f", "--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]),
+              help="text: for people; json: the analysis as data")
+@click.option("--save", type=click.Path(dir_okay=False), help="also write the replay results (JSON)")
 @click.option("--from", "from_path", is_flag=True, help="LOGFILE is a saved replay (JSON): render it (no GPU)")
 def replay_cmd(logfile, line_no, all_lines, fmt, save, from_path):
     """Rebuild logged GEMMs, pin the logged algo, run it: which kernel, how fast, what the heuristic picks today."""
     from cublaslt_probe import replay
     if from_path:
-        results = _load(logfile)
+        results = _load(logfile, "replay")
     else:
         from cublaslt_probe.logs import load_log
         recs, stats = load_log(logfile)

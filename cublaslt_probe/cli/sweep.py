@@ -14,7 +14,7 @@ from cublaslt_probe.errors import ProbeError
 @click.option("--preset", type=click.Choice(["quick", "llm", "square", "decode", "grid", "regret"]),
               help="A built-in sweep.")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="A sweep spec file (.toml or .json).")
-@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(dir_okay=False),
               help="Dataset to write (Parquet); raw records go to OUT.raw.jsonl as the sweep runs.")
 @click.option("--backends", default=None, help="Comma list to keep: torch,torch-lt,cupy,lt (default: the spec's).")
 @click.option("--resume", is_flag=True, help="Finish a sweep whose raw file exists, skipping the GEMMs it holds.")
@@ -116,7 +116,8 @@ def _multi_device(devices: str, out: str, args: list[str], sl=None):
 
 @click.command("merge")
 @click.argument("parts", nargs=-1, required=True)
-@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Merged dataset to write (Parquet).")
 @click.option("--allow-env-mismatch", is_flag=True, help="Merge datasets from different GPUs or libraries.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Processes turning raw parts into rows (default: one per core).")
@@ -127,8 +128,10 @@ def merge_cmd(parts, out, allow_env_mismatch, jobs):
     naming the slices that are missing and the GEMMs held twice. Streams: memory does not grow with the rows.
     """
     from cublaslt_probe import sweep
-    from cublaslt_probe.cli._common import check_writable
+    from cublaslt_probe.cli._common import check_dataset_file, check_writable
     check_writable(out)
+    for p in parts:
+        check_dataset_file(p)
     m = sweep.merge(list(parts), out, allow_env_mismatch, jobs)
     click.echo(f"wrote {out}: {m.rows} rows from {m.parts} parts"
                + (f" (plan {m.plan!r}, each GEMM once)" if m.plan else ""), err=True)
