@@ -219,3 +219,52 @@ def test_trace_cut_off_is_partial_and_says_so_once(tmp_path):
     assert r.exit_code == 3
     assert "cut off inside the event array" in r.stdout
     assert "0 malformed" not in r.output
+
+
+# --- parse-log ------------------------------------------------------------------------------------------
+
+def test_parse_log_refuses_a_png_and_random_bytes(tmp_path):
+    png = tmp_path / "map.png"
+    run("map", ROOT / "data" / "h200_grid.parquet", "-o", png)
+    rnd = tmp_path / "random.bin"
+    rnd.write_bytes(os.urandom(20_000).replace(b"\x1f\x8b", b"xx"))
+    for p in (png, rnd):
+        r = run("parse-log", p)
+        assert r.exit_code == 1 and r.stdout == ""
+        line = one_error_line(r)
+        assert str(p) in line and "not a cuBLASLt log" in line and "--cublas" in line
+
+
+def test_parse_log_cut_gzip_keeps_its_records_and_exits_3(tmp_path):
+    text = (LOGS / "level2_torch.log").read_bytes() * 20
+    gz = gzip.compress(text)
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(gz[: len(gz) // 2])
+    r = run("parse-log", cut, "-f", "jsonl")
+    assert r.exit_code == 3
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert 100 < len(rows) < 112 * 20 and [x["line"] for x in rows] == list(range(1, len(rows) + 1))
+    assert f"cannot read {cut} past line" in r.stderr and "broken gzip" in r.stderr
+    assert f"cannot read {cut}: past" not in r.stderr
+
+
+def test_parse_log_lists_every_bad_line_with_vv(tmp_path):
+    p = tmp_path / "junk.log"
+    good = (LOGS / "level2_torch.log").read_text().splitlines()[0]
+    p.write_text("\n".join([good] + [f"junk {i}" for i in range(12)]) + "\n")
+    def listed(r):
+        return sum(ln.startswith("bad line ") for ln in r.stderr.splitlines())
+    r = run("parse-log", p)
+    assert listed(r) == 5 and "-vv" in r.stderr
+    r = run("-vv", "parse-log", p)
+    assert listed(r) == 12
+    assert r.exit_code == 0  # foreign lines lose no GEMM
+
+
+def test_parse_log_into_head_is_quiet():
+    """`parse-log ... --format jsonl | head -5`: the rows arrive, nothing is said, exit status 0."""
+    script = (f"{sys.executable} -m cublaslt_probe parse-log {LOGS / 'level2_torch.log'} "
+              f"{LOGS / 'level2_torch.log'} --format jsonl | head -5; echo \"rc=${{PIPESTATUS[0]}}\" >&2")
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert len(p.stdout.splitlines()) == 5
+    assert p.stderr.strip() == "rc=0", p.stderr

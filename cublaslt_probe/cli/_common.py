@@ -255,7 +255,7 @@ class Table:
     Column widths come from the header and the first `SAMPLE_ROWS` rows, at most `max_width` (or the
     column's own cap in `caps`); a later cell that is wider but within the cap is written whole (its row
     stands out), and any cell beyond its cap is cut with an ellipsis. Columns named in `right` are
-    right-aligned.
+    right-aligned. No rows, no table (not even its header).
     """
 
     def __init__(self, header: list[str], right: Iterable[str] = (), *, caps: dict[str, int] | None = None,
@@ -276,7 +276,9 @@ class Table:
             sample.append(r)
             if len(sample) >= SAMPLE_ROWS:
                 break
-        split = bool(sample) and isinstance(sample[0], tuple)
+        if not sample:  # no rows: no table (the command says why)
+            return
+        split = isinstance(sample[0], tuple)
         nhead = len(sample[0][0]) if split else 0
         widths = [len(h) if self.show_header else 0 for h in self.header]
         for r in sample:

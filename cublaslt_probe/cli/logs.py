@@ -64,22 +64,24 @@ def _name(src) -> str | None:
 
 
 def _report(stats, cublas: bool, files) -> int:
-    """Say on stderr what was read and what was not; the exit status."""
+    """Say on stderr what was read and what was not; the exit status. Nothing usable is one error line."""
+    if stats.records == 0:
+        what = "cuBLAS calls" if cublas else "GEMM records"
+        where = ", ".join(stats.files_read)
+        failed = "".join(f"; cannot read {p}: {why}" for p, why in stats.files_failed)
+        if stats.lines and stats.foreign == stats.lines - stats.skipped:
+            kind = "cuBLAS API log (CUBLAS_LOGINFO_DBG=1)" if cublas else "cuBLASLt log (CUBLASLT_LOG_LEVEL)"
+            raise ProbeError(f"{where}: not a {kind}: none of its {stats.lines:,} lines is a log line"
+                             + ("" if cublas else "; for cuBLAS's own API log add --cublas") + failed)
+        damaged = f"; {stats.damaged:,} damaged lines, the first {stats.bad_lines[0]}" if stats.damaged else ""
+        hint = ("" if cublas else
+                " (was CUBLASLT_LOG_LEVEL >= 2 set before the program started? --api shows the other lines)")
+        raise ProbeError(f"no {what} in {where}{hint}{damaged}{failed}")
     if stats.bad or stats.files_failed:
         for line in stats.report():
             click.echo(line, err=True)
         if stats.bad > len(stats.bad_lines) and stats.on_bad is None:
             click.echo("(-v lists the first 50 bad lines, -vv all of them)", err=True)
-    if stats.records == 0:
-        what = "cuBLAS calls" if cublas else "GEMM records"
-        where = ", ".join(stats.files_read)
-        if stats.lines and stats.foreign == stats.lines - stats.skipped:
-            kind = "cuBLAS API log (CUBLAS_LOGINFO_DBG=1)" if cublas else "cuBLASLt log (CUBLASLT_LOG_LEVEL)"
-            raise ProbeError(f"{where}: not a {kind}: none of its {stats.lines:,} lines is a log line"
-                             + ("" if cublas else "; for cuBLAS's own API log add --cublas"))
-        hint = ("" if cublas else
-                " (was CUBLASLT_LOG_LEVEL >= 2 set before the program started? --api shows the other lines)")
-        raise ProbeError(f"no {what} in {where}{hint}")
     return 0 if stats.complete else EXIT_PARTIAL
 
 
