@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from cublaslt_probe.cases import BACKENDS, DTYPES, LAYOUTS, OPS, Case, invalid_reason
 from cublaslt_probe.errors import SpecError
+from cublaslt_probe.kinds import ENV_MATCH, PRESETS, TEST_BACKENDS
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def _choice(g: dict, key: str, allowed, default):
 
 
 # --- the plan: columns, a Case made when one is read ---------------------------------------------------------
-NAMES = {"backend": BACKENDS + ("numpy",), "op": OPS, "dtype": DTYPES, "layout": LAYOUTS}
+NAMES = {"backend": BACKENDS + TEST_BACKENDS, "op": OPS, "dtype": DTYPES, "layout": LAYOUTS}
 SIZES = ("m", "n", "k", "batch")
 
 
@@ -368,8 +369,6 @@ def preset(name: str) -> dict:
     raise SpecError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
 
 
-PRESETS = ("quick", "llm", "square", "decode", "grid", "regret")
-
 
 def plan(preset_name: str | None = None, spec_path: str | None = None, backends: list[str] | None = None) -> Plan:
     if bool(preset_name) == bool(spec_path):
@@ -583,9 +582,6 @@ def _read_done(path: str, keep_errors: bool = True) -> tuple[dict, set[str]]:
     return env, {r["key"] for r in recs if keep_errors or not r.get("error")}
 
 
-ENV_MATCH = ("gpu", "cublaslt_version", "torch_version")
-
-
 FSYNC_S = 5.0
 
 
@@ -694,7 +690,9 @@ def raw_env(path: str) -> dict:
         obj = json.loads(first)
     except ValueError:
         return {}
-    return {k: v for k, v in obj.items() if k != "type"} if obj.get("type") == "env" else {}
+    if not (isinstance(obj, dict) and obj.get("type") == "env"):
+        return {}
+    return {k: v for k, v in obj.items() if k != "type"}
 
 
 class KeyIndex:
@@ -751,7 +749,7 @@ class Part:
         if not os.path.exists(path):
             raise ProbeError(f"no part at {path}: name raw files (.raw.jsonl), datasets (.parquet), a folder "
                              "of parts or a glob")
-        raw = ".raw.jsonl" in os.path.basename(path) or path.endswith((".jsonl", ".jsonl.gz"))
+        raw = path.endswith((".jsonl", ".jsonl.gz"))
         if raw:
             env = raw_env(path)
         else:
@@ -840,6 +838,7 @@ def find_parts(inputs: list[str]) -> list[str]:
     return out
 
 
+@functools.cache
 def arrow_schema():
     """The dataset schema as Arrow types that every batch of a streamed dataset is cast to (categories as
     dictionaries of 32-bit codes, the kernel list as a list of strings)."""
@@ -891,6 +890,9 @@ def _parquet_tables(path: str, keep, schema):
         start += len(t)
         if not k.all():
             t = t.filter(pa.array(k))
+        for f in schema:   # a column the dataset's version did not have yet: null
+            if f.name not in t.column_names:
+                t = t.append_column(f.name, pa.nulls(len(t), f.type))
         yield t.select(schema.names).cast(schema)
 
 
@@ -1011,15 +1013,20 @@ def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: i
 
         def key_of(q):
             return keys[int(q)]
+    t0 = time.time()
     for p in parts:
         p.scan(index)
+    log.info("merge: %d parts, %d records scanned against %d GEMMs in %.1f s", len(parts),
+             sum(len(p.positions) for p in parts), len(index), time.time() - t0)
     problems = _coverage(parts, index, plan_, key_of)
     if problems:
         raise ProbeError(f"the parts do not hold {'plan ' + repr(plan_.name) if plan_ else 'their GEMMs'} "
                          f"({len(index)} GEMMs) exactly once: " + "; ".join(problems))
     env = dict(base.env, shard=None, shard_source=None, parts=len(parts))
     n_jobs = jobs or min(os.cpu_count() or 1, sum(p.raw for p in parts)) or 1
+    t0 = time.time()
     rows = write_dataset(parts, out, env, jobs=n_jobs)
+    log.info("merge: wrote %d rows to %s in %.1f s (%d processes for raw parts)", rows, out, time.time() - t0, n_jobs)
     return Merged(out, rows, len(parts), plan_.name if plan_ else None)
 
 

@@ -8,10 +8,11 @@ import sys
 import click
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.kinds import PRESETS
 
 
 @click.command("sweep")
-@click.option("--preset", type=click.Choice(["quick", "llm", "square", "decode", "grid", "regret"]),
+@click.option("--preset", type=click.Choice(PRESETS),
               help="A built-in sweep.")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="A sweep spec file (.toml or .json).")
 @click.option("-o", "--output", "--out", "out", required=True, type=click.Path(dir_okay=False),
