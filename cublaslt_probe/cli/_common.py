@@ -419,19 +419,29 @@ def sniff(path: str) -> str:
     return _sniff_bytes(head)
 
 
-def check_dataset_file(path: str) -> None:
-    """A Parquet file given where a dataset is expected must be one (have the dataset's `key` column)."""
-    if not (os.path.isfile(path) and sniff(path) == "a Parquet file"):
+def check_dataset_file(path: str, raw_ok: bool = False) -> None:
+    """Refuse, with what to give instead, a file where a dataset (or, with `raw_ok`, a sweep's raw file)
+    is expected: a Parquet file must be readable and have the dataset's columns; anything else is named."""
+    if not os.path.isfile(path):
+        return  # a missing file, a folder or a glob: the reader says so
+    kind = sniff(path)
+    if kind == "a Parquet file":
+        import pyarrow.parquet as pq
+        try:
+            names = pq.read_schema(path).names
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds on a damaged file
+            raise ProbeError(f"{path} is a damaged Parquet file ({_first_line(e)}): copy it again, or rebuild "
+                             "it with `cublaslt-probe dataset RAW.jsonl -o X.parquet`") from e
+        if "key" not in names or "backend" not in names:
+            what = " (it looks like parse-log's output: GEMM records of a log)" if "message" in names else ""
+            raise ProbeError(f"{path} is a Parquet file but not a dataset{what}: give a dataset written by "
+                             "`sweep`, `dataset` or `merge`")
         return
-    import pyarrow.parquet as pq
-    try:
-        names = pq.read_schema(path).names
-    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds on a damaged file
-        raise ProbeError(f"{path} is not a readable Parquet file ({_first_line(e)})") from e
-    if "key" not in names or "backend" not in names:
-        what = " (it looks like parse-log's output: GEMM records of a log)" if "message" in names else ""
-        raise ProbeError(f"{path} is a Parquet file but not a dataset{what}: give datasets written by `sweep`, "
-                         "`dataset` or `merge`")
+    if raw_ok and "raw probe file" in kind:
+        return
+    want = "a dataset .parquet or a sweep's raw file (.raw.jsonl)" if raw_ok else "a dataset .parquet"
+    raise ProbeError(f"{path} is {kind}, not a dataset: give {want} (`cublaslt-probe dataset RAW.jsonl -o "
+                     "X.parquet` builds one from a sweep's raw records)")
 
 
 def _first_line(e: BaseException) -> str:

@@ -12,7 +12,7 @@ import click
 import pandas as pd
 
 from cublaslt_probe.cli._common import EXIT_PARTIAL, cell as _s, check_writable, clean as _clean, out_format, \
-    output_options as _output_options, render_table, sniff, write_frame
+    output_options as _output_options, render_table, sniff, write_frame, check_dataset_file
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ("table", "csv", "jsonl", "parquet")
@@ -145,7 +145,7 @@ def trace_cmd(file, by, fmt, output, top):
 _NOT_A_TRACE = {"a cuBLASLt log": "cublaslt-probe parse-log reads it",
                 "a cuBLAS API log": "cublaslt-probe parse-log --cublas reads it",
                 "a raw probe file (JSONL)": "cublaslt-probe dataset builds a dataset from it",
-                "a Parquet file": "a dataset goes to map, plot, report or diff"}
+                "a Parquet file": "give a dataset to map, plot, report or diff"}
 
 
 def _check_trace(file: str) -> None:
@@ -259,6 +259,8 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
     """
     from cublaslt_probe.diff import diff_files, diff_map, sort_rows
     fmt = out_format(fmt, output, FORMATS)
+    check_dataset_file(a)
+    check_dataset_file(b)
     if map_path:
         ext = os.path.splitext(map_path)[1].lower()
         if ext not in (".png", ".svg", ".pdf"):

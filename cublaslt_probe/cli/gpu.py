@@ -185,7 +185,8 @@ def replay_cmd(logfile, line_no, all_lines, fmt, save, from_path):
         elif not all_lines:
             raise ProbeError("give --line N or --all")
         if not trace:
-            raise ProbeError(f"{logfile} holds no matmul trace line (was it captured with CUBLASLT_LOG_LEVEL >= 2?)")
+            raise ProbeError(f"{logfile} holds no matmul trace line: capture the log with CUBLASLT_LOG_LEVEL=2 set "
+                             "before the program starts")
         results = replay.replay(trace)
         _save(results, save)
     click.echo(json.dumps(results, indent=1, default=str) if fmt == "json" else replay.render(results))

@@ -72,7 +72,8 @@ def _report(stats, cublas: bool, files) -> int:
         if stats.lines and stats.foreign == stats.lines - stats.skipped:
             kind = "cuBLAS API log (CUBLAS_LOGINFO_DBG=1)" if cublas else "cuBLASLt log (CUBLASLT_LOG_LEVEL)"
             raise ProbeError(f"{where}: not a {kind}: none of its {stats.lines:,} lines is a log line"
-                             + ("" if cublas else "; for cuBLAS's own API log add --cublas") + failed)
+                             + ("; for a cuBLASLt log drop --cublas" if cublas else
+                                "; for cuBLAS's own API log add --cublas") + failed)
         damaged = f"; {stats.damaged:,} damaged lines, the first {stats.bad_lines[0]}" if stats.damaged else ""
         hint = ("" if cublas else
                 " (was CUBLASLT_LOG_LEVEL >= 2 set before the program started? --api shows the other lines)")

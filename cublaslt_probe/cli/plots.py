@@ -5,7 +5,7 @@ import os
 
 import click
 
-from cublaslt_probe.cli._common import check_writable, check_writable_dir, sniff
+from cublaslt_probe.cli._common import check_dataset_file, check_writable, check_writable_dir
 from cublaslt_probe.errors import ProbeError
 
 _IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -46,11 +46,8 @@ def _load(dataset):
     if dataset is None:
         from cublaslt_probe.plots.select import default_dataset
         click.echo(f"dataset: {default_dataset()} (the shipped default; give DATASET for another)", err=True)
-    elif os.path.exists(dataset) and not os.path.isdir(dataset):
-        kind = sniff(dataset)
-        if kind != "a Parquet file":
-            raise ProbeError(f"{dataset} is {kind}, not a dataset: give a dataset .parquet (`cublaslt-probe "
-                             "dataset RAW.jsonl -o X.parquet` builds one from a sweep's raw records)")
+    else:
+        check_dataset_file(dataset)
     return plots.load(dataset)
 
 

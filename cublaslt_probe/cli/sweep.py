@@ -132,7 +132,7 @@ def merge_cmd(parts, out, allow_env_mismatch, jobs):
     from cublaslt_probe.cli._common import check_dataset_file, check_writable
     check_writable(out)
     for p in parts:
-        check_dataset_file(p)
+        check_dataset_file(p, raw_ok=True)
     m = sweep.merge(list(parts), out, allow_env_mismatch, jobs)
     click.echo(f"wrote {out}: {m.rows} rows from {m.parts} parts"
                + (f" (plan {m.plan!r}, each GEMM once)" if m.plan else ""), err=True)
