@@ -135,7 +135,9 @@ class Cases(Sequence):
 
 
 def _combo_code(backend, op, dtype, layout):
-    return ((backend * len(OPS) + op) * len(DTYPES) + dtype) * len(LAYOUTS) + layout
+    import numpy as np
+    b, o, d, lay = (np.asarray(x, dtype=np.int64) for x in (backend, op, dtype, layout))
+    return ((b * len(OPS) + o) * len(DTYPES) + d) * len(LAYOUTS) + lay
 
 
 @functools.cache
@@ -156,7 +158,7 @@ class Plan:
     def summary(self) -> str:
         import numpy as np
         c = self.cases.cols
-        codes, counts = np.unique(c["backend"] * len(DTYPES) + c["dtype"], return_counts=True)
+        codes, counts = np.unique(c["backend"].astype(np.int64) * len(DTYPES) + c["dtype"], return_counts=True)
         by = {(NAMES["backend"][x // len(DTYPES)], NAMES["dtype"][x % len(DTYPES)]): int(n)
               for x, n in zip(codes.tolist(), counts)}
         s = [f"sweep {self.name!r}: {len(self.cases)} GEMMs"]
@@ -245,6 +247,7 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
     else:
         cols = {f: np.concatenate([b[f] for b in blocks]) for f in (*NAMES, *SIZES)}
         cols = _first_of_each(cols)
+    cols = {f: a.astype(np.int8 if f in NAMES else np.int32) for f, a in cols.items()}   # 20 bytes a GEMM
     return Plan(spec.get("name", "spec"), Cases(cols), skipped, spec=spec, backends=backends)
 
 
@@ -607,6 +610,12 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
         if diff:
             raise ProbeError(f"cannot resume {raw} in another environment: " +
                              ", ".join(f"{k} was {a!r}, now {b!r}" for k, (a, b) in diff.items()))
+        was, now = (env_old.get("plan") or {}).get("digest"), ((meta or {}).get("plan") or {}).get("digest")
+        if was and now and (was, env_old.get("shard")) != (now, meta.get("shard")):
+            raise ProbeError(f"cannot resume {raw}: it holds slice {env_old.get('shard') or 'all'} of a plan of "
+                             f"{env_old['plan']['cases']} GEMMs, this run is slice {meta.get('shard') or 'all'} of "
+                             f"{meta['plan']['cases']} (the spec, --backends or the slicing changed); run it "
+                             "as it was started, or write another -o")
         todo = [c for c in cases if c.key not in done]
         log.info("resume: %d of %d GEMMs already done", len(cases) - len(todo), len(cases))
         mode = "a"
@@ -641,7 +650,8 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
 
 # --- datasets from raw files, and merging the parts of a sweep ----------------------------------------------
 # Both stream: the records of a part are read twice (its keys, then its rows, a batch at a time), so memory
-# stays flat in the number of rows; what grows with the plan is two numbers per GEMM.
+# stays flat in the number of rows; what grows with the plan is about 40 bytes a GEMM (the plan's columns,
+# the key index, the part that holds each GEMM).
 _GEMM_PREFIX = '{"type": "gemm", "key": "'
 BATCH_ROWS = 8192
 PART_PATTERNS = ("*.part-*-of-*.raw.jsonl", "*.part-*-of-*.raw.jsonl.gz", "*.part-*-of-*.parquet")
@@ -696,15 +706,16 @@ def raw_env(path: str) -> dict:
 
 
 class KeyIndex:
-    """Keys -> their position in a list, through the sorted hashes of the keys (16 bytes a key, no strings
+    """Keys -> their position in a list, through the sorted hashes of the keys (12 bytes a key, no strings
     kept). A hash is seeded per process; two keys of one list sharing one is told, not guessed around."""
 
     def __init__(self, keys):
         """`keys`: the keys in order, or lists of them in order (`Cases.key_chunks`)."""
         import numpy as np
         h = np.fromiter((hash(k) for ks in _chunked(keys) for k in ks), dtype=np.int64)
-        self.order = np.argsort(h, kind="stable")
-        self.sorted = h[self.order]
+        order = np.argsort(h, kind="stable")
+        self.sorted = h[order]
+        self.order = order.astype(np.int32)
         if len(h) > 1 and (self.sorted[1:] == self.sorted[:-1]).any():
             from cublaslt_probe.errors import ProbeError
             raise ProbeError("two keys of the plan share a hash in this process: run the command again")
@@ -717,7 +728,7 @@ class KeyIndex:
         import numpy as np
         h = np.fromiter((0 if k is None else hash(k) for k in keys), dtype=np.int64, count=len(keys))
         if not len(self.sorted):
-            pos = np.full(len(keys), -2, dtype=np.int64)
+            pos = np.full(len(keys), -2, dtype=np.int32)
         else:
             i = np.minimum(np.searchsorted(self.sorted, h), len(self.sorted) - 1)
             pos = np.where(self.sorted[i] == h, self.order[i], -2)
@@ -739,7 +750,7 @@ class Part:
     raw: bool
     env: dict
     slice: Slice = WHOLE
-    positions: object = None     # numpy int64: plan position of each record (-1 unreadable, -2 not in the plan)
+    positions: object = None     # numpy int32: plan position of each record (-1 unreadable, -2 not in the plan)
     keep: object = None          # numpy bool: the record that stands for its GEMM (a raw file's last one)
     strangers: list = field(default_factory=list)   # a few keys not in the plan
 
@@ -788,7 +799,7 @@ class Part:
             if len(self.strangers) < 3 and (pos == -2).any():
                 self.strangers += [keys[i] for i in np.nonzero(pos == -2)[0][:3 - len(self.strangers)]]
             chunks.append(pos)
-        self.positions = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+        self.positions = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
         self.keep = np.zeros(len(self.positions), dtype=bool)
         rows = np.nonzero(self.positions >= 0)[0]
         _, last = np.unique(self.positions[rows][::-1], return_index=True)

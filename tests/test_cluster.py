@@ -328,3 +328,19 @@ def test_merge_of_raw_parts_keeps_a_resumed_gemms_last_record(tmp_path):
         assert m.rows == len(PLAN.cases)
         assert got.drop(columns="kernels").equals(want.drop(columns="kernels"))
         assert got.attrs["env"]["plan"] == want.attrs["env"]["plan"]
+
+
+def test_resume_refuses_another_plan_or_slice(tmp_path, spec_file):
+    out = tmp_path / "x.parquet"
+    assert _sweep(spec_file, out, "--shard", "1/2").exit_code == 0
+    raw = tmp_path / "x.part-0001-of-0002.raw.jsonl"
+    before = raw.read_text()
+    r = _sweep(spec_file, out, "--shard", "1/2", "--resume")
+    assert r.exit_code == 0 and raw.read_text() == before          # nothing left to run
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(dict(SPEC, group=SPEC["group"][:1])))
+    r = _sweep(other, out, "--shard", "1/2", "--resume")
+    assert r.exit_code == 1
+    assert f"Error: cannot resume {raw}: it holds slice 1/2 of a plan of {len(PLAN.cases)} GEMMs, this run is " \
+           f"slice 1/2 of {len(PLAN.cases) - 1} (the spec, --backends or the slicing changed)" in r.output
+    assert raw.read_text() == before
