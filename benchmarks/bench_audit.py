@@ -86,7 +86,8 @@ def main() -> None:
         while chunk := fi.read(1 << 24):
             fo.write(chunk)
     base = child("import", p)
-    results = {"source": str(src.relative_to(ROOT) if src.is_relative_to(ROOT) else src), "json_mb": info["bytes"] / 1e6,
+    rel = src.relative_to(ROOT) if src.resolve().is_relative_to(ROOT) else src
+    results = {"source": str(rel), "json_mb": info["bytes"] / 1e6,
                "copies": info["copies"], "events": info["events"], "baseline_rss_mb": base["peak_rss_mb"], "runs": []}
     print(f"source {results['source']} x {info['copies']} = {info['bytes'] / 1e6:.0f} MB JSON, {info['events']:,} "
           f"events; baseline {base['peak_rss_mb']:.0f} MB RSS")

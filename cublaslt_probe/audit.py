@@ -23,7 +23,6 @@ import logging
 import math
 import os
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +113,10 @@ EVAL_PREFIX = "autograd::engine::evaluate_function: "
 NEAR_FLOOR = 1.10                              # within 10 % of the floor: nothing left to win
 _LAYER = re.compile(r"(?<=\.)\d+(?=\.|$)")
 _CLASS_N = re.compile(r"_\d+$")
+
+
+def _na(v) -> bool:
+    return v is None or (not isinstance(v, str) and pd.isna(v))
 
 
 @dataclass
@@ -513,7 +516,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None) ->
             "kernel": kernel, "family": kn.family, "provenance": prov, "kernel_short": kn.short,
             "arch": kn.arch, "tile_m": kn.tile_m, "tile_n": kn.tile_n, "tile_k": kn.tile_k, "stages": kn.stages,
             "cluster_m": kn.cluster_m, "cluster_n": kn.cluster_n,
-            "problem_shape": getattr(kn, "problem_shape", None),
+            "problem_shape": kn.problem_shape,
             "split_k": bool(kn.split_k) or a.reduce > 0 if kn.split_k is not None or a.reduce > 0 else None,
             "shape_from": shape_from,
             "reduce_us": a.reduce / steps, "helper_us": a.helper / steps, "input_dims": dims,
@@ -601,27 +604,31 @@ PATH_WORDS = {
 ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", "risk", "gemms")
 
 
-def _key_of(d: dict) -> tuple:
-    return tuple(d.get(c) if c != "batch" else (d.get(c) or 1) for c in ("op", "dtype", "layout", "m", "n", "k",
-                                                                         "batch"))
+_KEY = ("op", "dtype", "layout", "m", "n", "k", "batch")
+
+
+def _norm_key(vals) -> tuple:
+    """(op, dtype, layout, m, n, k, batch) as plain str/int (batch 1 when missing), for joining."""
+    out = []
+    for c, v in zip(_KEY, vals):
+        if _na(v):
+            v = 1 if c == "batch" else None
+        out.append(int(v) if c in ("m", "n", "k", "batch") and v is not None else (None if v is None else str(v)))
+    return tuple(out)
 
 
 def _match_rows(rows: pd.DataFrame, g: dict) -> pd.DataFrame:
-    """The audit rows a measured GEMM stands for: same problem (and module when the measurement names one)."""
-    key = _key_of(g.get("key") or {})
+    """The audit rows a measured GEMM stands for: the same problem (and module and pass, when the measurement
+    names them)."""
     if rows.empty:
         return rows
-    keys = [tuple(None if pd.isna(v) else (int(v) if isinstance(v, (int, np.integer, float)) and c in
-                  ("m", "n", "k", "batch") else str(v)) for c, v in zip(("op", "dtype", "layout", "m", "n", "k",
-                                                                          "batch"), r))
-            for r in rows[["op", "dtype", "layout", "m", "n", "k", "batch"]].itertuples(index=False)]
-    norm = tuple(int(v) if c in ("m", "n", "k", "batch") and v is not None else v
-                 for c, v in zip(("op", "dtype", "layout", "m", "n", "k", "batch"), key))
-    hit = pd.Series([k == norm for k in keys], index=rows.index)
+    want = _norm_key([(g.get("key") or {}).get(c) for c in _KEY])
+    hit = [_norm_key(r) == want for r in rows[list(_KEY)].itertuples(index=False)]
     out = rows[hit]
-    mod = g.get("module")
-    if mod is not None and (out["module"] == mod).any():
-        out = out[out["module"] == mod]
+    for col in ("module", "pass"):
+        v = g.get(col)
+        if v is not None and (out[col] == v).any():
+            out = out[out[col] == v]
     return out
 
 
@@ -633,6 +640,17 @@ def _numerics_risk(g: dict, label: str) -> str:
     if tol is not None and num > tol:
         return f"numerics differ: max rel. error {num:.2g} > tolerance {tol:.2g}"
     return f"numerics agree (max rel. error {num:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
+
+
+def _cand_text(c: dict) -> str:
+    """A heuristic candidate as the log writes an algo: ``algo 66 tile 128x64 stages 64xAUTO cluster 1x2x1``."""
+    parts = [f"algo {c['algo_id']}"] if c.get("algo_id") is not None else []
+    for k in ("tile", "stages", "cluster"):
+        if c.get(k):
+            parts.append(f"{k} {c[k]}")
+    if (c.get("split_k") or 1) > 1:
+        parts.append(f"splitK {c['split_k']}")
+    return " ".join(parts) or str(c.get("kernel") or "")
 
 
 def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) -> list[dict]:
@@ -690,8 +708,7 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
             if c["time_us"] < orig * (1 - MIN_GAIN) and c.get("rank", 0) != 0:
                 c0 = next((x for x in cands if x.get("rank") == 0), None)
                 best.append({"kind": "pin", "per_call": orig - c["time_us"],
-                             "what": f"pin candidate #{c['rank']} ({c.get('algo') or c.get('kernel') or ''}) for "
-                                     f"{module or label}",
+                             "what": f"pin candidate #{c['rank']} ({_cand_text(c)}) for {module or label}",
                              "evidence": f"{label}: original {orig:.1f} µs, candidate #{c['rank']} {c['time_us']:.1f} "
                                          f"µs" + (f", #0 {c0['time_us']:.1f} µs" if c0 else ""),
                              "risk": "numerics checked against candidate #0" if c.get("ok_numerics") else
@@ -751,10 +768,6 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
 # --------------------------------------------------------------------------- rendering
 TABLE_COLUMNS = ("share", "calls", "gpu_us", "module", "pass", "op", "dtype", "layout", "m", "n", "k", "groups",
                  "family", "provenance", "kernel_short", "algo", "pct_peak", "floor_ratio", "waves", "flags")
-
-
-def _na(v) -> bool:
-    return v is None or (not isinstance(v, str) and pd.isna(v))
 
 
 def row_label(r: dict) -> str:
@@ -867,7 +880,8 @@ def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, A
         for ax, g in zip(axes[0], curves):
             k = g.get("key") or {}
             for dim in ("m", "n", "k"):
-                pts = sorted((w["value"], w["time_us"]) for w in g["whatifs"] if w.get("dim") == dim and w.get("time_us"))
+                pts = sorted((w["value"], w["time_us"]) for w in g["whatifs"]
+                             if w.get("dim") == dim and w.get("time_us"))
                 if pts:
                     ax.plot([k.get(dim)] + [p[0] for p in pts], [g["original_us"]] + [p[1] for p in pts], "o-",
                             label=f"pad {dim}")
@@ -915,8 +929,8 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
     for r, cells in zip(a.rows.to_dict("records"), table_rows(a.rows)):
         share = r["share"] if r["share"] is not None and not pd.isna(r["share"]) else 0
         cells[0] = f"<span class='bar' style='width:{max(1, int(200 * share))}px'></span> {e(cells[0])}"
-        body.append("<tr>" + "".join(f"<td class='n'>{c}</td>" if i in num and i else f"<td>{c if i == 0 else e(c)}</td>"
-                                     for i, c in enumerate(cells)) + "</tr>")
+        body.append("<tr>" + "".join(f"<td class='n'>{c}</td>" if i in num and i else
+                                     f"<td>{c if i == 0 else e(c)}</td>" for i, c in enumerate(cells)) + "</tr>")
     parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>" + "".join(body) + "</table>")
     if "gemms" in figs:
         parts.append("<h2>Share and % of peak per GEMM</h2>" + figs["gemms"])

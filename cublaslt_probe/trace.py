@@ -46,7 +46,6 @@ from typing import IO, Any, Iterator
 import numpy as np
 import pandas as pd
 
-from cublaslt_probe.evidence import MAIN_FAMILIES
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
 
@@ -485,10 +484,7 @@ class _Interner:
 
 def classify(kn) -> tuple[str, str]:
     """(kind, provenance) of a decoded kernel name: the decoder's classes (`cublaslt_probe.names.classes`)."""
-    kind, prov = getattr(kn, "kind", "other"), getattr(kn, "provenance", "unknown")
-    if kind == "other" and kn.family in MAIN_FAMILIES:   # a decoder that does not classify yet
-        return "gemm", "library-selected"
-    return kind, prov
+    return kn.kind, kn.provenance
 
 
 def _kind(name: str, cache: dict) -> int:
@@ -583,8 +579,8 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
     o_ext, o_idx = array("q"), array("i")
     a_ext, a_idx = array("q"), array("i")
     # detail: the ops' and annotations' times, threads and autograd sequence numbers
-    o_ts, o_end, o_tid, o_seq = array("d"), array("d"), array("q"), array("q")
-    a_ts, a_end, a_tid = array("d"), array("d"), array("q")
+    o_ts, o_dur, o_tid, o_seq = array("d"), array("d"), array("q"), array("q")
+    a_ts, a_dur, a_tid = array("d"), array("d"), array("q")
     ranges: list[tuple] = []
     # runtime calls: correlation -> External id (detail: and their CPU time)
     r_corr, r_ext, r_ts = array("q"), array("q"), array("d")
@@ -645,20 +641,20 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                 a_ext.append(ext)
                 a_idx.append(ops(key))
                 if detail:
-                    ts = _as_float(ev.get("ts"))
-                    a_ts.append(ts)
-                    a_end.append(ts + _as_float(ev.get("dur")))
-                    a_tid.append(_as_int(ev.get("tid"), 0))
+                    ts, du, tid = ev.get("ts"), ev.get("dur"), ev.get("tid")
+                    a_ts.append(ts if type(ts) is float else _as_float(ts))
+                    a_dur.append(du if type(du) is float else _as_float(du))
+                    a_tid.append(tid if type(tid) is int else _as_int(tid, 0))
             else:
                 n_ops += 1
                 o_ext.append(ext)
                 o_idx.append(ops(key))
                 if detail:
-                    ts = _as_float(ev.get("ts"))
-                    o_ts.append(ts)
-                    o_end.append(ts + _as_float(ev.get("dur")))
-                    o_tid.append(_as_int(ev.get("tid"), 0))
-                    o_seq.append(_as_int(args.get("Sequence number")))
+                    ts, du, tid, sq = ev.get("ts"), ev.get("dur"), ev.get("tid"), args.get("Sequence number", -1)
+                    o_ts.append(ts if type(ts) is float else _as_float(ts))
+                    o_dur.append(du if type(du) is float else _as_float(du))
+                    o_tid.append(tid if type(tid) is int else _as_int(tid, 0))
+                    o_seq.append(sq if type(sq) is int else _as_int(sq))
         elif cat in _RUNTIME_CATS:
             args = ev.get("args")
             if args:
@@ -667,7 +663,8 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                     r_corr.append(corr)
                     r_ext.append(ext if type(ext) is int else -1)
                     if detail:
-                        r_ts.append(_as_float(ev.get("ts")))
+                        ts = ev.get("ts")
+                        r_ts.append(ts if type(ts) is float else _as_float(ts))
         elif cat == "ac2g":
             n_flows += 1
         elif detail and cat in _PYTHON_CATS and (ev.get("name") or "").startswith(PY_MODULE_PREFIX):
@@ -718,8 +715,8 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                 "name": _np(l_name, np.int32)[order][keep], "kind": _np(l_kind, np.int8)[order][keep],
                 "dur": total, "reduce_us": red, "ts": _np(l_ts, np.float64)[order][keep],
                 "t_launch": t_launch[order][keep], "op_row": op_row[order][keep]}),
-            ops=pd.DataFrame({"key": key_of_row, "ts": np.concatenate([_np(o_ts, np.float64), _np(a_ts, np.float64)]),
-                              "end": np.concatenate([_np(o_end, np.float64), _np(a_end, np.float64)]),
+            ops=pd.DataFrame({"key": key_of_row, "ts": row_ts,
+                              "end": row_ts + np.concatenate([_np(o_dur, np.float64), _np(a_dur, np.float64)]),
                               "tid": np.concatenate([_np(o_tid, np.int64), _np(a_tid, np.int64)]),
                               "seq": np.concatenate([_np(o_seq, np.int64), np.full(len(a_ts), -1, np.int64)])}),
             ranges=pd.DataFrame(ranges, columns=["name", "ts", "end", "tid"]))
@@ -843,7 +840,7 @@ def _timeline(per_name: dict[str, list], gpu_time_us: float) -> pd.DataFrame:
     for name, (n, t) in per_name.items():
         kn = decode(name)
         kind, prov = classify(kn)
-        a = acc.setdefault((kind, prov, getattr(kn, "library", None), kn.family), [0, 0, 0.0])
+        a = acc.setdefault((kind, prov, kn.library, kn.family), [0, 0, 0.0])
         a[0] += 1
         a[1] += n
         a[2] += t
@@ -990,7 +987,7 @@ def _finish(groups: pd.DataFrame, op_keys: list, stats: TraceStats) -> pd.DataFr
             "stages": kn.stages, "cluster_m": kn.cluster_m, "cluster_n": kn.cluster_n,
             "split_k": kn.split_k, "kernel_layout": kn.layout, "kernel_flags": " ".join(kn.flags) or None,
             "op": op, "input_dims": dims, "input_types": types, "input_strides": strides,
-            "problem_shape": getattr(kn, "problem_shape", None),
+            "problem_shape": kn.problem_shape,
         }
         p = problem_of(op, dims, types, strides)
         row.update({c: p.get(c) for c in ("dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")})

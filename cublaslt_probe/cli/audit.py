@@ -9,7 +9,7 @@ import json
 
 import click
 
-from cublaslt_probe.cli._common import out_format, output_options, render_table, write_frame, write_text
+from cublaslt_probe.cli._common import clean, out_format, output_options, render_table, write_frame, write_text
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ("table", "jsonl", "csv", "parquet")
@@ -85,8 +85,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         meas = _load_measure(from_path)
     elif measure:
         from cublaslt_probe import measure as M
-        gemms = [{k: (None if v is None or (not isinstance(v, str) and v != v) else v) for k, v in r.items()}
-                 for r in a.rows.head(top_measure).to_dict("records")]
+        gemms = [{k: clean(v) for k, v in r.items()} for r in a.rows.head(top_measure).to_dict("records")]
         M.require(gemms)
         tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
         meas = M.measure_gemms(gemms, allow_tf32=tf32)
