@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import re
 
-from cublaslt_probe.names import classes as C
 from cublaslt_probe.names import tokens as T
-from cublaslt_probe.names.grammar import (Grammar, flag_set, literal, register, regex, table, triple)
+from cublaslt_probe.names.grammar import Grammar, flag_set, literal, regex, register, table, triple
 from cublaslt_probe.names.tokens import Meaning
 
 
@@ -151,7 +150,6 @@ class _TritonGrammar(Grammar):
 
 def _triton_finish(f, flags):
     cat = f.get("variant")
-    ops = f.get("fused_ops", ())
     f["op"] = T.TRITON_CATEGORIES[cat].value if cat in T.TRITON_CATEGORIES else None
 
 
@@ -276,7 +274,8 @@ TRTLLM_BMM = register(Grammar(
               lambda m: {"tile_m": int(m.group(1)), "tile_n": int(m.group(2)), "tile_k": int(m.group(3)),
                          **({"+flags": m.group(4)} if m.group(4) else {})},
               lambda kn: None if kn.tile_m is None else (
-                  f"t{kn.tile_m}x{kn.tile_n}x{kn.tile_k}" + next((f for f in kn.flags if re.fullmatch(r"u\d+", f)), "")),
+                  f"t{kn.tile_m}x{kn.tile_n}x{kn.tile_k}"
+                  + next((f for f in kn.flags if re.fullmatch(r"u\d+", f)), "")),
               (Meaning("t<M>x<N>x<K>", "tile_m, tile_n, tile_k", "CTA tile", T.INFERRED),
                Meaning("u<n>", "flags", "K-loop unroll (u2: two K tiles per iteration)", T.INFERRED)),
               required=True),
@@ -314,10 +313,6 @@ TRTLLM_BMM = register(Grammar(
 
 
 # ------------------------------------------------------------------------------------------- NCCL
-def _nccl_finish(f, flags):
-    pass
-
-
 def _dtype_as_written(key, template, mapping):
     """A dtype token kept as written in type_code (two spellings can mean one dtype: bf16, bfloat16)."""
     rx = "|".join(sorted(mapping, key=len, reverse=True))
@@ -344,7 +339,6 @@ NCCL = register(Grammar(
         table("proto", "<protocol>", T.NCCL_PROTOCOLS, "instruction"),
     ),
     phrases=(("NVLS", "TREE"), ("COLLNET", "DIRECT"), ("COLLNET", "CHAIN")),
-    finish=_nccl_finish,
     notes=("Older NCCL writes ncclKernel_<collective>_<algorithm>_<protocol>_<redop>_<dtype>: the same "
            "tables, read by the nccl_legacy grammar.",),
 ))
@@ -367,5 +361,3 @@ NCCL_LEGACY = register(Grammar(
     owns=lambda kn: kn.variant == "ncclKernel",
 ))
 NCCL.owns = lambda kn: kn.variant != "ncclKernel"
-
-_ = C  # classes are applied by classify.py

@@ -28,13 +28,11 @@ from cublaslt_probe.names.tree import parse
 
 _FA4 = re.compile(r"kernel_cutlass_kernel_(?P<mod>\w*?)(?P<cls>FlashAttention(?P<dir>Forward|Backward)\w*?"
                   r"Sm(?P<sm>\d+))")
-_CUTE_DSL = re.compile(r"kernel_cutlass_kernel_")
 _TRT_FMHA = re.compile(r"^[Ff]mha(?:Sm(?P<sm>\d+)(?P<sfx>[af]?))?Kernel_(?P<rest>\w+)$")
-_TRT_FMHA_TYPES = re.compile(r"^(?:Qkv(?P<qkv>[A-Z][a-z0-9]+?\d*)|Q(?P<q>[A-Z][a-z0-9]+?\d*)Kv(?P<kv>[A-Z][a-z0-9]+?\d*))"
-                             r"O(?P<o>[A-Z][a-z0-9]+?\d*)(?=H)")
+_TRT_FMHA_TYPES = re.compile(r"^(?:Qkv(?P<qkv>[A-Z][a-z0-9]+?\d*)|Q(?P<q>[A-Z][a-z0-9]+?\d*)"
+                             r"Kv(?P<kv>[A-Z][a-z0-9]+?\d*))O(?P<o>[A-Z][a-z0-9]+?\d*)(?=H)")
 _TRT_FMHA_HEAD = re.compile(r"H(?:Qk)?(\d+)")
 _TRT_FMHA_TILE = re.compile(r"Q(\d+)Kv(\d+)")
-_TRT_FMHA_PAGE = re.compile(r"P(\d+)")
 _TRT_TYPE_WORDS = {"E4m3": "fp8_e4m3", "E5m2": "fp8_e5m2", "E2m1": "fp4_e2m1", "Bfloat16": "bf16",
                    "Fp16": "fp16", "Fp32": "fp32", "Fp8": "fp8"}
 _TRT_FMHA_WORDS = re.compile("|".join(sorted(T.TRTLLM_FMHA_WORDS, key=len, reverse=True)))

@@ -21,11 +21,12 @@ import re
 
 from cublaslt_probe.names import classes as C
 from cublaslt_probe.names import tokens as T
-from cublaslt_probe.names.tree import Node, Tree, int_value, mangled_words, parse, static_ints
+from cublaslt_probe.names.tree import Node, Tree, int_value, mangled_words, static_ints
 
 _ARCH = re.compile(r"Sm(\d+)")
 _ATOM_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
-_ATOM_TYPES = re.compile(r"_(F32|F16|S32|F64)(BF16|F16|TF32|E4M3|E5M2|S8|U8|F8F6F4|F32)(BF16|F16|TF32|E4M3|E5M2|S8|U8|F32)?")
+_ATOM_TYPES = re.compile(r"_(F32|F16|S32|F64)(BF16|F16|TF32|E4M3|E5M2|S8|U8|F8F6F4|F32)"
+                         r"(BF16|F16|TF32|E4M3|E5M2|S8|U8|F32)?")
 _ATOM_ACC = {"F32": "fp32", "F16": "fp16", "S32": "int32", "F64": "fp64"}
 _ATOM_IN = {"BF16": "bf16", "F16": "fp16", "TF32": "tf32", "E4M3": "fp8_e4m3", "E5M2": "fp8_e5m2",
             "S8": "int8", "U8": "uint8", "F32": "fp32"}

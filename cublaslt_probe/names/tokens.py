@@ -571,7 +571,8 @@ KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
     ("reduction", "reduction"), ("grad_weight", "reduction"),
     # sorts, selection and other bookkeeping
     ("Sort", "other"), ("sort", "other"), ("radix", "other"), ("Radix", "other"), ("topk", "other"),
-    ("TopK", "other"), ("philox", "other"), ("unique", "other"), ("Unique", "other"), ("nonzero", "other"), ("Select", "other"),
+    ("TopK", "other"), ("philox", "other"), ("unique", "other"), ("Unique", "other"), ("nonzero", "other"),
+    ("Select", "other"),
     ("routing", "other"), ("sampling", "other"), ("Sampling", "other"),
     # elementwise
     ("elementwise", "elementwise"), ("Elementwise", "elementwise"), ("Functor", "elementwise"),
