@@ -111,8 +111,8 @@ BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e5m2": 1, "f
 OUT_BYTES = {"fp8": 2, "fp8_e5m2": 2}          # fp8 GEMMs write bf16
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
 NEAR_FLOOR = 1.10                              # within 10 % of the floor: nothing left to win
-_LAYER = re.compile(r"(?<=\.)\d+(?=\.|$)")
 _CLASS_N = re.compile(r"_\d+$")
+_CLASS_NAME = re.compile(r"^[A-Z]\w*_\d+$")
 
 
 def _na(v) -> bool:
@@ -222,11 +222,28 @@ def _contained(r_ts, r_end, pts) -> np.ndarray:
     return out
 
 
+def _range_parents(r_ts, r_end, r_tid) -> np.ndarray:
+    """For each range, the index of the range that directly encloses it on its thread, else -1."""
+    r_ts, r_end, r_tid = np.asarray(r_ts), np.asarray(r_end), np.asarray(r_tid)
+    out = np.full(len(r_ts), -1, dtype=np.int64)
+    for tid in np.unique(r_tid):
+        ri = np.flatnonzero(r_tid == tid)
+        ri = ri[np.lexsort((-r_end[ri], r_ts[ri]))]
+        stack: list[int] = []
+        for j in ri.tolist():
+            while stack and r_end[stack[-1]] < r_ts[j]:
+                stack.pop()
+            if stack:
+                out[j] = stack[-1]
+            stack.append(j)
+    return out
+
+
 def collapse(name: str) -> str:
-    """``model.layers.3.mlp`` -> ``model.layers.*.mlp``; ``LlamaMLP_3`` (class and order) -> ``LlamaMLP_*``."""
-    if "." in name or name.isidentifier() is False:
-        return _LAYER.sub("*", name)
-    return _CLASS_N.sub("_*", name)
+    """Repeated layers as one: ``model.layers.3.mlp`` -> ``model.layers.*.mlp``; class-and-order names
+    ``Model_0.LlamaMLP_3`` (global hooks, ``nn.Module:`` ranges) -> ``Model_*.LlamaMLP_*``."""
+    return ".".join("*" if p.isdigit() else _CLASS_N.sub("_*", p) if _CLASS_NAME.match(p) else p
+                    for p in name.split("."))
 
 
 # --------------------------------------------------------------------------- log join
@@ -475,6 +492,15 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None) ->
                 module[idx[hit]] = got[hit].astype(np.int64)
                 bwd[idx[seq >= 0]] = True
     mod_names = mods["name"].str.slice(len(prefix)).tolist() if len(mods) else []
+    if attribution == "nn.Module":      # class-and-order names: the path of enclosing modules
+        par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy())
+        short = list(mod_names)
+        for i in range(len(short)):
+            j, path = par[i], [short[i]]
+            while j >= 0:
+                path.append(short[j])
+                j = par[j]
+            mod_names[i] = ".".join(reversed(path))
     G["module_full"] = [mod_names[i] if i >= 0 else None for i in module]
     G["pass"] = np.where(module >= 0, np.where(bwd, "bwd", "fwd"), None)
     G["key"] = np.where(op_row >= 0, ops["key"].to_numpy()[np.maximum(op_row, 0)] if len(ops) else -1, -1)

@@ -253,3 +253,36 @@ def test_docs_list_every_column():
     doc = (FIXTURES.parent.parent / "docs" / "audit.md").read_text()
     missing = [c for c in AUDIT_COLUMNS if f"| `{c}` |" not in doc]
     assert not missing, f"docs/audit.md lacks columns {missing}"
+
+
+# ------------------------------------------------------------------ traces captured elsewhere (synthetic)
+def test_nn_module_ranges_and_profiler_steps(tmp_path):
+    """A trace written in the documented Kineto event format (built here, labelled synthetic, not stored) with
+    what torch.profiler(with_modules=True) and a profiler schedule add: ``nn.Module: Class_N`` python
+    functions and ``ProfilerStep#N`` annotations. Attribution falls back to them."""
+    from test_trace import BF16, NVJET, kernel, op, runtime, write_trace
+
+    def pyfn(name, ts, dur):
+        return {"ph": "X", "cat": "python_function", "name": name, "pid": 100, "tid": 100, "ts": ts, "dur": dur,
+                "args": {"Python id": 1, "Python parent id": 0}}
+
+    def step(i, ts, dur):
+        return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 100, "tid": 100,
+                "ts": ts, "dur": dur, "args": {"External id": 900 + i}}
+
+    evs = [step(0, 0.0, 150.0), step(1, 150.0, 250.0)]
+    for i, t0 in enumerate((0.0, 160.0)):                     # two steps, two Linear modules each
+        for j, dt in enumerate((0.0, 60.0)):
+            ext = 10 * i + j + 1
+            t = t0 + dt
+            evs += [pyfn("nn.Module: Model_0", t0, 140.0) if j == 0 else None,
+                    pyfn(f"nn.Module: Linear_{j}", t + 1, 50.0),
+                    op(ext, "aten::mm", [[16, 64], [64, 128]], BF16, [[64, 1], [1, 64]], ts=t + 5),
+                    runtime(ext, 100 + ext, ts=t + 6), kernel(NVJET, 4.0 + j, t + 300.0, corr=100 + ext)]
+    p = write_trace(tmp_path / "synthetic.json", [e for e in evs if e is not None])
+    a = audit(p)
+    assert a.attribution == "nn.Module" and a.steps == 2
+    (r,) = a.rows.to_dict("records")                          # same kernel and problem: one row, two modules
+    assert r["module"] == "Model_*.Linear_*" and r["instances"] == 2
+    assert (r["calls"], r["gpu_us"]) == (2, 9.0) and r["pass"] == "fwd"
+    assert (r["m"], r["n"], r["k"], r["layout"]) == (16, 128, 64, "NT")
