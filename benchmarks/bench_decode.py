@@ -54,10 +54,12 @@ def other_family_names() -> list[str]:
     p = FIXTURES / "public_names.jsonl"
     if p.exists():
         out.update(json.loads(line)["name"] for line in p.open(encoding="utf-8") if line.strip())
-    for t in sorted((ROOT / "tests" / "fixtures" / "traces").glob("*.json.gz")):
+    traces = sorted((ROOT / "tests" / "fixtures" / "traces").glob("*.json.gz"))
+    traces += sorted((ROOT / "tests" / "fixtures" / "programs").glob("*/trace.json.gz"))
+    for t in traces:
         with gzip.open(t, "rt", encoding="utf-8") as f:
             out.update(e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel")
-    for t in sorted((ROOT / "tests" / "fixtures" / "programs").glob("*/names.txt")):
+    for t in sorted((ROOT / "tests" / "fixtures" / "programs").glob("**/names.txt")):
         out.update(ln.rstrip("\n") for ln in t.open(encoding="utf-8") if ln.strip())
     return sorted(out)
 
