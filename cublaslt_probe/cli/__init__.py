@@ -19,7 +19,7 @@ import click
 
 from cublaslt_probe.errors import NoCudaDevice, ProbeError
 
-_MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence", "capture"]
+_MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence", "capture", "audit", "coldstart"]
 _BROKEN: dict[str, str] = {}  # command module -> why it failed to import
 
 

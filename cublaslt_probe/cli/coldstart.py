@@ -1,0 +1,50 @@
+"""`cold-start`: why was the first step of a program slow? (runs GPU children; `--from` renders on any machine)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command("cold-start", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--steps", default=6, show_default=True, help="steps per run; the steady state is the median of 3…N")
+@click.option("--env-set", default="default", show_default=True,
+              type=click.Choice(["default", "full", "compile", "jit"]),
+              help="default: cold, warm, preinit, eager, nocache; full adds nojit, forcejit, forcejit_warm")
+@click.option("--envs", default=None, help="an explicit comma list of runs instead (e.g. cold,warm,forcejit)")
+@click.option("--no-cupti", is_flag=True, help="no CUPTI subscriber in the children (no module/driver-call evidence)")
+@click.option("--timeout", default=600.0, show_default=True, help="seconds per child process")
+@click.option("--label", default=None, help="a name for the program in the output")
+@click.option("--format", "fmt", default="text", type=click.Choice(["text", "json"]), show_default=True,
+              help="text: the breakdown with its evidence; json: the analysis as one JSON object")
+@click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
+@click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
+@click.argument("script", nargs=-1, type=click.UNPROCESSED)
+def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, from_path, script):
+    """Run `python SCRIPT [ARGS]` (after `--`) in fresh processes under controlled environments (fresh and
+    warm ComputeCache and framework caches, LAZY/EAGER module loading, heuristics cache off, PTX JIT off or
+    forced) and split the first step's excess over the steady state by cause, each with its evidence.
+
+    SCRIPT either marks its steps (`with cublaslt_probe.cold_start_step():`) or defines `make_step()` (returns
+    the step) or `step()` at module level. Needs a GPU unless --from."""
+    from cublaslt_probe import coldstart
+    from cublaslt_probe.errors import ProbeError
+    if from_path:
+        if script:
+            raise ProbeError("give either --from FILE.json or a script after `--`, not both")
+        raw = coldstart.load(from_path)
+    else:
+        if not script:
+            raise ProbeError("no program: use `cublaslt-probe cold-start -- python SCRIPT.py [ARGS]` "
+                             "(or --from FILE.json)")
+        raw = coldstart.run(list(script), steps=steps, env_set=env_set, envs=envs, cupti=not no_cupti,
+                            timeout=timeout, label=label, log=lambda m: click.echo(m, err=True))
+        if save:
+            with open(save, "w") as f:
+                json.dump(raw, f, indent=1, default=str)
+            click.echo(f"saved {save}", err=True)
+    a = coldstart.analyse(raw)
+    click.echo(json.dumps(a, indent=1, default=str) if fmt == "json" else coldstart.render(a))
+
+
+COMMANDS = [cold_start_cmd]
