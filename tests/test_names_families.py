@@ -193,6 +193,32 @@ def test_kind_and_provenance_of_real_names(start, family, kind, prov, lib):
     assert (kn.family, kn.kind, kn.provenance, kn.library) == (family, kind, prov, lib)
 
 
+# torch's own kernels from the H200 programs: the kind read from the function name and its functor
+TORCH_KINDS = [
+    ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<", "elementwise"),
+    ("void at::native::sbtopk::gatherTopK<", "other"),
+    ("void at::native::(anonymous namespace)::embedding_backward_feature_kernel<", "reduction"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float", "reduction"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<", "reduction"),
+    ("void (anonymous namespace)::softmax_warp_forward<", "reduction"),
+    ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<", "copy"),
+    ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::index_put", "copy"),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda", "copy"),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::GeluCUDAKernelImpl", "elementwise"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<", "elementwise"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps", "reduction"),
+    ("void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortHistogramKernel<", "other"),
+    ("void at_cuda_detail::cub::detail::scan::DeviceScanKernel<", "reduction"),
+    ("void at::cuda::detail::prepare_grouped_gemm_data<", "gemm"),
+]
+
+
+@pytest.mark.parametrize("start,kind", TORCH_KINDS, ids=[k[0][:60] for k in TORCH_KINDS])
+def test_torch_kernel_kinds(start, kind):
+    kn = decode(_real(start))
+    assert (kn.family, kn.kind, kn.provenance, kn.library) == ("framework", kind, "ahead-of-time", "torch")
+
+
 def test_every_provenance_class_is_covered_by_real_names():
     provs = {decode(_real(c[0])).provenance for c in PROVENANCE_CASES}
     assert provs == {C.LIBRARY_SELECTED, C.AHEAD_OF_TIME, C.RUNTIME_COMPILED}

@@ -542,8 +542,13 @@ TRTLLM_FMHA_WORDS = (r"PagedKv", r"ContiguousKv", r"SeparateQkv", r"Causal", r"D
 # Substring of a function name (or of its template arguments, for torch's functor-carrying kernels) ->
 # kind. The first match wins; rows are ordered so that the specific beats the generic.
 KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
-    # sorts first: a radix sort's histogram and scan passes are part of the sort
-    ("RadixSort", "other"), ("radix_sort", "other"), ("radixSort", "other"),
+    # sorts and top-k first: a radix sort's histogram and scan passes are part of the sort
+    ("RadixSort", "other"), ("radix_sort", "other"), ("radixSort", "other"), ("TopK", "other"),
+    ("topk", "other"),
+    # random numbers are elementwise (normal_and_transform is not a norm)
+    ("distribution_", "elementwise"),
+    # embedding backward sums rows into the weight gradient
+    ("embedding_backward", "reduction"), ("sum_and_scatter", "reduction"),
     # communication
     ("allreduce", "communication"), ("all_reduce", "communication"), ("AllReduce", "communication"),
     ("all_gather", "communication"), ("AllGather", "communication"), ("reduce_scatter", "communication"),
@@ -565,7 +570,8 @@ KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
     ("reduce_kernel", "reduction"), ("Reduce", "reduction"), ("reduce", "reduction"), ("SoftMax", "reduction"),
     ("softmax", "reduction"), ("Softmax", "reduction"), ("layer_norm", "reduction"), ("LayerNorm", "reduction"),
     ("RowwiseMoments", "reduction"), ("GammaBeta", "reduction"), ("batch_norm", "reduction"),
-    ("RMSNorm", "reduction"), ("rms_norm", "reduction"), ("norm", "reduction"), ("Norm", "reduction"),
+    ("RMSNorm", "reduction"), ("rms_norm", "reduction"), ("_norm", "reduction"), ("norm_", "reduction"),
+    ("Norm", "reduction"),
     ("Scan", "reduction"), ("scan", "reduction"), ("cumsum", "reduction"), ("Histogram", "reduction"),
     ("argmax", "reduction"), ("nll_loss", "reduction"), ("cross_entropy", "reduction"),
     ("reduction", "reduction"), ("grad_weight", "reduction"),
