@@ -6,18 +6,8 @@ processes (`cublaslt_probe.coldstart_child`), one controlled environment each, a
 its evidence; `render(analysis)` prints it; `observed_provenance(result)` lists the kernels the process was seen
 compiling or loading from PTX. `cold_start(...)` is run + analyse.
 
-The environments (`ENVS`; `--env-set default` runs the first five, `full` all):
-
-| run | environment | separates |
-|---|---|---|
-| cold | LAZY loading, empty ComputeCache and framework caches (Inductor, Triton, torch's kernel cache) | the program as a user first meets it |
-| warm | as cold, every cache left by cold | cold − warm step 1: compilation whose output is cached (framework, PTX JIT) |
-| preinit | warm, libraries initialised before step 1 (context, cuBLAS, cuBLASLt, cuDNN, each timed) | warm − preinit: library initialisation inside step 1 |
-| eager | preinit with CUDA_MODULE_LOADING=EAGER (every module loads at start) | preinit − eager: lazy module loading inside step 1 |
-| nocache | preinit with CUBLASLT_HEURISTICS_CACHE_CAPACITY=0 | host time of a cuBLASLt heuristic miss per call |
-| nojit | CUDA_DISABLE_PTX_JIT=1, its own empty ComputeCache (a warm one would serve cached JIT output) | whether the program needs PTX JIT at all |
-| forcejit | CUDA_FORCE_PTX_JIT=1, empty ComputeCache | forcejit − warm: what PTX JIT would cost if every kernel were JIT-compiled |
-| forcejit_warm | forcejit with its ComputeCache warm | whether the ComputeCache spares forced JIT (on the H200 it did not) |
+The environments are `ENVS` (what each separates: docs/coldstart.md); `--env-set default` runs cold, warm,
+preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`).
 
 The breakdown of the cold run's step 1: excess = step 1 − steady state (median of steps 3…N) =
 (cold − warm) + (warm − preinit) + (preinit − eager) + (eager step 1 − steady); the first three are the
@@ -398,7 +388,8 @@ def runtime_compilation(runs: dict) -> dict:
                     f"{name} {w['name']}: Triton wrote {len(tri)} new kernel binaries (.cubin), e.g. {tri[0]}")
             if ind.get("count"):
                 mech.setdefault("inductor", []).append(
-                    f"{name} {w['name']}: Inductor wrote {ind['count']} files ({ind['bytes'] / 1024:.0f} KiB) to its cache")
+                    f"{name} {w['name']}: Inductor wrote {ind['count']} files ({ind['bytes'] / 1024:.0f} KiB) "
+                    "to its cache")
             cc = new_files(w, "CUDA_CACHE_PATH")
             if cc.get("count") and cc.get("bytes"):  # an empty index file alone is no JIT output
                 mech.setdefault("ptx-jit", []).append(
@@ -436,8 +427,8 @@ def runtime_compilation(runs: dict) -> dict:
             "verdict": verdict}
 
 
-_MECH_LABEL = {"triton": "Triton (torch.compile)", "inductor": "Inductor code generation", "ptx-jit": "PTX JIT by the driver",
-               "nvrtc": "NVRTC", "nvjitlink": "nvJitLink"}
+_MECH_LABEL = {"triton": "Triton (torch.compile)", "inductor": "Inductor code generation",
+               "ptx-jit": "PTX JIT by the driver", "nvrtc": "NVRTC", "nvjitlink": "nvJitLink"}
 
 
 def analyse(result: dict) -> dict:

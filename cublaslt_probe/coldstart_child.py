@@ -19,7 +19,7 @@ and reads the one JSON line this prints last. What is measured:
 
 A step is either a callable (``--func``: called once; if it returns a callable, that was the setup and the
 returned callable is the step) or a script: one that marks its steps with
-``with cublaslt_probe.cold_start_step():`` runs as ``__main__`` and its marked steps are measured; one that
+``with cublaslt_probe.coldstart.cold_start_step():`` runs as ``__main__`` and its marked steps are measured; one that
 marks none but defines ``make_step()`` or ``step()`` at module level has that run ``--steps`` times.
 """
 from __future__ import annotations
@@ -379,7 +379,8 @@ def main(argv: list[str] | None = None) -> dict:
                 elif callable(plain):
                     step = plain
                 else:
-                    raise SystemExit(f"{script}: it marked no step (`with cublaslt_probe.cold_start_step():`) "
+                    raise SystemExit(f"{script}: it marked no step "
+                                     "(`with cublaslt_probe.coldstart.cold_start_step():`) "
                                      "and defines neither make_step() nor step()")
         else:
             raise SystemExit("give --func or --script")
