@@ -65,6 +65,17 @@ def test_regret_arithmetic_on_a_real_candidate_list(fixtures):
     assert reg["best_kernel"] == "nvjet_sm90_tst_80x128_64x8_4x2_h_bz_TNN"
 
 
+def test_a_raw_record_keeps_the_compact_candidate_rows(fixtures):
+    rows = ev(fixtures, "candidates_bf16_256x4096x4096.json")["candidates"]
+    kept = [cm.compact(r) for r in rows]
+    assert all(list(k) == list(cm.CANDIDATE_KEYS) for k in kept)
+    assert [k["time_us"] for k in kept] == [r["time_us"] for r in rows]
+    assert all("state" in r and "state" not in k for r, k in zip(rows, kept))      # dropped: not kept
+    slim = json.loads(cm.to_json(kept))
+    assert [s["kernel"] for s in slim] == [evidence.main_kernel(r["kernels"]) for r in rows]
+    assert all("kernels" not in s for s in slim)
+
+
 def test_a_wrong_answer_is_never_the_fastest(fixtures):
     c = [dict(x) for x in ev(fixtures, "candidates_bf16_256x4096x4096.json")["candidates"]]
     c[2]["max_rel_diff_vs_0"] = 0.5          # pretend the fastest candidate computed garbage

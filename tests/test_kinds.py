@@ -76,3 +76,24 @@ def test_decoder_and_log_parser_differ_only_on_the_listed_field_names():
     differ = {n for n in dec.keys() & logged.keys() if dec[n] != logged[n]}
     assert differ == {"split_k", "trans_a", "trans_b", "stages", "beta", "source"}
     assert dec["split_k"] == "bool | None" and logged["split_k"] == "int | None"
+
+
+@pytest.mark.parametrize("case, says", [
+    (Case("torch", "gemm", "bf16", "NT", 8, 8, 8), "unknown op 'gemm' in torch/gemm/bf16/NT: choose from mm, bmm, addmm, scaled_mm"),
+    (Case("torch", "mm", "bf8", "NT", 8, 8, 8), "unknown dtype 'bf8' in torch/mm/bf8/NT: choose from fp32, tf32, fp16, bf16"),
+    (Case("torch", "mm", "bf16", "NX", 8, 8, 8), "unknown layout 'NX' in torch/mm/bf16/NX: choose from NN, NT, TN, TT"),
+    (Case("torch", "mm", "bf16", "NT", 0, 8, 8), "non-positive size in torch/mm/bf16/NT m=0"),
+    (Case("torch", "mm", "fp8", "NT", 8, 8, 16), "fp8 runs only as op scaled_mm"),
+    (Case("lt", "scaled_mm", "fp8", "NN", 16, 16, 16), "fp8 scaled_mm needs layout NT"),
+    (Case("torch", "bmm", "bf16", "NN", 8, 8, 8, 1), "bmm needs batch >= 2"),
+    (Case("torch", "mm", "bf16", "NN", 8, 8, 8, 4), "batch=4 is only meaningful for op bmm"),
+    (Case("cupy", "mm", "bf16", "NN", 8, 8, 8), "the cupy backend runs fp32 and fp16 only"),
+    (Case("cupy", "addmm", "fp16", "NN", 8, 8, 8), "cupy has no fused addmm"),
+])
+def test_a_case_outside_the_kinds_says_which_and_what_to_choose(case, says):
+    assert says in invalid_reason(case)
+
+
+def test_a_case_key_round_trips_and_counts_its_flops():
+    c = Case("torch-lt", "bmm", "fp16", "TN", 3, 5, 7, 2)
+    assert Case.from_key(c.key) == c and c.flops == 2 * 3 * 5 * 7 * 2
