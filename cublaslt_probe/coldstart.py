@@ -195,11 +195,26 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
                 written[var] = {"count": len(new), "bytes": sum(new.values())}
             rec["cache_written"] = written
             out["runs"][name] = rec
+            why = _no_gpu(rec)
+            if why:
+                from cublaslt_probe.errors import NoCudaDevice
+                raise NoCudaDevice("cold-start", why)
             if log:
                 log(f"{name}: {'ok' if rec.get('ok') else 'FAILED'} in {rec['wall_s']:.1f} s")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _no_gpu(rec: dict) -> str | None:
+    """Why a child could not use a GPU at all (torch missing, no device), or None."""
+    text = f"{rec.get('error') or ''} {rec.get('traceback') or ''}"
+    if "No module named 'torch'" in text:
+        return ("the child process cannot import torch; run on a machine with torch and a GPU, or render a saved "
+                "run with --from")
+    if "Found no NVIDIA driver" in text or "no CUDA-capable device" in text:
+        return "torch in the child process sees no GPU; render a saved run with --from"
+    return None
 
 
 def _text(b) -> str:

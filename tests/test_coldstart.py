@@ -217,6 +217,18 @@ def test_cli_errors_are_one_line(args, msg):
     assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
 
 
+def test_without_torch_a_run_is_one_no_gpu_line(tmp_path):
+    """A real child process that cannot import torch (this CPU machine): one line, not a table of failures."""
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here: the children would run")
+    script = tmp_path / "prog.py"
+    script.write_text("def step():\n    pass\n")
+    res = CliRunner().invoke(main, ["cold-start", "--envs", "cold", "--", "python", str(script)])
+    assert res.exit_code == 1
+    assert res.output.startswith("Error: no CUDA device: `cold-start`") and "cannot import torch" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
 def test_a_file_that_is_not_a_result(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"a": 1}')
