@@ -11,7 +11,12 @@ Pairs:
 - gpt2_vocab: GPT-2 training step, vocabulary 50257 -> 50304 (pad to a multiple of 64);
 - odd_linear_pad: a bf16 linear 4096 -> 4095 padded to 4096 (the other linear of the step unchanged);
 - llama_decode_lt: Llama decode step, torch's default cuBLAS path -> its cuBLASLt path
-  (`torch.backends.cuda.preferred_blas_library("cublaslt")`).
+  (`torch.backends.cuda.preferred_blas_library("cublaslt")`). Confounded, kept as it ran: each step of A meets
+  a KV length no step had before, and B's step right after meets the same length, whose cuDNN attention plan A
+  has just built; the difference is the plan build (see `stalls`), not the BLAS path;
+- llama_decode_flash: Llama decode step, SDPA through cuDNN (torch's choice) -> pinned to FlashAttention
+  (`torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)`): the advice for a host stall in cuDNN
+  attention at each new KV length. B never runs cuDNN attention, so A's plan builds are its own.
 """
 from __future__ import annotations
 
@@ -62,10 +67,24 @@ def with_blas(builder, lib):
     return build
 
 
+def with_sdpa(builder, backend_name):
+    def build():
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        model, step = builder()
+        backend = getattr(SDPBackend, backend_name)
+
+        def wrapped():
+            with sdpa_kernel(backend):
+                step()
+        return model, wrapped
+    return build
+
+
 PAIRS = {
     "gpt2_vocab": (cp.prog_gpt2_train, cp.prog_gpt2_train_padvocab),
     "odd_linear_pad": (cp.prog_odd_linear, odd_linear_padded),
     "llama_decode_lt": (cp.prog_llama_decode, with_blas(cp.prog_llama_decode, "cublaslt")),
+    "llama_decode_flash": (cp.prog_llama_decode, with_sdpa(cp.prog_llama_decode, "FLASH_ATTENTION")),
 }
 
 
