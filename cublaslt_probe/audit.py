@@ -889,7 +889,8 @@ def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, A
         figs["timeline"] = fig
     rows = a.rows.head(top)
     if len(rows):
-        labels = [f"{row_label(r)} · {r['m']}×{r['n']}×{r['k']}" for r in rows.to_dict("records")][::-1]
+        labels = [f"{row_label(r)}{' bwd' if r['pass'] == 'bwd' else ''} · {r['m']}×{r['n']}×{r['k']}"
+                  for r in rows.to_dict("records")][::-1]
         fig, (ax1, ax2) = plt.subplots(1, 2, sharey=True, figsize=(11, 0.32 * len(rows) + 1.0))
         ax1.barh(labels, 100 * rows["share"].astype(float)[::-1], color="#55a868")
         ax1.set_xlabel("% of the step's GPU time")
