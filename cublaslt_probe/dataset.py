@@ -21,7 +21,7 @@ import pandas as pd
 from cublaslt_probe.errors import SchemaError
 from cublaslt_probe.evidence import consistency, log_matches_case, main_kernel, trace_record
 from cublaslt_probe.evidence import MAIN_FAMILIES  # noqa: F401  (re-exported while trace.py imports it here)
-from cublaslt_probe.kinds import ENV_KEYS
+from cublaslt_probe.kinds import DECODED_COLUMNS, ENV_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +53,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "kernel": ("string", "main GEMM kernel: the first launched kernel of a GEMM family (else the first kernel)"),
     "kernels": ("object", "every kernel launched by the GEMM, in launch order (list of str)"),
     "n_kernels": ("Int64", "len(kernels)"),
-    "family": ("category", "decoded family of `kernel` (nvjet, xmma, cutlass, gemv, ...; unknown if not understood)"),
-    "tile_m": ("Int64", "decoded tile M of `kernel` (as the name writes it)"),
-    "tile_n": ("Int64", "decoded tile N"),
-    "tile_k": ("Int64", "decoded K tile"),
-    "stages": ("Int64", "decoded pipeline stages"),
-    "cluster_m": ("Int64", "decoded cluster M"),
-    "cluster_n": ("Int64", "decoded cluster N"),
-    "split_k": ("boolean", "decoded: the name says split-K (null when the family says nothing)"),
-    "kernel_short": ("string", "compact decoded form for legends, e.g. 256x128 · 64x4 · 1x2 · coopA"),
+    **DECODED_COLUMNS,
     "log_function": ("category", "function of the logged trace line (cublasLtMatmul, cublasLtTSTMatmul, ...)"),
     "algo_id": ("Int64", "logged algoId"),
     "algo_tile": ("string", "logged tile, e.g. 256x128 (null when the log omits it)"),
@@ -253,11 +245,7 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
             "blas_m": r.get("blas_m"), "blas_n": r.get("blas_n"), "blas_k": r.get("blas_k"),
             "blas_trans_a": r.get("blas_trans_a"), "blas_trans_b": r.get("blas_trans_b"),
             "kernel": main, "kernels": kernels, "n_kernels": len(kernels),
-            "family": kn.family if kn else None,
-            "tile_m": kn.tile_m if kn else None, "tile_n": kn.tile_n if kn else None,
-            "tile_k": kn.tile_k if kn else None, "stages": kn.stages if kn else None,
-            "cluster_m": kn.cluster_m if kn else None, "cluster_n": kn.cluster_n if kn else None,
-            "split_k": kn.split_k if kn else None, "kernel_short": kn.short if kn else None,
+            **decoded_columns(kn),
             "log_function": rec.function if rec else None,
             "algo_id": rec.algo_id if rec else None, "algo_tile": rec.tile if rec else None,
             "algo_stages": rec.stages if rec else None, "algo_cluster": rec.cluster if rec else None,
@@ -289,6 +277,13 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
                         "best_rank": reg["best_rank"], "best_kernel": reg["best_kernel"],
                         "noise_pct": reg["noise_pct"], "candidates": cm.to_json(cands)})
         yield row
+
+
+def decoded_columns(kn) -> dict:
+    """The `kinds.DECODED_COLUMNS` of a decoded kernel name (all None without one)."""
+    if kn is None:
+        return dict.fromkeys(DECODED_COLUMNS)
+    return {c: kn.short if c == "kernel_short" else getattr(kn, c) for c in DECODED_COLUMNS}
 
 
 def _int_or_none(v):

@@ -36,33 +36,33 @@ WORKSPACE_BYTES = {"cublas": 32 << 20, "torch-lt": 1 << 20, "lt": 32 << 20}
 _FUNCTION_UNMEASURED = frozenset({("torch-lt", "bmm"), ("torch-lt", "scaled_mm")})
 
 
-def library_path(backend: str, op: str, k: int | None = None) -> str | None:
+def library_path(backend: str, op: str, n: int | None = None, k: int | None = None) -> str | None:
     """The path a backend's GEMM takes into the library (`PATHS`), as measured on the H200: torch mm/bmm
     and cupy call the cuBLAS API; torch addmm/scaled_mm and every torch-lt op go through torch's cuBLASLt
-    path, except a torch addmm with K = 1, which torch sends to the cuBLAS API (tests/fixtures/logs,
-    level2_mixed.log); the lt backend calls cublasLtMatmul directly. None for a backend that does not
-    use cuBLAS."""
+    path, except a torch addmm whose B (K×N, torch view) has a single row or column, which torch sends to
+    the cuBLAS API (K = 1 or N = 1: tests/fixtures/logs/level2_mixed.log, tests/fixtures/probe/probe_raw.jsonl);
+    the lt backend calls cublasLtMatmul directly. None for a backend that does not use cuBLAS."""
     if backend == "lt":
         return "lt"
-    if backend == "cupy" or (backend == "torch" and (op in ("mm", "bmm") or (op == "addmm" and k == 1))):
+    if backend == "cupy" or (backend == "torch" and (op in ("mm", "bmm") or (op == "addmm" and 1 in (n, k)))):
         return "cublas"
     if backend in ("torch", "torch-lt"):
         return "torch-lt"
     return None
 
 
-def expects_lt_function(backend: str, op: str, k: int | None = None) -> bool | None:
+def expects_lt_function(backend: str, op: str, n: int | None = None, k: int | None = None) -> bool | None:
     """Should the logged function be `LT_FUNCTION` (True) or a cuBLAS wrapper (False)? None where the
     function a path logs was not measured."""
-    path = library_path(backend, op, k)
+    path = library_path(backend, op, n, k)
     if path is None or (backend, op) in _FUNCTION_UNMEASURED:
         return None
     return path != "cublas"
 
 
-def heuristic_workspace(backend: str, op: str, k: int | None = None) -> int:
-    """The workspace limit the backend's own heuristic query uses for this op (bytes)."""
-    return WORKSPACE_BYTES[library_path(backend, op, k) or "cublas"]
+def heuristic_workspace(backend: str, op: str, n: int | None = None, k: int | None = None) -> int:
+    """The workspace limit the backend's own heuristic query uses for this GEMM (bytes)."""
+    return WORKSPACE_BYTES[library_path(backend, op, n, k) or "cublas"]
 
 
 def main_kernel(kernels) -> str | None:
@@ -126,14 +126,14 @@ def consistency(kn, rec) -> bool | None:
 def log_matches_case(case: dict, rec) -> bool | None:
     """Is the logged call the one the case asked for? Its compute type must match fp32 (COMPUTE_32F) or
     tf32 (COMPUTE_32F_FAST_TF32), and its function the backend's path (`expects_lt_function`). `case` is
-    a dict with backend, op, dtype and k (a raw record or `Case.as_dict()`). None when there is no log line."""
+    a dict with backend, op, dtype, n and k (a raw record or `Case.as_dict()`). None when there is no log line."""
     if rec is None:
         return None
     checks = []
     ct = rec.compute_type
     if case["dtype"] in ("fp32", "tf32") and ct:
         checks.append(ct.endswith("FAST_TF32") == (case["dtype"] == "tf32"))
-    want_lt = expects_lt_function(case["backend"], case["op"], case.get("k"))
+    want_lt = expects_lt_function(case["backend"], case["op"], case.get("n"), case.get("k"))
     if rec.function and want_lt is not None:
         checks.append((rec.function == LT_FUNCTION) == want_lt)
     return all(checks) if checks else None

@@ -281,7 +281,7 @@ def gather(case, *, top: int = 32, first_call: bool = False, probe=None) -> dict
     probe = probe or Probe()
     [rec] = probe.run_window([case])
     ev = {"case": case.as_dict(), "env": probe.env, "record": rec}
-    ws = heuristic_workspace(case.backend, case.op, case.k)
+    ws = heuristic_workspace(case.backend, case.op, case.n, case.k)
     try:
         ev["candidates"] = [compact(r) for r in lt_candidates(probe, case, top=top, workspace_bytes=ws)]
         ev["candidates_workspace"] = ws

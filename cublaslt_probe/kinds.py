@@ -32,6 +32,21 @@ ORDER = MappingProxyType({
     "op": ("mm", "addmm", "bmm", "scaled_mm"),
 })
 
+# --- decoded fields as table columns ----------------------------------------------------------------------
+# The fields of a decoded kernel name (names.KernelName) that tables carry, with one column type and one
+# meaning each: dataset.SCHEMA reads them here (`kernel_short` is KernelName.short).
+DECODED_COLUMNS = MappingProxyType({
+    "family": ("category", "decoded family of `kernel` (nvjet, xmma, cutlass, gemv, ...; unknown if not understood)"),
+    "tile_m": ("Int64", "decoded tile M of `kernel` (as the name writes it)"),
+    "tile_n": ("Int64", "decoded tile N"),
+    "tile_k": ("Int64", "decoded K tile"),
+    "stages": ("Int64", "decoded pipeline stages"),
+    "cluster_m": ("Int64", "decoded cluster M"),
+    "cluster_n": ("Int64", "decoded cluster N"),
+    "split_k": ("boolean", "decoded: the name says split-K (null when the family says nothing)"),
+    "kernel_short": ("string", "compact decoded form for legends, e.g. 256x128 · 64x4 · 1x2 · coopA"),
+})
+
 # --- the environment a measurement was made in ------------------------------------------------------------
 ENV_KEYS = ("gpu", "sm_count", "driver", "cuda_runtime", "cublaslt_version", "torch_version", "cupy_version")
 # Kernel choice depends on these: the GPU, the cuBLASLt build, the torch build (its workspace and heuristic

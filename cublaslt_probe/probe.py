@@ -611,7 +611,7 @@ class Probe:
     @staticmethod
     def heuristic_workspace(c: Case) -> int:
         """The workspace limit the backend's own heuristic query uses for this GEMM."""
-        return heuristic_workspace(c.backend, c.op, c.k)
+        return heuristic_workspace(c.backend, c.op, c.n, c.k)
 
     def time_heuristics(self, items: list[tuple[dict, Case]]) -> None:
         """Fill heuristic_miss_us / heuristic_hit_us of each record: `cublasLtMatmulAlgoGetHeuristic` for

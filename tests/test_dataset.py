@@ -58,6 +58,19 @@ def test_every_comparable_row_is_consistent(df):
     assert nv.split_k.sum() > 50
 
 
+def test_every_logged_call_of_the_capture_is_the_gemm_asked_for(df):
+    """The capture's logged function and compute type agree with each case's library path
+    (`evidence.library_path`), including torch addmm with one row or column in B (K = 1 or N = 1), which
+    torch runs through the cuBLAS API; the calls that logged no line are cupy's 1x1 GEMMs."""
+    ok = df[df.error.isna()]
+    logged = ok[ok.log_matches_case.notna()]
+    assert len(logged) == 1320 and logged.log_matches_case.all(), \
+        logged[~logged.log_matches_case][["key", "log_function"]].to_string()
+    assert set(ok[ok.log_matches_case.isna()].backend) == {"cupy"}
+    thin = logged[(logged.backend == "torch") & (logged.op == "addmm") & ((logged.k == 1) | (logged.n == 1))]
+    assert len(thin) == 32 and (thin.log_function != "cublasLtMatmul").all()
+
+
 def test_the_lt_backend_log_agrees_with_the_algo_config_it_ran(df):
     lt = df[(df.backend == "lt") & df.error.isna() & df.lt_algo_tile.notna() & df.algo_tile.notna()]
     assert len(lt) > 200

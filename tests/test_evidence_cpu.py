@@ -26,10 +26,11 @@ def test_every_logged_call_of_the_level2_logs_is_the_case_asked_for(fixtures, lo
     trace = [r for r in load_log(fixtures / "logs" / log)[0] if r.kind == "trace"]
     assert len(trace) == len(ran) > 50
     for m, r in zip(ran, trace):
-        assert evidence.expects_lt_function(m["backend"], m["op"], m["k"]) is not None, m["key"]
+        assert evidence.expects_lt_function(m["backend"], m["op"], m["n"], m["k"]) is not None, m["key"]
         assert evidence.log_matches_case(m, r) is True, (m["key"], r.function, r.compute_type)
         # the same line read as another path's call does not match
-        other = {"cublas": "lt", "torch-lt": "cupy", "lt": "cupy"}[evidence.library_path(m["backend"], m["op"], m["k"])]
+        other = {"cublas": "lt", "torch-lt": "cupy", "lt": "cupy"}[evidence.library_path(m["backend"], m["op"], m["n"],
+                                                                                         m["k"])]
         assert evidence.log_matches_case({**m, "backend": other, "op": "mm"}, r) is False, m["key"]
 
 
@@ -38,7 +39,9 @@ def test_library_paths_and_their_workspace():
         ["cublas", "cublas", "torch-lt", "torch-lt"]
     assert {evidence.library_path("torch-lt", op) for op in ("mm", "bmm", "addmm", "scaled_mm")} == {"torch-lt"}
     assert evidence.library_path("cupy", "bmm") == "cublas" and evidence.library_path("lt", "mm") == "lt"
-    assert evidence.library_path("torch", "addmm", k=1) == "cublas"      # measured: level2_mixed.log
+    assert evidence.library_path("torch", "addmm", n=1024, k=1) == "cublas"      # measured: level2_mixed.log
+    assert evidence.library_path("torch", "addmm", n=1, k=1024) == "cublas"      # measured: probe_raw.jsonl
+    assert evidence.library_path("torch", "addmm", n=4096, k=4096) == "torch-lt"
     assert evidence.library_path("numpy", "mm") is None and evidence.expects_lt_function("numpy", "mm") is None
     assert evidence.expects_lt_function("torch-lt", "bmm") is None      # not measured: not checked
     assert evidence.heuristic_workspace("torch-lt", "mm") == evidence.heuristic_workspace("torch", "addmm") == 1 << 20

@@ -97,3 +97,16 @@ def test_a_case_outside_the_kinds_says_which_and_what_to_choose(case, says):
 def test_a_case_key_round_trips_and_counts_its_flops():
     c = Case("torch-lt", "bmm", "fp16", "TN", 3, 5, 7, 2)
     assert Case.from_key(c.key) == c and c.flops == 2 * 3 * 5 * 7 * 2
+
+
+def test_decoded_columns_have_the_decoders_types():
+    """One type per decoded field: the column type of each `DECODED_COLUMNS` entry is its KernelName type."""
+    types = {f.name: str(f.type) for f in dataclasses.fields(KernelName)}
+    column = {"int | None": "Int64", "bool | None": "boolean", "str": "category"}
+    for name, (dtype, _) in kinds.DECODED_COLUMNS.items():
+        if name == "kernel_short":
+            assert isinstance(KernelName(name="x").short, str) and dtype == "string"
+            continue
+        assert column[types[name]] == dtype, name
+    from cublaslt_probe import dataset
+    assert all(dataset.SCHEMA[c] == kinds.DECODED_COLUMNS[c] for c in kinds.DECODED_COLUMNS)
