@@ -129,7 +129,7 @@ def part_replay(out, probe):
         r["captured_kernels"] = ks
     with open(os.path.join(out, "replay_probe_raw.json"), "w") as f:
         json.dump(res, f, default=str)
-    from cublaslt_probe.dataset import main_kernel
+    from cublaslt_probe.evidence import main_kernel
     same = sum(1 for r in res if r.get("kernel") and r["kernel"] == main_kernel(r["captured_kernels"]))
     print(f"replay probe_raw: {len(res)} lines, {sum(1 for r in res if not r.get('error'))} ran, "
           f"{same} launched exactly the captured kernel", flush=True)
