@@ -101,8 +101,8 @@ def _time(c: dict, rec: dict, gpu) -> dict | None:
     peak = p.tflops.get(c["dtype"]) if p else None
     if peak is None:
         return out
-    nbytes = ((c["m"] * c["k"] + c["k"] * c["n"]) * INPUT_BYTES[c["dtype"]] + c["m"] * c["n"] * OUTPUT_BYTES[c["dtype"]]) \
-        * batch
+    dt = c["dtype"]
+    nbytes = ((c["m"] * c["k"] + c["k"] * c["n"]) * INPUT_BYTES[dt] + c["m"] * c["n"] * OUTPUT_BYTES[dt]) * batch
     t_mem = nbytes / (p.hbm_tbps * 1e12) * 1e6
     t_cmp = flops / (peak * 1e12) * 1e6
     out["peaks"] = {"source": p.source, "tflops": peak, "hbm_tbps": p.hbm_tbps, "pct": out["tflops"] / peak,
@@ -227,8 +227,9 @@ def _render_time(a: dict) -> list[str]:
         return [line + f"; peak unknown for {t['gpu'] or 'this GPU'} (no datasheet entry in kinds.PEAKS)"]
     dtype = a["gemm"]["dtype"]
     return [line + f" = {p['pct']:.1%} of {p['tflops']:.0f} TFLOP/s {dtype} dense peak ({p['source']}, dense)",
-            f"floors: {p['bytes'] / 1e6:.1f} MB at {p['hbm_tbps']} TB/s = {p['t_mem_us']:.2f} µs; {p['gflop']:.2f} GFLOP "
-            f"at peak = {p['t_compute_us']:.2f} µs -> {p['bound']}-bound; measured is {p['over_floor']:.1f}× the floor"]
+            f"floors: {p['bytes'] / 1e6:.1f} MB at {p['hbm_tbps']} TB/s = {p['t_mem_us']:.2f} µs; "
+            f"{p['gflop']:.2f} GFLOP at peak = {p['t_compute_us']:.2f} µs -> {p['bound']}-bound; "
+            f"measured is {p['over_floor']:.1f}× the floor"]
 
 
 def _render_heuristic(a: dict) -> list[str]:

@@ -213,7 +213,8 @@ class LtGemm:
             raise
         self.stream = torch.cuda.current_stream().cuda_stream
         # operands this GEMM holds alive (the workspace given by the caller is the caller's)
-        own = [self.A, self.B, self.C] + ([self.D] if out_of_place else []) + ([self.bias] if self.bias is not None else [])
+        own = [self.A, self.B, self.C] + ([self.D] if out_of_place else [])
+        own += [self.bias] if self.bias is not None else []
         if workspace is None:
             own.append(self.ws)
         self.nbytes = sum(t.element_size() * t.numel() for t in own)
