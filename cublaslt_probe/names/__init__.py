@@ -19,7 +19,7 @@ from cublaslt_probe.names.tokens import INFERRED, MEASURED, Meaning
 
 FAMILIES = ("nvjet", "xmma", "cutlass", "cutlass3x", "legacy", "gemv", "gemmSN", "splitk_reduce", "helper",
             "framework", "cutlass_template", "cudnn", "triton", "flash_attn", "fmha_cutlass", "flashinfer",
-            "trtllm_gen", "deepgemm", "marlin", "nccl", "cute_dsl", "unknown")
+            "trtllm_gen", "deepgemm", "marlin", "nccl", "vllm", "sglang", "cute_dsl", "unknown")
 
 __all__ = ["decode", "encode", "clear_cache", "KernelName", "GRAMMARS", "Grammar", "FAMILIES", "FIELD_NAMES",
            "JSONL_KEYS", "Meaning", "MEASURED", "INFERRED", "KINDS", "PROVENANCES", "EVIDENCE", "PROBLEM_SHAPES"]

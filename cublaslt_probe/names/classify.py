@@ -32,7 +32,10 @@ FAMILY_CLASSES: dict[str, Tok] = {
                             "library binary (torch's grouped GEMM, vLLM, sglang, TensorRT-LLM) and launched "
                             "directly: no heuristic chose it"),
     "cudnn": Tok((C.ATTENTION, C.RUNTIME_COMPILED, "cudnn"), "cudnn_generated_fort_native_*: generated and "
-                 "compiled by a cuDNN runtime-fusion engine; cudnn:: helpers are precompiled in libcudnn"),
+                 "compiled by a cuDNN runtime-fusion engine; cudnn::fusion:: helpers are precompiled in libcudnn "
+                 "and launched with that engine's plan (ahead-of-time); cuDNN's precompiled engine kernels "
+                 "(convolutions, layout and batch-norm kernels) are picked by cuDNN's heuristics "
+                 "(library-selected)"),
     "triton": Tok((C.OTHER, C.RUNTIME_COMPILED, "triton"), "Triton kernel TorchInductor generated and compiled "
                   "while the program ran"),
     "flash_attn": Tok((C.ATTENTION, C.AHEAD_OF_TIME, "flash-attn"), "FlashAttention 2/3 compiled into libtorch "
@@ -48,6 +51,9 @@ FAMILY_CLASSES: dict[str, Tok] = {
     "marlin": Tok((C.GEMM, C.AHEAD_OF_TIME, "vllm"), "Marlin / Machete kernels compiled into vLLM's or "
                   "sglang's extension"),
     "nccl": Tok((C.COMMUNICATION, C.AHEAD_OF_TIME, "nccl"), "NCCL collective kernel compiled into libnccl"),
+    "vllm": Tok((C.OTHER, C.AHEAD_OF_TIME, "vllm"), "vLLM's own kernels, compiled into its extension"),
+    "sglang": Tok((C.OTHER, C.AHEAD_OF_TIME, "sglang"), "sglang's own kernels (sgl-kernel), compiled into its "
+                  "extension"),
     "cute_dsl": Tok((C.OTHER, C.RUNTIME_COMPILED, None), "CuTe DSL (CUTLASS Python) kernel: JIT-compiled "
                     "when first called"),
     "unknown": Tok((C.OTHER, C.UNKNOWN, None), "no grammar knows the name"),
@@ -90,9 +96,12 @@ def classify(f: dict) -> None:
             prov = C.RUNTIME_COMPILED
             kind = C.COPY if op.startswith("copy") else (keyword_kind(op) or C.ELEMENTWISE)
     elif family == "cudnn":
-        if base.startswith("cudnn::"):
+        if base.startswith("cudnn::fusion::"):
             prov = C.AHEAD_OF_TIME
             kind = keyword_kind(base) or C.OTHER
+        elif base.startswith("cudnn::") or f.get("variant") == "engine":
+            prov = C.LIBRARY_SELECTED
+            kind = C.OTHER if op in ("fprop", "dgrad", "wgrad", "conv") else (keyword_kind(base) or C.OTHER)
         elif op.startswith("matmul"):
             kind = C.GEMM
         elif op.startswith("conv"):
@@ -128,8 +137,8 @@ def classify(f: dict) -> None:
             f.setdefault("ambiguity", AMBIGUOUS["cutlass_template/flashinfer"])
     elif family == "cutlass3x":
         f.setdefault("ambiguity", AMBIGUOUS["cutlass3x"])
-    elif family == "cute_dsl":
-        kind = keyword_kind(base) or C.OTHER
+    elif family in ("cute_dsl", "vllm", "sglang"):
+        kind = keyword_kind(base.split("::", 1)[-1]) or C.OTHER
     f.setdefault("kind", kind)
     f.setdefault("provenance", prov)
     if f.get("library") is None and lib is not None:

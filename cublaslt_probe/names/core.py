@@ -152,6 +152,8 @@ def _decode_uncached(raw) -> KernelName:
         f = _decode_fields(text)
         if f is None:
             return make(text)
+        if "cudnn" in text or "prop_" in text or "grad_" in text or "convolve" in text:
+            _sig.cudnn_engine(f, text)
         _classify(f)
         return make(text, **f)
     except Exception:  # noqa: BLE001 - the contract: never raise; a bug here must not lose the name

@@ -204,6 +204,27 @@ def _library_from_text(text: str) -> str | None:
     return None
 
 
+_CUDNN_ENGINES = tuple((re.compile(k), t) for k, t in T.CUDNN_ENGINE_PATTERNS.items())
+_CONV_WORD = re.compile(r"(fprop|dgrad|wgrad)")
+
+
+def cudnn_engine(f: dict, text: str) -> None:
+    """Re-attribute a cuDNN convolution engine kernel (xmma / CUTLASS prefix, cuDNN build) to family cudnn."""
+    name = f.get("base") or text
+    for rx, tok in _CUDNN_ENGINES:
+        m = rx.search(name)
+        if m is None:
+            continue
+        op = m.group(1) if tok.value == "<1>" else tok.value
+        if op == "conv":
+            w = _CONV_WORD.search(text)
+            op = w.group(1) if w else "conv"
+        if f.get("family") == "unknown":      # the wrapper was not understood before; now it is
+            f["unparsed"] = ()
+        f.update(family="cudnn", library="cudnn", op=op, variant="engine")
+        return
+
+
 def mangled_fields(s: str) -> dict | None:
     """Fields of a mangled name neither demangler read, from its words; None when nothing is recognised."""
     words = TP.mangled_words_of(s)
@@ -232,7 +253,7 @@ def mangled_fields(s: str) -> dict | None:
 
 # Families whose names are not written from fields: encode() gives their function name back.
 NAME_FAMILIES = frozenset({"flash_attn", "flashinfer", "deepgemm", "marlin", "cutlass_template", "cute_dsl",
-                           "trtllm_gen", "cudnn"})
+                           "trtllm_gen", "cudnn", "vllm", "sglang"})
 
 
 def _rows():

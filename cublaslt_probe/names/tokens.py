@@ -520,6 +520,23 @@ SIGNATURE_FAMILIES: dict[str, Tok] = {
     "cudnn::": Tok(("cudnn", "cudnn"), "cuDNN's precompiled helper kernels (SDPA backward: dO.O, dQ "
                    "conversion)", MEASURED, CAPTURE_TRACE),
     "tensorrt_llm::": Tok(("trtllm_gen", "trtllm"), "TensorRT-LLM kernels", INFERRED, PUBLIC),
+    "vllm::": Tok(("vllm", "vllm"), "vLLM's own CUDA kernels (norms, activations, KV-cache writes, custom "
+                  "all-reduce), compiled into its extension", INFERRED, PUBLIC),
+    "sglang::": Tok(("sglang", "sglang"), "sglang's own CUDA kernels (sgl-kernel), compiled into its extension",
+                    INFERRED, PUBLIC),
+}
+# cuDNN's precompiled engine kernels (convolutions): regex on the name -> op. They carry other families'
+# prefixes (xmma, cutlass) but a `cudnn` build tag or a convolution word: cuDNN, not cuBLAS, launched them.
+CUDNN_ENGINE_PATTERNS: dict[str, Tok] = {
+    r"^sm\d+_xmma_(fprop|dgrad|wgrad)_": Tok("<1>", "xmma convolution kernel of cuDNN (fprop / dgrad / wgrad "
+                                             "implicit GEMM, build tag _cudnn)", INFERRED, PUBLIC),
+    r"^cutlass__5x_cudnn::": Tok("conv", "cuDNN's CUTLASS convolution kernels (namespace cutlass__5x_cudnn)",
+                                 INFERRED, PUBLIC),
+    r"^cutlass_tensorop_\w*?(fprop|dgrad|wgrad)": Tok("<1>", "cuDNN's CUTLASS convolution kernel named "
+                                                      "without its namespace", INFERRED, PUBLIC),
+    r"^implicit_convolve_sgemm": Tok("fprop", "cuDNN's SIMT implicit-GEMM convolution", INFERRED, PUBLIC),
+    r"scudnn": Tok("conv", "cuDNN's hand-written convolution kernels (scudnn, winograd)", INFERRED),
+    r"^cutlass_cudnn_infer::": Tok("conv", "cuDNN's CUTLASS inference kernels", INFERRED),
 }
 # Namespaces of the code that instantiated a CUTLASS template (device_kernel<ns::...>) -> library.
 TEMPLATE_LIBRARIES: dict[str, Tok] = {
@@ -565,7 +582,8 @@ KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
     ("Copy", "copy"), ("index_select", "copy"), ("indexSelect", "copy"), ("index_elementwise", "copy"),
     ("indexFunc", "copy"), ("index_put", "copy"), ("gather", "copy"), ("scatter", "copy"),
     ("embedding", "copy"), ("Embedding", "copy"), ("take_", "copy"), ("transpose", "copy"), ("permute", "copy"),
-    ("reshape_and_cache", "copy"), ("fill_", "elementwise"),
+    ("reshape_and_cache", "copy"), ("fill_", "elementwise"), ("ToNhwc", "copy"), ("ToNchw", "copy"),
+    ("im2col", "copy"), ("upsample", "copy"), ("pad_", "copy"),
     # reductions (normalisations and softmax reduce over a row)
     ("reduce_kernel", "reduction"), ("Reduce", "reduction"), ("reduce", "reduction"), ("SoftMax", "reduction"),
     ("softmax", "reduction"), ("Softmax", "reduction"), ("layer_norm", "reduction"), ("LayerNorm", "reduction"),
@@ -574,7 +592,7 @@ KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
     ("Norm", "reduction"),
     ("Scan", "reduction"), ("scan", "reduction"), ("cumsum", "reduction"), ("Histogram", "reduction"),
     ("argmax", "reduction"), ("nll_loss", "reduction"), ("cross_entropy", "reduction"),
-    ("reduction", "reduction"), ("grad_weight", "reduction"),
+    ("reduction", "reduction"), ("grad_weight", "reduction"), ("bn_fw", "reduction"), ("bn_bw", "reduction"),
     # sorts, selection and other bookkeeping
     ("Sort", "other"), ("sort", "other"), ("radix", "other"), ("Radix", "other"), ("topk", "other"),
     ("TopK", "other"), ("philox", "other"), ("unique", "other"), ("Unique", "other"), ("nonzero", "other"),
