@@ -170,6 +170,8 @@ PROVENANCE_CASES = [
     ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop", "cudnn", "attention", "runtime-compiled", "cudnn"),
     ("triton_tem_fused_mm_relu_0", "triton", "gemm", "runtime-compiled", "triton"),
     ("triton_red_fused_argmax_1", "triton", "reduction", "runtime-compiled", "triton"),
+    # Inductor computed a skinny mm (1 x 201088 x 2880) as a reduction: still the GEMM
+    ("triton_red_fused_mm_0", "triton", "gemm", "runtime-compiled", "triton"),
     ("triton_poi_fused__scaled_dot_product_cudnn_attention_add_7", "triton", "elementwise", "runtime-compiled",
      "triton"),
     ("void deep_gemm::fp8_gemm_kernel<", "deepgemm", "gemm", "runtime-compiled", "deepgemm"),

@@ -109,9 +109,12 @@ def classify(f: dict) -> None:
     elif family == "triton":
         variant = f.get("variant")
         ops = set(f.get("fused_ops", ()))
-        if variant == "tem":
-            kind = C.GEMM if ops & T.TRITON_GEMM_OPS else (C.ATTENTION if ops & T.TRITON_ATTENTION_OPS
-                                                          else C.OTHER)
+        if ops & T.TRITON_GEMM_OPS:     # a matmul, as a template or decomposed (skinny mm -> reduction)
+            kind = C.GEMM
+        elif ops & T.TRITON_ATTENTION_OPS:
+            kind = C.ATTENTION
+        elif variant == "tem":
+            kind = C.OTHER
         elif variant in ("poi", "for"):
             kind = C.ELEMENTWISE
         elif variant in ("red", "per", "spl", "mix"):

@@ -180,9 +180,10 @@ TRITON = register(_TritonGrammar(
               required=True),
     ),
     finish=_triton_finish,
-    notes=("kind: tem (template) kernels whose ops include mm / addmm / bmm / baddbmm / _scaled_mm / "
-           "_int_mm are GEMMs; flex_attention templates are attention; poi / for are elementwise; red / per "
-           "/ spl are reductions.",),
+    notes=("kind: kernels whose fused ops include mm / addmm / bmm / baddbmm / _scaled_mm / _int_mm are GEMMs "
+           "(templates, and matmuls Inductor decomposed into reductions: triton_red_fused_mm_0); "
+           "flex_attention kernels are attention; other poi / for kernels are elementwise, red / per / spl "
+           "reductions.",),
 ))
 
 
