@@ -172,6 +172,8 @@ PROVENANCE_CASES = [
     ("triton_red_fused_argmax_1", "triton", "reduction", "runtime-compiled", "triton"),
     # Inductor computed a skinny mm (1 x 201088 x 2880) as a reduction: still the GEMM
     ("triton_red_fused_mm_0", "triton", "gemm", "runtime-compiled", "triton"),
+    # ...but a quantisation feeding vLLM's cutlass_scaled_mm is not one
+    ("triton_red_fused__to_copy_abs_clamp_cutlass_scaled_mm", "triton", "reduction", "runtime-compiled", "triton"),
     ("triton_poi_fused__scaled_dot_product_cudnn_attention_add_7", "triton", "elementwise", "runtime-compiled",
      "triton"),
     ("void deep_gemm::fp8_gemm_kernel<", "deepgemm", "gemm", "runtime-compiled", "deepgemm"),

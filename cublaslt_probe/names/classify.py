@@ -109,8 +109,8 @@ def classify(f: dict) -> None:
     elif family == "triton":
         variant = f.get("variant")
         ops = set(f.get("fused_ops", ()))
-        if ops & T.TRITON_GEMM_OPS:     # a matmul, as a template or decomposed (skinny mm -> reduction)
-            kind = C.GEMM
+        if ops & (T.TRITON_GEMM_OPS if variant == "tem" else T.TRITON_DECOMPOSED_GEMM_OPS):
+            kind = C.GEMM               # a matmul, as a template or decomposed (skinny mm -> reduction)
         elif ops & T.TRITON_ATTENTION_OPS:
             kind = C.ATTENTION
         elif variant == "tem":

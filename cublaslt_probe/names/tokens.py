@@ -413,7 +413,7 @@ TRITON_OP_PHRASES: tuple[tuple[str, ...], ...] = tuple(tuple(p.split("_")) for p
     "select_scatter", "constant_pad_nd", "avg_pool2d", "max_pool2d_with_indices", "new_zeros", "new_ones",
     "full_like", "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "masked_fill",
     "where_self", "gelu_backward", "silu_backward", "threshold_backward", "sigmoid_backward",
-    "tanh_backward", "mm_t", "clamp_min", "clamp_max", "var_mean", "arange", "_weight_norm_interface",
+    "tanh_backward", "mm_t", "cutlass_scaled_mm", "clamp_min", "clamp_max", "var_mean", "arange", "_weight_norm_interface",
 ))
 # ...and their backward ops (native_dropout_backward, native_group_norm_backward, ...)
 TRITON_OP_PHRASES += tuple(p + ("backward",) for p in TRITON_OP_PHRASES if p[-1] != "backward")
@@ -423,6 +423,9 @@ for _p in sorted(TRITON_OP_PHRASES, key=len, reverse=True):
 # ATen ops that make an Inductor template kernel a GEMM or an attention.
 TRITON_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm", "mm_t", "matmul",
                              "linear", "addmv", "_grouped_mm"})
+# Matmuls Inductor decomposes into its own reductions / pointwise kernels (extern ops such as _scaled_mm or a
+# custom cutlass_scaled_mm named in a kernel are its prologue's consumers, not the kernel's work).
+TRITON_DECOMPOSED_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "mm_t", "matmul", "addmv"})
 TRITON_ATTENTION_OPS = frozenset({"flex_attention", "flex_attention_backward", "flex_decoding"})
 
 # --------------------------------------------------------------------------------- memory-efficient
