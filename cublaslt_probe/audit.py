@@ -32,6 +32,7 @@ import pandas as pd
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.trace import PY_MODULE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -400,162 +401,28 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
 # --------------------------------------------------------------------------- the audit
 def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None) -> Audit:
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc)."""
-    from cublaslt_probe.names import decode
-    from cublaslt_probe.trace import _op_key_json, classify, problem_of, read_chrome_trace, _timeline
+    from cublaslt_probe.trace import read_chrome_trace, timeline_frame
     files = resolve(path, log_path)
     notes: list[str] = []
     env = _read_env(files["env"], notes)
     s = read_chrome_trace(files["trace"], detail=True)
     det = s.detail
-    gpu_env, gpu_trace = env.get("gpu"), s.device
-    gpu = gpu_env or gpu_trace
-    if gpu_env and gpu_trace and gpu_env not in gpu_trace:
-        notes.append(f"env.json says {gpu_env} but the trace was taken on {gpu_trace}: rates are the trace's GPU")
-        gpu = gpu_trace
+    gpu, sms, gpu_arch = _gpu_facts(env, s, notes)
     rates = gpu_rates(gpu)
     if rates[0] is None:
         notes.append(f"no peak rates for GPU {gpu or '(not recorded)'}: floor_us and pct_peak cannot be shown")
-    props = s.meta.get("deviceProperties") or [{}]
-    sms = env.get("sm_count") or (props[0].get("numSms") if isinstance(props[0], dict) else None)
-    cc = env.get("cc") or (f"{props[0].get('computeMajor')}.{props[0].get('computeMinor')}"
-                           if isinstance(props[0], dict) and props[0].get("computeMajor") is not None else None)
-    gpu_arch = int(cc.replace(".", "")) if cc and cc.replace(".", "").isdigit() else None
-
-    L, ops, rng = det.launches, det.ops, det.ranges
-    names = det.names
-    # ---- steps
-    is_step = rng["name"].str.startswith(runfiles.STEP_PREFIX) if len(rng) else pd.Series([], dtype=bool)
-    steps_r = rng[is_step]
-    if not len(steps_r) and len(rng):
-        steps_r = rng[rng["name"].str.startswith("ProfilerStep#")]
-    if len(steps_r):
-        in_step = _contained(steps_r["ts"].to_numpy(), steps_r["end"].to_numpy(), L["t_launch"].to_numpy()) >= 0
-        steps = len(steps_r)
-        outside = int((~in_step).sum())
-        if outside:
-            notes.append(f"{outside:,} launches outside the {steps} step ranges are left out")
-    else:
-        in_step = np.ones(len(L), dtype=bool)
-        steps = int((env.get("capture") or {}).get("steps") or 1)
-        if not env:
-            notes.append("no step ranges in the trace: the whole trace counts as one step")
-    L = L[in_step]
-    # ---- the step's GPU time by class
+    L, steps = _in_steps(det, env, notes)
     per_name: dict[str, list] = {}
-    g = L.groupby("name")["dur"].agg(["count", "sum"])
-    for i, (c, t) in zip(g.index, g.itertuples(index=False)):
-        per_name[names[i]] = [int(c), float(t)]
+    for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
+        per_name[det.names[i]] = [int(c), float(t)]
     total_us = float(L["dur"].sum())
-    timeline = _timeline(per_name, total_us)
-    for col in ("total_us",):
-        timeline[col] = timeline[col] / steps
+    timeline = timeline_frame(per_name, total_us)
+    timeline["total_us"] = timeline["total_us"] / steps
     step_gpu = total_us / steps
-    G = L[L["kind"] > 0].copy()      # GEMM-kind launches (and orphan reduces)
-    # ---- modules
-    mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX)] if len(rng) else rng
-    attribution = "capture ranges"
-    prefix = runfiles.MODULE_PREFIX
-    if not len(mods) and len(rng):
-        mods = rng[rng["name"].str.startswith("nn.Module: ")]
-        attribution, prefix = "nn.Module", "nn.Module: "
-    if not len(mods):
-        attribution = "none"
-    op_row = G["op_row"].to_numpy()
-    module = np.full(len(G), -1, dtype=np.int64)
-    bwd = np.zeros(len(G), dtype=bool)
-    if len(mods) and len(G):
-        m_ts, m_end, m_tid = mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy()
-        linked = op_row >= 0
-        o_ts, o_tid = ops["ts"].to_numpy(), ops["tid"].to_numpy()
-        r = op_row[linked]
-        module[linked] = _innermost(m_ts, m_end, m_tid, o_ts[r], o_tid[r])
-        # backward: the evaluate_function node around the op, its sequence number, the forward op's module
-        need = linked & (module < 0)
-        if need.any():
-            keys = det.op_keys
-            is_eval = np.fromiter((keys[k][0].startswith(EVAL_PREFIX) for k in ops["key"].to_numpy()),
-                                  dtype=bool, count=len(ops))
-            ev_rows = np.flatnonzero(is_eval)
-            rn = op_row[need]
-            inner = _innermost(o_ts[ev_rows], ops["end"].to_numpy()[ev_rows], o_tid[ev_rows], o_ts[rn], o_tid[rn])
-            seq = np.where(inner >= 0, ops["seq"].to_numpy()[ev_rows[np.maximum(inner, 0)]], -1)
-            wanted = np.unique(seq[seq >= 0])
-            if len(wanted):
-                fwd = np.flatnonzero(np.isin(ops["seq"].to_numpy(), wanted) & ~is_eval)
-                fmod = _innermost(m_ts, m_end, m_tid, o_ts[fwd], o_tid[fwd])
-                ok = fmod >= 0
-                f = pd.DataFrame({"seq": ops["seq"].to_numpy()[fwd][ok], "ts": o_ts[fwd][ok], "mod": fmod[ok]})
-                seq_mod = f.sort_values("ts").groupby("seq")["mod"].last()
-                got = pd.Series(seq).map(seq_mod).to_numpy()
-                hit = ~pd.isna(got)
-                idx = np.flatnonzero(need)
-                module[idx[hit]] = got[hit].astype(np.int64)
-                bwd[idx[seq >= 0]] = True
-    mod_names = mods["name"].str.slice(len(prefix)).tolist() if len(mods) else []
-    if attribution == "nn.Module":      # class-and-order names: the path of enclosing modules
-        par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy())
-        short = list(mod_names)
-        for i in range(len(short)):
-            j, path = par[i], [short[i]]
-            while j >= 0:
-                path.append(short[j])
-                j = par[j]
-            mod_names[i] = ".".join(reversed(path))
-    G["module_full"] = [mod_names[i] if i >= 0 else None for i in module]
-    G["pass"] = np.where(module >= 0, np.where(bwd, "bwd", "fwd"), None)
-    G["key"] = np.where(op_row >= 0, ops["key"].to_numpy()[np.maximum(op_row, 0)] if len(ops) else -1, -1)
-    G["module"] = [collapse(x) if x is not None else None for x in G["module_full"]]
+    G, attribution = _attribute(L[L["kind"] > 0].copy(), det)   # GEMM-kind launches (and orphan reduces)
     G = _fold_helpers(G)
-    # ---- rows
     log_groups = _log_groups(files["log"], notes) if files["log"] else {}
-    rows = []
-    grp = G.groupby(["module", "pass", "key", "name"], dropna=False, sort=False)
-    agg = grp.agg(count=("dur", "size"), total=("dur", "sum"), reduce=("reduce_us", "sum"),
-                  helper=("helper_us", "sum"), instances=("module_full", "nunique"))
-    no_shape_us, no_shape = 0.0, 0
-    key_cache: dict[int, tuple] = {}
-    for (mod, pas, key, name), a in zip(agg.index, agg.itertuples(index=False)):
-        kernel = names[name]
-        kn = decode(kernel)
-        _, prov = classify(kn)
-        key = int(key)
-        if key >= 0:
-            if key not in key_cache:
-                key_cache[key] = _op_key_json(det.op_keys[key])
-            op, dims, types, strides = key_cache[key]
-        else:
-            op = dims = types = strides = None
-        p = problem_of(op, dims, types, strides)
-        shape_from = "op" if p else None
-        if not p and op and op.startswith("triton_tem") and "mm" in op:
-            p = _template_problem(dims, types, strides)
-            shape_from = "kernel arguments" if p else None
-        if not p:
-            no_shape += 1
-            no_shape_us += a.total
-        row = {
-            "module": None if pd.isna(mod) else mod, "instances": int(a.instances) if not pd.isna(mod) else None,
-            "pass": None if pd.isna(pas) else pas, "op": op,
-            **{c: p.get(c) for c in ("dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")},
-            "calls": a.count / steps, "gpu_us": a.total / steps, "mean_us": a.total / a.count,
-            "share": (a.total / steps) / step_gpu if step_gpu else None,
-            "kernel": kernel, "family": kn.family, "provenance": prov, "kernel_short": kn.short,
-            "arch": kn.arch, "tile_m": kn.tile_m, "tile_n": kn.tile_n, "tile_k": kn.tile_k, "stages": kn.stages,
-            "cluster_m": kn.cluster_m, "cluster_n": kn.cluster_n,
-            "problem_shape": kn.problem_shape,
-            "split_k": bool(kn.split_k) or a.reduce > 0 if kn.split_k is not None or a.reduce > 0 else None,
-            "shape_from": shape_from,
-            "reduce_us": a.reduce / steps, "helper_us": a.helper / steps, "input_dims": dims,
-            "input_strides": strides,
-        }
-        _join_log(row, kn, log_groups, steps)
-        if row.get("algo_split_k") and row["algo_split_k"] > 1:
-            row["split_k"] = True
-        _judge(row, kn, rates, sms, gpu_arch)
-        rows.append(row)
-    df = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
-    df = _coerce(df)
-    df = df.sort_values(["gpu_us", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    df, no_shape, no_shape_us = _rows(G, det, steps, step_gpu, log_groups, rates, sms, gpu_arch)
     gemm_us = float(G["dur"].sum()) / steps
     # ---- what cannot be shown
     if len(G) and not any(k[1] is not None for k in det.op_keys):
@@ -570,6 +437,151 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None) ->
     return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
                  gpu=gpu, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None})
+
+
+def _gpu_facts(env: dict, s, notes: list[str]) -> tuple[str | None, int | None, int | None]:
+    """(GPU name, SM count, architecture number like 90) from env.json, else the trace's deviceProperties."""
+    gpu_env, gpu_trace = env.get("gpu"), s.device
+    gpu = gpu_env or gpu_trace
+    if gpu_env and gpu_trace and gpu_env not in gpu_trace:
+        notes.append(f"env.json says {gpu_env} but the trace was taken on {gpu_trace}: rates are the trace's GPU")
+        gpu = gpu_trace
+    props = (s.meta.get("deviceProperties") or [{}])[0]
+    props = props if isinstance(props, dict) else {}
+    sms = env.get("sm_count") or props.get("numSms")
+    cc = env.get("cc") or (f"{props['computeMajor']}.{props.get('computeMinor', 0)}"
+                           if props.get("computeMajor") is not None else None)
+    arch = int(cc.replace(".", "")) if cc and cc.replace(".", "").isdigit() else None
+    return gpu, sms, arch
+
+
+def _in_steps(det, env: dict, notes: list[str]) -> tuple[pd.DataFrame, int]:
+    """The launches inside the step ranges (the capture's, else ProfilerStep#N; else all) and the steps."""
+    L, rng = det.launches, det.ranges
+    steps_r = rng[rng["name"].str.startswith(runfiles.STEP_PREFIX)] if len(rng) else rng
+    if not len(steps_r) and len(rng):
+        steps_r = rng[rng["name"].str.startswith("ProfilerStep#")]
+    if not len(steps_r):
+        if not env:
+            notes.append("no step ranges in the trace: the whole trace counts as one step")
+        return L, int((env.get("capture") or {}).get("steps") or 1)
+    inside = _contained(steps_r["ts"].to_numpy(), steps_r["end"].to_numpy(), L["t_launch"].to_numpy()) >= 0
+    steps = len(steps_r)
+    outside = int((~inside).sum())
+    if outside:
+        notes.append(f"{outside:,} launches outside the {steps} step ranges are left out")
+    return L[inside], steps
+
+
+def _attribute(G: pd.DataFrame, det) -> tuple[pd.DataFrame, str]:
+    """Module (``module_full``, collapsed ``module``), ``pass`` and op record (``key``) of each GEMM launch,
+    and which ranges gave them: capture ranges | nn.Module | none."""
+    ops, rng = det.ops, det.ranges
+    mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX)] if len(rng) else rng
+    attribution, prefix = "capture ranges", runfiles.MODULE_PREFIX
+    if not len(mods) and len(rng):
+        mods = rng[rng["name"].str.startswith(PY_MODULE_PREFIX)]
+        attribution, prefix = "nn.Module", PY_MODULE_PREFIX
+    if not len(mods):
+        attribution = "none"
+    op_row = G["op_row"].to_numpy()
+    module = np.full(len(G), -1, dtype=np.int64)
+    bwd = np.zeros(len(G), dtype=bool)
+    if len(mods) and len(G):
+        m_ts, m_end, m_tid = mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy()
+        o_ts, o_tid, o_seq = ops["ts"].to_numpy(), ops["tid"].to_numpy(), ops["seq"].to_numpy()
+        linked = op_row >= 0
+        module[linked] = _innermost(m_ts, m_end, m_tid, o_ts[op_row[linked]], o_tid[op_row[linked]])
+        # backward: the evaluate_function node around the op, its sequence number, the forward op's module
+        need = linked & (module < 0)
+        if need.any():
+            keys = det.op_keys
+            is_eval = np.fromiter((keys[k][0].startswith(EVAL_PREFIX) for k in ops["key"].to_numpy()),
+                                  dtype=bool, count=len(ops))
+            ev_rows = np.flatnonzero(is_eval)
+            rn = op_row[need]
+            inner = _innermost(o_ts[ev_rows], ops["end"].to_numpy()[ev_rows], o_tid[ev_rows], o_ts[rn], o_tid[rn])
+            seq = np.where(inner >= 0, o_seq[ev_rows[np.maximum(inner, 0)]], -1)
+            wanted = np.unique(seq[seq >= 0])
+            if len(wanted):
+                fwd = np.flatnonzero(np.isin(o_seq, wanted) & ~is_eval)
+                fmod = _innermost(m_ts, m_end, m_tid, o_ts[fwd], o_tid[fwd])
+                ok = fmod >= 0
+                f = pd.DataFrame({"seq": o_seq[fwd][ok], "ts": o_ts[fwd][ok], "mod": fmod[ok]})
+                seq_mod = f.sort_values("ts").groupby("seq")["mod"].last()     # the op that made the node
+                got = pd.Series(seq).map(seq_mod).to_numpy()
+                hit = ~pd.isna(got)
+                idx = np.flatnonzero(need)
+                module[idx[hit]] = got[hit].astype(np.int64)
+                bwd[idx[seq >= 0]] = True
+    names = _module_names(mods, prefix, attribution)
+    G["module_full"] = [names[i] if i >= 0 else None for i in module]
+    G["pass"] = np.where(module >= 0, np.where(bwd, "bwd", "fwd"), None)
+    G["key"] = np.where(op_row >= 0, ops["key"].to_numpy()[np.maximum(op_row, 0)] if len(ops) else -1, -1)
+    G["module"] = [collapse(x) if x is not None else None for x in G["module_full"]]
+    return G, attribution
+
+
+def _module_names(mods: pd.DataFrame, prefix: str, attribution: str) -> list[str]:
+    """Each module range's name; for ``nn.Module:`` ranges (class-and-order names) the path of the ranges
+    that enclose it (``Model_0.Linear_1``)."""
+    names = mods["name"].str.slice(len(prefix)).tolist() if len(mods) else []
+    if attribution != "nn.Module":
+        return names
+    par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy())
+    out = []
+    for i in range(len(names)):
+        j, path = par[i], [names[i]]
+        while j >= 0:
+            path.append(names[j])
+            j = par[j]
+        out.append(".".join(reversed(path)))
+    return out
+
+
+def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, rates: tuple, sms, gpu_arch
+          ) -> tuple[pd.DataFrame, int, float]:
+    """One row per (module, pass, op record, kernel): the `AUDIT_SCHEMA` frame, largest first; and how many
+    rows (and how much time) have no shape."""
+    from cublaslt_probe.names import decode
+    from cublaslt_probe.trace import classify, op_key_json, problem_of
+    agg = G.groupby(["module", "pass", "key", "name"], dropna=False, sort=False).agg(
+        count=("dur", "size"), total=("dur", "sum"), reduce=("reduce_us", "sum"), helper=("helper_us", "sum"),
+        instances=("module_full", "nunique"))
+    rows, no_shape, no_shape_us = [], 0, 0.0
+    for (mod, pas, key, name), a in zip(agg.index, agg.itertuples(index=False)):
+        kernel = det.names[name]
+        kn = decode(kernel)
+        op, dims, types, strides = op_key_json(det.op_keys[int(key)]) if key >= 0 else (None,) * 4
+        p = problem_of(op, dims, types, strides)
+        shape_from = "op" if p else None
+        if not p and op and op.startswith("triton_tem") and "mm" in op:
+            p = _template_problem(dims, types, strides)
+            shape_from = "kernel arguments" if p else None
+        if not p:
+            no_shape += 1
+            no_shape_us += a.total
+        row = {
+            "module": None if _na(mod) else mod, "instances": None if _na(mod) else int(a.instances),
+            "pass": None if _na(pas) else pas, "op": op,
+            **{c: p.get(c) for c in ("dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")},
+            "calls": a.count / steps, "gpu_us": a.total / steps, "mean_us": a.total / a.count,
+            "share": (a.total / steps) / step_gpu if step_gpu else None,
+            "kernel": kernel, "family": kn.family, "provenance": classify(kn)[1], "kernel_short": kn.short,
+            "arch": kn.arch, "tile_m": kn.tile_m, "tile_n": kn.tile_n, "tile_k": kn.tile_k, "stages": kn.stages,
+            "cluster_m": kn.cluster_m, "cluster_n": kn.cluster_n, "problem_shape": kn.problem_shape,
+            "split_k": (bool(kn.split_k) or a.reduce > 0) if kn.split_k is not None or a.reduce > 0 else None,
+            "shape_from": shape_from, "reduce_us": a.reduce / steps, "helper_us": a.helper / steps,
+            "input_dims": dims, "input_strides": strides,
+        }
+        _join_log(row, kn, log_groups, steps)
+        if row.get("algo_split_k") and row["algo_split_k"] > 1:
+            row["split_k"] = True
+        _judge(row, kn, rates, sms, gpu_arch)
+        rows.append(row)
+    df = _coerce(pd.DataFrame(rows, columns=AUDIT_COLUMNS))
+    df = df.sort_values(["gpu_us", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    return df, no_shape, no_shape_us
 
 
 def _template_problem(dims, types, strides) -> dict:

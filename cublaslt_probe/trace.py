@@ -519,7 +519,7 @@ def _js(v) -> str | None:
     return None if v is None else json.dumps(v, separators=(", ", ": "))
 
 
-def _op_key_json(key: tuple) -> tuple:
+def op_key_json(key: tuple) -> tuple:
     """(name, repr(dims), repr(types), repr(strides)) -> the same with JSON text (reprs of JSON values)."""
     import ast
     name, *rest = key
@@ -705,7 +705,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
     groups = _group(_np(l_name, np.int32), _np(l_kind, np.int8), op_idx, att)
     name_of = names.items
     out = _finish(groups.assign(kernel=[name_of[i] for i in groups["name"]]),
-                  [_op_key_json(ops.items[i]) if i >= 0 else None for i in groups["op"]], stats)
+                  [op_key_json(ops.items[i]) if i >= 0 else None for i in groups["op"]], stats)
     det = None
     if detail:
         order, keep, total, red = att
@@ -722,7 +722,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
             ranges=pd.DataFrame(ranges, columns=["name", "ts", "end", "tid"]))
     stats.seconds = time.perf_counter() - t0
     log.info("%s", stats.line())
-    timeline = _timeline(per_name, stats.gpu_time_us)
+    timeline = timeline_frame(per_name, stats.gpu_time_us)
     return TraceSummary(out, stats.gpu_time_us, stats, meta, _families(timeline), timeline, det)
 
 
@@ -833,7 +833,7 @@ TIMELINE_SCHEMA: dict[str, tuple[str, str]] = {
 }
 
 
-def _timeline(per_name: dict[str, list], gpu_time_us: float) -> pd.DataFrame:
+def timeline_frame(per_name: dict[str, list], gpu_time_us: float) -> pd.DataFrame:
     """GPU time of every kernel name, by (kind, provenance, family)."""
     from cublaslt_probe.names import decode
     acc: dict[tuple, list] = {}
@@ -1113,7 +1113,7 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
     out = _finish(groups, [None] * len(groups), stats)
     stats.seconds = time.perf_counter() - t0
     log.info("%s", stats.line())
-    timeline = _timeline(per_name, stats.gpu_time_us)
+    timeline = timeline_frame(per_name, stats.gpu_time_us)
     return TraceSummary(out, stats.gpu_time_us, stats, {}, _families(timeline), timeline)
 
 
