@@ -195,11 +195,13 @@ def main(argv=None) -> None:
             size = sum(f.stat().st_size for f in folder.iterdir())
             print(f"{kind} {rows:,} rows: {a.parts} parts written in {time.perf_counter() - t0:.0f} s "
                   f"({size / 1e6:,.0f} MB)", flush=True)
+            load0 = os.getloadavg()[0]
             r = timed_merge(folder, top / f"merged-{kind}-{rows}.parquet", a.jobs if kind == "raw" else None)
-            r.update(rows=rows, input_mb=size / 1e6)
+            r.update(rows=rows, input_mb=size / 1e6, load_before=load0, load_after=os.getloadavg()[0])
             res.setdefault("merge", []).append(dict(r, kind=kind))
             print(f"  merge: {r['wall_s']:.1f} s ({r['wall_s'] / rows * 1e6:.1f} µs/row), peak RSS "
-                  f"{r['peak_rss_mb']:.0f} MB (main process {r['peak_rss_main_mb']:.0f} MB) — {r['message']}",
+                  f"{r['peak_rss_mb']:.0f} MB (main process {r['peak_rss_main_mb']:.0f} MB); load average "
+                  f"{r['load_before']:.1f} -> {r['load_after']:.1f} — {r['message']}",
                   flush=True)
             for f in folder.iterdir():
                 f.unlink()

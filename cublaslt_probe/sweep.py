@@ -98,7 +98,7 @@ SIZES = ("m", "n", "k", "batch")
 
 
 class Cases(Sequence):
-    """A plan's GEMMs as columns (numpy: a code into `NAMES` for the four names, int64 sizes); reading one
+    """A plan's GEMMs as columns (numpy: int8 codes into `NAMES` for the four names, int32 sizes); reading one
     makes its `Case`. Slicing gives another `Cases` over views (a shard costs nothing)."""
 
     __slots__ = ("cols",)
@@ -125,7 +125,7 @@ class Cases(Sequence):
         return [k for ks in self.key_chunks() for k in ks]
 
     def key_chunks(self, rows: int = 1 << 16):
-        """`keys()` a list of `rows` at a time (what holds a million keys at once need not)."""
+        """`keys()`, a list of `rows` at a time (a million keys are never held at once)."""
         c = self.cols
         prefixes = _combo_prefixes()
         for i in range(0, len(self), rows):
@@ -195,7 +195,7 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
     groups = spec["group"]
     if isinstance(groups, dict):
         groups = [groups]
-    blocks, skipped = [], Counter()
+    blocks, skipped, repeats = [], Counter(), False
     for gi, g in enumerate(groups):
         unknown = set(g) - {"backends", "ops", "dtypes", "layouts", "m", "n", "k", "batch", "shapes"}
         if unknown:
@@ -213,6 +213,7 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
                         all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in s)):
                     raise SpecError(f"group {gi}: shape {s!r} must be [m, n, k] or [m, n, k, batch] of positive ints")
                 shapes.append(tuple(s) if len(s) == 4 else (*s, 1))
+            repeats = repeats or len(set(shapes)) < len(shapes)     # (a product of axes never repeats)
             shapes = np.array(shapes, dtype=np.int64).reshape(-1, 4)
         else:
             for ax in ("m", "n", "k"):
@@ -234,20 +235,26 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
                 combos.append((NAMES["backend"].index(be), OPS.index(op), DTYPES.index(dt), LAYOUTS.index(lay)))
         if not combos:
             continue
-        combos = np.array(combos, dtype=np.int64)
+        repeats = repeats or bool((shapes[:, 3] != 1).any())    # batch 1 runs bmm as 8; mm drops the batch
+        if shapes.max() > np.iinfo(np.int32).max:
+            raise SpecError(f"group {gi}: sizes above {np.iinfo(np.int32).max} cannot run")
+        combos = np.array(combos, dtype=np.int8)
+        shapes = shapes.astype(np.int32)
         si = np.repeat(np.arange(len(shapes)), len(combos))
         ci = np.tile(np.arange(len(combos)), len(shapes))
-        cols = {f: combos[ci, j] for j, f in enumerate(NAMES)}
+        cols = {f: combos[ci, j] for j, f in enumerate(NAMES)}     # int8 codes and int32 sizes: 20 bytes a GEMM
         cols.update({f: shapes[si, j] for j, f in enumerate(SIZES)})
+        del si, ci
         bmm = cols["op"] == OPS.index("bmm")
-        cols["batch"] = np.where(bmm, np.where(cols["batch"] == 1, 8, cols["batch"]), 1)
+        cols["batch"] = np.where(bmm, np.where(cols["batch"] == 1, 8, cols["batch"]), 1).astype(np.int32)
         blocks.append(cols)
     if not blocks:
-        cols = {f: np.zeros(0, dtype=np.int64) for f in (*NAMES, *SIZES)}
+        cols = {f: np.zeros(0, dtype=np.int8 if f in NAMES else np.int32) for f in (*NAMES, *SIZES)}
+    elif len(blocks) == 1 and not repeats:   # one product of distinct shapes: nothing repeats
+        cols = blocks[0]
     else:
-        cols = {f: np.concatenate([b[f] for b in blocks]) for f in (*NAMES, *SIZES)}
+        cols = {f: np.concatenate([b.pop(f) for b in blocks]) for f in (*NAMES, *SIZES)}
         cols = _first_of_each(cols)
-    cols = {f: a.astype(np.int8 if f in NAMES else np.int32) for f, a in cols.items()}   # 20 bytes a GEMM
     return Plan(spec.get("name", "spec"), Cases(cols), skipped, spec=spec, backends=backends)
 
 
@@ -766,9 +773,12 @@ class Part:
         else:
             import pyarrow.parquet as pq
             try:
-                meta = pq.read_schema(path).metadata or {}
+                schema = pq.read_schema(path)
             except Exception as e:  # noqa: BLE001  (pyarrow raises several kinds)
                 raise ProbeError(f"{path} is not a raw file (.raw.jsonl) or a readable Parquet dataset: {e}") from e
+            if "key" not in schema.names:
+                raise ProbeError(f"{path} is a Parquet file but not a sweep's dataset (no `key` column)")
+            meta = schema.metadata or {}
             env = json.loads(meta.get(b"cublaslt_probe.env", b"{}"))
         shard = env.get("shard")
         return cls(path, raw, env, parse_shard(shard, f"{path}: shard") if shard else WHOLE)

@@ -200,7 +200,10 @@ def test_plan_matches_the_case_by_case_expansion():
     overlapping = {"group": [NUMPY_SPEC["group"][0], {"backends": ["numpy", "torch"], "ops": ["mm", "bmm"],
                                                       "dtypes": ["fp32", "bf16"], "shapes": [[16, 64, 16], [4, 8, 16, 3],
                                                                                            [16, 64, 16]]}]}
-    for spec in [sweep.preset(name) for name in sweep.PRESETS] + [NUMPY_SPEC, overlapping]:
+    batches = {"group": [{"backends": ["numpy"], "ops": ["mm", "bmm"], "dtypes": ["fp32"], "m": [4, 8], "n": [8],
+                          "k": [16], "batch": [1, 3, 8]}]}
+    repeated = {"group": [{"backends": ["numpy"], "shapes": [[4, 8, 16], [2, 8, 16], [4, 8, 16]], "dtypes": ["fp32"]}]}
+    for spec in [sweep.preset(name) for name in sweep.PRESETS] + [NUMPY_SPEC, overlapping, batches, repeated]:
         p = sweep.plan_from_spec(spec)
         cases, skipped = one_by_one(spec)
         assert list(p.cases) == cases
