@@ -770,6 +770,7 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
                 old = key.get(dim)
                 vocab = bool(module) and re.search(r"(lm_head|embed|wte|vocab)", str(module)) is not None
                 best.append({"kind": "pad", "per_call": orig - t, "dim": dim, "old": old, "value": value,
+                             "multiple": w.get("multiple") or 1,
                              "what": f"pad {'the vocabulary ' if vocab else ''}{old} → {value} (a multiple of "
                                      f"{w.get('multiple')})" + (f" in {module}" if module else ""),
                              "evidence": f"{label}: original {orig:.1f} µs, {dim}={value} {t:.1f} µs "
@@ -777,8 +778,10 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
                              "risk": _numerics_risk(g, f"{dim}={value}") + f"; {dim} grows by {value - old} "
                                      "(more work and memory; slice the result back)"})
         if not best:
+            at = (f"at {ratio:.2f}× its floor ({100 / ratio:.0f} % of the roofline)" if ratio is not None
+                  else "floor unknown")
             why = (f"within {100 * (ratio - 1):.0f} % of its floor" if ratio is not None and ratio <= NEAR_FLOOR
-                   else "no measured alternative beats it by 3 %")
+                   else f"{at}; no measured alternative beats it by 3 %")
             quiet.append({"what": f"{label}{where}: {why}; no advice", "kind": "at_floor" if ratio and
                           ratio <= NEAR_FLOOR else "no_gain", "module": module, "saving_us": 0.0,
                           "saving_pct": 0.0, "evidence": f"original {orig:.1f} µs" + (
@@ -787,7 +790,8 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
             continue
         for b in best:
             item = {"what": b["what"], "kind": b["kind"], "module": module, "saving_us": b["per_call"] * calls,
-                    "evidence": b["evidence"] + f"; × {calls:g} calls/step", "risk": b["risk"], "gemms": [label]}
+                    "evidence": b["evidence"] + f"; × {calls:g} calls/step", "risk": b["risk"], "gemms": [label],
+                    "pad": (module, b["old"], b["value"], b["multiple"]) if b["kind"] == "pad" else None}
             if b["kind"] == "pad":       # one padding of one value in one module helps several of its GEMMs
                 mk = ("pad", module, b["old"], b["value"])
             elif b["kind"] in ("path", "workspace"):
@@ -795,12 +799,35 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
             else:
                 mk = ("pin", module, label)
             add(mk, item)
-    # per GEMM only the best of its alternatives counts towards one item; merged items add GEMMs up
-    items = sorted(merged.values(), key=lambda x: -x["saving_us"])
+    items = _one_padding_per_value(list(merged.values()))
+    items = sorted(items, key=lambda x: -x["saving_us"])
     for it in items:
         it["saving_pct"] = pct(it["saving_us"])
     return [{k: it.get(k) for k in ADVICE_KEYS} for it in items] + [{k: q.get(k) for k in ADVICE_KEYS}
                                                                      for q in quiet]
+
+
+def _one_padding_per_value(items: list[dict]) -> list[dict]:
+    """Paddings of one value in one module are alternatives, not savings to add: keep one — among those
+    within `MIN_GAIN` of the best saving, the largest multiple (aligned for more kernels and splits, e.g. the
+    vocabulary 50257 → 50304) — and name the others in its evidence."""
+    groups: dict[tuple, list[dict]] = {}
+    out = []
+    for it in items:
+        if it.get("pad"):
+            groups.setdefault(it["pad"][:2], []).append(it)
+        else:
+            out.append(it)
+    for alts in groups.values():
+        top = max(a["saving_us"] for a in alts)
+        near = [a for a in alts if a["saving_us"] >= top * (1 - MIN_GAIN)]
+        pick = max(near, key=lambda a: (a["pad"][3], a["saving_us"]))
+        others = [a for a in alts if a is not pick]
+        if others:
+            pick["evidence"] += "; also measured: " + ", ".join(
+                f"{a['pad'][2]} saves {a['saving_us']:,.1f} µs/step" for a in sorted(others, key=lambda a: a["pad"][2]))
+        out.append(pick)
+    return out
 
 
 # --------------------------------------------------------------------------- rendering

@@ -286,3 +286,97 @@ def test_nn_module_ranges_and_profiler_steps(tmp_path):
     assert r["module"] == "Model_*.Linear_*" and r["instances"] == 2
     assert (r["calls"], r["gpu_us"]) == (2, 9.0) and r["pass"] == "fwd"
     assert (r["m"], r["n"], r["k"], r["layout"]) == (16, 128, 64, "NT")
+
+
+# ------------------------------------------------------------------------------------------ advice
+MEASURE = PROGRAMS / "measure"
+
+
+def _measure(name):
+    return json.loads((MEASURE / f"{name}.json").read_text())
+
+
+def _saving(m, module, dim_values):
+    """Per-step saving of a padding, from the measurement file alone: (original - padded) × calls, summed
+    over the module's GEMMs that measured that padded value."""
+    total = 0.0
+    for g in m["gemms"]:
+        if g.get("module") != module:
+            continue
+        for w in g.get("whatifs") or []:
+            if (w["dim"], w["value"]) in dim_values and w.get("time_us"):
+                total += (g["original_us"] - w["time_us"]) * g["calls"]
+    return total
+
+
+def test_advice_pads_the_gpt2_vocabulary(audits):
+    """GPT-2 training step measured on the H200: the lm_head GEMMs with the vocabulary 50257 (forward, grad
+    input, grad weight) run an older CUTLASS kernel; padded to 50304 each runs an sm90 kernel ~2.5x faster."""
+    from cublaslt_probe.audit import advice
+    a, m = audits["gpt2_train"], _measure("gpt2_train")
+    items = advice(a.rows, m, a.step_gpu_us)
+    top = items[0]
+    assert top["kind"] == "pad" and top["module"] == "lm_head"
+    assert top["what"].startswith("pad the vocabulary 50257 → 50304 (a multiple of 64)")
+    want = _saving(m, "lm_head", {("m", 50304), ("n", 50304), ("k", 50304)})
+    assert top["saving_us"] == pytest.approx(want) and want > 4000
+    assert top["saving_pct"] == pytest.approx(100 * want / a.step_gpu_us)
+    assert len(top["gemms"]) == 3 and "also measured: 50264" in top["evidence"]
+    assert "numerics agree" in top["risk"] and "grows by 47" in top["risk"]
+    # the other paddings of the same value are alternatives, not extra items
+    assert sum(1 for it in items if it["kind"] == "pad") == 1
+    savings = [it["saving_us"] for it in items if it["saving_us"] > 0]
+    assert savings == sorted(savings, reverse=True)
+    # the MLP GEMMs: measured, nothing faster, and they say how far from the floor they are
+    quiet = [it for it in items if it["saving_us"] == 0]
+    assert {it["module"] for it in quiet} >= {"transformer.h.*.mlp.c_fc", "transformer.h.*.mlp.c_proj"}
+    assert all("× its floor" in it["what"] and "no advice" in it["what"] for it in quiet)
+
+
+def test_advice_pads_the_odd_linear_and_leaves_the_even_one():
+    from cublaslt_probe.audit import advice
+    a, m = audit(PROGRAMS / "odd_linear"), _measure("odd_linear")
+    items = advice(a.rows, m, a.step_gpu_us)
+    assert items[0]["what"] == "pad 4095 → 4096 (a multiple of 8) in odd"
+    assert items[0]["saving_us"] == pytest.approx(_saving(m, "odd", {("n", 4096)}))
+    assert items[1]["saving_us"] == 0 and items[1]["module"] == "even"
+
+
+def test_advice_on_grouped_and_fast_gemms(audits):
+    from cublaslt_probe.audit import advice
+    a = audits["mixtral_moe"]
+    items = advice(a.rows, _measure("mixtral_moe"), a.step_gpu_us)
+    grouped = [it for it in items if it["kind"] == "not_measured"]
+    assert len(grouped) == 2 and all("aten::_grouped_mm" in it["what"] for it in grouped)
+    p = audits["llama_prefill"]
+    assert all(it["saving_us"] == 0 for it in advice(p.rows, _measure("llama_prefill"), p.step_gpu_us))
+
+
+def test_cli_renders_advice_from_saved_measurements(tmp_path):
+    r = run_cli(PROGRAMS / "gpt2_train", "--from", MEASURE / "gpt2_train.json", "--top", "2",
+                "--html", tmp_path / "a.html")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "advice (measured):" in out
+    assert "1. pad the vocabulary 50257 → 50304 (a multiple of 64) in lm_head: saves 4,566.4 µs/step" in out
+    page = (tmp_path / "a.html").read_text()
+    assert "pad the vocabulary 50257 → 50304" in page and page.count("<svg") >= 3     # with the what-if curves
+    # measurements of another GPU are not turned into advice
+    m = _measure("gpt2_train")
+    m["env"]["gpu"] = "NVIDIA A100-SXM4-80GB"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(m))
+    r = run_cli(PROGRAMS / "gpt2_train", "--from", other, "--top", "1")
+    assert r.exit_code == 0 and "advice (measured)" not in r.stdout
+    assert "note: the measurements were taken on NVIDIA A100-SXM4-80GB" in r.stdout
+
+
+def test_advice_saving_counts_every_call_of_the_step(audits):
+    """Llama decode: down_proj runs twice a step (2 layers); its faster path saves twice its per-call gain."""
+    from cublaslt_probe.audit import advice
+    a, m = audits["llama_decode"], _measure("llama_decode")
+    (ws,) = [it for it in advice(a.rows, m, a.step_gpu_us) if it["kind"] == "workspace"]
+    (g,) = [g for g in m["gemms"] if g.get("module") == "model.layers.*.mlp.down_proj"]
+    (lt,) = [p for p in g["paths"] if p["path"] == "lt"]
+    assert g["calls"] == 2 and ws["saving_us"] == pytest.approx(2 * (g["original_us"] - lt["time_us"]))
+    assert "32 MiB" in ws["what"] and "workspace 32 MiB" in ws["risk"]
