@@ -824,8 +824,9 @@ def _one_padding_per_value(items: list[dict]) -> list[dict]:
         pick = max(near, key=lambda a: (a["pad"][3], a["saving_us"]))
         others = [a for a in alts if a is not pick]
         if others:
+            others.sort(key=lambda a: a["pad"][2])
             pick["evidence"] += "; also measured: " + ", ".join(
-                f"{a['pad'][2]} saves {a['saving_us']:,.1f} µs/step" for a in sorted(others, key=lambda a: a["pad"][2]))
+                f"{a['pad'][2]} saves {a['saving_us']:,.1f} µs/step" for a in others)
         out.append(pick)
     return out
 
