@@ -4,7 +4,7 @@ plan   builds the plan of SPEC (1,048,576 GEMMs at the default --rows), best of 
        digest (what every part records); in the same process, the expansion one Case at a time that the array
        expansion replaced (the A/B).
 merge  writes the parts of that plan, --parts slices, then times `cublaslt-probe merge FOLDER` in a child
-       process and samples the peak RSS of its process tree (psutil, every 50 ms):
+       process and samples the peak RSS of its process tree (psutil, every 200 ms):
          datasets  the parts' own datasets, as `sweep --shard` leaves them (each worker builds its part's rows);
          raw       the raw parts only (merge rebuilds every row from its record, --jobs processes).
        Each is run at --rows and at a quarter of it: memory that does not grow with the rows is flat.
@@ -12,7 +12,9 @@ merge  writes the parts of that plan, --parts slices, then times `cublaslt-probe
        kept), each given the case fields of one GEMM of the plan; the datasets' rows are those records' rows
        (`dataset.build`), given the case columns of the plan's GEMMs.
 
-Usage: python benchmarks/bench_plan_merge.py [--rows 1048576] [--parts 16] [--what plan,datasets,raw]
+phases where the time of a raw record's row goes (in one process, over the real records).
+
+Usage: python benchmarks/bench_plan_merge.py [--rows 1048576] [--parts 16] [--what plan,phases,datasets,raw]
        [--dir DIR] [--json OUT]
 """
 from __future__ import annotations
@@ -66,11 +68,13 @@ def one_by_one(s: dict):
 
 
 def best(fn, reps: int) -> tuple[float, object]:
+    """Least CPU time of this process (seconds) over `reps` calls, and the last result: CPU time, not wall
+    time, since the 2-core machine this runs on is shared and its wall times swing with the load."""
     t, out = float("inf"), None
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = fn()
-        t = min(t, time.perf_counter() - t0)
+        t = min(t, time.process_time() - t0)
     return t, out
 
 
@@ -83,6 +87,26 @@ def bench_plan(rows: int, reps: int) -> dict:
     assert [c.key for c in old] == plan.cases.keys()
     return {"gemms": len(plan.cases), "plan_s": t_plan, "keys_s": t_keys, "digest_s": t_digest,
             "one_by_one_s": t_old}
+
+
+def bench_phases(env: dict, recs: list[dict], reps: int) -> dict:
+    """Where a raw record's row goes, per record, in one process over the real records (best of `reps`):
+    reading its JSON, parsing its log line (`evidence.trace_record`), the rest of `dataset.build_rows`, and the
+    typed table (`dataset.build`'s frame and the Arrow table merge writes)."""
+    import pyarrow as pa
+
+    from cublaslt_probe import evidence
+    lines = [json.dumps({"type": "gemm", **r}) for r in recs]
+    n = len(lines)
+    t_json, _ = best(lambda: [json.loads(x) for x in lines], reps)
+    t_log, _ = best(lambda: [evidence.trace_record(r.get("log_lines")) for r in recs], reps)
+    t_rows, rows = best(lambda: list(dataset.build_rows(recs, env)), reps)
+    schema = sweep.arrow_schema()
+    t_table, _ = best(lambda: pa.Table.from_pandas(dataset.validate(dataset.build(recs, env)), schema=schema,
+                                                   preserve_index=False), reps)
+    t_table -= t_rows    # dataset.build includes build_rows
+    per = {"json_us": t_json, "log_line_us": t_log, "rest_of_row_us": t_rows - t_log, "table_us": t_table}
+    return {k: v / n * 1e6 for k, v in per.items()} | {"records": n}
 
 
 def _templates():
@@ -132,11 +156,15 @@ def write_dataset_parts(folder: Path, rows: int, parts: int, env: dict, recs: li
 
 
 def timed_merge(folder: Path, out: Path, jobs: int | None) -> dict:
-    """`cublaslt-probe merge folder -o out` in a child process: wall time and peak RSS of its process tree."""
+    """`cublaslt-probe merge folder -o out` in a child process: wall time, CPU time (user + system, its worker
+    processes included: what the merge costs whatever else the machine runs) and peak RSS of its process tree."""
+    import resource
+
     import psutil
     cmd = [sys.executable, "-m", "cublaslt_probe", "merge", str(folder), "-o", str(out)]
     if jobs:
         cmd += ["--jobs", str(jobs)]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = psutil.Popen(cmd, stderr=subprocess.PIPE, text=True)
     peak = [0, 0]   # tree, main process
@@ -150,7 +178,7 @@ def timed_merge(folder: Path, out: Path, jobs: int | None) -> dict:
                 peak[0], peak[1] = max(peak[0], tree), max(peak[1], main)
             except psutil.Error:
                 pass
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
@@ -160,7 +188,9 @@ def timed_merge(folder: Path, out: Path, jobs: int | None) -> dict:
     th.join()
     if proc.returncode:
         sys.exit(f"merge failed: {err}")
-    return {"wall_s": wall, "peak_rss_mb": peak[0] / 2 ** 20, "peak_rss_main_mb": peak[1] / 2 ** 20,
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak[0] / 2 ** 20, "peak_rss_main_mb": peak[1] / 2 ** 20,
             "message": err.strip().splitlines()[-1]}
 
 
@@ -170,7 +200,7 @@ def main(argv=None) -> None:
     ap.add_argument("--parts", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=None, help="merge --jobs for raw parts (default: one per core)")
-    ap.add_argument("--what", default="plan,datasets,raw")
+    ap.add_argument("--what", default="plan,phases,datasets,raw")
     ap.add_argument("--dir", default=None, help="where to write the parts (default: a temporary folder)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
@@ -179,10 +209,16 @@ def main(argv=None) -> None:
     print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
     if "plan" in what:
         res["plan"] = p = bench_plan(a.rows, a.reps)
-        print(f"plan: {p['gemms']:,} GEMMs in {p['plan_s']:.2f} s (best of {a.reps}); keys {p['keys_s']:.2f} s, "
+        print(f"plan: {p['gemms']:,} GEMMs in {p['plan_s']:.2f} s CPU (best of {a.reps}); keys {p['keys_s']:.2f} s, "
               f"digest {p['digest_s']:.2f} s; one Case at a time: {p['one_by_one_s']:.2f} s "
               f"({p['one_by_one_s'] / p['plan_s']:.0f}x)")
     env, recs = _templates()
+    if "phases" in what:
+        res["phases"] = ph = bench_phases(env, recs, a.reps)
+        total = sum(v for k, v in ph.items() if k.endswith("_us"))
+        print(f"raw record -> row, CPU per record over {ph['records']:,} real records (best of {a.reps}): "
+              + ", ".join(f"{k[:-3].replace('_', ' ')} {v:.0f} µs" for k, v in ph.items() if k.endswith("_us"))
+              + f"; {total:.0f} µs in all, the log line {ph['log_line_us'] / total:.0%}")
     top = Path(a.dir or tempfile.mkdtemp(prefix="bench-merge-"))
     for kind in ("datasets", "raw"):
         if kind not in what:
@@ -199,7 +235,8 @@ def main(argv=None) -> None:
             r = timed_merge(folder, top / f"merged-{kind}-{rows}.parquet", a.jobs if kind == "raw" else None)
             r.update(rows=rows, input_mb=size / 1e6, load_before=load0, load_after=os.getloadavg()[0])
             res.setdefault("merge", []).append(dict(r, kind=kind))
-            print(f"  merge: {r['wall_s']:.1f} s ({r['wall_s'] / rows * 1e6:.1f} µs/row), peak RSS "
+            print(f"  merge: {r['wall_s']:.1f} s ({r['wall_s'] / rows * 1e6:.1f} µs/row), CPU {r['cpu_s']:.1f} s "
+                  f"({r['cpu_s'] / rows * 1e6:.1f} µs/row), peak RSS "
                   f"{r['peak_rss_mb']:.0f} MB (main process {r['peak_rss_main_mb']:.0f} MB); load average "
                   f"{r['load_before']:.1f} -> {r['load_after']:.1f} — {r['message']}",
                   flush=True)
