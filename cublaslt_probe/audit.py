@@ -639,7 +639,7 @@ PATH_WORDS = {
     "torch-lt": "torch's cuBLASLt path (torch.backends.cuda.preferred_blas_library('cublaslt'), 1 MiB workspace)",
     "lt": "cuBLASLt with a 32 MiB workspace (preferred_blas_library('cublaslt') and CUBLASLT_WORKSPACE_SIZE=32768)",
 }
-ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", "risk", "gemms")
+ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", "risk", "gemms", "replay")
 
 
 _KEY = ("op", "dtype", "layout", "m", "n", "k", "batch")
@@ -678,6 +678,31 @@ def _numerics_risk(g: dict, label: str) -> str:
     if tol is not None and num > tol:
         return f"numerics differ: max rel. error {num:.2g} > tolerance {tol:.2g}"
     return f"numerics agree (max rel. error {num:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
+
+
+def pinned_line(g: dict, c: dict) -> str | None:
+    """The measured GEMM's own cuBLASLt log line with candidate `c`'s algo in place of the logged one: a
+    line `cublaslt-probe replay` rebuilds and runs with that algo pinned. None without a logged line."""
+    line = (g.get("original") or {}).get("log_line")
+    if not line or "algo=[" not in line or c.get("algo_id") is None:
+        return None
+    algo = [f"algoId={c['algo_id']}"]
+    if c.get("tile"):
+        algo.append(f"tile=MATMUL_TILE_{c['tile']}")
+    if c.get("stages"):
+        algo.append(f"stages=MATMUL_STAGES_{c['stages']}")
+    if (c.get("split_k") or 1) > 1:
+        algo += [f"reductionScheme=REDUCTION_SCHEME_{c.get('reduction_scheme') or 'NONE'}",
+                 f"numSplitsK={c['split_k']}"]
+    if c.get("custom_option"):
+        algo.append(f"customOption={c['custom_option']}")
+    if c.get("cta_swizzling"):
+        algo.append(f"ctaSwizzling={c['cta_swizzling']}")
+    if c.get("cluster"):
+        algo.append(f"clusterShape=CLUSTER_SHAPE_{c['cluster']}")
+    line = re.sub(r"algo=\[[^\]]*\]", "algo=[" + " ".join(algo) + "]", line, count=1)
+    return re.sub(r"workSpaceSizeInBytes=\d+", f"workSpaceSizeInBytes={int(c.get('workspace_bytes') or 0)}", line,
+                  count=1)
 
 
 def _cand_text(c: dict) -> str:
@@ -745,7 +770,7 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
             c = min(cands, key=lambda c: c["time_us"])
             if c["time_us"] < orig * (1 - MIN_GAIN) and c.get("rank", 0) != 0:
                 c0 = next((x for x in cands if x.get("rank") == 0), None)
-                best.append({"kind": "pin", "per_call": orig - c["time_us"],
+                best.append({"kind": "pin", "per_call": orig - c["time_us"], "replay": pinned_line(g, c),
                              "what": f"pin candidate #{c['rank']} ({_cand_text(c)}) for {module or label}",
                              "evidence": f"{label}: original {orig:.1f} µs, candidate #{c['rank']} {c['time_us']:.1f} "
                                          f"µs" + (f", #0 {c0['time_us']:.1f} µs" if c0 else ""),
@@ -791,7 +816,8 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
         for b in best:
             item = {"what": b["what"], "kind": b["kind"], "module": module, "saving_us": b["per_call"] * calls,
                     "evidence": b["evidence"] + f"; × {calls:g} calls/step", "risk": b["risk"], "gemms": [label],
-                    "pad": (module, b["old"], b["value"], b["multiple"]) if b["kind"] == "pad" else None}
+                    "pad": (module, b["old"], b["value"], b["multiple"]) if b["kind"] == "pad" else None,
+                    "replay": b.get("replay")}
             if b["kind"] == "pad":       # one padding of one value in one module helps several of its GEMMs
                 mk = ("pad", module, b["old"], b["value"])
             elif b["kind"] in ("path", "workspace"):

@@ -380,3 +380,26 @@ def test_advice_saving_counts_every_call_of_the_step(audits):
     (lt,) = [p for p in g["paths"] if p["path"] == "lt"]
     assert g["calls"] == 2 and ws["saving_us"] == pytest.approx(2 * (g["original_us"] - lt["time_us"]))
     assert "32 MiB" in ws["what"] and "workspace 32 MiB" in ws["risk"]
+
+
+def test_recommended_algos_export_as_replayable_log_lines(tmp_path):
+    """A pin advice carries the GEMM's own logged line with the candidate's algo: the log parser reads it and
+    replay's CPU side rebuilds the original problem with the candidate's algo (the GPU side pins it)."""
+    from cublaslt_probe.logs import parse_line
+    from cublaslt_probe.replay import problem_from_record
+    out = tmp_path / "pins.log"
+    r = run_cli(PROGRAMS / "gpt2_train", "--from", MEASURE / "gpt2_train.json", "--replay-out", out, "-f", "jsonl")
+    assert r.exit_code == 0, r.output
+    lines = out.read_text().splitlines()
+    m = _measure("gpt2_train")
+    (g,) = [g for g in m["gemms"] if (g["key"]["m"], g["key"]["n"], g["key"]["k"]) == (4096, 768, 50257)]
+    best = min((c for c in g["candidates"] if c["ok_numerics"]), key=lambda c: c["time_us"])
+    recs = [parse_line(x, i) for i, x in enumerate(lines, 1)]
+    (rec,) = [x for x in recs if (x.torch_m, x.torch_n, x.torch_k) == (4096, 768, 50257)]
+    pinned = problem_from_record(rec)
+    assert pinned["algo_id"] == best["algo_id"]
+    assert (pinned["config"]["tile"], pinned["config"]["split_k"]) == (best["tile"], best["split_k"])
+    orig = problem_from_record(parse_line(g["original"]["log_line"], 1))
+    same = ("dtype", "m", "n", "k", "trans_a", "trans_b", "lda", "ldb", "ldc", "batch")
+    assert {k: pinned[k] for k in same} == {k: orig[k] for k in same}
+    assert run_cli(PROGRAMS / "gpt2_train", "--replay-out", out).exit_code == 2      # needs measurements

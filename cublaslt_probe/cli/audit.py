@@ -58,8 +58,12 @@ def _load_measure(path: str) -> dict:
               help="Advice from saved measurements (audit --measure --save) instead of measuring.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report here.")
+@click.option("--replay-out", "replay_path", type=click.Path(dir_okay=False), default=None,
+              help="With advice: write each recommended algo as a cuBLASLt log line (the GEMM's own line, the "
+                   "candidate's algo) for `cublaslt-probe replay FILE --all`.")
 @output_options(FORMATS, top=25)
-def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, fmt, output, top):
+def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, fmt, output,
+              top):
     """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
 
     RUN_DIR is a folder written by `cublaslt_probe.capture` (trace.json.gz, cublaslt.log, env.json);
@@ -72,6 +76,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
       cublaslt-probe audit run1/
       cublaslt-probe audit run1/ --measure --save run1/measure.json --html run1/audit.html
       cublaslt-probe audit run1/ --from run1/measure.json -o rows.jsonl
+      cublaslt-probe audit run1/ --from run1/measure.json --replay-out pins.log   # then: replay pins.log --all
     """
     from cublaslt_probe.audit import advice, audit, jsonl_frame, render_html
     fmt = out_format(fmt, output, FORMATS)
@@ -99,6 +104,12 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
             a.notes.append(f"the measurements were taken on {mg}, the run on {a.gpu}: advice is not shown")
         else:
             items = advice(a.rows, meas, a.step_gpu_us)
+    if replay_path:
+        if items is None:
+            raise click.UsageError("--replay-out writes recommended algos: add --measure or --from")
+        lines = [it["replay"] for it in items if it.get("replay")]
+        write_text(replay_path, "".join(x + "\n" for x in lines))
+        click.echo(f"wrote {len(lines)} recommended algo(s) to {replay_path}", err=True)
     if html_path:
         write_text(html_path, render_html(a, items, meas))
         click.echo(f"wrote {html_path}", err=True)
