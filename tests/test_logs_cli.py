@@ -32,13 +32,13 @@ def small_log(tmp_path):
 
 
 TABLE = """\
-line  pid  function           types                 op     m   n     k  batch  epilogue  algo tile stages cluster splitK customOpt  workspace
-----  ---  -----------------  --------------------  --  ----  --  ----  -----  --------  -----------------------------------------  ---------
-   1  479  cublasLtMatmul     bf16,bf16->bf16 fp32  TN  4096  16  4096                   66 64x16 64xAUTO 2x1x1 sk2 co1               1048576
-   2  479  cublasLtSSSMatmul  fp32,fp32->fp32 fp32  NN  4096   1  4096                   13 - - - sk1 co100                                 0
-   3  479  cublasLtMatmul     bf16,bf16->bf16 fp32  TN  4096  16  4096                   66 64x16 64xAUTO 2x1x1 sk2 co1               1048576
-   5  519  cublasLtTSTMatmul  bf16,bf16->bf16 fp32  NN  4096   1  4096      4            66 128x8 64xAUTO 2x1x1 sk1 co1                     0
-"""
+   line  pid  function           types                 op     m   n     k  batch  epilogue  algo tile stages cluster splitK customOpt  workspace
+-------  ---  -----------------  --------------------  --  ----  --  ----  -----  --------  -----------------------------------------  ---------
+      1  479  cublasLtMatmul     bf16,bf16->bf16 fp32  TN  4096  16  4096                   66 64x16 64xAUTO 2x1x1 sk2 co1               1048576
+      2  479  cublasLtSSSMatmul  fp32,fp32->fp32 fp32  NN  4096   1  4096                   13 - - - sk1 co100                                 0
+      3  479  cublasLtMatmul     bf16,bf16->bf16 fp32  TN  4096  16  4096                   66 64x16 64xAUTO 2x1x1 sk2 co1               1048576
+      5  519  cublasLtTSTMatmul  bf16,bf16->bf16 fp32  NN  4096   1  4096      4            66 128x8 64xAUTO 2x1x1 sk1 co1                     0
+"""  # the line column has room for 7 digits from the start: a long log's rows stay aligned
 
 SUMMARY = """\
 count  share  function           types                 op     m   n     k  batch  epilogue  algo tile stages cluster splitK customOpt  torch MxNxK

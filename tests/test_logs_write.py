@@ -12,13 +12,14 @@ import random
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 from cublaslt_probe.cli._common import Table
 from cublaslt_probe.logs import parse_log, records_to_frame
 from cublaslt_probe.logs.frame import summarize
 from cublaslt_probe.logs.record import FIELD_NAMES
-from cublaslt_probe.logs.write import (CSV_HEADER, ParquetStream, Summary, csv_chunks, jsonl_chunks,
-                                       record_header, record_json, table_rows)
+from cublaslt_probe.logs.write import (CSV_HEADER, RECORD_RIGHT, ParquetStream, Summary, csv_chunks,
+                                       jsonl_chunks, record_cells, record_header, record_json, table_chunks)
 
 from conftest import FIXTURES
 
@@ -42,7 +43,7 @@ def _records(api=True):
 def test_jsonl_chunks_equal_plain_json():
     recs = _records()
     assert len(recs) > 1000
-    got = "".join(jsonl_chunks(recs, chunk=7))
+    got = b"".join(jsonl_chunks(recs, chunk=7)).decode("utf-8")
     assert got == "".join(record_json(r) + "\n" for r in recs)
     assert got.isascii()
 
@@ -56,12 +57,12 @@ def test_memo_never_serves_another_records_fields():
     b = list(b)
     if b:
         pair = [a, b[0]]
-        assert "".join(jsonl_chunks(pair)) == "".join(record_json(r) + "\n" for r in pair)
+        assert b"".join(jsonl_chunks(pair)).decode() == "".join(record_json(r) + "\n" for r in pair)
 
 
 def test_csv_chunks_read_back_as_the_frame():
     recs = _records()
-    text = CSV_HEADER + "".join(csv_chunks(recs, chunk=5))
+    text = CSV_HEADER + b"".join(csv_chunks(recs, chunk=5)).decode("utf-8")
     back = pd.read_csv(io.StringIO(text), keep_default_na=False, dtype=str)
     want = records_to_frame(recs)
     assert list(back.columns) == list(FIELD_NAMES) and len(back) == len(want)
@@ -74,18 +75,27 @@ def test_csv_quotes_a_lone_cr():
     recs = list(parse_log(["[2026-11-30 03:21:52][cublasLt][1][Info][cublasLtCreate] a\rb",
                            "[2026-11-30 03:21:52][cublasLt][1][Info][cublasLtCreate] a\rb, \"c\""], api=True))
     assert [r.message for r in recs] == ["a\rb", 'a\rb, "c"']
-    text = CSV_HEADER + "".join(csv_chunks(recs))
+    text = CSV_HEADER + b"".join(csv_chunks(recs)).decode("utf-8")
     rows = list(csv.reader(io.StringIO(text, newline="")))
     assert len(rows) == 3 and [r[FIELD_NAMES.index("message")] for r in rows[1:]] == ["a\rb", 'a\rb, "c"']
 
 
-def test_table_pairs_render_like_plain_rows():
-    recs = _records(api=False)
-    header = record_header(True, False)
-    pairs = list(table_rows(recs, True, False))
-    plain = Table(header, {"line", "m"}).text([h + t for h, t in pairs])
-    assert Table(header, {"line", "m"}).text(pairs) == plain
-    assert len(plain.splitlines()) == len(recs) + 2
+@pytest.mark.parametrize("multi,api", [(False, False), (True, True)])
+def test_table_chunks_render_like_the_renderer(multi, api):
+    """The memoized rows equal the table renderer's row of every record's cells, line numbers past the
+    sampled width included."""
+    recs = _records(api=api)
+    for i, r in enumerate(recs):
+        r.line = 1 + i * 99_991  # numbers of up to 7 digits, and wider ones
+    header = record_header(multi, api)
+    table = Table(header, RECORD_RIGHT, min_widths={"line": 7})
+    table.layout([record_cells(r, multi, api) for r in recs[:50]])
+    at = 1 if multi else 0
+    got = b"".join(table_chunks(recs, multi, api, table.row, table.widths[at], chunk=9)).decode()
+    want = "".join(table.row(record_cells(r, multi, api)) for r in recs)
+    assert got.splitlines()[:200] == want.splitlines()[:200]
+    assert got == want
+    assert any(len(str(r.line)) > 7 for r in recs)
 
 
 def test_running_summary_equals_the_frame_summary():

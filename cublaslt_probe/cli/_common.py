@@ -109,15 +109,19 @@ def check_writable_dir(path: str) -> None:
 
 # ------------------------------------------------------------------------------------------ text output
 class _Out:
-    """A text stream whose write errors (disk full, ...) name the output; a closed pipe stays a
-    BrokenPipeError (the command group ends quietly on it)."""
+    """An output stream that takes text (written as UTF-8, whatever the locale) and bytes; write errors
+    (disk full, ...) name the output, a closed pipe stays a BrokenPipeError (the command group ends
+    quietly on it)."""
 
     def __init__(self, f, name: str):
         self._f, self.name = f, name
 
     def write(self, s: str) -> None:
+        self.write_bytes(s.encode("utf-8", "replace"))
+
+    def write_bytes(self, b: bytes) -> None:
         try:
-            self._f.write(s)
+            self._f.write(b)
         except BrokenPipeError:
             raise
         except OSError as e:
@@ -134,10 +138,10 @@ class _Out:
 
 @contextmanager
 def text_output(output: str | None) -> Iterator[_Out]:
-    """A UTF-8 text stream to the file `output`, or to stdout (None or ``-``), whatever the locale."""
+    """A UTF-8 stream to the file `output`, or to stdout (None or ``-``), whatever the locale."""
     if output and output != "-":
         try:
-            f = open(output, "w", encoding="utf-8", newline="", buffering=1 << 20)
+            f = open(output, "wb", buffering=1 << 20)
         except OSError as e:
             raise ProbeError(f"cannot write {output}: {e.strerror or e}") from e
         out = _Out(f, output)
@@ -153,18 +157,19 @@ def text_output(output: str | None) -> Iterator[_Out]:
     sys.stdout.flush()
     buf = getattr(sys.stdout, "buffer", None)
     if buf is None:  # a text-only stdout (an embedding application)
-        yield _Out(sys.stdout, "stdout")
+        yield _TextOnly(sys.stdout)
         return
-    w = io.TextIOWrapper(buf, encoding="utf-8", errors="replace", newline="", write_through=False)
-    out = _Out(w, "stdout")
-    try:
-        yield out
-        out.flush()
-    finally:
-        try:
-            w.detach()
-        except (OSError, ValueError):
-            pass
+    out = _Out(buf, "stdout")
+    yield out
+    out.flush()
+
+
+class _TextOnly(_Out):
+    def __init__(self, f):
+        super().__init__(f, "stdout")
+
+    def write_bytes(self, b: bytes) -> None:
+        self._f.write(b.decode("utf-8", "replace"))
 
 
 def write_text(output: str | None, text: str) -> None:
@@ -252,76 +257,79 @@ def fit(s: str, width: int = MAX_CELL) -> str:
 class Table:
     """The one table renderer: aligned columns under a dashed rule, streamed in flat memory.
 
-    Column widths come from the header and the first `SAMPLE_ROWS` rows, at most `max_width` (or the
-    column's own cap in `caps`); a later cell that is wider but within the cap is written whole (its row
-    stands out), and any cell beyond its cap is cut with an ellipsis. Columns named in `right` are
-    right-aligned. No rows, no table (not even its header).
+    Column widths come from the header and the first `SAMPLE_ROWS` rows (at least `min_widths`, for
+    columns known to grow, such as line numbers), at most `max_width` (or the column's own cap in
+    `caps`); a later cell that is wider but within the cap is written whole (its row stands out), and any
+    cell beyond its cap is cut with an ellipsis. Columns named in `right` are right-aligned. No rows, no
+    table (not even its header).
+
+    `lines(rows)` does it all; a caller with its own fast loop (parse-log) calls `layout` on its first
+    rows, then `head` and `row` itself.
     """
 
     def __init__(self, header: list[str], right: Iterable[str] = (), *, caps: dict[str, int] | None = None,
-                 max_width: int = MAX_CELL, rule: bool = True, indent: str = "", show_header: bool = True):
+                 max_width: int = MAX_CELL, rule: bool = True, indent: str = "", show_header: bool = True,
+                 min_widths: dict[str, int] | None = None):
         self.header = list(header)
         self.right = [h in set(right) for h in self.header]
         caps = caps or {}
         self.caps = [caps.get(h, max_width) for h in self.header]
         self.rule, self.indent, self.show_header = rule, indent, show_header
+        self.min_widths = [(min_widths or {}).get(h, 0) for h in self.header]
+        self.widths: list[int] = []
 
-    def lines(self, rows: Iterable) -> Iterator[str]:
-        """The table's lines (each with ``"\\n"``) for `rows`: lists of strings, or ``(head, tail)`` pairs of
-        lists whose `tail` objects are shared by many rows (each distinct tail is padded once)."""
+    def layout(self, sample: list[list[str]]) -> None:
+        """Fix the column widths from these first rows."""
         caps = self.caps
-        it = iter(rows)
-        sample: list = []
-        for r in it:
-            sample.append(r)
-            if len(sample) >= SAMPLE_ROWS:
-                break
-        if not sample:  # no rows: no table (the command says why)
-            return
-        split = isinstance(sample[0], tuple)
-        nhead = len(sample[0][0]) if split else 0
-        widths = [len(h) if self.show_header else 0 for h in self.header]
+        widths = [max(len(h) if self.show_header else 0, m) for h, m in zip(self.header, self.min_widths)]
         for r in sample:
-            for i, c in enumerate(r[0] + r[1] if split else r):
+            for i, c in enumerate(r):
                 n = len(fit(c, caps[i]))
                 if n > widths[i]:
                     widths[i] = n
-        widths = [min(w, cap) for w, cap in zip(widths, caps)]
-        right, indent = self.right, self.indent
+        self.widths = [min(w, cap) for w, cap in zip(widths, caps)]
 
-        def cells(cs, offset=0):
-            out = []
-            for i, c in enumerate(cs, offset):
-                c = fit(c, caps[i])
-                out.append(c.rjust(widths[i]) if right[i] else c.ljust(widths[i]))
-            return "  ".join(out)
+    def head(self) -> str:
+        """The header line and the rule under it (empty without a header)."""
+        if not (self.header and self.show_header):
+            return ""
+        out = self.row(self.header)
+        if self.rule:
+            out += (self.indent + "  ".join("-" * w for w in self.widths)).rstrip() + "\n"
+        return out
 
-        if self.header and self.show_header:
-            yield (indent + cells(self.header)).rstrip() + "\n"
-            if self.rule:
-                yield (indent + "  ".join("-" * w for w in widths)).rstrip() + "\n"
-        if not split:
-            for r in sample:
-                yield (indent + cells(r)).rstrip() + "\n"
-            for r in it:
-                yield (indent + cells(r)).rstrip() + "\n"
+    def row(self, cells: Iterable[str]) -> str:
+        """One row's line (with ``"\\n"``), once `layout` has fixed the widths."""
+        out = []
+        for c, w, cap, rj in zip(cells, self.widths, self.caps, self.right):
+            c = fit(c, cap)
+            out.append(c.rjust(w) if rj else c.ljust(w))
+        return (self.indent + "  ".join(out)).rstrip() + "\n"
+
+    def lines(self, rows: Iterable[list[str]]) -> Iterator[str]:
+        """The table's lines (each with ``"\\n"``) for `rows` (lists of strings)."""
+        it = iter(rows)
+        sample = list(itertools.islice(it, SAMPLE_ROWS))
+        if not sample:  # no rows: no table (the command says why)
             return
-        tails: dict = {}  # id(tail) -> (tail, its padded text): the tail is kept, so its id stays its own
-        for head, tail in itertools.chain(sample, it):
-            t = tails.get(id(tail))
-            if t is None or t[0] is not tail:
-                t = (tail, (cells(tail, nhead) if tail else "").rstrip() + "\n")
-                if len(tails) >= 4096:
-                    tails.clear()
-                tails[id(tail)] = t
-            yield indent + cells(head) + ("  " if tail else "") + t[1]
+        self.layout(sample)
+        head = self.head()
+        if head:
+            yield head
+        row = self.row
+        for r in itertools.chain(sample, it):
+            yield row(r)
 
-    def write(self, rows: Iterable, out: _Out) -> None:
+    def write(self, rows: Iterable[list[str]], out: _Out, chunk: int = 64) -> None:
         """Write the table of `rows` to `out`."""
-        buf = Lines(out)
+        buf: list = []
         for ln in self.lines(rows):
-            buf.add(ln)
-        buf.close()
+            buf.append(ln)
+            if len(buf) >= chunk:
+                out.write("".join(buf))
+                buf.clear()
+        if buf:
+            out.write("".join(buf))
 
     def text(self, rows: Iterable[list[str]]) -> str:
         return "".join(self.lines(rows))

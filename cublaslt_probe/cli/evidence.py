@@ -6,10 +6,12 @@ Both are CPU only and take the shared output options (cli/_common.py): ``-f/--fo
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import click
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from cublaslt_probe.cli._common import EXIT_PARTIAL, cell as _s, check_writable, clean as _clean, out_format, \
     output_options as _output_options, render_table, sniff, write_frame, check_dataset_file

@@ -21,11 +21,17 @@ _REST = FIELD_NAMES[2:]  # everything but line and time
 assert FIELD_NAMES[:2] == ("line", "time")
 
 
-def _chunks(records: Iterable[LogRecord], rest: Callable[[LogRecord], str], line: Callable[[int, str, str], str],
-            time: Callable[[str | None], str], chunk: int) -> Iterator[str]:
-    """The text of `records`, `chunk` records at a time: ``line(lineno, time(t), rest(record))`` with
-    `rest` and `time` memoized (the hot loop of every text encoder, inlined: no call per record but the
-    `line` formatting)."""
+def _utf8(s: str) -> bytes:
+    return s.encode("utf-8", "backslashreplace")  # a lone surrogate (from a caller's str) stays visible
+
+
+def _chunks(records: Iterable[LogRecord], rest: Callable[[LogRecord], tuple[str, str]], head: bytes,
+            time: Callable[[str | None], str], chunk: int) -> Iterator[bytes]:
+    """The encoded lines of `records` as UTF-8 bytes, `chunk` records a piece: each line is
+    ``pre + head % (line, time(t)) + post`` with ``(pre, post) = rest(record)`` and `time` memoized
+    (already encoded). The hot loop of every text encoder, inlined; the memoized parts of a line are
+    never copied but by the final join (the output is larger than the log: copies are what a record
+    costs)."""
     memo: dict = {}
     times: dict = {}
     buf: list = []
@@ -34,22 +40,26 @@ def _chunks(records: Iterable[LogRecord], rest: Callable[[LogRecord], str], line
         key = (r.message, r.function, r.kind, r.level, r.pid, r.source)
         hit = memo.get(key)
         if hit is None or hit[0] != r.extra:
-            hit = (dict(r.extra), rest(r))
+            pre, post = rest(r)
+            hit = (dict(r.extra), _utf8(pre), _utf8(post))
             if len(memo) >= _MEMO_MAX:
                 memo.clear()
             memo[key] = hit
         t = times.get(r.time)
         if t is None:
-            t = time(r.time)
+            t = _utf8(time(r.time))
             if len(times) >= _MEMO_MAX:
                 times.clear()
             times[r.time] = t
-        add(line(r.line, t, hit[1]))
+        if hit[1]:
+            add(hit[1])
+        add(head % (r.line, t))
+        add(hit[2])
         if len(buf) >= chunk:
-            yield "".join(buf)
+            yield b"".join(buf)
             buf.clear()
     if buf:
-        yield "".join(buf)
+        yield b"".join(buf)
 
 
 # --- JSON lines -----------------------------------------------------------------------------------------
@@ -59,15 +69,15 @@ def record_json(r: LogRecord) -> str:
     return json.dumps(r.to_dict())
 
 
-def _json_rest(r: LogRecord) -> str:
+def _json_rest(r: LogRecord) -> tuple[str, str]:
     d = {name: getattr(r, name) for name in _REST}
     d["extra"] = dict(r.extra)
-    return json.dumps(d)[1:]  # '"pid": 479, ...}'
+    return "", json.dumps(d)[1:] + "\n"  # '"pid": 479, ...}\n'
 
 
-def jsonl_chunks(records: Iterable[LogRecord], chunk: int = 256) -> Iterator[str]:
-    """The JSON lines of `records` (``record_json(r) + "\n"`` each), in chunks of `chunk` lines."""
-    return _chunks(records, _json_rest, '{{"line": {}, "time": {}, {}\n'.format, json.dumps, chunk)
+def jsonl_chunks(records: Iterable[LogRecord], chunk: int = 64) -> Iterator[bytes]:
+    """The JSON lines of `records` (``record_json(r) + "\\n"`` each, as bytes), `chunk` lines a piece."""
+    return _chunks(records, _json_rest, b'{"line": %d, "time": %s, ', json.dumps, chunk)
 
 
 # --- CSV ------------------------------------------------------------------------------------------------
@@ -83,23 +93,23 @@ def csv_cell(v) -> str:
 
 
 def csv_row(values: Iterable) -> str:
-    """A CSV line of `values` (with ``"\n"``)."""
+    """A CSV line of `values` (with ``"\\n"``)."""
     return ",".join(map(csv_cell, values)) + "\n"
 
 
 CSV_HEADER = csv_row(FIELD_NAMES)
 
 
-def _csv_rest(r: LogRecord) -> str:
-    return ",".join(csv_cell(json.dumps(r.extra, separators=(",", ":")) if n == "extra" else getattr(r, n))
-                    for n in _REST)
+def _csv_rest(r: LogRecord) -> tuple[str, str]:
+    return "", ",".join(csv_cell(json.dumps(r.extra, separators=(",", ":")) if n == "extra" else getattr(r, n))
+                        for n in _REST) + "\n"
 
 
-def csv_chunks(records: Iterable[LogRecord], chunk: int = 256) -> Iterator[str]:
-    """The CSV lines of `records` (no header: `CSV_HEADER`): the columns of `FIELD_NAMES`, ``extra`` as a
-    JSON object, missing values empty, as ``records_to_frame(...).to_csv()`` writes them but for ``time``
-    (kept as logged) and the quoting of a lone CR."""
-    return _chunks(records, _csv_rest, "{},{},{}\n".format, csv_cell, chunk)
+def csv_chunks(records: Iterable[LogRecord], chunk: int = 64) -> Iterator[bytes]:
+    """The CSV lines of `records` as UTF-8 bytes (no header: `CSV_HEADER`): the columns of `FIELD_NAMES`,
+    ``extra`` as a JSON object, missing values empty, as ``records_to_frame(...).to_csv()`` writes them
+    but for ``time`` (kept as logged) and the quoting of a lone CR."""
+    return _chunks(records, _csv_rest, b"%d,%s,", csv_cell, chunk)
 
 
 # --- table cells ----------------------------------------------------------------------------------------
@@ -157,27 +167,33 @@ def record_header(multi: bool, api: bool) -> list[str]:
         ["workspace"]
 
 
-def table_rows(records: Iterable[LogRecord], multi: bool, api: bool) -> Iterator[tuple[list[str], list[str]]]:
-    """The rows of the records table (`record_header`) as ``(head, tail)`` pairs: `head` the cells that
-    change from line to line (source, line, pid), `tail` the rest, one shared list per distinct GEMM (the
-    renderer pads each shared tail once)."""
+def record_cells(r: LogRecord, multi: bool, api: bool) -> list[str]:
+    """The record's row of the records table (`record_header`)."""
     import os
-    base = os.path.basename
-    memo: dict = {}
-    for r in records:
-        key = (r.message, r.function, r.kind, r.level, r.pid, r.source)
-        hit = memo.get(key)
-        if hit is None or hit[0] != r.extra:
-            get = r.__getattribute__
-            tail = ([r.kind] if api else []) + gemm_cells(get) + [_txt(r.workspace_bytes)]
-            hit = (dict(r.extra), tail)
-            if len(memo) >= _MEMO_MAX:
-                memo.clear()
-            memo[key] = hit
-        head = [str(r.line), _txt(r.pid)]
-        if multi:
-            head.insert(0, base(r.source) if r.source else "")
-        yield head, hit[1]
+    return ([os.path.basename(r.source) if r.source else ""] if multi else []) + [str(r.line), _txt(r.pid)] + \
+        ([r.kind] if api else []) + gemm_cells(r.__getattribute__) + [_txt(r.workspace_bytes)]
+
+
+# Stands in for the line number while a row is padded: a private-use character, which no log text holds in
+# a run of seven (and which the table renderer leaves as it is).
+_LINE_MARK = "\ue000"
+
+
+def table_chunks(records: Iterable[LogRecord], multi: bool, api: bool, row: Callable[[list[str]], str],
+                 line_width: int, chunk: int = 64) -> Iterator[bytes]:
+    """The records table's rows as UTF-8 bytes, padded by `row` (a table renderer's row, its widths fixed),
+    `chunk` rows a piece. Every cell but the line number is a function of the memo key, so each distinct
+    GEMM is padded once: around a placeholder that its line number replaces, right-aligned in
+    `line_width` characters."""
+    at = 1 if multi else 0
+
+    def rest(r: LogRecord) -> tuple[str, str]:
+        cells = record_cells(r, multi, api)
+        cells[at] = _LINE_MARK * line_width
+        pre, _, post = row(cells).partition(_LINE_MARK * line_width)
+        return pre, post
+
+    return _chunks(records, rest, b"%" + str(line_width).encode() + b"d%s", lambda t: "", chunk)
 
 
 # --- Parquet --------------------------------------------------------------------------------------------
@@ -208,7 +224,7 @@ def arrow_schema():
 class ParquetStream:
     """Write records to a Parquet file in row groups of `batch` records: memory holds one batch."""
 
-    def __init__(self, path: str, batch: int = 65536):
+    def __init__(self, path: str, batch: int = 16384):
         self.path, self.batch = path, batch
         self._buf: list[LogRecord] = []
         self._writer = None
