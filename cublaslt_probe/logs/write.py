@@ -196,6 +196,9 @@ def table_chunks(records: Iterable[LogRecord], multi: bool, api: bool, row: Call
     return _chunks(records, rest, b"%" + str(line_width).encode() + b"d%s", lambda t: "", chunk)
 
 
+_fields = attrgetter(*FIELD_NAMES)
+
+
 # --- Parquet --------------------------------------------------------------------------------------------
 
 def arrow_schema():
@@ -229,6 +232,7 @@ class ParquetStream:
         self._buf: list[LogRecord] = []
         self._writer = None
         self._schema = arrow_schema()
+        self._meta = None
         self.rows = 0
 
     def write(self, r: LogRecord) -> None:
@@ -237,17 +241,40 @@ class ParquetStream:
             self._flush()
 
     def _flush(self) -> None:
-        import pyarrow as pa
         import pyarrow.parquet as pq
-
-        from cublaslt_probe.logs.frame import records_to_frame
-        df = records_to_frame(self._buf)
-        table = pa.Table.from_pandas(df, schema=self._schema, preserve_index=False)
+        table = self._table(self._buf)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.path, table.schema)
         self._writer.write_table(table)
         self.rows += len(self._buf)
         self._buf = []
+
+    def _table(self, recs: list[LogRecord]):
+        """The Arrow table of `recs`, column by column (no pandas frame on the way); typed as
+        `records_to_frame` types the frame, whose pandas metadata it carries (so pandas reads the
+        integers back as Int64 and the repeated strings as categories)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        if self._meta is None:
+            from cublaslt_probe.logs.frame import records_to_frame
+            self._meta = pa.Table.from_pandas(records_to_frame(recs[:1]), schema=self._schema,
+                                              preserve_index=False).schema.metadata
+        cols = list(zip(*(_fields(r) for r in recs))) if recs else [()] * len(FIELD_NAMES)
+        arrays = []
+        for name, col, field in zip(FIELD_NAMES, cols, self._schema):
+            if name == "extra":
+                arrays.append(pa.array([json.dumps(e, separators=(",", ":")) for e in col], pa.string()))
+            elif name == "time":
+                t = pa.array(col, pa.string())
+                try:  # ISO 8601, fractional seconds too (the parser only keeps times of that form)
+                    arrays.append(t.cast(pa.timestamp("ns")))
+                except pa.ArrowInvalid:
+                    arrays.append(pc.strptime(t, format="%Y-%m-%d %H:%M:%S", unit="ns", error_is_null=True))
+            elif pa.types.is_dictionary(field.type):
+                arrays.append(pa.array(col, pa.string()).dictionary_encode())
+            else:
+                arrays.append(pa.array(col, field.type))
+        return pa.Table.from_arrays(arrays, schema=self._schema.with_metadata(self._meta))
 
     def close(self) -> None:
         if self._buf or self._writer is None:
