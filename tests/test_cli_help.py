@@ -77,3 +77,27 @@ def test_a_broken_command_module_is_reported_loudly():
     assert "cublaslt_probe.cli.plots" in p.stderr and "failed to import" in p.stderr
     assert "Traceback" not in p.stderr
     assert p.stdout.startswith("| column | type | meaning |")
+
+
+def test_shipped_datasets_are_found_after_a_non_editable_install(tmp_path):
+    """pyproject installs every shipped dataset to <prefix>/share/cublaslt-probe/data, and the default
+    dataset is found there by a package installed under <prefix>/lib/pythonX.Y/site-packages."""
+    import shutil
+    import tomllib
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    files = conf["tool"]["setuptools"]["data-files"]["share/cublaslt-probe/data"]
+    assert set(files) == {f"data/{p.name}" for p in (ROOT / "data").glob("*.parquet")} | {"data/PROVENANCE.md"}
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    shutil.copytree(ROOT / "cublaslt_probe", site / "cublaslt_probe",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    share = tmp_path / "share" / "cublaslt-probe" / "data"
+    share.mkdir(parents=True)
+    for f in files:
+        shutil.copy(ROOT / f, share)
+    code = "from cublaslt_probe.plots.select import default_dataset; print(default_dataset())"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "CUBLASLT_PROBE_DATA"}
+    p = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path[:0] = [{str(site)!r}] + "
+                        f"{[p for p in sys.path if 'site-packages' in p]!r}; {code}"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str(share / "h200_grid.parquet")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,19 +41,34 @@ AXIS_LABELS = {"m": "M", "n": "N", "k": "K", "batch": "batch", "nk": "N×K", "ba
 DATASET_NAMES = ("h200_grid.parquet", "h200_llm.parquet")
 
 
-def default_dataset() -> Path:
-    """The shipped H200 dataset: ``data/h200_grid.parquet`` if it exists, else ``data/h200_llm.parquet``.
-
-    Looked up in the repository checkout's ``data/`` and in the installed package's ``cublaslt_probe/data/``.
-    """
+def data_dirs() -> list[Path]:
+    """Where the shipped datasets are looked for, in order: the folder ``CUBLASLT_PROBE_DATA`` names, the
+    repository checkout's ``data/`` (an editable install), and the installed package's shared data
+    (``<prefix>/share/cublaslt-probe/data``, which ``pip install .`` fills from ``data/``)."""
     here = Path(__file__).resolve().parent.parent  # cublaslt_probe/
-    dirs = [here.parent / "data", here / "data"]
+    dirs = [Path(os.environ["CUBLASLT_PROBE_DATA"])] if os.environ.get("CUBLASLT_PROBE_DATA") else []
+    dirs.append(here.parent / "data")
+    # <prefix>/lib/pythonX.Y/site-packages/cublaslt_probe -> <prefix> (a venv, --prefix or --user install)
+    prefixes = [here.parents[3]] if len(here.parents) > 3 else []
+    prefixes += [Path(sys.prefix), Path(sys.base_prefix)]
+    for p in prefixes:
+        d = p / "share" / "cublaslt-probe" / "data"
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def default_dataset() -> Path:
+    """The shipped H200 dataset: ``h200_grid.parquet`` if it exists, else ``h200_llm.parquet``, in the
+    first of `data_dirs` that holds it."""
+    dirs = data_dirs()
     for name in DATASET_NAMES:
         for d in dirs:
             if (d / name).exists():
                 return d / name
     raise ProbeError(f"no shipped dataset found (looked for {', '.join(DATASET_NAMES)} in "
-                     f"{', '.join(str(d) for d in dirs)}): pass a DATASET path")
+                     f"{', '.join(str(d) for d in dirs)}): pass a DATASET path, or set CUBLASLT_PROBE_DATA "
+                     "to a folder holding them")
 
 
 def load(path: str | os.PathLike | None = None) -> pd.DataFrame:
