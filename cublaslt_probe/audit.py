@@ -406,6 +406,10 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None) ->
     notes: list[str] = []
     env = _read_env(files["env"], notes)
     s = read_chrome_trace(files["trace"], detail=True)
+    if s.stats.events == 0 or (s.stats.bad_events and not s.stats.kernels and not s.stats.cpu_ops):
+        raise ProbeError(f"{files['trace']}: no profiler events in it: give a torch.profiler Chrome trace "
+                         "(prof.export_chrome_trace, record_shapes=True) or a run folder written by "
+                         "cublaslt_probe.capture")
     det = s.detail
     gpu, sms, gpu_arch = _gpu_facts(env, s, notes)
     rates = gpu_rates(gpu)

@@ -413,7 +413,8 @@ def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats:
             return
         if c != "{":
             raise ProbeError(f"{path}: not a Chrome trace (JSON object with traceEvents, or an event array): "
-                             f"it starts with {s.buf[s.pos:s.pos + 40]!r}")
+                             f"it starts with {s.buf[s.pos:s.pos + 40]!r}; give the file torch.profiler's "
+                             "export_chrome_trace writes")
         s.pos += 1
         seen_events = False
         while True:

@@ -242,6 +242,12 @@ def test_cli_errors(tmp_path):
     assert r.exit_code == 1 and "no 'gemms' list" in r.stderr
     r = run_cli(PROGRAMS / "odd_linear", "--from", bad, "--measure")
     assert r.exit_code == 2
+    log = FIXTURES / "logs" / "level2_torch.log"                  # a cuBLASLt log given as the trace
+    r = run_cli(log)
+    assert r.exit_code == 1 and "is a cuBLASLt log, not a profiler trace" in r.stderr
+    from cublaslt_probe.errors import ProbeError
+    with pytest.raises(ProbeError, match="no profiler events in it: give a torch.profiler Chrome trace"):
+        audit(log)
 
 
 def test_html_without_measurements(audits):

@@ -6,6 +6,7 @@ CPU for the rows (a run folder or a trace); ``--measure`` times the alternatives
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -84,6 +85,9 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         raise click.UsageError("give --measure (time on the GPU now) or --from (saved measurements), not both")
     if save_path and not measure:
         raise click.UsageError("--save writes what --measure measured: add --measure")
+    if os.path.isfile(run):
+        from cublaslt_probe.cli.evidence import _check_trace     # the trace command's check of its input
+        _check_trace(run)
     a = audit(run, log_path)
     meas = None
     if from_path:
