@@ -409,3 +409,31 @@ def test_recommended_algos_export_as_replayable_log_lines(tmp_path):
     same = ("dtype", "m", "n", "k", "trans_a", "trans_b", "lda", "ldb", "ldc", "batch")
     assert {k: pinned[k] for k in same} == {k: orig[k] for k in same}
     assert run_cli(PROGRAMS / "gpt2_train", "--replay-out", out).exit_code == 2      # needs measurements
+
+
+ODD_WITH_ADVICE = """\
+tests/fixtures/programs/odd_linear/trace.json.gz + tests/fixtures/programs/odd_linear/cublaslt.log; GPU NVIDIA H200 (132 SMs)
+2 steps; per step: GPU time 0.767 ms, GEMMs 0.767 ms (100.0 %) in 2 distinct GEMMs
+GPU time: 100.0 % library-selected cuBLAS GEMMs
+attribution: capture ranges; 100.0 % of GEMM time has a module; torch allow_tf32=True
+
+share  calls  gpu_us  module  pass  op        dtype  layout     m     n     k  groups  family   provenance        decoded                       algo                                  pct_peak  floor_ratio  waves  flags
+-----  -----  ------  ------  ----  --------  -----  ------  ----  ----  ----  ------  -------  ----------------  ----------------------------  ------------------------------------  --------  -----------  -----  --------------
+88.5%      1   679.3  odd     fwd   aten::mm  bf16   NT      2048  4095  4096          cutlass  library-selected  256x128                       algo 24 tile 256x128 stages UNDEFIN…      10.2         9.78   1.94  align-fallback
+11.5%      1    87.9  even    fwd   aten::mm  bf16   NT      2048  4096  4096          nvjet    library-selected  256x128 · 64x4 · 1x2 · coopA  algo 66 tile 256x128 stages 64xAUTO…      79.0         1.27   1.94
+
+advice (measured):
+1. pad 4095 → 4096 (a multiple of 8) in odd: saves 585.2 µs/step (76.3 % of the step)
+   evidence: aten::mm bf16 NT 2048×4095×4096: original 673.5 µs, n=4096 88.2 µs (nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT); × 1 calls/step
+   risk: numerics agree (max rel. error 0.003 ≤ 0.02); n grows by 1 (more work and memory; slice the result back)
+- aten::mm bf16 NT 2048×4096×4096 (even): at 1.26× its floor (79 % of the roofline); no measured alternative beats it by 3 %; no advice
+"""
+
+
+def test_cli_table_and_advice_exact(monkeypatch):
+    """The 4095-wide linear next to its 4096-wide twin: the fallback kernel at 10 % of peak, and the padding that
+    the saved measurement says saves 585 µs per step."""
+    monkeypatch.chdir(FIXTURES.parent.parent)
+    r = run_cli("tests/fixtures/programs/odd_linear", "--from", "tests/fixtures/programs/measure/odd_linear.json")
+    assert r.exit_code == 0 and r.stderr == ""
+    assert r.stdout == ODD_WITH_ADVICE
