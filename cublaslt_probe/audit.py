@@ -932,6 +932,41 @@ def advice_lines(items: list[dict]) -> list[str]:
     return out
 
 
+def chain(r: dict, g: dict | None = None) -> list[str]:
+    """The evidence for one row, in order (explain's chain, from the trace, the log and the measurement)."""
+    def v(x, fmt=""):
+        return "?" if _na(x) else format(x, fmt)
+    out = [f"op {r['op']} in {row_label(r)} ({r['pass'] or 'no module'}): inputs {r['input_dims'] or 'not recorded'}, "
+           f"strides {r['input_strides'] or 'not recorded'} -> {v(r['dtype'])} {v(r['layout'])} m={v(r['m'])} "
+           f"n={v(r['n'])} k={v(r['k'])}" + (f", {v(r['groups'])} groups split along {r['group_dim']}"
+                                               if not _na(r["groups"]) else "")
+           + (f" (shape from the {r['shape_from']})" if r["shape_from"] == "kernel arguments" else "")]
+    if _na(r["algo"]):
+        out.append("cuBLASLt log: no matching line (not a cuBLASLt call, or no log)")
+    else:
+        agree = {True: "agrees", False: "DISAGREES"}.get(None if _na(r["log_consistent"]) else
+                                                         bool(r["log_consistent"]), "has nothing to compare")
+        out.append(f"cuBLASLt log: {r['log_function']} chose {r['algo']}, workspace {v(r['workspace_bytes'])} B; "
+                   f"the kernel {agree}")
+    out.append(f"kernel ({r['provenance']}, {r['family']}): {r['kernel']}; decoded {r['kernel_short']}"
+               + (f", problem shape {r['problem_shape']}" if not _na(r["problem_shape"]) else ""))
+    out.append(f"{v(r['calls'], 'g')} calls/step, {v(r['mean_us'], ',.2f')} µs each = {v(r['tflops'], '.1f')} "
+               f"TFLOP/s = {v(r['pct_peak'], '.1f')} % of peak; floor {v(r['floor_us'], ',.2f')} µs "
+               f"({v(r['bound'])}-bound), {v(r['floor_ratio'], '.2f')}× the floor; {v(r['waves'], '.2f')} waves")
+    if not _na(r["align_fallback"]) and r["align_fallback"]:
+        out.append(f"alignment fallback: {r['misaligned']} not a multiple of 16 bytes, kernel {r['arch']}")
+    elif not _na(r["misaligned"]):
+        out.append(f"misaligned leading dimension: {r['misaligned']} (the kernel is not a fallback)")
+    if g is not None:
+        if g.get("skipped") or g.get("error"):
+            out.append(f"not measured: {g.get('skipped') or g.get('error')}")
+        else:
+            reg = g.get("regret") or {}
+            out.append(f"measured: original {v(g.get('original_us'), ',.1f')} µs on its path; heuristic regret "
+                       f"{v(reg.get('regret_pct'), '.1f')} % (best candidate #{v(reg.get('best_rank'))})")
+    return out
+
+
 def _svg(fig) -> str:
     """The figure as inline SVG (the page stays one self-contained file)."""
     import io
@@ -991,9 +1026,10 @@ def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, A
     return figs
 
 
-def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None = None) -> str:
-    """A self-contained HTML page: summary, GPU time by class, the advice, the GEMM table, figures (SVG
-    embedded), and per-GEMM measurements when given."""
+def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None = None,
+                detail_rows: int = 12) -> str:
+    """A self-contained HTML page: summary, GPU time by class, the advice, the GEMM table, figures (inline
+    SVG), and for the largest GEMMs the chain of evidence (`chain`) with their measurements when given."""
     import html as H
     e = H.escape
     figs = {k: _svg(f) for k, f in figures(a, measure).items()}
@@ -1031,25 +1067,27 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
     parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>" + "".join(body) + "</table>")
     if "gemms" in figs:
         parts.append("<h2>Share and % of peak per GEMM</h2>" + figs["gemms"])
-    if measure:
-        parts.append("<h2>Measured alternatives</h2>")
-        if "whatifs" in figs:
-            parts.append(figs["whatifs"])
-        for g in measure.get("gemms") or []:
-            k = g.get("key") or {}
-            parts.append(f"<h3>{e(str(g.get('module') or ''))} {e(str(k.get('op')))} {e(str(k.get('dtype')))} "
-                         f"{e(str(k.get('layout')))} {k.get('m')}×{k.get('n')}×{k.get('k')}</h3>")
-            if g.get("skipped") or g.get("error"):
-                parts.append(f"<p>not measured: {e(str(g.get('skipped') or g.get('error')))}</p>")
-                continue
-            parts.append(f"<p>original {g.get('original_us')} µs</p>")
+    parts.append("<h2>Per GEMM</h2>")
+    if "whatifs" in figs:
+        parts.append(figs["whatifs"])
+    by_row: dict[int, dict] = {}
+    for g in (measure or {}).get("gemms") or []:
+        for i in _match_rows(a.rows, g).index:
+            by_row.setdefault(int(i), g)
+    for i, r in enumerate(a.rows.head(detail_rows).to_dict("records")):
+        g = by_row.get(i)
+        parts.append(f"<details{' open' if i < 3 else ''}><summary><b>{e(row_label(r))}</b> {e(str(r['pass'] or ''))} "
+                     f"{e(str(r['op']))} {r['m']}×{r['n']}×{r['k']}: {r['gpu_us']:,.1f} µs/step</summary><ol>"
+                     + "".join(f"<li>{e(x)}</li>" for x in chain(r, g)) + "</ol>")
+        if g and not (g.get("skipped") or g.get("error")):
             for name, cols in (("candidates", ("rank", "algo", "kernel", "time_us", "ok_numerics")),
                                ("paths", ("path", "workspace", "kernel", "time_us")),
                                ("whatifs", ("dim", "value", "multiple", "kernel", "time_us"))):
-                recs = g.get(name) or []
+                recs = [{**x, "algo": _cand_text(x)} if name == "candidates" else x for x in g.get(name) or []]
                 if recs:
                     parts.append(f"<h4>{name}</h4><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
                                  + "".join("<tr>" + "".join(f"<td>{e(str(x.get(c, '')))}</td>" for c in cols)
                                            + "</tr>" for x in recs) + "</table>")
+        parts.append("</details>")
     parts.append("</body></html>")
     return "\n".join(parts)
