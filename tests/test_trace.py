@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.names import decode
-from cublaslt_probe.trace import (TRACE_COLUMNS, by_kernel, classify, iter_chrome_events, problem_of,
-                                  read_chrome_trace, read_nsys_sqlite, read_trace, timeline_groups,
+from cublaslt_probe.trace import (TIMELINE_SCHEMA, TRACE_COLUMNS, by_kernel, classify, iter_chrome_events,
+                                  problem_of, read_chrome_trace, read_nsys_sqlite, read_trace, timeline_groups,
                                   timeline_sentence)
 
 from conftest import FIXTURES
@@ -637,3 +637,19 @@ def test_real_mixtral_grouped_gemm():
     assert set(main.problem_shape.astype(str)) == {"grouped"}
     assert main.total_us.sum() / s.gpu_time_us > 0.4       # the experts are most of the layer's GPU time
     assert "ahead-of-time" in timeline_sentence(s.timeline).split(",")[0]
+
+
+def test_cli_by_class_lists_the_whole_timeline(tmp_path):
+    path = PROGRAMS / "mixtral_moe" / "trace.json.gz"
+    r = run(path, "--by", "class", "-f", "jsonl")
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    evs = _load(path)["traceEvents"]
+    gpu = [e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert sum(x["launches"] for x in rows) == len(gpu)
+    assert sum(x["total_us"] for x in rows) == pytest.approx(sum(e["dur"] for e in gpu))
+    assert list(rows[0]) == list(TIMELINE_SCHEMA)
+    assert (rows[0]["kind"], rows[0]["provenance"], rows[0]["family"]) == ("gemm", "ahead-of-time", "cutlass_template")
+    t = run(path, "--by", "class", "--top", "2").stdout.splitlines()
+    assert t[4].split() == ["share", "launches", "kernels", "total_us", "kind", "provenance", "library", "family"]
+    assert t[6].split()[4:] == ["gemm", "ahead-of-time", "torch", "cutlass_template"]

@@ -80,6 +80,12 @@ def _kernel_base(name) -> str:
 def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
     from cublaslt_probe.diff import kernel_label
     head = trace_header(summary)
+    if by == "class":
+        header = ["share", "launches", "kernels", "total_us", "kind", "provenance", "library", "family"]
+        rows = [[f"{100 * r.share:.1f}%", _s(r.launches), _s(r.kernels), f"{r.total_us:,.1f}", _s(r.kind),
+                 _s(r.provenance), _s(r.library), _s(r.family)] for r in df.itertuples(index=False)]
+        return head + "\n" + render_table(header, rows, {"share", "launches", "kernels", "total_us"}) + \
+            _more(total, len(df))
     if not len(df):
         return head + "no GEMM kernels in this trace\n"
     def lead(r) -> list[str]:
@@ -103,8 +109,9 @@ def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
 
 @click.command("trace")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--by", type=click.Choice(["shape", "kernel"]), default="shape", show_default=True,
-              help="shape: one row per kernel and calling op with its input shapes; kernel: one row per kernel.")
+@click.option("--by", type=click.Choice(["shape", "kernel", "class"]), default="shape", show_default=True,
+              help="shape: one row per GEMM kernel and calling op with its input shapes; kernel: one row per GEMM "
+                   "kernel; class: every kernel, memcpy and memset summed by kind, provenance, library and family.")
 @output_options
 def trace_cmd(file, by, fmt, output, top):
     """Where a profiler trace's GPU time went, and its GEMM kernels: time, share, decoded fields, op, shapes.
@@ -132,7 +139,8 @@ def trace_cmd(file, by, fmt, output, top):
     fmt = out_format(fmt, output, FORMATS)
     _check_trace(file)
     summary = read_trace(file)
-    df = summary.kernels if by == "shape" else by_kernel(summary.kernels)
+    df = {"shape": lambda: summary.kernels, "kernel": lambda: by_kernel(summary.kernels),
+          "class": lambda: summary.timeline}[by]()
     total = len(df)
     n = top if top is not None else (25 if fmt == "table" else 0)
     shown = df.head(n) if n else df
