@@ -1,11 +1,12 @@
-"""Which GEMM kernels a profiled program ran, for how long, called by which op with which shapes.
+"""Where a profiled program's GPU time went (every kernel by kind and provenance), and which GEMM kernels it
+ran, for how long, called by which op with which shapes.
 
 Two readers, one result (`TraceSummary`, whose `.kernels` is a tidy DataFrame; columns in `TRACE_SCHEMA`):
 
 - `read_chrome_trace(path)`: a torch.profiler / Kineto Chrome trace (`.json` or gzip `.json.gz`; gzip is
   recognised by its magic bytes). The file is one JSON object whose ``traceEvents`` array holds every
   event; it is streamed: read in chunks, one event object decoded at a time with the json module's C
-  scanner, and only compact numbers kept (``array`` columns: ~60 bytes per GEMM-family launch, 12 per CPU
+  scanner, and only compact numbers kept (``array`` columns: ~60 bytes per GEMM-kind launch, 12 per CPU
   op, 16 per launch call), so memory grows by a few MB per 100 MB of trace, not with its text (docs/trace.md
   gives the measured figures). A malformed event is skipped and counted, a truncated file ends the stream
   with a warning; neither raises.
@@ -152,7 +153,8 @@ class TraceStats:
 
 @dataclass
 class TraceSummary:
-    """The GEMM-family kernels of one trace (`kernels`, columns `TRACE_COLUMNS`), and the trace's totals."""
+    """The GEMM-kind kernels of one trace (`kernels`, columns `TRACE_COLUMNS`), its GPU time by class
+    (`timeline`), and the trace's totals."""
 
     kernels: pd.DataFrame
     gpu_time_us: float
@@ -1014,7 +1016,7 @@ _NSYS_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 
 
 def read_nsys_sqlite(path: str | os.PathLike) -> TraceSummary:
-    """Summarise the GEMM-family kernels of an Nsight Systems SQLite export.
+    """Summarise the GEMM-kind kernels of an Nsight Systems SQLite export.
 
     UNTESTED on a real export (see the module docstring). Reads ``CUPTI_ACTIVITY_KIND_KERNEL``
     (``start``/``end`` ns, ``demangledName`` else ``shortName`` ids into ``StringIds``, ``deviceId``,
