@@ -136,31 +136,3 @@ def table(cands: list[dict], *, m: int, n: int, k: int, batch: int = 1, dtype: s
                      "matches_0": None if d is None else d <= tolerance(dtype),
                      "mark": ", ".join(mark) or (c.get("error") or "")})
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def render(df, reg: dict, header: str) -> str:
-    """The text a person reads: header, table, regret line."""
-    from cublaslt_probe.names import decode
-    lines = [header, ""]
-    w = [("#", 3), ("algo", 5), ("tile", 9), ("stages", 9), ("cluster", 8), ("splitK", 6), ("kernel", 44),
-         ("µs", 10), ("TFLOP/s", 8), ("ok", 3), ("", 20)]
-    lines.append("  ".join(f"{h:>{n}}" if h in ("µs", "TFLOP/s") else f"{h:<{n}}" for h, n in w))
-    for r in df.itertuples():
-        short = decode(r.kernel).short if isinstance(r.kernel, str) else ""
-        fam = decode(r.kernel).family if isinstance(r.kernel, str) else ""
-        kern = f"{fam} {short}".strip()[:44]
-        t = f"{r.time_us:10.2f}" if r.time_us == r.time_us and r.time_us is not None else f"{'-':>10}"
-        tf = f"{r.tflops:8.1f}" if r.tflops == r.tflops and r.tflops is not None else f"{'-':>8}"
-        ok = "-" if r.matches_0 is None else ("yes" if r.matches_0 else "NO")
-        lines.append("  ".join([f"{r.rank:<3}", f"{str(r.algo_id):<5}", f"{str(r.tile):<9}", f"{str(r.stages):<9}",
-                                f"{str(r.cluster):<8}", f"{str(r.split_k):<6}", f"{kern:<44}", t, tf, f"{ok:<3}",
-                                r.mark]))
-    lines.append("")
-    if reg.get("regret_pct") is not None:
-        lines.append(f"regret = time(#0) / time(best) - 1 = {reg['pick_time_us']:.2f} / {reg['best_time_us']:.2f} - 1 "
-                     f"= {reg['regret_pct']:+.1f} %  (best is #{reg['best_rank']})")
-        if reg.get("noise_pct") is not None:
-            lines.append(f"#0 timed twice: the two medians differ by {reg['noise_pct']:.1f} % (noise)")
-    else:
-        lines.append("regret: not computable (candidate #0 did not run)")
-    return "\n".join(lines)

@@ -9,6 +9,7 @@ import json
 
 import click
 
+from cublaslt_probe.cli._common import cell, render_table, write_frame
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.kinds import BACKENDS, DTYPES, LAYOUTS, OPS
 
@@ -105,11 +106,8 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
     c = saved["case"]
     df = cm.table(saved["candidates"], m=c["m"], n=c["n"], k=c["k"], batch=c.get("batch", 1), dtype=c["dtype"])
     reg = cm.regret(saved["candidates"], c["dtype"])
-    if fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
-    elif fmt == "jsonl":
-        for rec in df.to_dict(orient="records"):
-            click.echo(json.dumps(rec, default=str))
+    if fmt in ("csv", "jsonl"):
+        write_frame(df, fmt, None)
     elif fmt == "json":
         click.echo(json.dumps({"case": c, "regret": reg, "candidates": df.to_dict(orient="records")}, default=str))
     else:
@@ -117,7 +115,29 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
         header = (f"{c['dtype']} {c['layout']} M={c['m']} N={c['n']} K={c['k']} on {env.get('gpu')} "
                   f"(cuBLASLt {env.get('cublaslt_version')}); workspace {saved.get('workspace_bytes')} B, alignment "
                   f"{saved.get('alignment')} B; {saved.get('timing')}")
-        click.echo(cm.render(df, reg, header))
+        click.echo(_candidates_text(df, reg, header))
+
+
+def _candidates_text(df, reg: dict, header: str) -> str:
+    """What a person reads: the header, the candidates (the shared table renderer), the regret line."""
+    from cublaslt_probe.names import decode
+    rows = []
+    for r in df.itertuples():
+        kn = decode(r.kernel) if isinstance(r.kernel, str) else None
+        ok = "-" if r.matches_0 is None else ("yes" if r.matches_0 else "NO")
+        rows.append([cell(r.rank), cell(r.algo_id), cell(r.tile), cell(r.stages), cell(r.cluster), cell(r.split_k),
+                     f"{kn.family} {kn.short}".strip() if kn else "", cell(r.time_us, ".2f") or "-",
+                     cell(r.tflops, ".1f") or "-", ok, r.mark or ""])
+    table = render_table(["#", "algo", "tile", "stages", "cluster", "splitK", "kernel", "µs", "TFLOP/s", "ok", ""],
+                         rows, {"µs", "TFLOP/s"}, caps={"kernel": 44}, rule=False)
+    if reg.get("regret_pct") is not None:
+        tail = (f"regret = time(#0) / time(best) - 1 = {reg['pick_time_us']:.2f} / {reg['best_time_us']:.2f} - 1 "
+                f"= {reg['regret_pct']:+.1f} %  (best is #{reg['best_rank']})")
+        if reg.get("noise_pct") is not None:
+            tail += f"\n#0 timed twice: the two medians differ by {reg['noise_pct']:.1f} % (noise)"
+    else:
+        tail = "regret: not computable (candidate #0 did not run)"
+    return f"{header}\n\n{table}\n{tail}"
 
 
 @click.command("first-call")
