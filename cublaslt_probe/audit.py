@@ -60,6 +60,8 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
     "kernel": ("string", "the GEMM kernel as the trace names it"),
     "family": ("category", "decoded family (nvjet, xmma, cutlass, ...)"),
     "provenance": ("category", "library-selected, ahead-of-time, runtime-compiled, unknown (decoded)"),
+    "evidence": ("string", "what the provenance rests on: name (decoded from the kernel's name) or observed (a "
+                           "cold-start run saw the process compile it: `audit --coldstart`)"),
     "kernel_short": ("string", "decoded fields, compact: 256x128 · 64x4 · 1x2 · coopA"),
     "arch": ("category", "decoded architecture of the kernel (sm90, sm80, ...)"),
     "tile_m": ("Int64", "decoded tile M (as the name writes it)"),
@@ -135,6 +137,8 @@ class Audit:
     attribution: str                      # capture ranges | nn.Module | none
     notes: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
+    stalls: pd.DataFrame | None = None    # host stalls of the step (`stalls.host_stalls`)
+    observed: dict | None = None          # cold-start evidence applied (`coldstart.apply_observed`)
 
     @property
     def attributed_share(self) -> float:
@@ -399,8 +403,11 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
 
 
 # --------------------------------------------------------------------------- the audit
-def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None) -> Audit:
-    """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc)."""
+def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, coldstart: dict | None = None) -> Audit:
+    """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
+    `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
+    ``evidence: observed`` (`coldstart.apply_observed`)."""
+    from cublaslt_probe.stalls import host_stalls
     from cublaslt_probe.trace import read_chrome_trace, timeline_frame
     files = resolve(path, log_path)
     notes: list[str] = []
@@ -438,9 +445,16 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None) ->
     if attribution == "none" and len(G):
         notes.append("no module ranges in the trace (capture with cublaslt_probe.capture, or profile with "
                      "with_modules=True): rows are by op and shape")
+    observed = None
+    if coldstart is not None:
+        from cublaslt_probe.coldstart import apply_observed
+        df, observed = apply_observed(df, coldstart, per_name, steps)
+    else:
+        df = df.assign(evidence=pd.array(["name"] * len(df), dtype="string"))
     return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
                  gpu=gpu, attribution=attribution, notes=notes,
-                 sources={k: str(v) for k, v in files.items() if v is not None})
+                 sources={k: str(v) for k, v in files.items() if v is not None},
+                 stalls=host_stalls(det, steps), observed=observed)
 
 
 def _gpu_facts(env: dict, s, notes: list[str]) -> tuple[str | None, int | None, int | None]:
@@ -900,8 +914,29 @@ def summary_lines(a: Audit) -> list[str]:
     if len(a.rows):
         lines.append(f"attribution: {a.attribution}; {100 * a.attributed_share:.1f} % of GEMM time has a module"
                      + (f"; torch allow_tf32={cap.get('allow_tf32')}" if "allow_tf32" in cap else ""))
+    if a.observed is not None:
+        o = a.observed
+        lines.append(f"cold-start evidence ({o['source']}): {o['kernels']} kernel name(s) of this trace seen compiled "
+                     f"at run time ({', '.join(f'{k} {v}' for k, v in sorted(o['by_mechanism'].items())) or 'none'}), "
+                     f"{o['gpu_us']:,.1f} µs/step of GPU time; {o['gemm_rows']} GEMM row(s) upgraded to evidence "
+                     "observed")
     lines += [f"note: {n}" for n in a.notes]
+    lines += stall_lines(a)
     return lines
+
+
+def stall_lines(a: Audit) -> list[str]:
+    """One line per host stall (`stalls`): what held the host, and what the trace supports about why."""
+    from cublaslt_probe.stalls import cause
+    if a.stalls is None or not len(a.stalls):
+        return []
+    out = []
+    for r in a.stalls.to_dict("records"):
+        c = cause(r)
+        out.append(f"host stall: {r['host_us'] / 1e3:,.1f} ms/step in {r['op']}"
+                   + (f" ({r['module']})" if r.get("module") else "") + f" for {r['gpu_us']:,.1f} µs of its kernels"
+                   f" — {c['cause']}; change: {c['change']}")
+    return out
 
 
 def table_rows(rows: pd.DataFrame) -> list[list[str]]:

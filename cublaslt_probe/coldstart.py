@@ -767,3 +767,29 @@ def load(path: str) -> dict:
     if not isinstance(obj, dict) or "runs" not in obj:
         raise ProbeError(f"{path}: not a cold-start result (no 'runs'); give a file written by `cold-start --save`")
     return obj
+
+
+def apply_observed(rows, result: dict, per_name: dict | None = None, steps: int = 1):
+    """Rows of a kernel table (`trace` GEMM rows, `audit` rows: a ``kernel`` and a ``provenance`` column) with the
+    provenance a cold-start run *observed* (`observed_provenance`) and an ``evidence`` column (``observed`` for
+    those, ``name`` for the rest); and a summary: how many of the trace's kernel names (`per_name`: name ->
+    [launches, µs]) were seen compiled, their GPU µs per step, by mechanism, and the rows upgraded."""
+    import pandas as pd
+    obs = observed_provenance(result)
+    rows = rows.copy()
+    hit = rows["kernel"].isin(list(obs)) if len(rows) else pd.Series([], dtype=bool)
+    prov = rows["provenance"].astype(object) if len(rows) else rows.get("provenance")
+    if len(rows):
+        prov[hit] = [obs[k]["provenance"] for k in rows.loc[hit, "kernel"]]
+        rows["provenance"] = prov.astype(rows["provenance"].dtype if str(rows["provenance"].dtype) != "category"
+                                         else "category")
+    rows["evidence"] = pd.array(["observed" if h else "name" for h in hit], dtype="string")
+    seen = {k: v for k, v in obs.items() if per_name and k in per_name}
+    by_mech: dict[str, int] = {}
+    for v in seen.values():
+        by_mech[v["mechanism"]] = by_mech.get(v["mechanism"], 0) + 1
+    summary = {"source": result.get("label") or result.get("target") or "cold-start", "kernels": len(seen),
+               "gpu_us": sum(per_name[k][1] for k in seen) / max(steps, 1) if per_name else 0.0,
+               "by_mechanism": by_mech, "gemm_rows": int(hit.sum()) if len(rows) else 0,
+               "how": {k: v["how"] for k, v in seen.items()}}
+    return rows, summary

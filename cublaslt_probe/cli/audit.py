@@ -62,9 +62,12 @@ def _load_measure(path: str) -> dict:
 @click.option("--replay-out", "replay_path", type=click.Path(dir_okay=False), default=None,
               help="With advice: write each recommended algo as a cuBLASLt log line (the GEMM's own line, the "
                    "candidate's algo) for `cublaslt-probe replay FILE --all`.")
+@click.option("--coldstart", "coldstart_path", type=click.Path(dir_okay=False), default=None,
+              help="A saved `cold-start --save` result of the same program: kernels it saw compiled at run time "
+                   "get that provenance with evidence 'observed'.")
 @output_options(FORMATS, top=25)
-def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, fmt, output,
-              top):
+def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, coldstart_path,
+              fmt, output, top):
     """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
 
     RUN_DIR is a folder written by `cublaslt_probe.capture` (trace.json.gz, cublaslt.log, env.json);
@@ -88,7 +91,11 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     if os.path.isfile(run):
         from cublaslt_probe.cli.evidence import _check_trace     # the trace command's check of its input
         _check_trace(run)
-    a = audit(run, log_path)
+    cold = None
+    if coldstart_path:
+        from cublaslt_probe.coldstart import load
+        cold = load(coldstart_path)
+    a = audit(run, log_path, coldstart=cold)
     meas = None
     if from_path:
         meas = _load_measure(from_path)

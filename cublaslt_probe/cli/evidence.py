@@ -112,8 +112,11 @@ def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
 @click.option("--by", type=click.Choice(["shape", "kernel", "class"]), default="shape", show_default=True,
               help="shape: one row per GEMM kernel and calling op with its input shapes; kernel: one row per GEMM "
                    "kernel; class: every kernel, memcpy and memset summed by kind, provenance, library and family.")
+@click.option("--coldstart", "coldstart_path", type=click.Path(dir_okay=False), default=None,
+              help="A saved `cold-start --save` result of the same program: GEMM kernels it saw compiled at run "
+                   "time get that provenance with evidence 'observed' (an evidence column is added).")
 @output_options
-def trace_cmd(file, by, fmt, output, top):
+def trace_cmd(file, by, fmt, output, top, coldstart_path):
     """Where a profiler trace's GPU time went, and its GEMM kernels: time, share, decoded fields, op, shapes.
 
     The header sums every kernel (and memcpy/memset) by provenance and kind ("62 % library-selected cuBLAS
@@ -139,6 +142,11 @@ def trace_cmd(file, by, fmt, output, top):
     fmt = out_format(fmt, output, FORMATS)
     _check_trace(file)
     summary = read_trace(file)
+    if coldstart_path:
+        from cublaslt_probe.coldstart import apply_observed, load
+        summary.kernels, seen = apply_observed(summary.kernels, load(coldstart_path))
+        click.echo(f"cold-start evidence: {seen['gemm_rows']} GEMM row(s) of this trace seen compiled at run time "
+                   "(evidence observed); the others keep the provenance their name gives (evidence name)", err=True)
     df = {"shape": lambda: summary.kernels, "kernel": lambda: by_kernel(summary.kernels),
           "class": lambda: summary.timeline}[by]()
     total = len(df)
