@@ -138,20 +138,12 @@ def _record_problem(obj) -> str | None:
     return None
 
 
-def read_raw(path: str | os.PathLike, stats: RawStats | None = None) -> tuple[dict, list[dict]]:
-    """Read a raw sweep file (JSONL, gzip detected by its first bytes): returns (env, records).
-
-    The first line may be an env record (`{"type": "env", ...}`); a later record with the same key
-    replaces an earlier one (resume re-runs a window that was cut off). Never loses a readable record to
-    a bad line: a line that is not a probe record (a truncated last line, garbage) is skipped and
-    counted, and a gzip file cut off part way keeps the records before the cut (both in `stats`).
-    """
+def _scan_raw(path, st: RawStats) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` of every env line and probe record of a raw file (JSONL, gzip detected by
+    its first bytes), in order; a line that is not one (a truncated last line, garbage) is counted in
+    `st`, and a gzip cut off part way ends the scan (noted in `st`): nothing readable is lost."""
     import gzip
     import zlib
-    st = stats if stats is not None else RawStats()
-    st.files.append(str(path))
-    env: dict = {}
-    recs: dict[str, dict] = {}
     with open(path, "rb") as raw:
         binary = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == b"\x1f\x8b" else raw
         f = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="\n")
@@ -168,20 +160,68 @@ def read_raw(path: str | os.PathLike, stats: RawStats | None = None) -> tuple[di
                     st.bad(f"{path}:{i}", "not JSON (a sweep cut off mid-write?)")
                     continue
                 if isinstance(obj, dict) and obj.get("type") == "env":
-                    env = {k: v for k, v in obj.items() if k != "type"}
+                    yield i, obj
                     continue
                 why = _record_problem(obj)
                 if why:
                     st.bad(f"{path}:{i}", why)
                     continue
-                if obj["key"] in recs:
-                    st.duplicates += 1
-                    del recs[obj["key"]]  # the later record wins, in its own place
-                recs[obj["key"]] = obj
+                yield i, obj
         except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
             st.cut.append((str(path), f"cut off after line {i:,} ({e}): the records before it are kept"))
+
+
+def _env_of(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if k != "type"}
+
+
+def read_raw(path: str | os.PathLike, stats: RawStats | None = None) -> tuple[dict, list[dict]]:
+    """Read a raw sweep file: returns (env, records).
+
+    The first line may be an env record (`{"type": "env", ...}`); a later record with the same key
+    replaces an earlier one (resume re-runs a window that was cut off). Never loses a readable record to
+    a bad line (see `_scan_raw`; what was skipped is counted in `stats`).
+    """
+    st = stats if stats is not None else RawStats()
+    st.files.append(str(path))
+    env: dict = {}
+    recs: dict[str, dict] = {}
+    for _, obj in _scan_raw(path, st):
+        if obj.get("type") == "env":
+            env = _env_of(obj)
+            continue
+        if obj["key"] in recs:
+            st.duplicates += 1
+            del recs[obj["key"]]  # the later record wins, in its own place
+        recs[obj["key"]] = obj
     st.records += len(recs)
     return env, list(recs.values())
+
+
+def _check_env(p, env: dict, seen: list[tuple[str, dict]], allow_env_mismatch: bool) -> None:
+    from cublaslt_probe.errors import ProbeError
+    from cublaslt_probe.kinds import ENV_MATCH
+    for q, other in seen:
+        diff = [k for k in ENV_MATCH if env.get(k) != other.get(k)]
+        if diff and not allow_env_mismatch:
+            what = "; ".join(f"{k} {other.get(k)} vs {env.get(k)}" for k in diff)
+            raise ProbeError(f"{p} was measured in another environment than {q} ({what}): build one "
+                             "dataset per environment, or pass --allow-env-mismatch to keep each "
+                             "row's own environment")
+
+
+def _shared(envs: list[tuple[str, dict]]) -> dict:
+    shared = dict(envs[0][1]) if envs else {}
+    for _, e in envs[1:]:
+        shared = {k: v for k, v in shared.items() if e.get(k) == v}
+    return shared
+
+
+def _stamp(r: dict, env: dict) -> dict:
+    for c in ENV_COLUMNS:
+        if r.get(c) is None and env.get(c) is not None:
+            r[c] = env[c]
+    return r
 
 
 def read_raws(paths: list, env_override: dict | None = None, allow_env_mismatch: bool = False,
@@ -194,8 +234,6 @@ def read_raws(paths: list, env_override: dict | None = None, allow_env_mismatch:
     environment of files that have no env line. A key in several files: the later file's record wins
     (counted in ``stats.duplicates``). Returns (the environment the files share, records).
     """
-    from cublaslt_probe.errors import ProbeError
-    from cublaslt_probe.kinds import ENV_MATCH
     st = stats if stats is not None else RawStats()
     envs: list[tuple[str, dict]] = []
     recs: dict[str, dict] = {}
@@ -203,27 +241,88 @@ def read_raws(paths: list, env_override: dict | None = None, allow_env_mismatch:
         env, rs = read_raw(p, st)
         env = env or dict(env_override or {})
         if env:
-            for q, other in envs:
-                diff = [k for k in ENV_MATCH if env.get(k) != other.get(k)]
-                if diff and not allow_env_mismatch:
-                    what = "; ".join(f"{k} {other.get(k)} vs {env.get(k)}" for k in diff)
-                    raise ProbeError(f"{p} was measured in another environment than {q} ({what}): build one "
-                                     "dataset per environment, or pass --allow-env-mismatch to keep each "
-                                     "row's own environment")
+            _check_env(p, env, envs, allow_env_mismatch)
             envs.append((str(p), env))
         for r in rs:
-            for c in ENV_COLUMNS:
-                if r.get(c) is None and env.get(c) is not None:
-                    r[c] = env[c]
+            _stamp(r, env)
             if r["key"] in recs:
                 st.duplicates += 1
                 st.records -= 1
                 del recs[r["key"]]
             recs[r["key"]] = r
-    shared = dict(envs[0][1]) if envs else {}
-    for _, e in envs[1:]:
-        shared = {k: v for k, v in shared.items() if e.get(k) == v}
-    return shared, list(recs.values())
+    return _shared(envs), list(recs.values())
+
+
+def write_from_raw(paths: list, out: str | os.PathLike, env_override: dict | None = None,
+                   allow_env_mismatch: bool = False, stats: RawStats | None = None,
+                   batch: int = 4096) -> tuple[dict, int, dict]:
+    """`read_raws` + `build` + `write_parquet` in flat memory: a first pass finds the record that wins for
+    each key and checks the environments; a second builds the rows `batch` records at a time and writes
+    them as Parquet row groups (to ``OUT.tmp``, renamed when whole). Memory holds the keys and one batch.
+    Returns (the shared environment, rows written, counts: error rows, consistent, comparable); nothing is
+    written when no record was found (0 rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cublaslt_probe.sweep import arrow_schema
+    st = stats if stats is not None else RawStats()
+    envs: list[tuple[str, dict]] = []
+    file_env: list[dict] = []
+    winner: dict[str, tuple[int, int]] = {}
+    for fi, p in enumerate(paths):
+        st.files.append(str(p))
+        env: dict = {}
+        for i, obj in _scan_raw(p, st):
+            if obj.get("type") == "env":
+                env = _env_of(obj)
+            elif obj["key"] in winner:
+                st.duplicates += 1
+                winner[obj["key"]] = (fi, i)
+            else:
+                winner[obj["key"]] = (fi, i)
+        env = env or dict(env_override or {})
+        if env:
+            _check_env(p, env, envs, allow_env_mismatch)
+            envs.append((str(p), env))
+        file_env.append(env)
+    st.records = len(winner)
+    shared = _shared(envs)
+    counts = {"error": 0, "consistent": 0, "comparable": 0}
+    if not winner:
+        return shared, 0, counts
+    schema = arrow_schema()
+    meta = dict(schema.metadata or {})
+    meta[b"cublaslt_probe.env"] = json.dumps(shared).encode()
+    meta[b"cublaslt_probe.schema"] = b"1"
+    schema = schema.with_metadata(meta)
+    tmp = f"{out}.tmp"
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema) as w:
+            buf: list[dict] = []
+
+            def flush():
+                df = validate(build(buf, shared))
+                counts["error"] += int(df["error"].notna().sum())
+                counts["consistent"] += int(df["consistent"].eq(True).sum())
+                counts["comparable"] += int(df["consistent"].notna().sum())
+                w.write_table(pa.Table.from_pandas(df, schema=schema, preserve_index=False))
+                buf.clear()
+
+            for fi, p in enumerate(paths):
+                for i, obj in _scan_raw(p, RawStats()):
+                    if obj.get("type") != "env" and winner.get(obj["key"]) == (fi, i):
+                        buf.append(_stamp(obj, file_env[fi]))
+                        rows += 1
+                        if len(buf) >= batch:
+                            flush()
+            if buf:
+                flush()
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return shared, rows, counts
 
 
 def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dict]:

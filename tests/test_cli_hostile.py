@@ -309,3 +309,27 @@ def test_from_given_another_commands_file(cmd, saved, by):
     assert r.exit_code == 1
     line = one_error_line(r)
     assert f"saved by `{by} --save`" in line and f"`{by} --from" in line
+
+
+def test_dataset_streams_in_row_groups_and_equals_the_in_memory_build(tmp_path):
+    """`write_from_raw` (what `dataset` runs) writes the rows `build` makes of `read_raws`, in row groups
+    of one batch each: the dataset is never held whole."""
+    import pyarrow.parquet as pq
+
+    from cublaslt_probe import dataset
+    raw = ROOT / "data" / "h200_square.raw.jsonl.gz"
+    out = tmp_path / "sq.parquet"
+    env, rows, counts = dataset.write_from_raw([raw], out, batch=500)
+    assert rows == 3184 and pq.ParquetFile(out).metadata.num_row_groups == 7
+    env2, recs = dataset.read_raws([raw])
+    want = dataset.build(recs, env2)
+    got = dataset.read_parquet(out)
+    assert env == env2 == got.attrs["env"]
+    assert counts["error"] == int(want["error"].notna().sum())
+    assert list(got["key"]) == list(want["key"])
+    for col in ("kernel", "family", "tile_m", "algo_tile", "time_us", "consistent", "gpu", "kernels"):
+        a = [None if (not isinstance(v, (list, __import__("numpy").ndarray)) and pd.isna(v)) else
+             (list(v) if not isinstance(v, str) and hasattr(v, "__len__") else v) for v in got[col]]
+        b = [None if (not isinstance(v, (list, __import__("numpy").ndarray)) and pd.isna(v)) else
+             (list(v) if not isinstance(v, str) and hasattr(v, "__len__") else v) for v in want[col]]
+        assert a == b, col

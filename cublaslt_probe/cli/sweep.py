@@ -149,7 +149,8 @@ def merge_cmd(parts, out, allow_env_mismatch, jobs):
 def dataset_cmd(raw, out, env_path, allow_env_mismatch):
     """Build the tidy Parquet dataset from raw probe records (JSONL, gzip or not).
 
-    Every row carries the environment of the file it came from. Exit status 3 when some lines were not
+    Every row carries the environment of the file it came from. Streams: memory holds the keys and a
+    batch of rows, not the dataset. Exit status 3 when some lines were not
     probe records or a file was cut off (the records before are kept), 1 when no record was found.
     """
     from cublaslt_probe.cli._common import EXIT_PARTIAL, check_writable, read_json, sniff
@@ -163,8 +164,8 @@ def dataset_cmd(raw, out, env_path, allow_env_mismatch):
         raise ProbeError(f"{env_path} holds a JSON {type(env_override).__name__}: give an env.json (an object "
                          "of gpu, driver, ...)")
     st = dataset.RawStats()
-    env, recs = dataset.read_raws(list(raw), env_override, allow_env_mismatch, st)
-    if not recs:
+    env, rows, counts = dataset.write_from_raw(list(raw), out, env_override, allow_env_mismatch, st)
+    if not rows:
         kinds = "; ".join(f"{p} is {sniff(p)}" for p in raw)
         raise ProbeError(f"no raw probe records in {', '.join(raw)} ({kinds}): give the OUT.raw.jsonl(.gz) "
                          "files a sweep writes (a dataset .parquet is already built: use it directly)")
@@ -176,11 +177,8 @@ def dataset_cmd(raw, out, env_path, allow_env_mismatch):
     if st.duplicates:
         click.echo(f"note: {st.duplicates:,} records repeated a key (a resumed or overlapping sweep): the later "
                    "record of each was kept", err=True)
-    df = dataset.build(recs, env)
-    dataset.write_parquet(df, out, env)
-    click.echo(f"wrote {out}: {len(df)} rows, {int(df['error'].notna().sum())} error rows, "
-               f"{int(df['consistent'].eq(True).sum())} consistent / {int(df['consistent'].notna().sum())} comparable",
-               err=True)
+    click.echo(f"wrote {out}: {rows} rows, {counts['error']} error rows, {counts['consistent']} consistent / "
+               f"{counts['comparable']} comparable", err=True)
     if not st.complete:
         click.get_current_context().exit(EXIT_PARTIAL)
 
