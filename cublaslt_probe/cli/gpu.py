@@ -4,7 +4,6 @@ Each can save what it measured (`--save FILE.json`) and render a saved file on a
 """
 from __future__ import annotations
 
-import functools
 import json
 
 import click
@@ -15,20 +14,21 @@ from cublaslt_probe.kinds import BACKENDS, DTYPES, LAYOUTS, OPS
 
 
 def gemm_options(f):
-    @click.option("--m", type=int, help="torch view: rows of A and C (tokens)  [required without --from]")
-    @click.option("--n", type=int, help="torch view: columns of B and C  [required without --from]")
-    @click.option("--k", type=int, help="reduction dimension  [required without --from]")
-    @click.option("--dtype", default="bf16", show_default=True,
-                  type=click.Choice(DTYPES), help="operand type (fp8: e4m3 inputs, bf16 output)")
-    @click.option("--layout", default="NT", show_default=True, type=click.Choice(LAYOUTS),
-                  help="torch view; NT = F.linear (B stored transposed)")
-    @click.option("--op", default=None, type=click.Choice(OPS),
-                  help="default: scaled_mm for fp8, else mm")
-    @click.option("--batch", default=1, show_default=True, help="batch count (bmm when > 1)")
-    @functools.wraps(f)
-    def wrapper(*a, **kw):
-        return f(*a, **kw)
-    return wrapper
+    """--m --n --k --dtype --layout --op --batch: the GEMM of every one-GEMM command (applied to `f` itself,
+    no wrapper)."""
+    for opt in reversed([
+        click.option("--m", type=int, help="torch view: rows of A and C (tokens)  [required without --from]"),
+        click.option("--n", type=int, help="torch view: columns of B and C  [required without --from]"),
+        click.option("--k", type=int, help="reduction dimension  [required without --from]"),
+        click.option("--dtype", default="bf16", show_default=True, type=click.Choice(DTYPES),
+                     help="operand type (fp8: e4m3 inputs, bf16 output)"),
+        click.option("--layout", default="NT", show_default=True, type=click.Choice(LAYOUTS),
+                     help="torch view; NT = F.linear (B stored transposed)"),
+        click.option("--op", default=None, type=click.Choice(OPS), help="default: scaled_mm for fp8, else mm"),
+        click.option("--batch", default=1, show_default=True, help="batch count (bmm when > 1)"),
+    ]):
+        f = opt(f)
+    return f
 
 
 def make_case(backend, m, n, k, dtype, layout, op, batch):
