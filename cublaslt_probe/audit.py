@@ -32,6 +32,7 @@ import pandas as pd
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.kinds import DECODED_COLUMNS
 from cublaslt_probe.trace import PY_MODULE_PREFIX
 
 log = logging.getLogger(__name__)
@@ -64,12 +65,12 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
                            "cold-start run saw the process compile it: `audit --coldstart`)"),
     "kernel_short": ("string", "decoded fields, compact: 256x128 · 64x4 · 1x2 · coopA"),
     "arch": ("category", "decoded architecture of the kernel (sm90, sm80, ...)"),
-    "tile_m": ("Int64", "decoded tile M (as the name writes it)"),
-    "tile_n": ("Int64", "decoded tile N"),
-    "tile_k": ("Int64", "decoded K tile"),
-    "stages": ("Int64", "decoded pipeline stages"),
-    "cluster_m": ("Int64", "decoded cluster M"),
-    "cluster_n": ("Int64", "decoded cluster N"),
+    "tile_m": DECODED_COLUMNS["tile_m"],
+    "tile_n": DECODED_COLUMNS["tile_n"],
+    "tile_k": DECODED_COLUMNS["tile_k"],
+    "stages": DECODED_COLUMNS["stages"],
+    "cluster_m": DECODED_COLUMNS["cluster_m"],
+    "cluster_n": DECODED_COLUMNS["cluster_n"],
     "problem_shape": ("category", "CUTLASS 3 problem shape from the name (single, grouped, ptr_array)"),
     "algo": ("string", "the algo the joined cuBLASLt log line records (algoId, tile, stages, cluster, split-K); "
                        "null when no log line matches the GEMM"),

@@ -49,6 +49,7 @@ import pandas as pd
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.kinds import DECODED_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +72,13 @@ TRACE_SCHEMA: dict[str, tuple[str, str]] = {
     "kernel_short": ("string", "compact decoded form, e.g. 256x128 · 64x4 · 1x2 · coopA"),
     "arch": ("category", "decoded architecture (sm90, ...)"),
     "types": ("string", "decoded dtype code as the name writes it (nvjet: tst), else a/c/compute types"),
-    "tile_m": ("Int64", "decoded tile M (as the name writes it)"),
-    "tile_n": ("Int64", "decoded tile N"),
-    "tile_k": ("Int64", "decoded K tile"),
-    "stages": ("Int64", "decoded pipeline stages"),
-    "cluster_m": ("Int64", "decoded cluster M"),
-    "cluster_n": ("Int64", "decoded cluster N"),
-    "split_k": ("boolean", "decoded: the name says split-K (null when the family says nothing)"),
+    "tile_m": DECODED_COLUMNS["tile_m"],
+    "tile_n": DECODED_COLUMNS["tile_n"],
+    "tile_k": DECODED_COLUMNS["tile_k"],
+    "stages": DECODED_COLUMNS["stages"],
+    "cluster_m": DECODED_COLUMNS["cluster_m"],
+    "cluster_n": DECODED_COLUMNS["cluster_n"],
+    "split_k": DECODED_COLUMNS["split_k"],
     "kernel_layout": ("string", "layout letters in the name (nvjet TNT, cutlass tn, ...)"),
     "kernel_flags": ("string", "decoded flags, space separated (coopA, splitK, bias, ...)"),
     "op": ("string", "calling CPU op (aten::mm, aten::addmm, aten::_scaled_mm, ...); null when not linked"),
