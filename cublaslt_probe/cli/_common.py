@@ -8,7 +8,6 @@ damaged line, a file cut off or unreadable); stderr says which. A closed pipe do
 """
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import math
