@@ -7,15 +7,17 @@
 - trace on a ~1 GB torch.profiler trace (built by bench_trace.py's `build` from the real fixture trace),
   table and jsonl;
 - decode of 100,000 names (the real names of tests/fixtures/names, repeated) with pathological ones mixed
-  in: a 5,000-digit size field, 1 MB names, undecodable bytes, control characters, empty lines.
+  in: a 5,000-digit size field, 1 MB names, undecodable bytes, control characters, empty lines;
+- dataset of a raw file of 100,000 probe records (the shipped data/h200_square.raw.jsonl.gz's records
+  repeated under new keys).
 
 Each run is a fresh `python -m cublaslt_probe` process; its peak RSS comes from ``os.wait4`` and its time
 from the wall clock. Targets (docs/cli.md): every format under 300 MB peak RSS; the table within 1.5x of
 jsonl's time; parse-log end to end (read, parse, write jsonl) at 100 MB/s or more. The inputs are built in
 a temporary folder and deleted; nothing large is kept.
 
-Usage: python benchmarks/bench_cli.py [--log-mb 1000] [--trace-mb 1000] [--names 100000] [--only parse-log]
-                                      [--json OUT]
+Usage: python benchmarks/bench_cli.py [--log-mb 1000] [--trace-mb 1000] [--names 100000] [--records 100000]
+                                      [--only parse-log] [--json OUT]
 """
 from __future__ import annotations
 
@@ -139,6 +141,25 @@ def bench_decode(tmp: Path, n: int) -> list[dict]:
     return rows
 
 
+def bench_dataset(tmp: Path, n: int) -> list[dict]:
+    import gzip
+    with gzip.open(ROOT / "data" / "h200_square.raw.jsonl.gz", "rt") as f:
+        env, *recs = [json.loads(x) for x in f]
+    p = tmp / "big.raw.jsonl"
+    with open(p, "w") as f:
+        f.write(json.dumps(env) + "\n")
+        for i in range(n):
+            r = dict(recs[i % len(recs)])
+            r["key"] = f"{r['key']}#{i // len(recs)}"
+            f.write(json.dumps(r) + "\n")
+    size = p.stat().st_size / 1e6
+    r = run(["dataset", str(p), "-o", str(tmp / "big.parquet")])
+    r.update(bench="dataset", format="parquet", to="file", input_mb=size, records=n, mb_per_s=size / r["wall_s"])
+    _print(r)
+    p.unlink()
+    return [r]
+
+
 def _print(r: dict) -> None:
     if "mb_per_s" in r:
         speed = f"{r['mb_per_s']:6.1f} MB/s ({r['input_mb'] / r['cpu_s']:6.1f} per CPU s)"
@@ -154,11 +175,12 @@ def main() -> None:
     ap.add_argument("--log-mb", type=float, default=1000)
     ap.add_argument("--trace-mb", type=float, default=1000)
     ap.add_argument("--names", type=int, default=100_000)
-    ap.add_argument("--only", choices=("parse-log", "trace", "decode"), action="append")
+    ap.add_argument("--records", type=int, default=100_000, help="raw records for the dataset run")
+    ap.add_argument("--only", choices=("parse-log", "trace", "decode", "dataset"), action="append")
     ap.add_argument("--tmp", type=Path, default=None, help="folder for the inputs (default: a temporary one)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    only = args.only or ("parse-log", "trace", "decode")
+    only = args.only or ("parse-log", "trace", "decode", "dataset")
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_cli_", dir=args.tmp) as t:
         tmp = Path(t)
@@ -167,6 +189,8 @@ def main() -> None:
               flush=True)
         if "decode" in only:
             rows += bench_decode(tmp, args.names)
+        if "dataset" in only:
+            rows += bench_dataset(tmp, args.records)
         if "parse-log" in only:
             rows += bench_parse_log(tmp, args.log_mb)
         if "trace" in only:
