@@ -513,11 +513,14 @@ def shard_from_env(environ=None, shard_count: int | None = None) -> Slice:
 
 
 def local_rank_device(local_rank: int, environ=None) -> str:
-    """The CUDA_VISIBLE_DEVICES entry of a launcher's LOCAL_RANK: one GPU per local rank."""
+    """The CUDA_VISIBLE_DEVICES entry of a launcher's LOCAL_RANK: one GPU per local rank (a process that already
+    sees one GPU alone, bound to it by the scheduler, keeps it)."""
     environ = os.environ if environ is None else environ
     visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if not visible:
         return str(local_rank)
+    if len(visible) == 1:
+        return visible[0]
     if local_rank >= len(visible):
         raise SpecError(f"--shard auto: LOCAL_RANK={local_rank} but CUDA_VISIBLE_DEVICES={','.join(visible)} "
                         f"lists {len(visible)} GPUs: start at most {len(visible)} processes per host")

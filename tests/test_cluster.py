@@ -97,6 +97,14 @@ def test_inconsistent_scheduler_environments_are_refused(env, count, msg):
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
+def test_each_local_rank_takes_one_gpu():
+    assert [sweep.local_rank_device(r, {"CUDA_VISIBLE_DEVICES": "4,5,6"}) for r in range(3)] == ["4", "5", "6"]
+    assert sweep.local_rank_device(2, {}) == "2"
+    assert sweep.local_rank_device(1, {"CUDA_VISIBLE_DEVICES": "7"}) == "7"    # bound to one GPU already
+    with pytest.raises(SpecError, match="LOCAL_RANK=2 but CUDA_VISIBLE_DEVICES=0,1 lists 2 GPUs"):
+        sweep.local_rank_device(2, {"CUDA_VISIBLE_DEVICES": "0,1"})
+
+
 def test_composed_slices_cover_the_plan_once():
     """Part j of slice i/n (torchrun ranks inside array tasks, --devices inside a slice) is a slice of the whole
     plan: all of them together hold each GEMM once."""
