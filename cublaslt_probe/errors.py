@@ -9,7 +9,7 @@ class ProbeError(Exception):
 CPU_COMMANDS = ("decode", "grammars", "parse-log", "trace", "dataset", "merge", "schema", "map", "plot",
                 "report", "diff", "audit")
 # The commands that need a GPU; those marked `--from` also render a saved file on any machine.
-GPU_COMMANDS = ("sweep", "capture", "cold-start", "candidates --from", "first-call --from", "explain --from",
+GPU_COMMANDS = ("sweep", "capture", "cold-start --from", "candidates --from", "first-call --from", "explain --from",
                 "replay --from")
 
 

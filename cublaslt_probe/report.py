@@ -217,6 +217,7 @@ def consistency_summary(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         if c not in t:
             t[c] = 0
     t = t[["agree", "disagree", "not comparable"]].reset_index()
+    t.columns.name = None      # the crosstab's axis name would render as an empty header column
     cols = [c for c in ("key", "kernel_short", "algo_tile", "algo_stages", "algo_cluster", "algo_split_k",
                         "log_function") if c in d]
     bad = d[d["consistent"].astype("boolean").fillna(True) == False][cols]  # noqa: E712
@@ -531,7 +532,7 @@ def _render_maps(s: dict, draw) -> str:
            + ("(square sweep: every backend in one map)" if s["square"] else f"(backend {html.escape(s['backend'])})")
            + ". Each colour is one kernel, numbered in the legend in the order it first appears from left "
            "to right; black lines mark where the choice changes; hatched cells did not run. The TFLOP/s "
-           "map beside it draws the same boundaries as white lines with a black edge. "
+           "map that follows it draws the same boundaries as white lines with a black edge. "
            f"Peaks: {html.escape(s['peak_source'])}.</p>"]
     for g in s["groups"]:
         kernel, tflops = (draw(f) for f in g["figures"])

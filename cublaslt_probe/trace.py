@@ -133,6 +133,7 @@ class TraceStats:
     events: int = 0                   # trace events decoded
     bad_events: int = 0               # malformed events skipped
     truncated: bool = False           # the file ended inside the event array
+    bad_durations: int = 0            # kernel / copy events whose dur is not a number (kept, counted as 0 µs)
     kernels: int = 0                  # kernel launches (all families)
     copies: int = 0                   # memcpy / memset rows on the GPU
     gpu_time_us: float = 0.0          # summed duration of the kernels, memcpys and memsets
@@ -149,7 +150,7 @@ class TraceStats:
         return (f"read {self.path} ({self.format}, {mb:,.1f} MB) in {self.seconds:.2f} s: "
                 f"{self.events:,} events, {self.kernels:,} kernel launches, "
                 f"{self.gemm_launches:,} GEMM ({self.linked:,} linked to an op, {self.with_shapes:,} with "
-                f"shapes), {self.bad_events:,} bad events")
+                f"shapes), {self.bad_events:,} bad events, {self.bad_durations:,} without a numeric dur")
 
 
 @dataclass
@@ -598,7 +599,14 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
             name = ev.get("name") or ""
             dur = ev.get("dur")
             if type(dur) is not float:
-                dur = _as_float(dur)
+                try:
+                    dur = float(dur)        # an int, or a number written as a string
+                except (TypeError, ValueError):
+                    stats.bad_durations += 1
+                    if stats.bad_durations <= 3:
+                        log.warning("%s: %s %r has no numeric dur (%r): counted, with 0 µs", path, cat, name[:80],
+                                    dur)
+                    dur = 0.0
             if cat in _KERNEL_CATS:
                 n_kernels += 1
             else:

@@ -194,3 +194,13 @@ def test_regret_is_part_of_the_heuristic_section(tmp_path):
     heuristic = heuristic[:heuristic.index("</section>")]
     assert "<h3>Regret: the chosen kernel against the fastest heuristic candidate</h3>" in heuristic
     assert heuristic.count('alt="regret ') == 2
+
+
+def test_consistency_table_has_no_empty_header_column():
+    """The crosstab's axis name once rendered as an extra, empty header cell in the report's HTML."""
+    from cublaslt_probe.dataset import read_parquet
+    from cublaslt_probe.report import _table, consistency_summary
+    t, _ = consistency_summary(read_parquet(DATA / "h200_grid.parquet"))
+    html = _table(t)
+    header = html.split("</thead>")[0]
+    assert header.count("</th>") == len(t.columns) == 5

@@ -653,3 +653,23 @@ def test_cli_by_class_lists_the_whole_timeline(tmp_path):
     t = run(path, "--by", "class", "--top", "2").stdout.splitlines()
     assert t[4].split() == ["share", "launches", "kernels", "total_us", "kind", "provenance", "library", "family"]
     assert t[6].split()[4:] == ["gemm", "ahead-of-time", "torch", "cutlass_template"]
+
+
+def test_kernel_dur_not_a_number_is_counted_and_warned(tmp_path):
+    """The real odd-width capture with one GEMM's dur written as a string number and one as text: the first
+    counts with its value, the second is kept with 0 µs, counted, and the CLI warns and exits 3 (partial)."""
+    src = FIXTURES / "programs" / "odd_linear" / "trace.json.gz"
+    doc = json.loads(gzip.open(src).read())
+    ks = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    total = sum(e["dur"] for e in ks)
+    lost = ks[1]["dur"]
+    ks[0]["dur"] = str(ks[0]["dur"])
+    ks[1]["dur"] = "n/a"
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    s = read_chrome_trace(p)
+    assert s.stats.bad_durations == 1 and s.stats.kernels == len(ks)
+    assert s.gpu_time_us == pytest.approx(total - lost)
+    r = CliRunner().invoke(main, ["trace", str(p), "-f", "jsonl"])
+    assert r.exit_code == 3
+    assert "1 kernel or copy event without a numeric dur" in r.stderr and "Traceback" not in r.output

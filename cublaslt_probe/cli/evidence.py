@@ -63,7 +63,9 @@ def trace_header(summary) -> str:
     lines.append(line)
     problems = ([f"{st.bad_events:,} malformed event{'s' if st.bad_events != 1 else ''} skipped"]
                 if st.bad_events else []) + (["the file is cut off inside the event array (the events before the "
-                                              "cut are counted)"] if st.truncated else [])
+                                              "cut are counted)"] if st.truncated else []) + (
+                [f"{st.bad_durations:,} kernel or copy event{'s' if st.bad_durations != 1 else ''} without a numeric "
+                 "dur (counted with 0 µs: their time is missing from the totals)"] if st.bad_durations else [])
     if problems:
         lines.append("warning: " + "; ".join(problems))
     if st.format == "nsys":
@@ -154,9 +156,9 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
     shown = df.head(n) if n else df
     emit(shown, fmt, output, lambda: trace_table(summary, shown, total, by))
     st = summary.stats
-    if fmt != "table" and (st.bad_events or st.truncated):  # the table says it in its header
-        click.echo(trace_header(summary).rstrip("\n").splitlines()[-1], err=True)
-    if st.bad_events or st.truncated:
+    if fmt != "table" and (st.bad_events or st.truncated or st.bad_durations):  # the table says it in its header
+        click.echo([ln for ln in trace_header(summary).splitlines() if ln.startswith("warning:")][-1], err=True)
+    if st.bad_events or st.truncated or st.bad_durations:
         click.get_current_context().exit(EXIT_PARTIAL)
 
 
