@@ -140,6 +140,7 @@ class Audit:
     sources: dict[str, str] = field(default_factory=dict)
     stalls: pd.DataFrame | None = None    # host stalls of the step (`stalls.host_stalls`)
     observed: dict | None = None          # cold-start evidence applied (`coldstart.apply_observed`)
+    partial: bool = False                 # the trace was damaged (cut off, malformed events, durations lost)
 
     @property
     def attributed_share(self) -> float:
@@ -419,6 +420,14 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                          "(prof.export_chrome_trace, record_shapes=True) or a run folder written by "
                          "cublaslt_probe.capture")
     det = s.detail
+    st = s.stats
+    partial = bool(st.truncated or st.bad_events or st.bad_durations)
+    if partial:
+        notes.append(f"{files['trace']}: " + "; ".join(
+            (["cut off inside the event array (the events before the cut are audited)"] if st.truncated else [])
+            + ([f"{st.bad_events:,} malformed events skipped"] if st.bad_events else [])
+            + ([f"{st.bad_durations:,} kernel or copy events without a numeric dur (0 µs)"] if st.bad_durations
+               else [])))
     gpu, sms, gpu_arch = _gpu_facts(env, s, notes)
     rates = gpu_rates(gpu)
     if rates[0] is None:
@@ -455,7 +464,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
                  gpu=gpu, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
-                 stalls=host_stalls(det, steps), observed=observed)
+                 stalls=host_stalls(det, steps), observed=observed, partial=partial)
 
 
 def _gpu_facts(env: dict, s, notes: list[str]) -> tuple[str | None, int | None, int | None]:

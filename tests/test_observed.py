@@ -68,3 +68,22 @@ def test_cli_coldstart_option_on_audit_and_trace(tmp_path):
     for cmd in (["audit", str(RUN)], ["trace", str(RUN / "trace.json.gz")]):
         r = CliRunner().invoke(main, cmd + ["--coldstart", str(bad)])
         assert r.exit_code == 1 and "not a cold-start result" in r.output and "Traceback" not in r.output
+
+
+def test_audit_of_a_cut_off_trace_shows_what_it_has_and_exits_partial(tmp_path):
+    """The real GPT-2 run's trace cut at 85 % of its bytes (its kernels start at 62 %): the rows before the cut, a
+    note, exit 3."""
+    import gzip
+    import shutil
+    raw = gzip.open(FIX / "programs" / "gpt2_train" / "trace.json.gz").read()
+    run = tmp_path / "run"
+    run.mkdir()
+    with gzip.open(run / "trace.json.gz", "wb") as f:
+        f.write(raw[: int(len(raw) * 0.85)])
+    shutil.copy(FIX / "programs" / "gpt2_train" / "env.json", run / "env.json")
+    a = audit(run)
+    assert a.partial and len(a.rows) > 0
+    assert any("cut off inside the event array" in n for n in a.notes)
+    assert not audit(FIX / "programs" / "gpt2_train").partial
+    r = CliRunner().invoke(main, ["audit", str(run), "-f", "jsonl"])
+    assert r.exit_code == 3 and r.stdout.count("\n") == len(a.rows) and "Traceback" not in r.output

@@ -10,7 +10,8 @@ import os
 
 import click
 
-from cublaslt_probe.cli._common import clean, out_format, output_options, render_table, write_frame, write_text
+from cublaslt_probe.cli._common import (EXIT_PARTIAL, clean, out_format, output_options, render_table, write_frame,
+                                       write_text)
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ("table", "jsonl", "csv", "parquet")
@@ -136,6 +137,8 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
             click.echo(f"note: {line}", err=True)
     if output and output != "-":
         click.echo(f"wrote {len(shown):,} rows to {output}", err=True)
+    if a.partial:
+        click.get_current_context().exit(EXIT_PARTIAL)
 
 
 COMMANDS = [audit_cmd]
