@@ -33,6 +33,7 @@ import pandas as pd
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.kinds import DECODED_COLUMNS
+from cublaslt_probe.trace import TRACE_SCHEMA
 from cublaslt_probe.trace import PY_MODULE_PREFIX
 
 log = logging.getLogger(__name__)
@@ -47,10 +48,10 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
     "op": ("string", "launching torch op (aten::mm, aten::addmm, aten::_grouped_mm, ...)"),
     "dtype": ("category", "torch-view dtype (bf16, fp16, fp32, tf32, fp8, ...): tf32 when the joined log line "
                           "computes in TF32"),
-    "layout": ("category", "torch-view layout: N = operand contiguous, T = stored transposed (NT = F.linear)"),
+    "layout": TRACE_SCHEMA["layout"],
     "m": ("Int64", "torch view: rows of A and C (grouped: the total over the groups when group_dim is m)"),
-    "n": ("Int64", "torch view: columns of B and C"),
-    "k": ("Int64", "torch view: reduction dimension"),
+    "n": TRACE_SCHEMA["n"],
+    "k": TRACE_SCHEMA["k"],
     "batch": ("Int64", "batch count (bmm; 3-D x 3-D grouped GEMM), 1 otherwise"),
     "groups": ("Int64", "grouped GEMM: number of problems; null otherwise"),
     "group_dim": ("category", "grouped GEMM: the dimension its offsets split (m, n or k)"),
@@ -63,15 +64,15 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
     "provenance": ("category", "library-selected, ahead-of-time, runtime-compiled, unknown (decoded)"),
     "evidence": ("string", "what the provenance rests on: name (decoded from the kernel's name) or observed (a "
                            "cold-start run saw the process compile it: `audit --coldstart`)"),
-    "kernel_short": ("string", "decoded fields, compact: 256x128 · 64x4 · 1x2 · coopA"),
-    "arch": ("category", "decoded architecture of the kernel (sm90, sm80, ...)"),
+    "kernel_short": TRACE_SCHEMA["kernel_short"],
+    "arch": TRACE_SCHEMA["arch"],
     "tile_m": DECODED_COLUMNS["tile_m"],
     "tile_n": DECODED_COLUMNS["tile_n"],
     "tile_k": DECODED_COLUMNS["tile_k"],
     "stages": DECODED_COLUMNS["stages"],
     "cluster_m": DECODED_COLUMNS["cluster_m"],
     "cluster_n": DECODED_COLUMNS["cluster_n"],
-    "problem_shape": ("category", "CUTLASS 3 problem shape from the name (single, grouped, ptr_array)"),
+    "problem_shape": TRACE_SCHEMA["problem_shape"],
     "algo": ("string", "the algo the joined cuBLASLt log line records (algoId, tile, stages, cluster, split-K); "
                        "null when no log line matches the GEMM"),
     "algo_id": ("Int64", "logged algoId"),
@@ -102,8 +103,8 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
     "shape_from": ("category", "where m, n, k come from: op (the torch op's inputs), kernel arguments (an "
                                "Inductor Triton template's first two inputs, A [m, k] and B [k, n]: inferred), "
                                "null when they could not be rebuilt"),
-    "input_dims": ("string", "the op's recorded input dims (JSON)"),
-    "input_strides": ("string", "the op's recorded input strides (JSON)"),
+    "input_dims": TRACE_SCHEMA["input_dims"],
+    "input_strides": TRACE_SCHEMA["input_strides"],
 }
 AUDIT_COLUMNS = list(AUDIT_SCHEMA)
 # The keys every jsonl row carries in this order (the rest follow).
