@@ -270,12 +270,12 @@ def _algo_text(rec) -> str:
     parts = [f"algo {rec.algo_id}"]
     if rec.tile:
         parts.append(f"tile {rec.tile}")
-    if rec.stages:
-        parts.append(f"stages {rec.stages}")
+    if rec.algo_stages:
+        parts.append(f"stages {rec.algo_stages}")
     if rec.cluster:
         parts.append(f"cluster {rec.cluster}")
-    if rec.split_k and rec.split_k > 1:
-        parts.append(f"splitK {rec.split_k}")
+    if rec.num_splits_k and rec.num_splits_k > 1:
+        parts.append(f"splitK {rec.num_splits_k}")
     if rec.custom_option:
         parts.append(f"custom {rec.custom_option}")
     return " ".join(parts)
@@ -291,7 +291,7 @@ def _log_groups(log_path: Path, notes: list[str]) -> dict[tuple, list]:
         for r in parse_log(str(log_path), stats=st):
             if r.kind != "trace" or r.torch_m is None:
                 continue
-            layout = (r.trans_b or "N")[:1] + (r.trans_a or "N")[:1]
+            layout = (r.op_b or "N")[:1] + (r.op_a or "N")[:1]
             dt = _log_dtype(r)
             key = (r.torch_m, r.torch_n, r.torch_k, r.batch_count or 1, layout, "fp32" if dt == "tf32" else dt)
             out.setdefault(key, []).append(r)
@@ -322,7 +322,7 @@ def _join_log(row: dict, kn, groups: dict[tuple, list], steps: int) -> None:
     text, rs = pick
     r = rs[0]
     row.update(algo=text if len(by_algo) == 1 else f"{text} (+{len(by_algo) - 1} other algos logged)",
-               algo_id=r.algo_id, algo_split_k=r.split_k or 1, log_function=r.function,
+               algo_id=r.algo_id, algo_split_k=r.num_splits_k or 1, log_function=r.function,
                workspace_bytes=r.workspace_bytes, log_calls=len(recs) / steps,
                log_consistent=consistency(kn, r))
     ld = _log_dtype(r)

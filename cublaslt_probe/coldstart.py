@@ -303,8 +303,8 @@ def _step_windows(run: dict) -> list[dict]:
     return sorted(ws, key=lambda w: int(w["name"][4:]))
 
 
-_KEY_FIELDS = ("function", "a_type", "b_type", "c_type", "d_type", "compute_type", "scale_type", "trans_a",
-               "trans_b", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "batch_count", "epilogue", "workspace_bytes")
+_KEY_FIELDS = ("function", "a_type", "b_type", "c_type", "d_type", "compute_type", "scale_type", "op_a",
+               "op_b", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "batch_count", "epilogue", "workspace_bytes")
 
 
 def problem_keys(lines: list[str]) -> list[tuple]:

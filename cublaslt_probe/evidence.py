@@ -118,8 +118,8 @@ def consistency(kn, rec) -> bool | None:
     if kn.cluster_m is not None and c is not None:
         a, b = (kn.cluster_n, kn.cluster_m) if kn.family in TILE_SWAPPED else (kn.cluster_m, kn.cluster_n)
         checks.append((a, b) == c)
-    if kn.family in SPLIT_IN_NAME and kn.split_k is not None and rec.split_k is not None and rec.split_k >= 1:
-        checks.append(bool(kn.split_k) == (rec.split_k > 1))
+    if kn.family in SPLIT_IN_NAME and kn.split_k is not None and rec.num_splits_k is not None and rec.num_splits_k >= 1:
+        checks.append(bool(kn.split_k) == (rec.num_splits_k > 1))
     return all(checks) if checks else None
 
 

@@ -63,9 +63,9 @@ def _log(rec: dict, trace) -> dict:
 def _algo(trace) -> dict | None:
     if trace is None:
         return None
-    return {"record": trace, **{k: getattr(trace, k) for k in ("function", "algo_id", "tile", "stages", "cluster",
-                                                               "split_k", "reduction_scheme", "custom_option",
-                                                               "workspace_bytes")}}
+    return {"record": trace, "stages": trace.algo_stages, "split_k": trace.num_splits_k,
+            **{k: getattr(trace, k) for k in ("function", "algo_id", "tile", "cluster", "reduction_scheme",
+                                              "custom_option", "workspace_bytes")}}
 
 
 def _decoded(kn, trace) -> dict | None:
@@ -83,7 +83,7 @@ def _waves(c: dict, rec: dict, kn, trace, sm_count) -> dict:
         return {"why_not": "the kernel name carries no tile"}
     if not sm_count:
         return {"why_not": "the SM count of the GPU is not recorded: waves not counted"}
-    sk = trace.split_k if trace is not None and trace.split_k and trace.split_k > 1 else 1
+    sk = trace.num_splits_k if trace is not None and trace.num_splits_k and trace.num_splits_k > 1 else 1
     batch = c.get("batch", 1)
     return {"blas_m": rec["blas_m"], "blas_n": rec["blas_n"], "tile": tile, "split_k": sk, "batch": batch,
             "sms": int(sm_count), **waves(rec["blas_m"], rec["blas_n"], tile[0], tile[1], sk, batch, int(sm_count))}

@@ -40,14 +40,14 @@ def problem_from_record(rec) -> dict:
     if epi not in ("DEFAULT", "BIAS"):
         raise NotReplayable(f"line {rec.line}: epilogue {rec.epilogue} needs inputs the log does not record "
                             "(only the default and BIAS epilogues are replayed)")
-    ta, tb = rec.trans_a or "N", rec.trans_b or "N"
+    ta, tb = rec.op_a or "N", rec.op_b or "N"
     return {"dtype": dt, "m": rec.m, "n": rec.n, "k": rec.k, "trans_a": ta, "trans_b": tb,
             "lda": rec.lda, "ldb": rec.ldb, "ldc": rec.ldc, "batch": rec.batch_count or 1, "bias": epi == "BIAS",
             "workspace_bytes": rec.workspace_bytes or 0, "algo_id": rec.algo_id,
             "b_type": _B_TYPE.get(rec.b_type) if dt.startswith("fp8") else None, "out_of_place": bool(rec.out_of_place),
-            "config": {"tile": rec.tile, "stages": rec.stages, "cluster": rec.cluster,
-                       "split_k": rec.split_k if rec.split_k and rec.split_k > 1 else None,
-                       "reduction_scheme": rec.reduction_scheme if rec.split_k and rec.split_k > 1 else None,
+            "config": {"tile": rec.tile, "stages": rec.algo_stages, "cluster": rec.cluster,
+                       "split_k": rec.num_splits_k if rec.num_splits_k and rec.num_splits_k > 1 else None,
+                       "reduction_scheme": rec.reduction_scheme if rec.num_splits_k and rec.num_splits_k > 1 else None,
                        "custom_option": rec.custom_option or None, "cta_swizzling": rec.cta_swizzling or None}}
 
 
@@ -62,7 +62,7 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
     out = []
     for rec in records:
         res = {"line": rec.line, "function": rec.function, "logged": {"algo_id": rec.algo_id, "tile": rec.tile,
-               "stages": rec.stages, "cluster": rec.cluster, "split_k": rec.split_k,
+               "stages": rec.algo_stages, "cluster": rec.cluster, "split_k": rec.num_splits_k,
                "custom_option": rec.custom_option}, "error": None}
         out.append(res)
         try:

@@ -81,11 +81,11 @@ def test_reference_line_every_field():
     expected = dict(
         line=7, time="2026-11-30 03:21:52", pid=479, level=2, kind="trace", function="cublasLtMatmul",
         a_type="R_16BF", b_type="R_16BF", c_type="R_16BF", d_type="R_16BF", compute_type="COMPUTE_32F",
-        scale_type="R_32F", trans_a="T", trans_b="N", m=4096, n=16, k=4096, lda=4096, ldb=4096,
-        ldc=4096, ldd=4096, batch_count=None, epilogue=None, algo_id=66, tile="64x16", stages="64xAUTO",
-        cluster="2x1x1", split_k=2, reduction_scheme="COMPUTE_TYPE", custom_option=1, cta_swizzling=0,
-        workspace_bytes=1048576, beta=0.0, out_of_place=False, sm_count_target=None, torch_m=16,
-        torch_n=4096, torch_k=4096, source=None, message=REF_LINE.split("] ", 1)[1],
+        scale_type="R_32F", op_a="T", op_b="N", m=4096, n=16, k=4096, lda=4096, ldb=4096,
+        ldc=4096, ldd=4096, batch_count=None, epilogue=None, algo_id=66, tile="64x16", algo_stages="64xAUTO",
+        cluster="2x1x1", num_splits_k=2, reduction_scheme="COMPUTE_TYPE", custom_option=1, cta_swizzling=0,
+        workspace_bytes=1048576, beta_value=0.0, out_of_place=False, sm_count_target=None, torch_m=16,
+        torch_n=4096, torch_k=4096, file=None, message=REF_LINE.split("] ", 1)[1],
         extra={"A": "0X7F0118000000", "B": "0X7F0133E00000", "C": "0X7F0133E20000",
                "D": "0X7F0133E20000", "workSpace": "0X7F0133E40000", "stream": "0X0"})
     assert r.to_dict() == expected
@@ -95,21 +95,21 @@ def test_reference_line_every_field():
 def test_field_names_are_the_contract():
     assert FIELD_NAMES == (
         "line", "time", "pid", "level", "kind", "function", "a_type", "b_type", "c_type", "d_type",
-        "compute_type", "scale_type", "trans_a", "trans_b", "m", "n", "k", "lda", "ldb", "ldc", "ldd",
-        "batch_count", "epilogue", "algo_id", "tile", "stages", "cluster", "split_k", "reduction_scheme",
-        "custom_option", "cta_swizzling", "workspace_bytes", "beta", "out_of_place", "sm_count_target",
-        "torch_m", "torch_n", "torch_k", "source", "message", "extra")
+        "compute_type", "scale_type", "op_a", "op_b", "m", "n", "k", "lda", "ldb", "ldc", "ldd",
+        "batch_count", "epilogue", "algo_id", "tile", "algo_stages", "cluster", "num_splits_k", "reduction_scheme",
+        "custom_option", "cta_swizzling", "workspace_bytes", "beta_value", "out_of_place", "sm_count_target",
+        "torch_m", "torch_n", "torch_k", "file", "message", "extra")
     assert LogRecord.__slots__  # a slots dataclass
     assert dataclasses.is_dataclass(LogRecord)
 
 
 def test_legacy_line_defaults_and_sm_count():
     r = parse_line(LEGACY_LINE)
-    assert (r.function, r.kind, r.m, r.n, r.k, r.trans_a, r.trans_b) == ("cublasLtSSSMatmul", "trace",
+    assert (r.function, r.kind, r.m, r.n, r.k, r.op_a, r.op_b) == ("cublasLtSSSMatmul", "trace",
                                                                        4096, 1, 4096, "N", "N")
     assert (r.algo_id, r.custom_option, r.sm_count_target) == (13, 100, 132)
     # cuBLASLt prints only non-default config values: the absent ones take the enum's zero value
-    assert (r.tile, r.stages, r.cluster, r.split_k, r.reduction_scheme, r.cta_swizzling) == (
+    assert (r.tile, r.algo_stages, r.cluster, r.num_splits_k, r.reduction_scheme, r.cta_swizzling) == (
         "UNDEFINED", "UNDEFINED", "AUTO", 1, "NONE", 0)
     assert r.workspace_bytes == 0 and r.extra["workSpace"] == "0X0"
 
@@ -134,17 +134,17 @@ def test_fp8_line_types_and_scale_pointers():
                         "scale": "fp32"}
     assert r.out_of_place is True
     assert r.extra["computeDesc.aScalePointer"] == "0x7fe967e07000"
-    assert (r.stages, r.cluster) == ("128xAUTO", "4x1x1")
+    assert (r.algo_stages, r.cluster) == ("128xAUTO", "4x1x1")
 
 
 def test_api_heuristic_line_preference():
     r = parse_line(API_LINE)
     assert (r.kind, r.level, r.function) == ("api", 5, "cublasLtTSTMatmulAlgoGetHeuristic")
-    assert (r.m, r.n, r.k, r.trans_a) == (4096, 1, 4096, "T")
+    assert (r.m, r.n, r.k, r.op_a) == (4096, 1, 4096, "T")
     assert (r.workspace_bytes, r.sm_count_target) == (33554432, 132)
     assert r.extra["preference.minBytesAlignmentA"] == "16"
     assert r.extra["preference.implMask"] == "18446744069414584319"
-    assert r.algo_id is None and r.split_k is None  # a query has no algo yet
+    assert r.algo_id is None and r.num_splits_k is None  # a query has no algo yet
 
 
 def test_info_lines():
@@ -168,13 +168,13 @@ def test_unknown_keys_are_kept_verbatim():
     assert r.extra["algo.innerShape"] == "MATMUL_INNER_SHAPE_MMA884"
     assert r.extra["algo.newKey"] == "7"
     assert r.extra["future.a"] == "1" and r.extra["future.b.c"] == "2"
-    assert (r.split_k, r.algo_id) == (2, 66)
+    assert (r.num_splits_k, r.algo_id) == (2, 66)
 
 
 def test_unparseable_known_value_goes_to_extra():
     line = LEGACY_LINE.replace("beta=0", "beta=?")  # seen in level2_mixed.log for tiny GEMMs
     r = parse_line(line)
-    assert r.beta is None and r.extra["beta"] == "?"
+    assert r.beta_value is None and r.extra["beta"] == "?"
 
 
 @pytest.mark.parametrize("line,reason", [
@@ -290,12 +290,12 @@ def test_sources_path_gz_text_binary_iterable(tmp_path):
     want = [parse_line(x, i, source=None).to_dict() for i, x in enumerate(REAL_LINES, 1)]
 
     def strip(recs):
-        return [dict(r.to_dict(), source=None) for r in recs]
+        return [dict(r.to_dict(), file=None) for r in recs]
 
     assert strip(parse_log(plain)) == want
     assert strip(parse_log(str(gz))) == want
     assert strip(parse_log(nosuffix)) == want
-    assert [r.source for r in parse_log(plain)] == [str(plain)] * 4
+    assert [r.file for r in parse_log(plain)] == [str(plain)] * 4
     with open(plain) as f:
         assert strip(parse_log(f)) == want
     with open(plain, "rb") as f:
@@ -369,7 +369,7 @@ def test_parse_logs_merges_and_skips_unreadable(tmp_path):
     b.write_text(LEGACY_LINE + "\n" + BATCHED_LINE + "\n")
     st = ParseStats()
     recs = list(parse_logs([a, tmp_path / "missing.log", tmp_path, b], stats=st))
-    assert [(r.source, r.line, r.pid) for r in recs] == [(str(a), 1, 479), (str(b), 1, 479),
+    assert [(r.file, r.line, r.pid) for r in recs] == [(str(a), 1, 479), (str(b), 1, 479),
                                                          (str(b), 2, 519)]
     assert st.files_read == [str(a), str(b)]
     assert [p for p, _ in st.files_failed] == [str(tmp_path / "missing.log"), str(tmp_path)]

@@ -109,7 +109,7 @@ def test_stdin_plain_and_gzip():
     r = run("-", input=REF_LINE + "\n" + LEGACY_LINE + "\n")
     assert r.exit_code == 0 and len(r.stdout.splitlines()) == 4
     r = run("-", "--format", "jsonl", input=gzip.compress((REF_LINE + "\n").encode()))
-    assert r.exit_code == 0 and json.loads(r.stdout)["source"] == "<stdin>"
+    assert r.exit_code == 0 and json.loads(r.stdout)["file"] == "<stdin>"
 
 
 def test_several_files_merge_with_pids(tmp_path):
@@ -119,7 +119,7 @@ def test_several_files_merge_with_pids(tmp_path):
     r = run(a, b)
     assert r.exit_code == 0
     lines = [x.split()[:4] for x in r.stdout.splitlines()]
-    assert lines[0] == ["source", "line", "pid", "function"]
+    assert lines[0] == ["file", "line", "pid", "function"]
     assert lines[2:] == [["app_1.log", "1", "479", "cublasLtMatmul"],
                          ["app_2.log.gz", "1", "519", "cublasLtTSTMatmul"]]
 
@@ -127,7 +127,7 @@ def test_several_files_merge_with_pids(tmp_path):
 def test_missing_and_directory_with_one_good_file(small_log, tmp_path):
     r = run(tmp_path / "missing.log", small_log, tmp_path)
     assert r.exit_code == 3  # partial: records written, two inputs unreadable
-    # several files: a source column first, then the same table
+    # several files: a file column first, then the same table
     assert [ln.split(None, 1)[1] for ln in r.stdout.splitlines()[2:]] == \
         [ln.strip() for ln in TABLE.splitlines()[2:]]
     assert f"cannot read {tmp_path / 'missing.log'}: no such file\n" in r.stderr

@@ -27,8 +27,8 @@ DTYPES = {"fp32": ("R_32F", "COMPUTE_32F"), "tf32": ("R_32F", "COMPUTE_32F_FAST_
           "fp16": ("R_16F", "COMPUTE_32F"), "bf16": ("R_16BF", "COMPUTE_32F"),
           "fp8": ("R_8F_E4M3", "COMPUTE_32F")}
 # lt_config keys → record fields
-ALGO_KEYS = {"algo_id": "algo_id", "split_k": "split_k", "custom_option": "custom_option",
-             "cta_swizzling": "cta_swizzling", "tile": "tile", "stages": "stages", "cluster": "cluster",
+ALGO_KEYS = {"algo_id": "algo_id", "split_k": "num_splits_k", "custom_option": "custom_option",
+             "cta_swizzling": "cta_swizzling", "tile": "tile", "stages": "algo_stages", "cluster": "cluster",
              "reduction_scheme": "reduction_scheme"}
 # keys a trace record may carry in `extra` (pointers and strides): anything else means the parser
 # missed a field
@@ -81,7 +81,7 @@ def test_every_trace_line_is_a_record(log):
     assert [r.line for r in recs] == [i for i, _ in lines]
     assert st.bad == 0
     for r in recs:
-        assert r.kind == "trace" and r.source == str(LOGS / log)
+        assert r.kind == "trace" and r.file == str(LOGS / log)
         unknown = [k for k in r.extra if not TRACE_EXTRA.fullmatch(k)]
         assert not unknown, f"{log}:{r.line}: keys the parser does not know: {unknown}"
 
@@ -103,7 +103,7 @@ def _trans_agree(r, e) -> bool:
     capturing script's layout calls T). m, n, k still match in that case."""
     a_free = 1 in (e["blas_m"], e["blas_k"])
     b_free = 1 in (e["blas_k"], e["blas_n"])
-    return ((a_free or r.trans_a == e["blas_trans_a"]) and (b_free or r.trans_b == e["blas_trans_b"]))
+    return ((a_free or r.op_a == e["blas_trans_a"]) and (b_free or r.op_b == e["blas_trans_b"]))
 
 
 @pytest.mark.parametrize("log", LT_LOGS)
@@ -136,9 +136,9 @@ def test_records_match_manifest(log):
             assert r.sm_count_target == 132, where  # the cuBLAS handle passes the SM count
         # the algo: always complete (defaults filled), and equal to what a direct cuBLASLt call asked for
         # numSplitsK=-1 is printed by some algos (algo 11 and 43 here): kept as printed
-        assert r.algo_id is not None and (r.split_k >= 1 or r.split_k == -1), where
+        assert r.algo_id is not None and (r.num_splits_k >= 1 or r.num_splits_k == -1), where
         assert r.custom_option >= 0, where
-        assert all(getattr(r, f) is not None for f in ("tile", "stages", "cluster", "reduction_scheme"))
+        assert all(getattr(r, f) is not None for f in ("tile", "algo_stages", "cluster", "reduction_scheme"))
         if e.get("lt_config"):
             got = {k: getattr(r, f) for k, f in ALGO_KEYS.items()}
             want = {k: e["lt_config"][k] for k in ALGO_KEYS}
@@ -158,7 +158,7 @@ def test_level5_heuristic_queries_match_manifest(log):
         where = f"{log}:{q.line} ({e['key']})"
         assert (q.m, q.n, q.k) == (e["blas_m"], e["blas_n"], e["blas_k"]), where
         assert _trans_agree(q, e), where
-        assert (q.trans_a, q.trans_b) == (t.trans_a, t.trans_b), where
+        assert (q.op_a, q.op_b) == (t.op_a, t.op_b), where
         assert q.function.replace("AlgoGetHeuristic", "") == t.function, where
         # the preference: the cuBLAS handle's 32 MiB workspace and SM count, torch's Lt path 1 MiB
         if t.function == "cublasLtMatmul":
@@ -182,7 +182,7 @@ def test_level5_and_mask31_agree():
     a = [r.to_dict() for r in parse_log(LOGS / "level5_torch.log", api=True)]
     b = [r.to_dict() for r in parse_log(LOGS / "mask31_torch.log", api=True)]
     for d in a + b:
-        d.pop("source")
+        d.pop("file")
     assert [(d["kind"], d["function"], d["m"], d["algo_id"]) for d in a] == \
         [(d["kind"], d["function"], d["m"], d["algo_id"]) for d in b]
 

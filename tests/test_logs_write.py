@@ -125,7 +125,7 @@ def test_parquet_stream_in_small_row_groups(tmp_path):
     want = records_to_frame(recs)
     assert list(got.columns) == list(FIELD_NAMES) and len(got) == len(want)
     assert str(got["m"].dtype) == "Int64"
-    for col in ("line", "m", "tile", "extra", "time", "beta"):
+    for col in ("line", "m", "tile", "extra", "time", "beta_value"):
         assert [None if pd.isna(v) else v for v in got[col].astype(object)] == \
             [None if pd.isna(v) else v for v in want[col].astype(object)], col
     assert json.loads(got["extra"][0]) == recs[0].extra

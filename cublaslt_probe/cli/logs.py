@@ -152,13 +152,13 @@ def _summary_table(df) -> str:
 
 
 _CUBLAS_COLUMNS = ["line", "time", "pid", "function", "trans", "m", "n", "k", "batch", "a_type", "b_type",
-                   "c_type", "compute_type", "args", "source"]
+                   "c_type", "compute_type", "args", "file"]
 
 
 def _cublas_row(c) -> list:
-    return [c.line, c.time, c.pid, c.function, f"{c.trans_a or ''}{c.trans_b or ''}", c.m, c.n, c.k,
+    return [c.line, c.time, c.pid, c.function, f"{c.op_a or ''}{c.op_b or ''}", c.m, c.n, c.k,
             c.batch_count, c.a_type, c.b_type, c.c_type, c.compute_type,
-            "; ".join(f"{n}={v}" for n, _, v in c.args), c.source]
+            "; ".join(f"{n}={v}" for n, _, v in c.args), c.file]
 
 
 def _emit_cublas(sources, stats, fmt, output):

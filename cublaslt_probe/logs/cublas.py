@@ -36,7 +36,7 @@ class CublasCall:
     """One cuBLAS API call: its function, library version and arguments ``(name, type, value)``.
 
     ``args`` keeps the log's text (``val=CUBLAS_OP_T(1)``); `value` and the properties ``m``, ``n``,
-    ``k``, ``trans_a``, ``trans_b``, ``a_type`` ... give them cleaned. ``info`` holds the other ``i!``
+    ``k``, ``op_a``, ``op_b``, ``a_type`` ... give them cleaned. ``info`` holds the other ``i!``
     lines (``Time``, ``Process``, ``Thread``, ``GPU``, ``Handle``, ``StreamId``, ``MathMode``,
     ``COMPILED WITH``).
     """
@@ -49,7 +49,7 @@ class CublasCall:
     info: dict[str, str] = field(default_factory=dict)
     time: str | None = None
     pid: int | None = None
-    source: str | None = None
+    file: str | None = None
 
     def arg(self, name: str, default: str | None = None) -> str | None:
         """The value of argument `name` as logged (a string), or `default`."""
@@ -87,17 +87,17 @@ class CublasCall:
     n = property(lambda self: self._int("n"))
     k = property(lambda self: self._int("k"))
     batch_count = property(lambda self: self._int("batchCount"))
-    trans_a = property(lambda self: _TRANS.get(self.value("transa"), self.value("transa")))
-    trans_b = property(lambda self: _TRANS.get(self.value("transb"), self.value("transb")))
+    op_a = property(lambda self: _TRANS.get(self.value("transa"), self.value("transa")))
+    op_b = property(lambda self: _TRANS.get(self.value("transb"), self.value("transb")))
     a_type = property(lambda self: self._type("Atype"))
     b_type = property(lambda self: self._type("Btype"))
     c_type = property(lambda self: self._type("Ctype"))
     compute_type = property(lambda self: self._type("computeType"))
 
     def to_dict(self) -> dict:
-        """Flat dict: line, time, pid, function, version, source, ``arg_<name>`` and ``info_<name>``."""
+        """Flat dict: line, time, pid, function, version, file, ``arg_<name>`` and ``info_<name>``."""
         d = {"line": self.line, "time": self.time, "pid": self.pid, "function": self.function,
-             "version": self.version, "source": self.source}
+             "version": self.version, "file": self.file}
         for n, _, v in self.args:
             d[f"arg_{n}"] = v
         for n, v in self.info.items():
@@ -150,7 +150,7 @@ def parse_cublas_log(source: Source, *, stats: ParseStats | None = None,
                     sig = m.group(2).strip()
                     fm = _FUNC.search(sig)
                     func = fm.group(1) if fm else (sig.split()[-1] if sig.split() else sig)
-                    cur = CublasCall(lineno, func, m.group(1), sig, source=src)
+                    cur = CublasCall(lineno, func, m.group(1), sig, file=src)
                 elif s.startswith("i!"):
                     m = _ARG.match(s)
                     if m is not None and cur is not None:

@@ -11,11 +11,11 @@ from cublaslt_probe.logs.record import FIELD_NAMES, LogRecord
 from cublaslt_probe.logs.write import SUMMARY_KEYS, Summary
 
 INT_COLUMNS = ("line", "pid", "level", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "batch_count",
-               "algo_id", "split_k", "custom_option", "cta_swizzling", "workspace_bytes",
+               "algo_id", "num_splits_k", "custom_option", "cta_swizzling", "workspace_bytes",
                "sm_count_target", "torch_m", "torch_n", "torch_k")
 CATEGORY_COLUMNS = ("kind", "function", "a_type", "b_type", "c_type", "d_type", "compute_type",
-                    "scale_type", "trans_a", "trans_b", "epilogue", "tile", "stages", "cluster",
-                    "reduction_scheme", "source")
+                    "scale_type", "op_a", "op_b", "epilogue", "tile", "algo_stages", "cluster",
+                    "reduction_scheme", "file")
 
 
 def records_to_frame(records: Iterable[LogRecord]) -> pd.DataFrame:
@@ -33,7 +33,7 @@ def records_to_frame(records: Iterable[LogRecord]) -> pd.DataFrame:
     for col in CATEGORY_COLUMNS:
         df[col] = df[col].astype("category")
     df["time"] = pd.to_datetime(df["time"], format="ISO8601", errors="coerce")
-    df["beta"] = pd.array(df["beta"].tolist(), dtype="Float64")
+    df["beta_value"] = pd.array(df["beta_value"].tolist(), dtype="Float64")
     df["out_of_place"] = pd.array(df["out_of_place"].tolist(), dtype="boolean")
     df["message"] = df["message"].astype(object)
     df["extra"] = [json.dumps(e, separators=(",", ":")) for e in df["extra"]]
@@ -44,7 +44,7 @@ def summarize(df: pd.DataFrame | Iterable[LogRecord]) -> pd.DataFrame:
     """Identical GEMMs (same function, types, transposes, m n k, batch, epilogue and algo) with counts.
 
     Columns: ``count``, ``share`` (fraction of all rows), the key columns, the torch view
-    (``torch_m``, ``torch_n``, ``torch_k``), ``pids`` (distinct processes), ``first_source`` and
+    (``torch_m``, ``torch_n``, ``torch_k``), ``pids`` (distinct processes), ``first_file`` and
     ``first_line`` (where it first appears). Sorted by count, descending; ties in order of appearance.
     """
     if not isinstance(df, pd.DataFrame):  # records: counted as they stream by (flat memory)
@@ -53,7 +53,7 @@ def summarize(df: pd.DataFrame | Iterable[LogRecord]) -> pd.DataFrame:
             acc.add(r)
         return acc.frame()
     keys = list(SUMMARY_KEYS)
-    out_cols = ["count", "share", *keys, "torch_m", "torch_n", "torch_k", "pids", "first_source",
+    out_cols = ["count", "share", *keys, "torch_m", "torch_n", "torch_k", "pids", "first_file",
                 "first_line"]
     if df.empty:
         return pd.DataFrame({c: pd.Series([], dtype=df[c].dtype if c in df else object)
@@ -63,12 +63,12 @@ def summarize(df: pd.DataFrame | Iterable[LogRecord]) -> pd.DataFrame:
     g = work.groupby(keys, dropna=False, observed=True, sort=False)
     agg = g.agg(count=("_order", "size"), _first=("_order", "min"),
                 pids=("pid", "nunique")).reset_index()
-    firsts = work.loc[agg["_first"].to_numpy(), ["torch_m", "torch_n", "torch_k", "source", "line"]]
+    firsts = work.loc[agg["_first"].to_numpy(), ["torch_m", "torch_n", "torch_k", "file", "line"]]
     firsts = firsts.reset_index(drop=True)
     agg["torch_m"] = firsts["torch_m"]
     agg["torch_n"] = firsts["torch_n"]
     agg["torch_k"] = firsts["torch_k"]
-    agg["first_source"] = firsts["source"].astype(object)
+    agg["first_file"] = firsts["file"].astype(object)
     agg["first_line"] = firsts["line"]
     agg["share"] = agg["count"] / len(work)
     agg = agg.sort_values(["count", "_first"], ascending=[False, True], kind="stable")

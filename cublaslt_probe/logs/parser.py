@@ -126,14 +126,14 @@ def _trans(v: str) -> str:
 _FIELDS = {
     "computeDesc.computeType": ("compute_type", None),
     "computeDesc.scaleType": ("scale_type", None),
-    "computeDesc.transa": ("trans_a", _trans),
-    "computeDesc.transb": ("trans_b", _trans),
+    "computeDesc.transa": ("op_a", _trans),
+    "computeDesc.transb": ("op_b", _trans),
     "computeDesc.epilogue": ("epilogue", None),
     "algo.algoId": ("algo_id", int),
     "algo.tile": ("tile", _strip("MATMUL_TILE_")),
-    "algo.stages": ("stages", _strip("MATMUL_STAGES_")),
+    "algo.stages": ("algo_stages", _strip("MATMUL_STAGES_")),
     "algo.clusterShape": ("cluster", _strip("CLUSTER_SHAPE_")),
-    "algo.numSplitsK": ("split_k", int),
+    "algo.numSplitsK": ("num_splits_k", int),
     "algo.reductionScheme": ("reduction_scheme", _strip("REDUCTION_SCHEME_")),
     "algo.customOption": ("custom_option", int),
     "algo.ctaSwizzling": ("cta_swizzling", int),
@@ -143,7 +143,7 @@ _FIELDS = {
     "workspaceSizeInBytes": ("workspace_bytes", int),
     "preference.maxWorkspaceSizeinBytes": ("workspace_bytes", int),
     "preference.maxWorkspaceSizeInBytes": ("workspace_bytes", int),
-    "beta": ("beta", float),
+    "beta": ("beta_value", float),
     "outOfPlace": ("out_of_place", _to_bool),
     "smCountTarget": ("sm_count_target", int),
     "computeDesc.smCountTarget": ("sm_count_target", int),
@@ -154,7 +154,7 @@ _DESCS = (("a", "Adesc"), ("b", "Bdesc"), ("c", "Cdesc"), ("d", "Ddesc"))
 _DIMS = {f"{desc}.{attr}": ((letter, attr), None if attr == "type" else int) for letter, desc in _DESCS
          for attr in ("type", "rows", "cols", "ld", "batchCount")}
 # The values of algo config attributes cuBLASLt leaves out of the line (their enum value 0, or 1 split).
-_ALGO_DEFAULTS = (("tile", "UNDEFINED"), ("stages", "UNDEFINED"), ("cluster", "AUTO"), ("split_k", 1),
+_ALGO_DEFAULTS = (("tile", "UNDEFINED"), ("algo_stages", "UNDEFINED"), ("cluster", "AUTO"), ("num_splits_k", 1),
                   ("reduction_scheme", "NONE"), ("custom_option", 0), ("cta_swizzling", 0))
 
 
@@ -322,7 +322,7 @@ def build_record(time: str | None, pid: int | None, tag: str, function: str, bod
             if kind in ("trace", "api"):
                 raise
             # Info/Hints/Error lines may be free text: keep the message only
-            return LogRecord(line, time, pid, LEVELS.get(tag), kind, function, source=source, message=body)
+            return LogRecord(line, time, pid, LEVELS.get(tag), kind, function, file=source, message=body)
         f, extra, dims = _assign_pairs(pairs)
     if library != "cublasLt":
         extra["library"] = library
@@ -348,8 +348,8 @@ def build_record(time: str | None, pid: int | None, tag: str, function: str, bod
     if batch is not None:
         f["batch_count"] = batch
     if has_desc or "computeDesc" in groups:
-        f.setdefault("trans_a", "N")
-        f.setdefault("trans_b", "N")
+        f.setdefault("op_a", "N")
+        f.setdefault("op_b", "N")
     has_algo = "algo" in groups
     if has_algo:  # cuBLASLt prints only what differs from the config's zero value
         for name, default in _ALGO_DEFAULTS:
@@ -360,9 +360,9 @@ def build_record(time: str | None, pid: int | None, tag: str, function: str, bod
         get = dims.get
         ar, ac, br, bc = get(("a", "rows")), get(("a", "cols")), get(("b", "rows")), get(("b", "cols"))
         if ar is not None and ac is not None:
-            m, k = (ar, ac) if f["trans_a"] == "N" else (ac, ar)
+            m, k = (ar, ac) if f["op_a"] == "N" else (ac, ar)
         if br is not None and bc is not None:
-            kb, n = (br, bc) if f["trans_b"] == "N" else (bc, br)
+            kb, n = (br, bc) if f["op_b"] == "N" else (bc, br)
             if k is None:
                 k = kb
         if m is None or n is None:
@@ -385,7 +385,7 @@ def build_record(time: str | None, pid: int | None, tag: str, function: str, bod
         f["k"] = k
     if m is not None and n is not None:
         f["torch_m"], f["torch_n"], f["torch_k"] = n, m, k
-    return LogRecord(line, time, pid, LEVELS.get(tag), kind, function, source=source, message=body,
+    return LogRecord(line, time, pid, LEVELS.get(tag), kind, function, file=source, message=body,
                      extra=extra, **f)
 
 
@@ -583,7 +583,7 @@ def parse_log(source: Source, *, api: bool = False, stats: ParseStats | None = N
     forms such as ``cublasLtTSTMatmul``); with ``api=True`` also every other line (Api, Info, Error,
     Hints, non-matmul traces), told apart by ``kind``. Never raises on a bad line: bad lines are counted
     in `stats` (a `ParseStats`, pass one in to read it afterwards). Raises `LogReadError` when a path
-    cannot be opened. `name` overrides the record's ``source`` (default: the path or the file's name).
+    cannot be opened. `name` overrides the record's ``file`` (default: the path or the file's name).
     """
     st = stats if stats is not None else ParseStats()
     src = name if name is not None else source_name(source)
@@ -601,7 +601,7 @@ def parse_logs(sources: Iterable[Source], *, api: bool = False,
                stats: ParseStats | None = None) -> Iterator[LogRecord]:
     """Stream the records of several logs one after another (e.g. ``app_%i.log`` of many processes).
 
-    ``pid`` tells the processes apart and ``source`` names the file. A file that cannot be read (missing,
+    ``pid`` tells the processes apart and ``file`` names the file. A file that cannot be read (missing,
     a directory, broken gzip) is recorded in ``stats.files_failed`` and skipped; `LogReadError` is raised
     at the end only when no file at all could be read.
     """

@@ -37,8 +37,8 @@ class LogRecord:
     d_type: str | None = None
     compute_type: str | None = None
     scale_type: str | None = None
-    trans_a: str | None = None
-    trans_b: str | None = None
+    op_a: str | None = None       # the log's transa: N, T or C (the decoder's trans_a is a bool)
+    op_b: str | None = None
     m: int | None = None
     n: int | None = None
     k: int | None = None
@@ -50,20 +50,20 @@ class LogRecord:
     epilogue: str | None = None
     algo_id: int | None = None
     tile: str | None = None
-    stages: str | None = None
+    algo_stages: str | None = None    # the logged stages enum (64xAUTO); the decoder's stages is a count
     cluster: str | None = None
-    split_k: int | None = None
+    num_splits_k: int | None = None   # the logged numSplitsK; the decoder's split_k is a bool
     reduction_scheme: str | None = None
     custom_option: int | None = None
     cta_swizzling: int | None = None
     workspace_bytes: int | None = None
-    beta: float | None = None
+    beta_value: float | None = None   # the logged beta; the decoder's beta is a name token
     out_of_place: bool | None = None
     sm_count_target: int | None = None
     torch_m: int | None = None
     torch_n: int | None = None
     torch_k: int | None = None
-    source: str | None = None
+    file: str | None = None           # the log file the line came from
     message: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -85,8 +85,8 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(LogRecor
 
 # Fields that identify "the same GEMM with the same algo" for `summarize`.
 PROBLEM_FIELDS = ("function", "a_type", "b_type", "c_type", "d_type", "compute_type", "scale_type",
-                  "trans_a", "trans_b", "m", "n", "k", "batch_count", "epilogue")
-ALGO_FIELDS = ("algo_id", "tile", "stages", "cluster", "split_k", "reduction_scheme", "custom_option",
+                  "op_a", "op_b", "m", "n", "k", "batch_count", "epilogue")
+ALGO_FIELDS = ("algo_id", "tile", "algo_stages", "cluster", "num_splits_k", "reduction_scheme", "custom_option",
                "cta_swizzling")
 
 

@@ -37,7 +37,7 @@ def _chunks(records: Iterable[LogRecord], rest: Callable[[LogRecord], tuple[str,
     buf: list = []
     add = buf.append
     for r in records:
-        key = (r.message, r.function, r.kind, r.level, r.pid, r.source)
+        key = (r.message, r.function, r.kind, r.level, r.pid, r.file)
         hit = memo.get(key)
         if hit is None or hit[0] != r.extra:
             pre, post = rest(r)
@@ -135,10 +135,10 @@ def algo_cell(get) -> str:
     if _txt(get("algo_id")) == "":
         return ""
     parts = [_txt(get("algo_id"))]
-    for col in ("tile", "stages", "cluster"):
+    for col in ("tile", "algo_stages", "cluster"):
         v = _txt(get(col))
         parts.append("-" if v in ("", "UNDEFINED", "AUTO") else v)  # the enum's zero: not set
-    sk, co = _txt(get("split_k")), _txt(get("custom_option"))
+    sk, co = _txt(get("num_splits_k")), _txt(get("custom_option"))
     parts.append(f"sk{sk}" if sk else "-")
     parts.append(f"co{co}" if co else "-")
     return " ".join(parts)
@@ -151,7 +151,7 @@ def epilogue_cell(get) -> str:
 
 def gemm_cells(get) -> list[str]:
     """function, types, op, m, n, k, batch, epilogue, algo: the cells every GEMM table shows."""
-    return [_txt(get("function")), types_cell(get), f"{_txt(get('trans_a'))}{_txt(get('trans_b'))}",
+    return [_txt(get("function")), types_cell(get), f"{_txt(get('op_a'))}{_txt(get('op_b'))}",
             _txt(get("m")), _txt(get("n")), _txt(get("k")), _txt(get("batch_count")), epilogue_cell(get),
             algo_cell(get)]
 
@@ -162,15 +162,15 @@ RECORD_RIGHT = {"line", "pid", "m", "n", "k", "batch", "workspace"}
 
 
 def record_header(multi: bool, api: bool) -> list[str]:
-    """The columns of the records table: ``source`` with several files, ``kind`` with Api lines."""
-    return (["source"] if multi else []) + ["line", "pid"] + (["kind"] if api else []) + GEMM_HEADER + \
+    """The columns of the records table: ``file`` with several files, ``kind`` with Api lines."""
+    return (["file"] if multi else []) + ["line", "pid"] + (["kind"] if api else []) + GEMM_HEADER + \
         ["workspace"]
 
 
 def record_cells(r: LogRecord, multi: bool, api: bool) -> list[str]:
     """The record's row of the records table (`record_header`)."""
     import os
-    return ([os.path.basename(r.source) if r.source else ""] if multi else []) + [str(r.line), _txt(r.pid)] + \
+    return ([os.path.basename(r.file) if r.file else ""] if multi else []) + [str(r.line), _txt(r.pid)] + \
         ([r.kind] if api else []) + gemm_cells(r.__getattribute__) + [_txt(r.workspace_bytes)]
 
 
@@ -214,7 +214,7 @@ def arrow_schema():
             t = pa.dictionary(pa.int32(), pa.string())
         elif name == "time":
             t = pa.timestamp("ns")
-        elif name == "beta":
+        elif name == "beta_value":
             t = pa.float64()
         elif name == "out_of_place":
             t = pa.bool_()
@@ -309,7 +309,7 @@ class Summary:
 
     def frame(self):
         """The summary as `summarize` returns it: count, share, the key columns, the torch view, pids,
-        first_source, first_line; most frequent first, ties in order of appearance."""
+        first_file, first_line; most frequent first, ties in order of appearance."""
         import pandas as pd
 
         from cublaslt_probe.logs.frame import records_to_frame
@@ -320,6 +320,6 @@ class Summary:
         for c in SUMMARY_KEYS + ("torch_m", "torch_n", "torch_k"):
             out[c] = df[c].reset_index(drop=True)
         out["pids"] = pd.array([len(g[3] - {None}) for g in groups], dtype="Int64")
-        out["first_source"] = df["source"].astype(object).reset_index(drop=True)
+        out["first_file"] = df["file"].astype(object).reset_index(drop=True)
         out["first_line"] = df["line"].reset_index(drop=True)
         return out
