@@ -14,7 +14,7 @@ def __getattr__(name):  # lazy: keep `import cublaslt_probe` cheap and GPU-free
         from cublaslt_probe import names
         return getattr(names, name)
     if name == "capture":
-        from cublaslt_probe.capture import capture
+        from cublaslt_probe.recorder import capture
         return capture
     if name in ("parse_log", "parse_cublas_log"):
         from cublaslt_probe import logs

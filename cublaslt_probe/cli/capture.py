@@ -14,7 +14,7 @@ def capture_cmd(output, label, script):
     level-2 log and the environment captured into a run folder. Modules are named by class and first-seen
     order; for qualified layer names, use the Python API `cublaslt_probe.capture(dir, model=model)`.
     Needs a GPU."""
-    from cublaslt_probe.capture import run_script
+    from cublaslt_probe.recorder import run_script
     run_script(output, list(script), label=label)
     click.echo(f"wrote {output}/: audit it with `cublaslt-probe audit {output}`", err=True)
 
