@@ -102,7 +102,7 @@ def bench_phases(env: dict, recs: list[dict], reps: int) -> dict:
     t_json, _ = best(lambda: [json.loads(x) for x in lines], reps)
     t_rows, rows = best(lambda: list(dataset.build_rows(recs, env)), reps)
     t_log, _ = best(lambda: [evidence.trace_record(r.get("log_lines")) for r in recs], reps)
-    schema = sweep.arrow_schema()
+    schema = dataset.arrow_schema()
     t_table, _ = best(lambda: pa.Table.from_pandas(dataset.validate(dataset.coerce(pd.DataFrame(
         rows, columns=dataset.COLUMNS))), schema=schema, preserve_index=False), reps)
     per = {"json_us": t_json, "row_us": t_rows, "table_us": t_table}

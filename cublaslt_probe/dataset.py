@@ -9,6 +9,7 @@ Each row joins three independent pieces of evidence for one GEMM:
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
@@ -261,10 +262,8 @@ def write_from_raw(paths: list, out: str | os.PathLike, env_override: dict | Non
     them as Parquet row groups (to ``OUT.tmp``, renamed when whole). Memory holds the keys and one batch.
     Returns (the shared environment, rows written, counts: error rows, consistent, comparable); nothing is
     written when no record was found (0 rows)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from cublaslt_probe.sweep import arrow_schema
     st = stats if stats is not None else RawStats()
     envs: list[tuple[str, dict]] = []
     file_env: list[dict] = []
@@ -290,11 +289,7 @@ def write_from_raw(paths: list, out: str | os.PathLike, env_override: dict | Non
     counts = {"error": 0, "consistent": 0, "comparable": 0}
     if not winner:
         return shared, 0, counts
-    schema = arrow_schema()
-    meta = dict(schema.metadata or {})
-    meta[b"cublaslt_probe.env"] = json.dumps(shared).encode()
-    meta[b"cublaslt_probe.schema"] = b"1"
-    schema = schema.with_metadata(meta)
+    schema = arrow_schema(shared)
     tmp = f"{out}.tmp"
     rows = 0
     try:
@@ -302,11 +297,11 @@ def write_from_raw(paths: list, out: str | os.PathLike, env_override: dict | Non
             buf: list[dict] = []
 
             def flush():
-                df = validate(build(buf, shared))
+                table, df = arrow_batch(buf, shared, schema)
                 counts["error"] += int(df["error"].notna().sum())
                 counts["consistent"] += int(df["consistent"].eq(True).sum())
                 counts["comparable"] += int(df["consistent"].notna().sum())
-                w.write_table(pa.Table.from_pandas(df, schema=schema, preserve_index=False))
+                w.write_table(table)
                 buf.clear()
 
             for fi, p in enumerate(paths):
@@ -434,16 +429,50 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def with_env(schema, env: dict | None):
+    """An Arrow schema carrying the environment and the schema version as file metadata (they travel with
+    the file; `read_parquet` reads them back)."""
+    meta = dict(schema.metadata or {})
+    meta[b"cublaslt_probe.env"] = json.dumps(env or {}, default=str).encode()
+    meta[b"cublaslt_probe.schema"] = b"1"
+    return schema.with_metadata(meta)
+
+
+@functools.cache
+def _arrow_schema():
+    import pyarrow as pa
+    base = pa.Schema.from_pandas(coerce(pd.DataFrame(columns=COLUMNS)), preserve_index=False)
+    fields = []
+    for f in base:
+        t = f.type
+        if pa.types.is_dictionary(t):
+            t = pa.dictionary(pa.int32(), pa.string())
+        elif pa.types.is_null(t):   # the object columns: lists of strings
+            t = pa.list_(pa.string())
+        fields.append(pa.field(f.name, t))
+    return pa.schema(fields, metadata=base.metadata)
+
+
+def arrow_schema(env: dict | None = None):
+    """The dataset schema as Arrow types that every batch of a streamed dataset is cast to (categories as
+    dictionaries of 32-bit codes, the kernel list as a list of strings); with `env`, carrying it (`with_env`)."""
+    return _arrow_schema() if env is None else with_env(_arrow_schema(), env)
+
+
+def arrow_batch(records: list[dict], env: dict | None, schema):
+    """Raw records as one Arrow table of the dataset `schema`, and the validated frame it came from."""
+    import pyarrow as pa
+    df = validate(build(records, env))
+    return pa.Table.from_pandas(df, schema=schema, preserve_index=False), df
+
+
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike, env: dict | None = None) -> None:
     """Parquet with the environment also stored as file metadata (it travels with the file)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     validate(df)
     table = pa.Table.from_pandas(df, preserve_index=False)
-    meta = dict(table.schema.metadata or {})
-    meta[b"cublaslt_probe.env"] = json.dumps(env or {}).encode()
-    meta[b"cublaslt_probe.schema"] = b"1"
-    pq.write_table(table.replace_schema_metadata(meta), path)
+    pq.write_table(table.replace_schema_metadata(with_env(table.schema, env).metadata), path)
 
 
 def read_parquet(path: str | os.PathLike) -> pd.DataFrame:

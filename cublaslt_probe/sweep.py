@@ -862,30 +862,8 @@ def find_parts(inputs: list[str]) -> list[str]:
     return out
 
 
-@functools.cache
-def arrow_schema():
-    """The dataset schema as Arrow types that every batch of a streamed dataset is cast to (categories as
-    dictionaries of 32-bit codes, the kernel list as a list of strings)."""
-    import pandas as pd
-    import pyarrow as pa
-
-    from cublaslt_probe import dataset
-    base = pa.Schema.from_pandas(dataset.coerce(pd.DataFrame(columns=dataset.COLUMNS)), preserve_index=False)
-    fields = []
-    for f in base:
-        t = f.type
-        if pa.types.is_dictionary(t):
-            t = pa.dictionary(pa.int32(), pa.string())
-        elif pa.types.is_null(t):   # the object columns: lists of strings
-            t = pa.list_(pa.string())
-        fields.append(pa.field(f.name, t))
-    return pa.schema(fields, metadata=base.metadata)
-
-
 def _raw_tables(path: str, keep, env: dict, schema):
     """The kept records of a raw file as Arrow tables of the dataset, BATCH_ROWS rows at a time."""
-    import pyarrow as pa
-
     from cublaslt_probe import dataset
     from cublaslt_probe.errors import ProbeError
     batch = []
@@ -897,11 +875,10 @@ def _raw_tables(path: str, keep, env: dict, schema):
         except ValueError as e:
             raise ProbeError(f"{path}: record {i + 1} became unreadable while merging: {e}") from e
         if len(batch) == BATCH_ROWS:
-            yield pa.Table.from_pandas(dataset.validate(dataset.build(batch, env)), schema=schema,
-                                       preserve_index=False)
+            yield dataset.arrow_batch(batch, env, schema)[0]
             batch = []
     if batch:
-        yield pa.Table.from_pandas(dataset.validate(dataset.build(batch, env)), schema=schema, preserve_index=False)
+        yield dataset.arrow_batch(batch, env, schema)[0]
 
 
 def _parquet_tables(path: str, keep, schema):
@@ -923,6 +900,8 @@ def _parquet_tables(path: str, keep, schema):
 def _raw_to_parquet(path: str, keep, env: dict, dest: str) -> int:
     """A raw part as a Parquet file of the dataset schema (run in a worker process by `write_dataset`)."""
     import pyarrow.parquet as pq
+
+    from cublaslt_probe.dataset import arrow_schema
     schema = arrow_schema()
     n = 0
     with pq.ParquetWriter(dest, schema) as w:
@@ -940,11 +919,9 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1) -> int:
     from concurrent.futures import ProcessPoolExecutor
 
     import pyarrow.parquet as pq
-    schema = arrow_schema()
-    meta = dict(schema.metadata or {})
-    meta[b"cublaslt_probe.env"] = json.dumps(env, default=str).encode()
-    meta[b"cublaslt_probe.schema"] = b"1"
-    schema = schema.with_metadata(meta)
+
+    from cublaslt_probe.dataset import arrow_schema
+    schema = arrow_schema(env)
     folder = os.path.dirname(os.path.abspath(out))
     tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=folder)
     tmp_out = os.path.join(tmp_dir, "out.parquet")
