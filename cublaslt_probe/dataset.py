@@ -21,7 +21,6 @@ import pandas as pd
 
 from cublaslt_probe.errors import SchemaError
 from cublaslt_probe.evidence import consistency, log_matches_case, main_kernel, trace_record
-from cublaslt_probe.evidence import MAIN_FAMILIES  # noqa: F401  (re-exported while trace.py imports it here)
 from cublaslt_probe.kinds import DECODED_COLUMNS, ENV_KEYS
 
 log = logging.getLogger(__name__)

@@ -479,3 +479,21 @@ def _sniff_bytes(head: bytes) -> str:
     if text.count("\ufffd") > len(text) // 20:
         return "binary data"
     return "text"
+
+
+_NOT_A_TRACE = {"a cuBLASLt log": "cublaslt-probe parse-log reads it",
+                "a cuBLAS API log": "cublaslt-probe parse-log --cublas reads it",
+                "a raw probe file (JSONL)": "cublaslt-probe dataset builds a dataset from it",
+                "a Parquet file": "give a dataset to map, plot, report or diff"}
+
+
+def check_trace(file: str) -> None:
+    """Refuse, with what to do instead, a file that is plainly not a profiler trace (`trace`, `audit`)."""
+    kind = sniff(file)
+    inner = kind.replace("a gzip file holding ", "")
+    if inner.startswith(("a Chrome trace", "a JSON document", "an SQLite database", "unreadable")) or \
+            kind.startswith("a gzip file (damaged)"):
+        return  # the trace reader says what is wrong with it
+    fix = _NOT_A_TRACE.get(inner, "give a torch.profiler Chrome trace (.json or .json.gz) or an Nsight "
+                                  "Systems SQLite export")
+    raise ProbeError(f"{file} is {kind}, not a profiler trace: {fix}")

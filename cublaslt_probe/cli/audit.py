@@ -10,8 +10,8 @@ import os
 
 import click
 
-from cublaslt_probe.cli._common import (EXIT_PARTIAL, clean, out_format, output_options, render_table, write_frame,
-                                       write_text)
+from cublaslt_probe.cli._common import (EXIT_PARTIAL, check_trace, clean, out_format, output_options, render_table,
+                                       write_frame, write_text)
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ("table", "jsonl", "csv", "parquet")
@@ -90,8 +90,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     if save_path and not measure:
         raise click.UsageError("--save writes what --measure measured: add --measure")
     if os.path.isfile(run):
-        from cublaslt_probe.cli.evidence import _check_trace     # the trace command's check of its input
-        _check_trace(run)
+        check_trace(run)
     cold = None
     if coldstart_path:
         from cublaslt_probe.coldstart import load

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from cublaslt_probe.cli._common import EXIT_PARTIAL, cell as _s, check_writable, clean as _clean, out_format, \
-    output_options as _output_options, render_table, sniff, write_frame, check_dataset_file
+    output_options as _output_options, render_table, write_frame, check_dataset_file, check_trace
 from cublaslt_probe.errors import ProbeError
 
 FORMATS = ("table", "csv", "jsonl", "parquet")
@@ -142,7 +142,7 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
     """
     from cublaslt_probe.trace import by_kernel, read_trace
     fmt = out_format(fmt, output, FORMATS)
-    _check_trace(file)
+    check_trace(file)
     summary = read_trace(file)
     if coldstart_path:
         from cublaslt_probe.coldstart import apply_observed, load
@@ -160,24 +160,6 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
         click.echo([ln for ln in trace_header(summary).splitlines() if ln.startswith("warning:")][-1], err=True)
     if st.bad_events or st.truncated or st.bad_durations:
         click.get_current_context().exit(EXIT_PARTIAL)
-
-
-_NOT_A_TRACE = {"a cuBLASLt log": "cublaslt-probe parse-log reads it",
-                "a cuBLAS API log": "cublaslt-probe parse-log --cublas reads it",
-                "a raw probe file (JSONL)": "cublaslt-probe dataset builds a dataset from it",
-                "a Parquet file": "give a dataset to map, plot, report or diff"}
-
-
-def _check_trace(file: str) -> None:
-    """Refuse, with what to do instead, a file that is plainly not a profiler trace."""
-    kind = sniff(file)
-    inner = kind.replace("a gzip file holding ", "")
-    if inner.startswith(("a Chrome trace", "a JSON document", "an SQLite database", "unreadable")) or \
-            kind.startswith("a gzip file (damaged)"):
-        return  # the trace reader says what is wrong with it
-    fix = _NOT_A_TRACE.get(inner, "give a torch.profiler Chrome trace (.json or .json.gz) or an Nsight "
-                                  "Systems SQLite export")
-    raise ProbeError(f"{file} is {kind}, not a profiler trace: {fix}")
 
 
 # ------------------------------------------------------------------------------------------------- diff
