@@ -38,11 +38,8 @@ def rule_probe(rule: str, options):
             super().__init__(options)
             self.timed = 0
 
-        def time_gpu(self, fn, reps=None, key=""):
-            self.timed += 1
-            return super().time_gpu(fn, reps, key)
-
         def first_spin(self, host_us, once_us, reps, per):
+            self.timed += 1
             r = rule if rule != "alternate" else ("lead", "enqueue")[self.timed % 2]
             if r == "enqueue":
                 return enqueue_spin(host_us, reps, per), "enqueue"

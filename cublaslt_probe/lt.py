@@ -390,6 +390,75 @@ def time_heuristics(lib: "LtLibrary", mms: list, reps: int = 5, requested: int =
     return list(zip(miss, hit))
 
 
+def measure_heuristics(lib: "LtLibrary", problems: list, reps: int = 5) -> list[tuple]:
+    """For each Problem: (miss_us, hit_us, error), `time_heuristics` over all of them at once; a problem whose
+    descriptors cannot be made, or for which the heuristic finds no algo, gets (None, None, its error) and
+    the others are still measured (one by one once the batch has failed)."""
+    out: list = [None] * len(problems)
+    mms, idx = [], []
+    for i, p in enumerate(problems):
+        try:
+            mms.append(LtMatmul(lib, p))
+            idx.append(i)
+        except Exception as e:  # noqa: BLE001  (e.g. a type combination the direct call refuses)
+            out[i] = (None, None, f"{type(e).__name__}: {e}"[:300])
+    try:
+        try:
+            for i, (miss, hit) in zip(idx, time_heuristics(lib, mms, reps)):
+                out[i] = (miss, hit, None)
+        except Exception:  # noqa: BLE001  (no algo for one problem: time them one by one)
+            for i, mm in zip(idx, mms):
+                try:
+                    out[i] = (*mm.time_heuristic(reps), None)
+                except Exception as e:  # noqa: BLE001
+                    out[i] = (None, None, f"{type(e).__name__}: {e}"[:300])
+    finally:
+        for mm in mms:
+            mm.close()
+    return out
+
+
+def serve_heuristics(conn) -> None:
+    """The heuristic companion's loop (a process of its own, started by the probe): load cuBLASLt as torch
+    does, then answer requests until told to stop. A request is (ident, Problem, reps); the requests waiting
+    when one arrives are measured together (`measure_heuristics`: one switch of this process's cache for
+    all of them) and answered as [(ident, miss_us, hit_us, error, busy_s)], busy_s the measurement's share of
+    this process's time. None stops it. The first message sent is ("ready", library path) or ("failed", why).
+
+    Its own library instance and cache: switching the cache off to time misses leaves the probe's (and torch's)
+    cache alone, and the measurement runs on another core while the probe times GEMMs."""
+    try:
+        ensure_loaded()
+        lib = LtLibrary()
+        conn.send(("ready", lib.path))
+    except Exception as e:  # noqa: BLE001
+        conn.send(("failed", f"{type(e).__name__}: {e}"[:300]))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        batch = [msg]
+        while conn.poll():
+            nxt = conn.recv()
+            if nxt is None:
+                return
+            batch.append(nxt)
+        t = time.perf_counter()
+        by_reps: dict[int, list] = {}
+        for ident, p, reps in batch:
+            by_reps.setdefault(reps, []).append((ident, p))
+        answers = []
+        for reps, items in by_reps.items():
+            res = measure_heuristics(lib, [p for _, p in items], reps)
+            answers += [(ident, *r) for (ident, _), r in zip(items, res)]
+        busy = (time.perf_counter() - t) / len(answers)
+        conn.send([(*a, busy) for a in answers])
+
+
 class LtMatmul:
     """Descriptors for one Problem on one library; query heuristics, run an algo. Call close() after."""
 

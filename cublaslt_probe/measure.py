@@ -158,7 +158,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
     from cublaslt_probe import candidates as cand
     from cublaslt_probe.probe import Probe, lt_candidates
     t_all = time.perf_counter()
-    probe = probe or Probe(reps=reps)
+    probe = probe or Probe(reps=reps, pipeline=False)  # GEMMs timed one at a time, no windows
     results = []
     for g in gemms:
         t0 = time.perf_counter()

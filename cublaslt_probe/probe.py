@@ -101,6 +101,8 @@ class ProbeOptions:
     mem_budget: int = 24 << 30      # bytes of operands a window keeps alive before it is cut
     candidates: int = 0             # lt backend: also run the heuristic's top N candidates (0: none)
     candidate_reps: int = 5         # timing samples per candidate
+    pipeline: bool = True           # prepare each GEMM while the GPU times the one before, and time the heuristic
+                                    # in a companion process (False: one step after another, in this process)
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1}
@@ -110,8 +112,9 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        if not isinstance(self.flush_l2, bool):
-            raise OptionError(f"probe option flush_l2={self.flush_l2!r}: expected True or False")
+        for name in ("flush_l2", "pipeline"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
 
 @dataclass(frozen=True)
@@ -464,6 +467,111 @@ class _Events:
         return max(0.0, self.starts[0].elapsed_time(self.ends[-1]) * 1e3 - sum(totals))
 
 
+def _heuristic_groups(items, workspace_of) -> tuple[dict, dict]:
+    """The records of `items` grouped by the heuristic question their Case asks ({key: [records]}), and each
+    question's Problem ({key: Problem}); the key is the Problem as a tuple."""
+    groups: dict[tuple, list[dict]] = {}
+    problems: dict[tuple, object] = {}
+    for rec, c in items:
+        p = lt_problem(c, workspace_of(c))
+        key = dataclasses.astuple(p)
+        groups.setdefault(key, []).append(rec)
+        problems[key] = p
+    return groups, problems
+
+
+class HeuristicCompanion:
+    """The process that times the heuristic while the probe times GEMMs (`lt.serve_heuristics`): asked each
+    question as its GEMM is prepared, it answers on another core; the probe collects the answers at the
+    end of the window. Its cuBLASLt is another instance of the same library file, on the same GPU, so a miss
+    costs what it costs torch, and switching its cache off leaves torch's alone."""
+
+    START_S = 120.0   # a companion not ready by then (loading torch and cuBLASLt) is given up
+
+    def __init__(self):
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")  # never fork a process holding a CUDA context
+        self.conn, child = ctx.Pipe()
+        from cublaslt_probe import lt
+        self.proc = ctx.Process(target=lt.serve_heuristics, args=(child,), daemon=True,
+                                name="cublaslt-probe-heuristics")
+        self.proc.start()
+        child.close()
+        self.ready: str | None = None
+        self.asked: set = set()       # questions asked and not yet collected
+        self.answers: dict = {}       # key -> (miss_us, hit_us, error, busy_s)
+
+    def _wait_ready(self) -> None:
+        if self.ready is not None:
+            return
+        if not self.conn.poll(self.START_S):
+            raise CaptureError(f"the heuristic companion was not ready after {self.START_S:.0f} s")
+        try:
+            state, what = self.conn.recv()
+        except (EOFError, OSError) as e:
+            raise CaptureError(f"the heuristic companion ended before it was ready ({e!r})") from e
+        if state != "ready":
+            raise CaptureError(f"the heuristic companion could not start: {what}")
+        self.ready = what
+
+    def _drain(self, block: bool) -> None:
+        try:
+            while block or self.conn.poll():
+                for ident, *res in self.conn.recv():
+                    self.answers[ident] = tuple(res)
+                block = False
+        except (EOFError, OSError) as e:
+            raise CaptureError(f"the heuristic companion ended ({e!r})") from e
+
+    def ask(self, key: tuple, problem, reps: int) -> None:
+        if key in self.asked:
+            return
+        self._wait_ready()
+        self._drain(False)   # read what is answered first, so that neither side blocks on a full pipe
+        try:
+            self.conn.send((key, problem, reps))
+        except (OSError, ValueError) as e:
+            raise CaptureError(f"the heuristic companion ended ({e!r})") from e
+        self.asked.add(key)
+
+    def collect(self, keys: list) -> list[tuple]:
+        """(miss_us, hit_us, error, busy_s) for each asked key, waiting for those not answered yet."""
+        while any(k not in self.answers for k in keys):
+            if not self.proc.is_alive() and not self.conn.poll():
+                raise CaptureError(f"the heuristic companion ended (exit code {self.proc.exitcode})")
+            self._drain(True)
+        out = [self.answers.pop(k) for k in keys]
+        self.asked.difference_update(keys)
+        return out
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+        self.conn.close()
+
+
+@dataclass
+class _Pending:
+    """One GEMM's timing in flight: its plan, events and the first attempt's evidence (`Probe._start`)."""
+    fn: object
+    key: str
+    reps_asked: int | None
+    once_us: float
+    reps: int
+    per: int
+    events: _Events
+    spin_us: float | None = None
+    rule: str = "lead"
+    enqueue_us: float = 0.0
+    behind: int = 0
+    attempt: int = 1
+
+
 # --- the probe ------------------------------------------------------------------------------------------------
 class Probe:
     """Runs windows of Cases and returns one raw record (a dict) per Case. One per process.
@@ -477,6 +585,9 @@ class Probe:
         torch = require_gpu("sweep")
         from cublaslt_probe import lt
         self.torch = torch
+        # started first: it loads torch and cuBLASLt on another core while this process gets ready
+        self._companion = HeuristicCompanion() if self.options.pipeline else None
+        self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
         lt.ensure_loaded()
         self.lib = lt.LtLibrary()
         self.logger = lt.Logger(self.lib)
@@ -487,6 +598,18 @@ class Probe:
         self.cycles_per_us = self._calibrate_spin()
         self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
         self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
+
+    def close(self) -> None:
+        """Stop the heuristic companion (the probe can still run windows: it then measures in-process)."""
+        if self._companion is not None:
+            self._companion.close()
+            self._companion = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     # GPU spin -------------------------------------------------------------------------------------------
     def _calibrate_spin(self) -> float:
@@ -533,17 +656,11 @@ class Probe:
         the samples are retaken once behind a spin of twice the whole enqueue time (`enqueue_spin`), and
         the first attempt's evidence is kept under `retaken`. `reps` fixes the number of samples; by
         default the options' `budget_ms` sets it, at most their `reps`."""
-        once_us, host_once = self._estimate(fn, key)
-        t = self._sample(fn, reps, key, once_us, host_once)
-        if t.calls_per_rep == 1 and self.flush is None and t.median_us < SINGLE_US / 2:
-            # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
-            # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
-            # them, with no second estimate that could read long again
-            t = self._sample(fn, reps, key, t.median_us, None)
-        return t
+        return self._end(self._start(fn, key, *self._estimate(fn, key), reps))
 
-    def _estimate(self, fn, key: str) -> tuple[float, float]:
-        """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
+    def _queue_estimate(self, fn, key: str) -> tuple:
+        """Queue one call of `fn` between two events, after a flush or behind a short spin; with the host µs
+        its launch took. `_read_estimate` waits for it."""
         torch = self.torch
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if self.flush is not None:
@@ -552,12 +669,20 @@ class Probe:
             self.spin(SPIN_FLOOR_US + 2 * self._host_us.get(key, HOST_US_GUESS))
         h = time.perf_counter()
         s.record(); fn(); e.record()  # noqa: E702
-        host_once = (time.perf_counter() - h) * 1e6
+        return s, e, (time.perf_counter() - h) * 1e6
+
+    @staticmethod
+    def _read_estimate(queued: tuple) -> tuple[float, float]:
+        s, e, host_once = queued
         e.synchronize()
         return max(s.elapsed_time(e) * 1e3, 1.0), host_once
 
-    def _sample(self, fn, reps_asked: int | None, key: str, once_us: float, host_once: float | None) -> Timing:
-        """The samples of one timing plan sized by `once_us`, retaken once when their evidence fails."""
+    def _estimate(self, fn, key: str) -> tuple[float, float]:
+        """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
+        return self._read_estimate(self._queue_estimate(fn, key))
+
+    def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None) -> "_Pending":
+        """Queue the first attempt of the timing plan sized by `once_us`; `_end` waits for it and checks it."""
         flush = self.flush is not None
         host = self._host_us.get(key, HOST_US_GUESS)
         reps, per = timing_plan(once_us, flush=flush, reps=reps_asked, max_reps=self.options.reps,
@@ -566,29 +691,43 @@ class Probe:
             # a long GEMM's launch can cost the host several times its backend's usual (seen: 100-170 µs for
             # llm GEMMs of 1-12 ms): its spin, a small part of its time, covers the larger of the two
             host = max(host, host_once)
-        events = _Events(self.torch, reps, per > 1)
-        retaken, rule = None, "lead"
-        for attempt in (1, 2):
-            spin_us = None
-            if not flush:
-                if attempt == 1:
-                    spin_us, rule = self.first_spin(host, once_us, reps, per)
-                else:
-                    spin_us = 2 * enqueue_spin(host, reps, per)
-                self.spin(spin_us)
-            enqueue_us, behind = self._enqueue(fn, events, reps, per)
-            if not flush:
-                host = self._host_us[key] = enqueue_us / (reps * per)
-            events.ends[-1].synchronize()
-            totals, firsts, times = events.samples(per)
-            gap = None if flush else events.gap_us(totals)
-            t = Timing(statistics.median(times), tuple(times), per, statistics.median(firsts), gap, spin_us,
-                       enqueue_us, attempt, None if flush else behind, retaken, once_us, rule)
-            if gap is None or (gap <= GAP_US_PER_REP * reps and not behind):
-                break
-            retaken = {"spin_us": round(spin_us, 1), "enqueue_us": round(enqueue_us, 1), "behind": behind,
-                       "gap_us": round(gap, 3)}
+        p = _Pending(fn, key, reps_asked, once_us, reps, per, _Events(self.torch, reps, per > 1))
+        p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per)
+        self._attempt(p)
+        return p
+
+    def _attempt(self, p: "_Pending") -> None:
+        if p.spin_us is not None:
+            self.spin(p.spin_us)
+        p.enqueue_us, p.behind = self._enqueue(p.fn, p.events, p.reps, p.per)
+        if self.flush is None:
+            self._host_us[p.key] = p.enqueue_us / (p.reps * p.per)
+
+    def _end(self, p: "_Pending") -> Timing:
+        """Wait for the samples of `p` and check their evidence: retaken once behind a longer spin when it
+        fails, timed again in batches when they say the GEMM is short after all (see time_gpu)."""
+        t = self._collect(p, None)
+        if t.gap_us is not None and (t.gap_us > GAP_US_PER_REP * p.reps or t.behind):
+            retaken = {"spin_us": round(p.spin_us, 1), "enqueue_us": round(p.enqueue_us, 1), "behind": p.behind,
+                       "gap_us": round(t.gap_us, 3)}
+            p.spin_us = 2 * enqueue_spin(self._host_us[p.key], p.reps, p.per)
+            p.attempt = 2
+            self._attempt(p)
+            t = self._collect(p, retaken)
+        if t.calls_per_rep == 1 and self.flush is None and t.median_us < SINGLE_US / 2:
+            # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
+            # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
+            # them, with no second estimate that could read long again
+            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked))
         return t
+
+    def _collect(self, p: "_Pending", retaken: dict | None) -> Timing:
+        p.events.ends[-1].synchronize()
+        totals, firsts, times = p.events.samples(p.per)
+        flush = self.flush is not None
+        gap = None if flush else p.events.gap_us(totals)
+        return Timing(statistics.median(times), tuple(times), p.per, statistics.median(firsts), gap, p.spin_us,
+                      p.enqueue_us, p.attempt, None if flush else p.behind, retaken, p.once_us, p.rule)
 
     def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
         """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued)."""
@@ -617,8 +756,10 @@ class Probe:
     def time_heuristics(self, items: list[tuple[dict, Case]]) -> None:
         """Fill heuristic_miss_us / heuristic_hit_us of each record: `cublasLtMatmulAlgoGetHeuristic` for
         the Case's column-major problem with its backend's workspace limit, cache off then on
-        (lt.time_heuristics), with one cache switch for the whole window (switching per GEMM, to hide
+        (lt.measure_heuristics), with one cache switch for the whole window (switching per GEMM, to hide
         the work behind the GPU's, was measured slower: 1.6 ms per measurement instead of about 1.1 ms).
+        With the `pipeline` option the measurements were asked of the companion process as the window ran
+        (`HeuristicCompanion`); this collects them.
 
         Cases whose backends ask cuBLASLt the same question (same problem and workspace limit, e.g.
         `torch`, `cupy` and `lt` of one GEMM) share one measurement: the call is identical."""
@@ -626,55 +767,57 @@ class Probe:
         if not items:
             return
         t = time.perf_counter()
-        groups: dict[tuple, list[dict]] = {}
-        problems: dict[tuple, object] = {}
-        for rec, c in items:
-            p = lt_problem(c, self.heuristic_workspace(c))
-            key = dataclasses.astuple(p)
-            groups.setdefault(key, []).append(rec)
-            problems[key] = p
-        mms, keys = [], []
-        for key, p in problems.items():
+        groups, problems = _heuristic_groups(items, self.heuristic_workspace)
+        keys = list(problems)
+        where = "probe"
+        results = None
+        if self._companion is not None and all(k in self._companion.asked for k in keys):
             try:
-                mms.append(lt.LtMatmul(self.lib, p))
-                keys.append(key)
-            except Exception as e:  # noqa: BLE001  (e.g. a type combination the direct call refuses)
-                for rec in groups[key]:
-                    rec["heuristic_error"] = f"{type(e).__name__}: {e}"[:300]
-        try:
-            results = lt.time_heuristics(self.lib, mms, self.options.heuristic_reps)
-        except Exception:  # noqa: BLE001  (no algo for one problem: time them one by one)
-            results = []
-            for key, mm in zip(keys, mms):
-                try:
-                    results.append(mm.time_heuristic(self.options.heuristic_reps))
-                except Exception as e2:  # noqa: BLE001
-                    results.append((None, None))
-                    for rec in groups[key]:
-                        rec["heuristic_error"] = f"{type(e2).__name__}: {e2}"[:300]
-        finally:
-            for mm in mms:
-                mm.close()
-        for key, (miss, hit) in zip(keys, results):
+                results = self._companion.collect(keys)
+                where = "companion"
+            except CaptureError as e:
+                log.warning("%s; measuring the heuristic in the probe's process from now on", e)
+                self._companion.close()
+                self._companion = None
+        if results is None:
+            results = lt.measure_heuristics(self.lib, [problems[k] for k in keys], self.options.heuristic_reps)
+        for key, (miss, hit, err, *_) in zip(keys, results):
             for rec in groups[key]:
                 rec["heuristic_miss_us"], rec["heuristic_hit_us"] = miss, hit
                 rec["heuristic_shared"] = len(groups[key])
+                rec["heuristic_where"] = where
+                if err:
+                    rec["heuristic_error"] = err
         share = round((time.perf_counter() - t) * 1e3 / len(items), 3)
         for rec, _ in items:
             rec.setdefault("probe_ms", {})["heuristic_share"] = share
+
+    def _ask_heuristic(self, c: Case) -> None:
+        """Pipeline: ask the companion for Case `c`'s heuristic measurement now (once per question and window)."""
+        if self._companion is None:
+            return
+        p = lt_problem(c, self.heuristic_workspace(c))
+        try:
+            self._companion.ask(dataclasses.astuple(p), p, self.options.heuristic_reps)
+        except CaptureError as e:
+            log.warning("%s; measuring the heuristic in the probe's process from now on", e)
+            self._companion.close()
+            self._companion = None
 
     # kernels, log lines, direct cuBLASLt calls ------------------------------------------------------------
     def profile(self, calls) -> list[list[tuple[str, float]]]:
         """The kernels each call launched, in launch order, as (name, µs) (`profile_kernels`)."""
         return profile_kernels(self.torch, calls, self.marker)
 
-    def logged_call(self, fn) -> list[str]:
-        """Run `fn` once with the cuBLASLt logger at level 2; the log lines of that call."""
+    def logged_call(self, fn, sync: bool = True) -> list[str]:
+        """Run `fn` once with the cuBLASLt logger at level 2; the log lines of that call (written by the
+        library as the call is made on the host: `sync=False` does not wait for the GPU)."""
         self.logger.take()
         self.logger.set_level(2)
         try:
             fn()
-            self.torch.cuda.synchronize()
+            if sync:
+                self.torch.cuda.synchronize()
         finally:
             self.logger.set_level(0)
         return self.lt_lines(self.logger.take())
@@ -691,11 +834,18 @@ class Probe:
     # one window --------------------------------------------------------------------------------------------
     def run_window(self, cases: list[Case]) -> list[dict]:
         """One raw record per Case. Kernel names are captured for the window in one profiler session;
-        the window is cut early when the GEMMs it holds alive pass the options' `mem_budget` bytes."""
+        the window is cut early when the GEMMs it holds alive pass the options' `mem_budget` bytes.
+
+        With the `pipeline` option (the default) the host prepares each GEMM (operands, warm-up, the logged
+        call, the estimating call) while the GPU runs the timed batches of the one before, which were all
+        queued before it; the heuristic is timed by the companion process meanwhile. The GPU runs the same
+        calls in the same order on one stream, each GEMM's samples bracketed by its own events, so what is
+        measured is what the one-step-after-another order measures; only the host's waiting is gone."""
         records: list[dict] = []
         built: list[tuple[dict, Case, Built]] = []
         heur: list[tuple[dict, Case]] = []
         held = 0
+        pipeline = self.options.pipeline
         for c in cases:
             rec = raw_record(c)
             records.append(rec)
@@ -707,19 +857,31 @@ class Probe:
             t = time.perf_counter()
             try:
                 b, held = self._build(c, built, held)
-                t = self._capture(c, b, rec, ph, t)
-                built.append((rec, c, b))
+                if pipeline:
+                    est = self._prepare(c, b, rec, ph, t)
+                    self._drain(built)
+                    self._ask_heuristic(c)
+                    t = time.perf_counter()
+                    self.builder.set_flags(c)
+                    self._inflight = (rec, c, b, self._start(b.fn, f"{c.backend}|{c.op}",
+                                                             *self._read_estimate(est), None), ph, t)
+                    ph["time"] = round((time.perf_counter() - t) * 1e3, 3)
+                else:
+                    t = self._capture(c, b, rec, ph, t)
+                    built.append((rec, c, b))
             except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on
                 rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
                 self.torch.cuda.synchronize()
+                self._drain(built)
                 if "out of memory" in str(e):
                     self._finish(built)
                     held = 0
                     self.torch.cuda.empty_cache()
                 continue
             heur.append((rec, c))
-            if self.options.candidates and c.backend == "lt":
+            if not pipeline and self.options.candidates and c.backend == "lt":
                 self._add_candidates(c, rec, ph, t)
+        self._drain(built)
         self._finish(built)
         self.time_heuristics(heur)
         self.builder.set_flags(Case("torch", "mm", "fp32", "NN", 1, 1, 1))
@@ -731,7 +893,8 @@ class Probe:
         self.builder.set_flags(c)
         b = self.builder.build(c)
         nbytes = _nbytes(b.keep)
-        if built and held + nbytes > self.options.mem_budget:
+        if (built or self._inflight) and held + nbytes > self.options.mem_budget:
+            self._drain(built)
             self._finish(built)   # profiles the earlier GEMMs, each under its own flags ...
             held = 0
             self.torch.cuda.empty_cache()
@@ -750,6 +913,45 @@ class Probe:
         t = _lap(ph, "time", t)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
         return t
+
+    def _prepare(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
+        """Pipeline: the warm-up, the logged call and the estimating call of `c`, queued behind whatever the
+        GPU is running (no wait); fills `rec` and `ph`; returns the queued estimate."""
+        for _ in range(2):
+            b.fn()
+        t = _lap(ph, "build_warm", t)
+        rec["log_lines"] = self.logged_call(b.fn, sync=False)
+        t = _lap(ph, "log", t)
+        est = self._queue_estimate(b.fn, f"{c.backend}|{c.op}")
+        rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
+        _lap(ph, "estimate", t)
+        return est
+
+    def _drain(self, built: list) -> None:
+        """Pipeline: wait for the GEMM in flight, check and fill its timing (retaken when its evidence fails,
+        under its own flags), run its candidates when asked, and add it to the window's `built`."""
+        if self._inflight is None:
+            return
+        rec, c, b, pending, ph, _ = self._inflight
+        self._inflight = None
+        t = time.perf_counter()
+        try:
+            self.builder.set_flags(c)
+            pending.events.ends[-1].synchronize()
+            ph["wait"] = round((time.perf_counter() - t) * 1e3, 3)
+            _fill_timing(rec, self._end(pending))
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
+            self.torch.cuda.synchronize()
+        ph["time"] = round(ph.get("time", 0.0) + (time.perf_counter() - t) * 1e3, 3)
+        if rec.get("error"):
+            for k in b.keep:
+                if hasattr(k, "close"):
+                    k.close()
+            return
+        built.append((rec, c, b))
+        if self.options.candidates and c.backend == "lt":
+            self._add_candidates(c, rec, ph, time.perf_counter())
 
     def _add_candidates(self, c: Case, rec: dict, ph: dict, t: float) -> None:
         from cublaslt_probe.candidates import compact

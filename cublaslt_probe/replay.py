@@ -57,7 +57,7 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
     from cublaslt_probe.evidence import consistency, main_kernel
     from cublaslt_probe.names import decode
     from cublaslt_probe.probe import Probe
-    probe = probe or Probe()
+    probe = probe or Probe(pipeline=False)  # GEMMs one at a time: no windows to overlap
     torch = probe.torch
     out = []
     for rec in records:

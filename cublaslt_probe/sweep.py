@@ -651,11 +651,15 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
                 prog.update(len(recs), sum(1 for r in recs if r.get("error")))
     if prog:
         prog.close()
-    log.info("ran %d GEMMs in %.1f s", len(todo), time.time() - t0)
+    ran_s = time.time() - t0
+    log.info("ran %d GEMMs in %.1f s", len(todo), ran_s)
+    t1 = time.time()
     part = Part(raw, True, raw_env(raw))
     part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
     write_dataset([part], out, part.env)
-    return dataset.read_parquet(out)
+    df = dataset.read_parquet(out)
+    df.attrs["ran"] = {"gemms": len(todo), "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
+    return df
 
 
 # --- datasets from raw files, and merging the parts of a sweep ----------------------------------------------

@@ -1,5 +1,6 @@
 """GPU tests (run where an NVIDIA GPU is visible: `python3 -m pytest -m gpu`); skipped with a reason elsewhere."""
 import dataclasses
+import re
 
 import pytest
 
@@ -104,3 +105,36 @@ def test_a_window_cut_by_memory_keeps_each_gemms_flags(probe):
     assert df.error.isna().all()
     assert df.log_matches_case.all(), df[["key", "log_function", "log_matches_case"]].to_string()
     assert df.consistent.dropna().all()
+
+
+def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
+    """The same window with the pipeline on (the default: each GEMM prepared while the GPU times the one before,
+    the heuristic timed by the companion process) and off, twice each, alternating: the same kernels and log
+    lines, the timing evidence holds, the times agree within the method's noise, and the heuristic was timed
+    where each mode says."""
+    cases = [c for c in sweep.plan("quick").cases if c.backend in ("torch", "torch-lt", "lt", "cupy")][::6][:24]
+    runs = {True: [], False: []}
+    for on in (True, False, False, True):
+        probe.options = dataclasses.replace(probe.options, pipeline=on)
+        runs[on].append({r["key"]: r for r in probe.run_window(cases)})
+    probe.options = dataclasses.replace(probe.options, pipeline=True)
+    on, off = runs[True][1], runs[False][0]
+    assert all(not r["error"] for r in on.values()), [r["error"] for r in on.values() if r["error"]]
+    assert {r["heuristic_where"] for r in on.values()} == {"companion"}
+    assert {r["heuristic_where"] for r in off.values()} == {"probe"}
+    devs = []
+    for k, r in on.items():
+        assert r["kernels"] == off[k]["kernels"], k
+        assert _lines(r["log_lines"]) == _lines(off[k]["log_lines"]), k
+        assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= 2.0, (k, r["timing"])
+        assert "wait" in r["probe_ms"] and "estimate" in r["probe_ms"]
+        assert r["heuristic_miss_us"] > 0 and r["heuristic_hit_us"] > 0
+        assert 0.5 < r["heuristic_miss_us"] / off[k]["heuristic_miss_us"] < 2.0, (k, r["heuristic_miss_us"],
+                                                                                   off[k]["heuristic_miss_us"])
+        devs.append(abs(r["time_us"] / off[k]["time_us"] - 1))
+    assert sorted(devs)[len(devs) // 2] < 0.03, sorted(devs)
+
+
+def _lines(lines):
+    """Log lines without their time stamp and pointers (which differ from call to call)."""
+    return [re.sub(r"^\[[^]]*\]|0X[0-9A-F]+", "", x) for x in lines]

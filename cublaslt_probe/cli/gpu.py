@@ -96,7 +96,7 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
     else:
         from cublaslt_probe.probe import Probe, lt_candidates
         c = make_case("lt", m, n, k, dtype, layout, op, batch)
-        probe = Probe(flush_l2=flush_l2)
+        probe = Probe(flush_l2=flush_l2, pipeline=False)
         rows = lt_candidates(probe, c, top=top, workspace_bytes=workspace, alignment=alignment, reps=reps)
         saved = {"case": c.as_dict(), "env": probe.env, "workspace_bytes": workspace, "alignment": alignment,
                  "timing": f"CUDA events, median of {reps} samples, " +

@@ -82,9 +82,17 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
         from cublaslt_probe.probe import Probe
         executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps)
     meta = sweep.run_meta(plan, sl, candidates=candidates, flush_l2=flush_l2)
-    df = sweep.run(cases, target, executor, resume=resume, window=window, progress=not no_progress, meta=meta,
-                   retry_errors=retry_errors)
+    try:
+        df = sweep.run(cases, target, executor, resume=resume, window=window, progress=not no_progress, meta=meta,
+                       retry_errors=retry_errors)
+    finally:
+        if hasattr(executor, "close"):
+            executor.close()
     n_err = int(df["error"].notna().sum())
+    ran = df.attrs.get("ran") or {}
+    if ran.get("seconds"):
+        click.echo(f"ran {ran['gemms']} GEMMs in {ran['seconds']:.2f} s ({ran['gemms'] / ran['seconds']:.1f} GEMMs/s), "
+                   f"then built the dataset in {ran['dataset_seconds']:.2f} s", err=True)
     click.echo(f"wrote {target}: {len(df)} rows ({n_err} error rows); raw records in {sweep.raw_path(target)}",
                err=True)
 

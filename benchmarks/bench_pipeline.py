@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
+
+    PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
+
+Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
+sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
+wall time, the host phases per GEMM, the GEMMs' own GPU time and the overhead beyond it, and the heuristic
+miss/hit µs (timed by the companion process, or in the probe's process). The raw records' JSON lines are
+written as the sweep writes them, and that cost is printed apart.
+
+Fidelity (--fidelity PRESET): every window of that plan runs three times, on, off and off again, the order
+rotating from window to window; per GEMM, |time_us on / off - 1| and the same for off / off again (the
+run-to-run noise of the method), and whether the kernels are the same.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def windows_of(cases, size):
+    return [cases[i:i + size] for i in range(0, len(cases), size)]
+
+
+def gpu_us(rec) -> float:
+    """µs the GEMM's own kernels ran in all its calls: timed samples, 2 warm, the logged call, the estimate, the
+    profiled call (a re-time's extra samples are left out)."""
+    if rec.get("error") or rec.get("time_us") is None:
+        return 0.0
+    return rec["time_us"] * ((rec.get("time_us_reps") or 0) * (rec.get("time_calls_per_rep") or 1) + 5)
+
+
+def throughput(probe, cases, window):
+    modes = {True: {"wall": 0.0, "recs": [], "write": 0.0}, False: {"wall": 0.0, "recs": [], "write": 0.0}}
+    sink = open(os.devnull, "w")
+    for i, w in enumerate(windows_of(cases, window)):
+        on = (i % 4) in (0, 3)
+        probe.options = dataclasses.replace(probe.options, pipeline=on)
+        t = time.perf_counter()
+        recs = probe.run_window(w)
+        modes[on]["wall"] += time.perf_counter() - t
+        t = time.perf_counter()
+        for r in recs:
+            sink.write(json.dumps({"type": "gemm", **r}) + "\n")
+        modes[on]["write"] += time.perf_counter() - t
+        modes[on]["recs"] += recs
+    for on in (False, True):
+        m = modes[on]
+        recs, wall = m["recs"], m["wall"]
+        n = len(recs)
+        gs = sum(gpu_us(r) for r in recs) / 1e6
+        print(f"pipeline {'on ' if on else 'off'}: {n} GEMMs in {wall:.2f} s = {n / wall:.1f} GEMMs/s "
+              f"(run_window; writing their JSON lines {m['write'] / n * 1e3:.3f} ms per GEMM more); "
+              f"GPU time in the GEMMs {gs:.2f} s, overhead beyond it {(wall - gs) / n * 1e3:.2f} ms per GEMM; "
+              f"errors {sum(bool(r.get('error')) for r in recs)}")
+        ph = {}
+        for r in recs:
+            for k, v in (r.get("probe_ms") or {}).items():
+                ph.setdefault(k, []).append(v)
+        print("    host phases, median ms per GEMM: " + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in ph.items()))
+        print("    host phases, mean ms per GEMM:   " + ", ".join(f"{k} {sum(v) / n:.3f}" for k, v in ph.items()))
+        miss = [r["heuristic_miss_us"] for r in recs if r.get("heuristic_miss_us") is not None]
+        hit = [r["heuristic_hit_us"] for r in recs if r.get("heuristic_hit_us") is not None]
+        where = sorted({r.get("heuristic_where") for r in recs if r.get("heuristic_where")})
+        tim = [r["timing"] for r in recs if r.get("timing")]
+        print(f"    heuristic (timed in: {', '.join(where)}): miss median {statistics.median(miss):.1f} µs, hit median "
+              f"{statistics.median(hit):.2f} µs over {len(miss)} GEMMs; timing retaken {sum(t['attempts'] > 1 for t in tim)}"
+              f", behind after the last attempt {sum(bool(t.get('behind')) for t in tim)}")
+    return modes
+
+
+def fidelity(probe, cases, window):
+    runs = {"on": {}, "off": {}, "off2": {}}
+    order = ["on", "off", "off2"]
+    for i, w in enumerate(windows_of(cases, window)):
+        for name in order[i % 3:] + order[:i % 3]:
+            probe.options = dataclasses.replace(probe.options, pipeline=name == "on")
+            for r in probe.run_window(w):
+                runs[name][r["key"]] = r
+    keys = [k for k in runs["on"] if all(not runs[n][k].get("error") and runs[n][k].get("time_us") for n in runs)]
+
+    def dev(a, b):
+        return [abs(runs[a][k]["time_us"] / runs[b][k]["time_us"] - 1) * 100 for k in keys]
+    for a, b, label in (("on", "off", "pipeline on vs off"), ("off2", "off", "off again vs off (the method's noise)")):
+        d = dev(a, b)
+        print(f"fidelity, {label}: over {len(d)} GEMMs, within 3 %: {sum(x <= 3 for x in d)}/{len(d)} "
+              f"({sum(x <= 3 for x in d) / len(d) * 100:.1f} %), median |Δ| {statistics.median(d):.2f} %, "
+              f"max {max(d):.1f} %")
+    same = sum(runs["on"][k].get("kernels") == runs["off"][k].get("kernels") for k in keys)
+    logs = sum(_lines(runs["on"][k].get("log_lines")) == _lines(runs["off"][k].get("log_lines")) for k in keys)
+    print(f"fidelity: same kernels on {same}/{len(keys)} GEMMs, same log lines on {logs}/{len(keys)}; errors "
+          + ", ".join(f"{n} {sum(bool(r.get('error')) for r in runs[n].values())}" for n in runs))
+    worst = sorted(keys, key=lambda k: -abs(runs["on"][k]["time_us"] / runs["off"][k]["time_us"] - 1))[:8]
+    for k in worst:
+        print(f"    {k:44s} on {runs['on'][k]['time_us']:9.2f}  off {runs['off'][k]['time_us']:9.2f}  "
+              f"off again {runs['off2'][k]['time_us']:9.2f} µs")
+    return runs
+
+
+def _lines(lines):
+    """Log lines without their time stamp and pointers (which differ from call to call)."""
+    return [re.sub(r"^\[[^]]*\]|0X[0-9A-F]+", "", x) for x in lines or []]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="decode")
+    ap.add_argument("--limit", type=int, default=1200, help="the first N GEMMs of the plan (0: all)")
+    ap.add_argument("--window", type=int, default=32)
+    ap.add_argument("--fidelity", default="", metavar="PRESET", help="also compare the modes GEMM by GEMM on this preset")
+    ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
+    a = ap.parse_args()
+    from cublaslt_probe import sweep
+    from cublaslt_probe.probe import Probe
+    t = time.time()
+    probe = Probe()
+    print(f"probe start-up: {time.time() - t:.2f} s")
+    cases = list(sweep.plan(a.preset).cases)
+    probe.run_window(cases[-a.warm:])
+    if a.limit:
+        cases = cases[:a.limit]
+    throughput(probe, cases, a.window)
+    if a.fidelity:
+        fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window)
+    probe.close()
+
+
+if __name__ == "__main__":
+    main()
