@@ -99,8 +99,9 @@ def fidelity(probe, cases, window):
           + ", ".join(f"{n} {sum(bool(r.get('error')) for r in runs[n].values())}" for n in runs))
     worst = sorted(keys, key=lambda k: -abs(runs["on"][k]["time_us"] / runs["off"][k]["time_us"] - 1))[:8]
     for k in worst:
-        print(f"    {k:44s} on {runs['on'][k]['time_us']:9.2f}  off {runs['off'][k]['time_us']:9.2f}  "
-              f"off again {runs['off2'][k]['time_us']:9.2f} µs")
+        print(f"    {k:44s} " + "  ".join(
+            f"{n} {runs[n][k]['time_us']:9.2f} µs ({runs[n][k]['time_calls_per_rep']}/sample, attempts "
+            f"{runs[n][k]['timing']['attempts']}, estimate {runs[n][k]['timing']['estimate_us']:.1f})" for n in runs))
     return runs
 
 
@@ -121,7 +122,8 @@ def main():
     from cublaslt_probe.probe import Probe
     t = time.time()
     probe = Probe()
-    print(f"probe start-up: {time.time() - t:.2f} s")
+    print(f"probe start-up: {time.time() - t:.2f} s; event gap {probe.event_gap_us:.2f} µs per sample, "
+          f"allowed {probe.gap_limit_us:.2f}")
     cases = list(sweep.plan(a.preset).cases)
     probe.run_window(cases[-a.warm:])
     if a.limit:

@@ -50,7 +50,8 @@ BATCH_US = 50.0                  # a timing sample (batch of back-to-back calls)
 MAX_CALLS = 24                   # timed calls per GEMM at most, when batches hold several calls (5 samples at least)
 MAX_PER = 5                      # calls per batch at most
 SINGLE_US = 200.0                # GEMMs this long run one call per timing sample
-GAP_US_PER_REP = 2.0             # GPU idle between batches above this: the spin was too short
+GAP_US_PER_REP = 2.0             # GPU idle between batches above this (or above the calibrated event gap plus
+GAP_SLACK_US = 0.75              # this, on a GPU whose events cost more): the spin was too short
 HOST_US_GUESS = 30.0             # host µs to enqueue one call before the first enqueue loop of a backend and op
 
 
@@ -134,6 +135,7 @@ class Timing:
     retaken: dict | None            # the first attempt's evidence when it was retaken
     estimate_us: float              # the estimating call (or the samples of a re-time) the plan was sized by
     rule: str = "lead"              # the spin rule of the first attempt
+    gap_limit_us: float | None = None   # the GPU idle allowed per sample (None with an L2 flush)
 
     @property
     def min_us(self) -> float:
@@ -143,7 +145,8 @@ class Timing:
         """The raw record's `timing` field."""
         return {"spin_us": self.spin_us and round(self.spin_us, 1), "enqueue_us": round(self.enqueue_us, 1),
                 "attempts": self.attempts, "behind": self.behind, "retaken": self.retaken,
-                "estimate_us": round(self.estimate_us, 2), "rule": self.rule}
+                "estimate_us": round(self.estimate_us, 2), "rule": self.rule,
+                "gap_limit_us": self.gap_limit_us and round(self.gap_limit_us, 3)}
 
 
 def raw_record(c: Case) -> dict:
@@ -596,6 +599,8 @@ class Probe:
         self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if self.options.flush_l2 else None
         self.cycles_per_us = self._calibrate_spin()
+        self.event_gap_us = self._calibrate_gap()
+        self.gap_limit_us = max(GAP_US_PER_REP, self.event_gap_us + GAP_SLACK_US)
         self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
         self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
 
@@ -622,6 +627,21 @@ class Probe:
             e.synchronize()
             rate = 400_000 / max(s.elapsed_time(e) * 1e3, 1.0)
         return rate
+
+    def _calibrate_gap(self, n: int = 20) -> float:
+        """µs the GPU spends between two timed samples when it never waits for the host: the end event of one
+        and the start event of the next, nothing between (on the H200s lent: 1.3-1.4 µs on one host, 2.6 on
+        another). Median of three runs of `n` samples of a 1-element fill, queued behind a long spin."""
+        events = _Events(self.torch, n, True)
+        out = []
+        for _ in range(3):
+            self.spin(5000)
+            for i in range(n):
+                events.starts[i].record(); self.marker.fill_(1); events.mids[i].record()  # noqa: E702
+                self.marker.fill_(1); events.ends[i].record()  # noqa: E702
+            events.ends[-1].synchronize()
+            out.append(events.gap_us([a.elapsed_time(b) * 1e3 for a, b in zip(events.starts, events.ends)]) / n)
+        return statistics.median(out)
 
     def spin(self, us: float) -> None:
         """Keep the GPU busy for about `us` µs (queued on the current stream)."""
@@ -652,7 +672,7 @@ class Probe:
         for a GEMM timed one call per sample, the larger of that and what its estimating call took. The
         evidence that the spin was long enough: `behind`, the batches the GPU had reached before the host
         finished enqueueing them (an event query after each batch), and `gap_us`, the GPU's idle time
-        between batches. When either fails (a batch behind, or more than GAP_US_PER_REP idle per sample),
+        between batches. When either fails (a batch behind, or more idle per sample than `gap_limit_us`),
         the samples are retaken once behind a spin of twice the whole enqueue time (`enqueue_spin`), and
         the first attempt's evidence is kept under `retaken`. `reps` fixes the number of samples; by
         default the options' `budget_ms` sets it, at most their `reps`."""
@@ -707,7 +727,7 @@ class Probe:
         """Wait for the samples of `p` and check their evidence: retaken once behind a longer spin when it
         fails, timed again in batches when they say the GEMM is short after all (see time_gpu)."""
         t = self._collect(p, None)
-        if t.gap_us is not None and (t.gap_us > GAP_US_PER_REP * p.reps or t.behind):
+        if t.gap_us is not None and (t.gap_us > self.gap_limit_us * p.reps or t.behind):
             retaken = {"spin_us": round(p.spin_us, 1), "enqueue_us": round(p.enqueue_us, 1), "behind": p.behind,
                        "gap_us": round(t.gap_us, 3)}
             p.spin_us = 2 * enqueue_spin(self._host_us[p.key], p.reps, p.per)
@@ -727,7 +747,8 @@ class Probe:
         flush = self.flush is not None
         gap = None if flush else p.events.gap_us(totals)
         return Timing(statistics.median(times), tuple(times), p.per, statistics.median(firsts), gap, p.spin_us,
-                      p.enqueue_us, p.attempt, None if flush else p.behind, retaken, p.once_us, p.rule)
+                      p.enqueue_us, p.attempt, None if flush else p.behind, retaken, p.once_us, p.rule,
+                      None if flush else self.gap_limit_us)
 
     def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
         """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued)."""

@@ -37,7 +37,10 @@ def test_quick_preset_end_to_end(probe, tmp_path):
     # timing evidence: the spin covered the host (the GPU idled only the events' ~1.4 µs between samples),
     # short GEMMs were timed in batches, and the first call after an event pays a boundary cost on the
     # whole (the differential sample removes it)
-    assert (ok.time_gap_us / ok.time_reps <= 2.0).all(), ok[["key", "time_gap_us", "time_reps"]].to_string()
+    # (the allowance: the calibrated cost of an event pair, 1.3-2.6 µs on the H200 hosts lent, plus 0.75 µs)
+    assert 2.0 <= probe.gap_limit_us < 4.0
+    assert (ok.time_gap_us / ok.time_reps <= probe.gap_limit_us).all(), \
+        ok[["key", "time_gap_us", "time_reps"]].to_string()
     # every timing batch was fully queued before the GPU reached it (the spin is sized to the host's lead)
     assert ok.time_behind.notna().all() and (ok.time_behind == 0).all(), \
         ok[ok.time_behind != 0][["key", "time_us", "time_behind"]].to_string()
@@ -66,7 +69,7 @@ def test_time_gpu_returns_the_samples_and_their_evidence(probe):
     fn()
     t = probe.time_gpu(fn, key="torch|mm")
     assert t.calls_per_rep >= 3 and len(t.samples_us) >= 5 and t.min_us <= t.median_us
-    assert t.behind == 0 and t.gap_us is not None and t.gap_us / len(t.samples_us) <= 2.0
+    assert t.behind == 0 and t.gap_us is not None and t.gap_us / len(t.samples_us) <= t.gap_limit_us
     assert t.evidence()["rule"] == "lead" and t.evidence()["attempts"] in (1, 2)
     t = probe.time_gpu(fn, reps=7, key="torch|mm")
     assert len(t.samples_us) == 7
@@ -126,7 +129,8 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
     for k, r in on.items():
         assert r["kernels"] == off[k]["kernels"], k
         assert _lines(r["log_lines"]) == _lines(off[k]["log_lines"]), k
-        assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= 2.0, (k, r["timing"])
+        assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= r["timing"]["gap_limit_us"], \
+            (k, r["timing"])
         assert "wait" in r["probe_ms"] and "estimate" in r["probe_ms"]
         assert r["heuristic_miss_us"] > 0 and r["heuristic_hit_us"] > 0
         assert 0.5 < r["heuristic_miss_us"] / off[k]["heuristic_miss_us"] < 2.0, (k, r["heuristic_miss_us"],
