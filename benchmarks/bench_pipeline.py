@@ -9,9 +9,10 @@ wall time, the host phases per GEMM, the GEMMs' own GPU time and the overhead be
 miss/hit µs (timed by the companion process, or in the probe's process). The raw records' JSON lines are
 written as the sweep writes them, and that cost is printed apart.
 
-Fidelity (--fidelity PRESET): every window of that plan runs three times, on, off and off again, the order
-rotating from window to window; per GEMM, |time_us on / off - 1| and the same for off / off again (the
-run-to-run noise of the method), and whether the kernels are the same.
+Fidelity (--fidelity PRESET): every window of that plan runs four times, on and off twice each (the order
+turned from window to window); per GEMM, |time_us on / off - 1| (the mean of each mode's two runs, and run
+by run), the same for off / off again (the run-to-run noise of the method), and whether kernels and log
+lines are the same.
 """
 import argparse
 import dataclasses
@@ -77,31 +78,38 @@ def throughput(probe, cases, window):
 
 
 def fidelity(probe, cases, window):
-    runs = {"on": {}, "off": {}, "off2": {}}
-    order = ["on", "off", "off2"]
+    """Each window four times, on and off twice each (on, off, off, on; then off, on, on, off for the next
+    window): each mode compared with the other (the mean of its two runs, and run by run) and with itself."""
+    runs = {"on1": {}, "off1": {}, "off2": {}, "on2": {}}
     for i, w in enumerate(windows_of(cases, window)):
-        for name in order[i % 3:] + order[:i % 3]:
-            probe.options = dataclasses.replace(probe.options, pipeline=name == "on")
+        order = ["on1", "off1", "off2", "on2"] if i % 2 == 0 else ["off1", "on1", "on2", "off2"]
+        for name in order:
+            probe.options = dataclasses.replace(probe.options, pipeline=name.startswith("on"))
             for r in probe.run_window(w):
                 runs[name][r["key"]] = r
-    keys = [k for k in runs["on"] if all(not runs[n][k].get("error") and runs[n][k].get("time_us") for n in runs)]
+    keys = [k for k in runs["on1"] if all(not runs[n][k].get("error") and runs[n][k].get("time_us") for n in runs)]
 
-    def dev(a, b):
-        return [abs(runs[a][k]["time_us"] / runs[b][k]["time_us"] - 1) * 100 for k in keys]
-    for a, b, label in (("on", "off", "pipeline on vs off"), ("off2", "off", "off again vs off (the method's noise)")):
-        d = dev(a, b)
+    def t(name, k):
+        if name in runs:
+            return runs[name][k]["time_us"]
+        return (runs[name + "1"][k]["time_us"] + runs[name + "2"][k]["time_us"]) / 2
+    for a, b, label in (("on", "off", "pipeline on vs off, each the mean of its two runs"),
+                        ("on1", "off1", "pipeline on vs off, first runs"), ("on2", "off2", "pipeline on vs off, second runs"),
+                        ("off2", "off1", "off vs off (the method's own noise)"), ("on2", "on1", "on vs on")):
+        d = [abs(t(a, k) / t(b, k) - 1) * 100 for k in keys]
         print(f"fidelity, {label}: over {len(d)} GEMMs, within 3 %: {sum(x <= 3 for x in d)}/{len(d)} "
               f"({sum(x <= 3 for x in d) / len(d) * 100:.1f} %), median |Δ| {statistics.median(d):.2f} %, "
               f"max {max(d):.1f} %")
-    same = sum(runs["on"][k].get("kernels") == runs["off"][k].get("kernels") for k in keys)
-    logs = sum(_lines(runs["on"][k].get("log_lines")) == _lines(runs["off"][k].get("log_lines")) for k in keys)
-    print(f"fidelity: same kernels on {same}/{len(keys)} GEMMs, same log lines on {logs}/{len(keys)}; errors "
-          + ", ".join(f"{n} {sum(bool(r.get('error')) for r in runs[n].values())}" for n in runs))
-    worst = sorted(keys, key=lambda k: -abs(runs["on"][k]["time_us"] / runs["off"][k]["time_us"] - 1))[:8]
+    same = sum(all(runs[n][k].get("kernels") == runs["off1"][k].get("kernels") for n in runs) for k in keys)
+    logs = sum(all(_lines(runs[n][k].get("log_lines")) == _lines(runs["off1"][k].get("log_lines")) for n in runs)
+               for k in keys)
+    print(f"fidelity: same kernels in all four runs on {same}/{len(keys)} GEMMs, same log lines on {logs}/{len(keys)}; "
+          "errors " + ", ".join(f"{n} {sum(bool(r.get('error')) for r in runs[n].values())}" for n in runs))
+    worst = sorted(keys, key=lambda k: -abs(t("on", k) / t("off", k) - 1))[:8]
     for k in worst:
-        print(f"    {k:44s} " + "  ".join(
-            f"{n} {runs[n][k]['time_us']:9.2f} µs ({runs[n][k]['time_calls_per_rep']}/sample, attempts "
-            f"{runs[n][k]['timing']['attempts']}, estimate {runs[n][k]['timing']['estimate_us']:.1f})" for n in runs))
+        print(f"    {k:40s} " + "  ".join(
+            f"{n} {runs[n][k]['time_us']:8.2f} ({runs[n][k]['time_calls_per_rep']}/s, a{runs[n][k]['timing']['attempts']}, "
+            f"est {runs[n][k]['timing']['estimate_us']:.0f})" for n in runs))
     return runs
 
 

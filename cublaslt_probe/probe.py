@@ -591,6 +591,8 @@ class Probe:
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
         self._companion = HeuristicCompanion() if self.options.pipeline else None
         self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
+        self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
+        self._pair_pool: list = []                 # spent estimate event pairs
         lt.ensure_loaded()
         self.lib = lt.LtLibrary()
         self.logger = lt.Logger(self.lib)
@@ -682,7 +684,10 @@ class Probe:
         """Queue one call of `fn` between two events, after a flush or behind a short spin; with the host µs
         its launch took. `_read_estimate` waits for it."""
         torch = self.torch
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self._pair_pool:
+            s, e = self._pair_pool.pop()
+        else:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if self.flush is not None:
             self.flush.zero_()
         else:
@@ -691,11 +696,12 @@ class Probe:
         s.record(); fn(); e.record()  # noqa: E702
         return s, e, (time.perf_counter() - h) * 1e6
 
-    @staticmethod
-    def _read_estimate(queued: tuple) -> tuple[float, float]:
+    def _read_estimate(self, queued: tuple) -> tuple[float, float]:
         s, e, host_once = queued
         e.synchronize()
-        return max(s.elapsed_time(e) * 1e3, 1.0), host_once
+        once = max(s.elapsed_time(e) * 1e3, 1.0)
+        self._pair_pool.append((s, e))   # read: the pair can be recorded again
+        return once, host_once
 
     def _estimate(self, fn, key: str) -> tuple[float, float]:
         """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
@@ -711,7 +717,9 @@ class Probe:
             # a long GEMM's launch can cost the host several times its backend's usual (seen: 100-170 µs for
             # llm GEMMs of 1-12 ms): its spin, a small part of its time, covers the larger of the two
             host = max(host, host_once)
-        p = _Pending(fn, key, reps_asked, once_us, reps, per, _Events(self.torch, reps, per > 1))
+        pool = self._event_pool.get((reps, per > 1))
+        events = pool.pop() if pool else _Events(self.torch, reps, per > 1)
+        p = _Pending(fn, key, reps_asked, once_us, reps, per, events)
         p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per)
         self._attempt(p)
         return p
@@ -734,6 +742,7 @@ class Probe:
             p.attempt = 2
             self._attempt(p)
             t = self._collect(p, retaken)
+        self._event_pool.setdefault((p.reps, p.per > 1), []).append(p.events)  # read: can be recorded again
         if t.calls_per_rep == 1 and self.flush is None and t.median_us < SINGLE_US / 2:
             # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
             # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
@@ -867,6 +876,10 @@ class Probe:
         heur: list[tuple[dict, Case]] = []
         held = 0
         pipeline = self.options.pipeline
+        if pipeline:
+            for c in cases:   # the companion works through the window's questions while the window runs
+                if not invalid_reason(c):
+                    self._ask_heuristic(c)
         for c in cases:
             rec = raw_record(c)
             records.append(rec)
@@ -881,7 +894,6 @@ class Probe:
                 if pipeline:
                     est = self._prepare(c, b, rec, ph, t)
                     self._drain(built)
-                    self._ask_heuristic(c)
                     t = time.perf_counter()
                     self.builder.set_flags(c)
                     self._inflight = (rec, c, b, self._start(b.fn, f"{c.backend}|{c.op}",

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""`sweep --devices` scaling on a machine with several GPUs (run it on the GPU machine).
+
+    PYTHONPATH=. python3 benchmarks/bench_devices.py [--preset decode] [--devices 0,1]
+
+Runs the preset with `--devices 0` (one worker), with every device of --devices, and with one worker again,
+each a `cublaslt-probe sweep` process as a user would start it. Every worker prints how long its GEMMs took
+once its probe was up ("ran N GEMMs in X s"); the rate of a run is its GEMMs over its slowest worker's time
+(process start-up, probe start-up and the merge left out, and printed apart). Scaling: the several-device
+rate over the mean of the two one-worker rates.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+RAN = re.compile(r"ran (\d+) GEMMs in ([\d.]+) s")
+
+
+def run(preset: str, devices: str, out: str) -> dict:
+    t = time.time()
+    p = subprocess.run([sys.executable, "-m", "cublaslt_probe", "sweep", "--preset", preset, "-o", out,
+                        "--devices", devices, "--no-progress"], capture_output=True, text=True)
+    wall = time.time() - t
+    if p.returncode:
+        sys.exit(f"sweep --devices {devices} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    workers = [(int(n), float(s)) for n, s in RAN.findall(p.stderr)]
+    gemms = sum(n for n, _ in workers)
+    slowest = max(s for _, s in workers)
+    return {"devices": devices, "workers": workers, "gemms": gemms, "slowest_s": slowest, "rate": gemms / slowest,
+            "wall_s": wall}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="decode")
+    ap.add_argument("--devices", default="0,1")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        runs = []
+        for i, devs in enumerate(("0", a.devices, "0")):
+            r = run(a.preset, devs, os.path.join(d, f"run{i}.parquet"))
+            runs.append(r)
+            print(f"--devices {devs}: {r['gemms']} GEMMs; workers " +
+                  ", ".join(f"{n} in {s:.2f} s" for n, s in r["workers"]) +
+                  f"; {r['rate']:.1f} GEMMs/s over the slowest worker; the whole command {r['wall_s']:.1f} s "
+                  "(with process and probe start-up, dataset build and merge)", flush=True)
+    one = (runs[0]["rate"] + runs[2]["rate"]) / 2
+    n = len([x for x in a.devices.split(",") if x.strip()])
+    print(f"scaling on {n} devices: {runs[1]['rate'] / one:.2f}x the one-worker rate ({one:.1f} GEMMs/s, mean of "
+          f"the runs before and after); the whole command {runs[0]['wall_s'] / runs[1]['wall_s']:.2f}x faster "
+          "than the first one-worker run")
+
+
+if __name__ == "__main__":
+    main()
