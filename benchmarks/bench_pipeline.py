@@ -129,7 +129,7 @@ def main():
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Probe
     t = time.time()
-    probe = Probe()
+    probe = Probe(cpu_slot=0)
     print(f"probe start-up: {time.time() - t:.2f} s; event gap {probe.event_gap_us:.2f} µs per sample, "
           f"allowed {probe.gap_limit_us:.2f}")
     cases = list(sweep.plan(a.preset).cases)

@@ -71,7 +71,8 @@ def main():
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Builder, ProbeOptions
     t_init = time.time()
-    probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps))
+    probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps,
+                                                  cpu_slot=0))
     print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
     cases = sweep.plan(a.preset).cases
     if a.limit:

@@ -418,16 +418,19 @@ def measure_heuristics(lib: "LtLibrary", problems: list, reps: int = 5) -> list[
     return out
 
 
-def serve_heuristics(conn) -> None:
+def serve_heuristics(conn, cpu: int | None = None) -> None:
     """The heuristic companion's loop (a process of its own, started by the probe): load cuBLASLt as torch
     does, then answer requests until told to stop. A request is (ident, Problem, reps); the requests waiting
     when one arrives are measured together (`measure_heuristics`: one switch of this process's cache for
     all of them) and answered as [(ident, miss_us, hit_us, error, busy_s)], busy_s the measurement's share of
     this process's time. None stops it. The first message sent is ("ready", library path) or ("failed", why).
+    `cpu`: the logical CPU to run on (the probe gives it a physical core of its own).
 
     Its own library instance and cache: switching the cache off to time misses leaves the probe's (and torch's)
     cache alone, and the measurement runs on another core while the probe times GEMMs."""
     try:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
         ensure_loaded()
         lib = LtLibrary()
         conn.send(("ready", lib.path))

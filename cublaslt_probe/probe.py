@@ -104,11 +104,15 @@ class ProbeOptions:
     candidate_reps: int = 5         # timing samples per candidate
     pipeline: bool = True           # prepare each GEMM while the GPU times the one before, and time the heuristic
                                     # in a companion process (False: one step after another, in this process)
+    cpu_slot: int | None = None     # pin the probe and its companion to two physical cores of their own, the
+                                    # slot-th pair (one slot per probe process on a host); None: no pinning
 
     def __post_init__(self):
-        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1}
+        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
         for name, least in ints.items():
             v = getattr(self, name)
+            if name == "cpu_slot" and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < least:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
@@ -257,21 +261,49 @@ class Builder:
     """Makes a callable for a Case on its backend. One per probe process. `lib` (an `lt.LtLibrary`) is
     found when the first lt-backend Case is built if none is given."""
 
+    POOL_ALIGN = 1024   # elements: every operand of the pool starts on a boundary at least as wide as an
+                        # allocation's (so the library sees the alignment a fresh tensor has)
+
     def __init__(self, lib=None):
         import torch
         self.torch = torch
         self.lib = lib
         self.ws = torch.empty(CUBLAS_WORKSPACE, dtype=torch.uint8, device="cuda")
+        self._pools: dict[str, object] = {}   # dtype -> a 1-D buffer of random values the operands are views of
 
-    def _operand(self, rows, cols, transposed, dtype, batch=1):
-        """A torch operand of logical shape (rows, cols); stored transposed when asked."""
+    def _pool(self, dtype: str, numel: int):
+        """The random buffer of `dtype` with at least `numel` elements: grown (doubled at least) when too small;
+        GEMMs built from the smaller one keep it alive until they are released."""
         t = self.torch
-        shape = (cols, rows) if transposed else (rows, cols)
-        if batch > 1:
-            shape = (batch,) + shape
-        x = t.randn(shape, device="cuda", dtype=t.float32)
-        x = x.to(getattr(t, _TORCH_DT[dtype]))
-        return x.transpose(-1, -2) if transposed else x
+        pool = self._pools.get(dtype)
+        if pool is None or pool.numel() < numel:
+            n = max(numel, 2 * pool.numel() if pool is not None else 0, 1 << 20)
+            pool = t.randn(n, device="cuda", dtype=t.float32).to(getattr(t, _TORCH_DT[dtype]))
+            self._pools[dtype] = pool
+        return pool
+
+    def release_pools(self) -> None:
+        """Drop the random buffers (after an out-of-memory error); they are made again when needed."""
+        self._pools.clear()
+
+    def _operands(self, dtype: str, *shapes):
+        """Torch operands of `dtype`, one per (rows, cols, transposed, batch): views of one random buffer at
+        aligned offsets (no allocation or fill per GEMM); each of logical shape (rows, cols), stored transposed
+        when asked."""
+        sizes = [b * r * c for r, c, _, b in shapes]
+        starts, at = [], 0
+        for n in sizes:
+            starts.append(at)
+            at += -(-n // self.POOL_ALIGN) * self.POOL_ALIGN
+        pool = self._pool(dtype, at)
+        out = []
+        for (rows, cols, transposed, batch), n, s in zip(shapes, sizes, starts):
+            shape = (cols, rows) if transposed else (rows, cols)
+            if batch > 1:
+                shape = (batch,) + shape
+            x = pool[s:s + n].view(shape)
+            out.append(x.transpose(-1, -2) if transposed else x)
+        return out
 
     def set_flags(self, c: Case) -> None:
         t = self.torch
@@ -292,19 +324,20 @@ class Builder:
         t = self.torch
         ta, tb = c.layout[0] == "T", c.layout[1] == "T"
         if c.op == "scaled_mm":
-            a = self._operand(c.m, c.k, ta, "bf16").to(getattr(t, _TORCH_DT[c.dtype]))
-            b = self._operand(c.k, c.n, tb, "bf16").to(t.float8_e4m3fn)
+            if c.dtype == "fp8":
+                a, b = self._operands("fp8", (c.m, c.k, ta, 1), (c.k, c.n, tb, 1))
+            else:   # another fp8 for A (e5m2); B is e4m3
+                (a,), (b,) = self._operands(c.dtype, (c.m, c.k, ta, 1)), self._operands("fp8", (c.k, c.n, tb, 1))
             one = t.ones((), device="cuda", dtype=t.float32)
             return Built(lambda: t._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=t.bfloat16), (a, b, one))
         if c.op == "bmm":
-            a = self._operand(c.m, c.k, ta, c.dtype, c.batch)
-            b = self._operand(c.k, c.n, tb, c.dtype, c.batch)
+            a, b = self._operands(c.dtype, (c.m, c.k, ta, c.batch), (c.k, c.n, tb, c.batch))
             return Built(lambda: t.bmm(a, b), (a, b))
-        a = self._operand(c.m, c.k, ta, c.dtype)
-        b = self._operand(c.k, c.n, tb, c.dtype)
         if c.op == "addmm":
-            bias = t.randn(c.n, device="cuda").to(a.dtype)
+            a, b, bias = self._operands(c.dtype, (c.m, c.k, ta, 1), (c.k, c.n, tb, 1), (1, c.n, False, 1))
+            bias = bias.view(c.n)
             return Built(lambda: t.addmm(bias, a, b), (a, b, bias))
+        a, b = self._operands(c.dtype, (c.m, c.k, ta, 1), (c.k, c.n, tb, 1))
         return Built(lambda: t.mm(a, b), (a, b))
 
     def _cupy(self, c: Case) -> Built:
@@ -470,6 +503,44 @@ class _Events:
         return max(0.0, self.starts[0].elapsed_time(self.ends[-1]) * 1e3 - sum(totals))
 
 
+def physical_cores(allowed, siblings_of) -> list[int]:
+    """The first allowed logical CPU of each physical core, in CPU order (pure: `siblings_of(cpu)` gives the
+    logical CPUs sharing cpu's core)."""
+    seen, out = set(), []
+    for cpu in sorted(allowed):
+        core = frozenset(c for c in siblings_of(cpu) if c in allowed) | {cpu}
+        if core not in seen:
+            seen.add(core)
+            out.append(cpu)
+    return out
+
+
+def _siblings(cpu: int) -> set[int]:
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+            text = f.read().strip()
+    except OSError:
+        return {cpu}
+    out = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def cpu_pair(slot: int, allowed=None, siblings_of=_siblings) -> tuple[int, int] | None:
+    """Two logical CPUs on two physical cores of their own for probe process `slot` of this host (its own and
+    its heuristic companion's), counted from the last core (the first ones take the system's interrupts);
+    None when the cores this process may use are too few. Pinned so, neither shares a core with the other or
+    with another slot's: on the two-GPU H200 host, unpinned, the companion's heuristic misses read 1.6x the
+    probe's own and two probes ran 15 % slower each than one alone."""
+    allowed = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    cores = physical_cores(allowed, siblings_of)
+    if len(cores) < 2 * (slot + 1):
+        return None
+    return cores[-1 - 2 * slot], cores[-2 - 2 * slot]
+
+
 def _heuristic_groups(items, workspace_of) -> tuple[dict, dict]:
     """The records of `items` grouped by the heuristic question their Case asks ({key: [records]}), and each
     question's Problem ({key: Problem}); the key is the Problem as a tuple."""
@@ -491,12 +562,12 @@ class HeuristicCompanion:
 
     START_S = 120.0   # a companion not ready by then (loading torch and cuBLASLt) is given up
 
-    def __init__(self):
+    def __init__(self, cpu: int | None = None):
         import multiprocessing
         ctx = multiprocessing.get_context("spawn")  # never fork a process holding a CUDA context
         self.conn, child = ctx.Pipe()
         from cublaslt_probe import lt
-        self.proc = ctx.Process(target=lt.serve_heuristics, args=(child,), daemon=True,
+        self.proc = ctx.Process(target=lt.serve_heuristics, args=(child, cpu), daemon=True,
                                 name="cublaslt-probe-heuristics")
         self.proc.start()
         child.close()
@@ -588,8 +659,12 @@ class Probe:
         torch = require_gpu("sweep")
         from cublaslt_probe import lt
         self.torch = torch
+        pair = None if self.options.cpu_slot is None else cpu_pair(self.options.cpu_slot)
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
-        self._companion = HeuristicCompanion() if self.options.pipeline else None
+        self._companion = HeuristicCompanion(pair and pair[1]) if self.options.pipeline else None
+        if pair:
+            os.sched_setaffinity(0, {pair[0]})
+        self.cpus = pair   # (the probe's CPU, its companion's), or None when not pinned
         self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
         self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
         self._pair_pool: list = []                 # spent estimate event pairs
@@ -909,6 +984,7 @@ class Probe:
                 if "out of memory" in str(e):
                     self._finish(built)
                     held = 0
+                    self.builder.release_pools()
                     self.torch.cuda.empty_cache()
                 continue
             heur.append((rec, c))

@@ -527,6 +527,20 @@ def local_rank_device(local_rank: int, environ=None) -> str:
     return visible[local_rank]
 
 
+SLOT_VARS = ("CUBLASLT_PROBE_SLOT", "LOCAL_RANK", "SLURM_LOCALID")
+
+
+def cpu_slot(environ=None) -> int:
+    """Which pair of CPU cores this host's probe process takes (`ProbeOptions.cpu_slot`): the slot `sweep
+    --devices` gives each worker, else the launcher's local rank (torchrun, Slurm), else 0."""
+    environ = os.environ if environ is None else environ
+    for name in SLOT_VARS:
+        v = environ.get(name, "").strip()
+        if v.isdigit():
+            return int(v)
+    return 0
+
+
 def run_meta(plan_: Plan, sl: Slice | None = None, **extra) -> dict:
     """What a raw file's environment line records besides the environment: the sweep, its slice and the plan
     identity that `merge` checks the parts against."""

@@ -60,3 +60,30 @@ def test_a_heuristic_companion_that_cannot_start_says_why():
     finally:
         comp.close()
     assert not comp.proc.is_alive()
+
+
+def test_each_probe_and_its_companion_get_physical_cores_of_their_own():
+    from cublaslt_probe.probe import cpu_pair, physical_cores
+
+    def smt(cpu):                       # 8 cores, two threads each: cpu c and c + 8 share a core
+        return {cpu % 8, cpu % 8 + 8}
+    assert physical_cores(range(16), smt) == list(range(8))
+    assert cpu_pair(0, range(16), smt) == (7, 6)          # the last cores: the first take the interrupts
+    assert cpu_pair(1, range(16), smt) == (5, 4)          # another worker of the host: two other cores
+    assert cpu_pair(3, range(16), smt) == (1, 0)
+    assert cpu_pair(4, range(16), smt) is None            # no core of its own left: not pinned
+    # a container given both threads of three cores: the pair never shares a core
+    a, b = cpu_pair(0, [2, 10, 3, 11, 4, 12], smt)
+    assert smt(a) != smt(b)
+    assert cpu_pair(0, [5, 13], smt) is None              # one core only
+    with pytest.raises(OptionError, match="cpu_slot=-1"):
+        ProbeOptions(cpu_slot=-1)
+
+
+def test_the_cpu_slot_comes_from_devices_or_the_launcher():
+    from cublaslt_probe.sweep import cpu_slot
+    assert cpu_slot({}) == 0
+    assert cpu_slot({"LOCAL_RANK": "3"}) == 3
+    assert cpu_slot({"SLURM_LOCALID": "2", "LOCAL_RANK": "1"}) == 1
+    assert cpu_slot({"CUBLASLT_PROBE_SLOT": "1", "LOCAL_RANK": "0"}) == 1
+    assert cpu_slot({"LOCAL_RANK": "x"}) == 0

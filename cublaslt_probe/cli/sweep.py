@@ -80,7 +80,8 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
         executor = sweep.NumpyExecutor()
     else:
         from cublaslt_probe.probe import Probe
-        executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps)
+        executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps,
+                         cpu_slot=sweep.cpu_slot())
     meta = sweep.run_meta(plan, sl, candidates=candidates, flush_l2=flush_l2)
     try:
         df = sweep.run(cases, target, executor, resume=resume, window=window, progress=not no_progress, meta=meta,
@@ -108,7 +109,7 @@ def _multi_device(devices: str, out: str, args: list[str], sl=None):
     for j, d in enumerate(devs, 1):
         sub = whole.split(j, len(devs))
         parts.append(sweep.part_path(out, sub))
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=d)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=d, CUBLASLT_PROBE_SLOT=str(j - 1))
         cmd = [sys.executable, "-m", "cublaslt_probe", "sweep"] + args + ["--shard", sub.spec, "-o", out,
                                                                           "--no-progress"]
         procs.append(subprocess.Popen(cmd, env=env))
