@@ -662,8 +662,6 @@ class Probe:
         pair = None if self.options.cpu_slot is None else cpu_pair(self.options.cpu_slot)
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
         self._companion = HeuristicCompanion(pair and pair[1]) if self.options.pipeline else None
-        if pair:
-            os.sched_setaffinity(0, {pair[0]})
         self.cpus = pair   # (the probe's CPU, its companion's), or None when not pinned
         self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
         self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
@@ -680,6 +678,10 @@ class Probe:
         self.gap_limit_us = max(GAP_US_PER_REP, self.event_gap_us + GAP_SLACK_US)
         self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
         self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
+        if pair:
+            # this thread only, once the CUDA, CUPTI and torch threads exist (they keep every core: pinned
+            # earlier, they would inherit this one and compete with the thread that launches the GEMMs)
+            os.sched_setaffinity(0, {pair[0]})
 
     def close(self) -> None:
         """Stop the heuristic companion (the probe can still run windows: it then measures in-process)."""
