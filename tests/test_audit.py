@@ -452,3 +452,29 @@ def test_html_chain_per_gemm(audits):
     assert lines[-1].startswith(f"measured: original {g['original_us']:,.1f} µs")
     page = render_html(a, advice(a.rows, m, a.step_gpu_us), m)
     assert page.count("<details") == min(12, len(a.rows)) and "heuristic regret" in page
+
+
+def test_cli_option_and_input_errors_are_one_line(tmp_path):
+    r = run_cli(PROGRAMS / "sdpa_flash")                         # attention only: no GEMM in its steps
+    assert r.exit_code == 0 and r.stdout.splitlines()[-1] == "no GEMM kernels in the steps of this trace"
+    r = run_cli(PROGRAMS / "odd_linear", "--save", tmp_path / "m.json")
+    assert r.exit_code == 2 and "--save writes what --measure measured: add --measure" in r.output
+    r = run_cli(PROGRAMS / "odd_linear", "--from", tmp_path / "absent.json")
+    assert r.exit_code == 1 and "cannot read measurements" in r.stderr and "absent.json" in r.stderr
+    text = tmp_path / "m.txt"
+    text.write_text("GEMM times: 12 µs\n")
+    r = run_cli(PROGRAMS / "odd_linear", "--from", text)
+    assert r.exit_code == 1 and "not a JSON measurement file" in r.stderr and "audit --measure --save" in r.stderr
+    for res in (r,):
+        assert "Traceback" not in res.output
+
+
+def test_cli_jsonl_keeps_its_notes_on_stderr(tmp_path):
+    m = _measure("gpt2_train")
+    m["env"]["gpu"] = "NVIDIA A100-SXM4-80GB"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(m))
+    r = run_cli(PROGRAMS / "gpt2_train", "--from", other, "--format", "jsonl", "--top", "2")
+    assert r.exit_code == 0
+    assert len(r.stdout.splitlines()) == 2 and all(json.loads(x)["module"] for x in r.stdout.splitlines())
+    assert "note: the measurements were taken on NVIDIA A100-SXM4-80GB" in r.stderr

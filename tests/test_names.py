@@ -469,3 +469,16 @@ def test_docs_tables_are_generated_from_the_grammars():
 def test_package_level_lazy_exports():
     import cublaslt_probe
     assert cublaslt_probe.decode is decode and cublaslt_probe.encode is encode
+
+
+def test_the_generated_section_of_a_document_is_rewritten_only_when_stale(tmp_path):
+    doc = tmp_path / "decoder.md"
+    text = (ROOT / "docs" / "decoder.md").read_text(encoding="utf-8")
+    stale = text.replace(names_docs.generated_section(text), "| an old table |")
+    doc.write_text(stale, encoding="utf-8")
+    assert names_docs.update(doc) is True
+    assert names_docs.generated_section(doc.read_text(encoding="utf-8")) == names_docs.markdown_tables()
+    assert doc.read_text(encoding="utf-8").replace(names_docs.markdown_tables(), "") == \
+        stale.replace("| an old table |", "")                     # nothing outside the markers moved
+    assert names_docs.update(doc) is False
+    assert names_docs.generated_section("no markers here") is None

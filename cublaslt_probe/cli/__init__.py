@@ -24,7 +24,7 @@ _BROKEN: dict[str, str] = {}  # command module -> why it failed to import
 
 
 def _one_line(msg: str) -> str:
-    return " ".join(msg.split("\n")).strip()
+    return " ".join(part.strip() for part in msg.splitlines() if part.strip())
 
 
 def _quiet_stdout() -> None:
