@@ -259,3 +259,31 @@ def test_saved_replays(fixtures, name, n, match):
     assert text.endswith(f"replayed {n}/{n} lines; {match} launched a kernel matching the logged algo")
     r = CliRunner().invoke(main, ["replay", str(fixtures / "evidence" / f"replay_{name}.json"), "--from"])
     assert r.exit_code == 0 and "heuristic today" in r.output
+
+
+def test_the_gpu_commands_refuse_bad_input_before_any_gpu_work(tmp_path):
+    """Wrong shapes, the wrong saved file, a log with no trace line: one line each, found on the CPU."""
+    ev = Path(__file__).resolve().parent / "fixtures" / "evidence"
+    logs = Path(__file__).resolve().parent / "fixtures" / "logs"
+
+    def run(*args):
+        r = CliRunner().invoke(main, [str(a) for a in args])
+        assert "Traceback" not in r.output
+        return r.exit_code, r.output.strip()
+    code, out = run("explain", "--m", "16", "--n", "4096")
+    assert code == 1 and out == "Error: give --m, --n and --k (or --from FILE.json)"
+    code, out = run("explain", "--m", "16", "--n", "64", "--k", "64", "--dtype", "fp8", "--backend", "cupy")
+    assert code == 1 and "cupy" in out
+    code, out = run("first-call", "--from", ev / "explain_bf16_NT_16x4096x4096.json")
+    assert code == 1 and "is a file saved by `explain --save`, not what `first-call --save` writes" in out
+    assert "(or run `explain --from" in out
+    empty = tmp_path / "empty_replay.json"
+    empty.write_text("[]")
+    code, out = run("replay", empty, "--from")
+    assert code == 1 and "holds no replay results" in out
+    code, out = run("replay", logs / "level2_torch.log")
+    assert code == 1 and out == "Error: give --line N or --all"
+    code, out = run("replay", logs / "level2_torch.log", "--line", "999999")
+    assert code == 1 and "line 999999 is not a matmul trace line (trace lines: 1, " in out
+    code, out = run("replay", logs / "cublas_api.log", "--all")
+    assert code == 1 and "holds no matmul trace line: capture the log with CUBLASLT_LOG_LEVEL=2" in out
