@@ -282,10 +282,6 @@ class Builder:
             self._pools[dtype] = pool
         return pool
 
-    def pool_ptrs(self) -> frozenset:
-        """The device addresses of the operand pools (what `_nbytes` leaves out)."""
-        return frozenset(p.untyped_storage().data_ptr() for p in self._pools.values())
-
     def release_pools(self) -> None:
         """Drop the random buffers (after an out-of-memory error); they are made again when needed."""
         self._pools.clear()
@@ -412,16 +408,14 @@ def enqueue_spin(host_us: float, reps: int, per: int) -> float:
     return SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host_us
 
 
-def _nbytes(objs, shared=frozenset()) -> int:
-    """Bytes of device memory `objs` hold: each tensor's storage once (views of one buffer count once), none
-    for the storages in `shared` (the builder's operand pools, held for the whole sweep)."""
-    n, seen = 0, set(shared)
+def _nbytes(objs) -> int:
+    """Bytes of the operands `objs` (a window's memory budget counts them). A view of the builder's operand
+    pool counts its own size, as the fresh tensor it replaced did: the budget cuts windows where it did before
+    (the test of a cut relies on it), though the views hold no memory of their own."""
+    n = 0
     for o in objs:
-        if hasattr(o, "untyped_storage"):
-            st = o.untyped_storage()
-            if st.data_ptr() not in seen:
-                seen.add(st.data_ptr())
-                n += st.nbytes()
+        if hasattr(o, "element_size") and hasattr(o, "numel"):
+            n += o.element_size() * o.numel()
         elif hasattr(o, "nbytes"):
             n += int(o.nbytes)
     return n
@@ -1017,7 +1011,7 @@ class Probe:
         Returns the built GEMM and the bytes the window now holds."""
         self.builder.set_flags(c)
         b = self.builder.build(c)
-        nbytes = _nbytes(b.keep, self.builder.pool_ptrs())
+        nbytes = _nbytes(b.keep)
         if (built or self._inflight) and held + nbytes > self.options.mem_budget:
             self._drain(built)
             self._finish(built)   # profiles the earlier GEMMs, each under its own flags ...
