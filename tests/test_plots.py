@@ -370,3 +370,14 @@ def test_commands_have_help(cmd):
     r = run(cmd, "--help")
     assert r.exit_code == 0
     assert len(r.output.split("Options:")[0].strip().splitlines()) >= 3
+
+
+def test_cli_map_on_the_shipped_default_says_which_and_refuses_a_non_image(tmp_path):
+    r = run("map", "-o", tmp_path / "m.txt")
+    assert r.exit_code == 2 and "-o " in r.output and "give an image file ending in .png, .svg or .pdf" in r.output
+    out = tmp_path / "m.svg"
+    r = run("map", "-o", out, "--dtype", "bf16", "--layout", "NT", "--backend", "torch")
+    assert r.exit_code == 0, r.output
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("dataset: ") and first.endswith("(the shipped default; give DATASET for another)")
+    assert "h200_grid.parquet" in first and out.read_bytes().startswith(MAGIC["svg"])
