@@ -32,7 +32,7 @@ import pandas as pd
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.kinds import DECODED_COLUMNS
+from cublaslt_probe.kinds import TILE_CLUSTER, decoded_columns
 from cublaslt_probe.trace import TRACE_SCHEMA
 from cublaslt_probe.trace import PY_MODULE_PREFIX
 
@@ -66,12 +66,7 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
                            "cold-start run saw the process compile it: `audit --coldstart`)"),
     "kernel_short": TRACE_SCHEMA["kernel_short"],
     "arch": TRACE_SCHEMA["arch"],
-    "tile_m": DECODED_COLUMNS["tile_m"],
-    "tile_n": DECODED_COLUMNS["tile_n"],
-    "tile_k": DECODED_COLUMNS["tile_k"],
-    "stages": DECODED_COLUMNS["stages"],
-    "cluster_m": DECODED_COLUMNS["cluster_m"],
-    "cluster_n": DECODED_COLUMNS["cluster_n"],
+    **decoded_columns(*TILE_CLUSTER),
     "problem_shape": TRACE_SCHEMA["problem_shape"],
     "algo": ("string", "the algo the joined cuBLASLt log line records (algoId, tile, stages, cluster, split-K); "
                        "null when no log line matches the GEMM"),

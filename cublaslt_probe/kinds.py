@@ -47,6 +47,14 @@ DECODED_COLUMNS = MappingProxyType({
     "kernel_short": ("string", "compact decoded form for legends, e.g. 256x128 · 64x4 · 1x2 · coopA"),
 })
 
+TILE_CLUSTER = ("tile_m", "tile_n", "tile_k", "stages", "cluster_m", "cluster_n")   # the decoded shape fields
+
+
+def decoded_columns(*names: str) -> dict:
+    """The `DECODED_COLUMNS` entries (type, meaning) of `names`, in that order: a table's schema takes them here."""
+    return {n: DECODED_COLUMNS[n] for n in names}
+
+
 # --- the environment a measurement was made in ------------------------------------------------------------
 ENV_KEYS = ("gpu", "sm_count", "driver", "cuda_runtime", "cublaslt_version", "torch_version", "cupy_version")
 # Kernel choice depends on these: the GPU, the cuBLASLt build, the torch build (its workspace and heuristic

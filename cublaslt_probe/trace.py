@@ -49,7 +49,7 @@ import pandas as pd
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.kinds import DECODED_COLUMNS
+from cublaslt_probe.kinds import TILE_CLUSTER, decoded_columns
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +72,7 @@ TRACE_SCHEMA: dict[str, tuple[str, str]] = {
     "kernel_short": ("string", "compact decoded form, e.g. 256x128 · 64x4 · 1x2 · coopA"),
     "arch": ("category", "decoded architecture (sm90, ...)"),
     "types": ("string", "decoded dtype code as the name writes it (nvjet: tst), else a/c/compute types"),
-    "tile_m": DECODED_COLUMNS["tile_m"],
-    "tile_n": DECODED_COLUMNS["tile_n"],
-    "tile_k": DECODED_COLUMNS["tile_k"],
-    "stages": DECODED_COLUMNS["stages"],
-    "cluster_m": DECODED_COLUMNS["cluster_m"],
-    "cluster_n": DECODED_COLUMNS["cluster_n"],
-    "split_k": DECODED_COLUMNS["split_k"],
+    **decoded_columns(*TILE_CLUSTER, "split_k"),
     "kernel_layout": ("string", "layout letters in the name (nvjet TNT, cutlass tn, ...)"),
     "kernel_flags": ("string", "decoded flags, space separated (coopA, splitK, bias, ...)"),
     "op": ("string", "calling CPU op (aten::mm, aten::addmm, aten::_scaled_mm, ...); null when not linked"),
