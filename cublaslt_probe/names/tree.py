@@ -96,6 +96,14 @@ def parse(sig: str) -> Tree:
         buf.clear()
         return text
 
+    def end_item():
+        """The text since the last bracket or comma: a suffix of the name just closed, or a leaf argument."""
+        text = flush()
+        if after_close:
+            cur.suffix += text
+        elif text:
+            stack[-1].args.append(Node(text))
+
     for ch in body:
         if ch == "<":
             text = flush()
@@ -109,28 +117,16 @@ def parse(sig: str) -> Tree:
             cur = n
             after_close = False
         elif ch == ",":
-            text = flush()
-            if after_close:
-                cur.suffix += text
-            elif text:
-                stack[-1].args.append(Node(text))
+            end_item()
             after_close = False
         elif ch == ">":
-            text = flush()
-            if after_close:
-                cur.suffix += text
-            elif text:
-                stack[-1].args.append(Node(text))
+            end_item()
             if len(stack) > 1:
                 cur = stack.pop()
                 after_close = True
         else:
             buf.append(ch)
-    text = flush()
-    if after_close:
-        cur.suffix += text
-    elif text:
-        stack[-1].args.append(Node(text))
+    end_item()
     if len(stack) > 1:
         truncated = True
     top = root.args[0] if len(root.args) == 1 else Node(body.split("<", 1)[0].strip(), root.args)
