@@ -615,14 +615,29 @@ FSYNC_S = 5.0
 def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: int = 32,
         progress: bool = True, meta: dict | None = None, retry_errors: bool = False):
     """Run `cases` through `executor` (has `.env` and `.run_window(cases) -> list[dict]`), appending raw
-    records to `raw_path(out)` after each window, then build and write the Parquet dataset `out`.
+    records to `raw_path(out)` after each window (`capture`), then build and write the Parquet dataset `out`.
 
     Killed part-way, the raw file holds every finished window; `resume=True` skips the keys it holds.
     Returns the DataFrame.
     """
     from cublaslt_probe import dataset
-    from cublaslt_probe.errors import ProbeError
     raw = raw_path(out)
+    gemms, ran_s = capture(cases, raw, executor, resume=resume, window=window, progress=progress, meta=meta,
+                           retry_errors=retry_errors)
+    t1 = time.time()
+    part = Part(raw, True, raw_env(raw))
+    part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
+    write_dataset([part], out, part.env)
+    df = dataset.read_parquet(out)
+    df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
+    return df
+
+
+def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, window: int = 32,
+            progress: bool = True, meta: dict | None = None, retry_errors: bool = False) -> tuple[int, float]:
+    """Run `cases` through `executor`, appending their raw records to the file `raw` after each window (see
+    `run`); (GEMMs run, seconds they took)."""
+    from cublaslt_probe.errors import ProbeError
     todo = cases
     if os.path.exists(raw):
         if not resume:
@@ -667,13 +682,58 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
         prog.close()
     ran_s = time.time() - t0
     log.info("ran %d GEMMs in %.1f s", len(todo), ran_s)
-    t1 = time.time()
-    part = Part(raw, True, raw_env(raw))
-    part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
-    write_dataset([part], out, part.env)
-    df = dataset.read_parquet(out)
-    df.attrs["ran"] = {"gemms": len(todo), "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
-    return df
+    return len(todo), ran_s
+
+
+# --- several workers on one host: fine slices handed out as they finish ----------------------------------------
+CLAIMS_PER_WORKER = 32   # fine slices per worker of `sweep --devices`: the last one to finish idles the others
+                         # for about half a slice, 1/64 of the run
+
+
+def fine_slices(gemms: int, workers: int, window: int) -> int:
+    """How many slices `sweep --devices` cuts a plan of `gemms` into for `workers` workers: CLAIMS_PER_WORKER
+    each, but a window of GEMMs at least per slice, and one slice per worker at least."""
+    return max(workers, min(CLAIMS_PER_WORKER * workers, gemms // max(1, window)), 1)
+
+
+def claim(folder: str, count: int):
+    """Yield the numbers 1..count of the slices this worker takes, each claimed by creating folder/NNNN (an
+    exclusive create: of several workers sharing the folder, exactly one gets each slice). A worker asks for
+    the next one when it has finished the last, so a slower worker takes fewer."""
+    for j in range(1, count + 1):
+        try:
+            fd = os.open(os.path.join(folder, f"{j:06d}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        yield j
+
+
+def wait_for_workers(folder: str, workers: int, me: int, timeout_s: float = 300.0) -> float:
+    """Say that worker `me` is ready (folder/ready-ME) and wait until `workers` are, or `timeout_s`: the
+    workers start taking slices together, so no GPU works alone while the others are still starting.
+    Returns the seconds waited."""
+    import glob
+    t = time.time()
+    open(os.path.join(folder, f"ready-{me}"), "w").close()
+    while len(glob.glob(os.path.join(glob.escape(folder), "ready-*"))) < workers and time.time() - t < timeout_s:
+        time.sleep(0.01)
+    return time.time() - t
+
+
+def run_claimed(plan_: Plan, base: Slice, count: int, folder: str, out: str, executor, *, resume: bool = False,
+                window: int = 32, **meta) -> tuple[int, float, int]:
+    """A `sweep --devices` worker: take fine slices of `base` (`base.split(j, count)`) from the claims in
+    `folder` until none is left, capturing each into its raw part file beside `out` (no dataset: the parent
+    merges the parts). (GEMMs run, seconds from the first claim to the last record, slices taken.)"""
+    gemms, slices, t0 = 0, 0, time.time()
+    for j in claim(folder, count):
+        sub = base.split(j, count)
+        n, _ = capture(sub.take(plan_.cases), raw_path(part_path(out, sub)), executor, resume=resume, window=window,
+                       progress=False, meta=run_meta(plan_, sub, **meta))
+        gemms += n
+        slices += 1
+    return gemms, time.time() - t0, slices
 
 
 # --- datasets from raw files, and merging the parts of a sweep ----------------------------------------------

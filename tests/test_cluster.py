@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -206,12 +207,16 @@ def test_explicit_shards_and_devices_inside_a_slice(tmp_path, spec_file):
     """--shard I/N keeps working; --devices inside a slice leaves parts of the whole plan for `merge`."""
     out = tmp_path / "e.parquet"
     assert _sweep(spec_file, out, "--shard", "1/2").exit_code == 0
-    r = _sweep(spec_file, out, "--shard", "2/2", "--devices", "0,1")
+    r = _sweep(spec_file, out, "--shard", "2/2", "--devices", "0,1", "--window", "4")
     assert r.exit_code == 0, r.output
-    assert "wrote 2 parts of slice 2/2" in r.output
-    names = sorted(p.name for p in tmp_path.glob("e.part-*.parquet"))
-    assert names == ["e.part-0001-of-0002.parquet", "e.part-0002-of-0004.parquet", "e.part-0004-of-0004.parquet"]
-    m = sweep.merge([str(tmp_path / "e.part-*.parquet")], str(tmp_path / "all.parquet"))
+    half = len(PLAN.cases) // 2
+    count = sweep.fine_slices(half, 2, 4)
+    assert count == min(64, half // 4) and f"wrote {count} raw parts of slice 2/2" in r.output
+    names = sorted(p.name for p in tmp_path.glob("e.part-*-of-*.raw.jsonl") if "-of-0002" not in p.name)
+    # part j of slice 2/2 cut `count` ways is slice 2 + 2(j-1) of 2·count: every part is a slice of the whole plan
+    w = max(4, len(str(2 * count)))
+    assert names == sorted(f"e.part-{2 + 2 * (j - 1):0{w}d}-of-{2 * count:0{w}d}.raw.jsonl" for j in range(1, count + 1))
+    m = sweep.merge([str(tmp_path / "e.part-*")], str(tmp_path / "all.parquet"))
     assert m.rows == len(PLAN.cases)
     assert _merged_keys(tmp_path / "all.parquet") == sorted(PLAN.cases.keys())
 
@@ -352,3 +357,52 @@ def test_resume_refuses_another_plan_or_slice(tmp_path, spec_file):
     assert f"Error: cannot resume {raw}: it holds slice 1/2 of a plan of {len(PLAN.cases)} GEMMs, this run is " \
            f"slice 1/2 of {len(PLAN.cases) - 1} (the spec, --backends or the slicing changed)" in r.output
     assert raw.read_text() == before
+
+
+# --- --devices: fine slices claimed as workers finish -------------------------------------------------------------
+def test_fine_slices_give_each_worker_many_but_never_less_than_a_window():
+    assert sweep.fine_slices(4672, 2, 32) == 64          # CLAIMS_PER_WORKER each
+    assert sweep.fine_slices(1000, 2, 32) == 31          # a window of GEMMs per slice at least
+    assert sweep.fine_slices(10, 4, 32) == 4             # one per worker at least
+    assert sweep.fine_slices(0, 1, 32) == 1
+
+
+def test_each_slice_is_claimed_by_exactly_one_worker_and_a_slow_worker_takes_fewer(tmp_path):
+    """Two workers over one claims folder: the one that comes back for more while the other is busy takes the
+    rest, and no slice is taken twice."""
+    fast, slow = sweep.claim(str(tmp_path), 10), sweep.claim(str(tmp_path), 10)
+    taken = {"fast": [next(fast)], "slow": [next(slow)]}
+    taken["fast"] += [next(fast) for _ in range(8)]   # the slow worker is still busy with its first slice
+    taken["slow"] += list(slow)
+    taken["fast"] += list(fast)
+    assert taken == {"fast": [1, 3, 4, 5, 6, 7, 8, 9, 10], "slow": [2]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{j:06d}" for j in range(1, 11)]
+
+
+def test_a_worker_takes_the_slices_another_left_and_the_parts_cover_the_plan(tmp_path):
+    """run_claimed, with the numpy backend: one worker claimed slice 1 and stopped; the second took every other
+    slice; with slice 1 finished the parts merge into the whole plan, each GEMM once."""
+    folder, out = tmp_path / "claims", tmp_path / "w.parquet"
+    folder.mkdir()
+    first = sweep.claim(str(folder), 6)
+    assert next(first) == 1
+    gemms, seconds, taken = sweep.run_claimed(PLAN, sweep.WHOLE, 6, str(folder), str(out), sweep.NumpyExecutor(),
+                                              window=8)
+    assert taken == 5 and seconds > 0
+    assert gemms == sum(len(sweep.WHOLE.split(j, 6).take(PLAN.cases)) for j in range(2, 7))
+    parts = [sweep.raw_path(sweep.part_path(str(out), sweep.WHOLE.split(j, 6))) for j in range(1, 7)]
+    assert [os.path.exists(p) for p in parts] == [False] + [True] * 5
+    r = CliRunner().invoke(main, ["merge", *parts[1:], "-o", str(tmp_path / "m.parquet")])
+    assert r.exit_code == 1 and "slices 1 of 6 are missing" in r.output, r.output
+    sub = sweep.WHOLE.split(1, 6)
+    sweep.capture(sub.take(PLAN.cases), parts[0], sweep.NumpyExecutor(), progress=False, meta=sweep.run_meta(PLAN, sub))
+    m = sweep.merge(parts, str(tmp_path / "m.parquet"))
+    assert m.rows == len(PLAN.cases) and _merged_keys(tmp_path / "m.parquet") == sorted(PLAN.cases.keys())
+
+
+def test_workers_wait_for_each_other_then_for_no_one_past_the_timeout(tmp_path):
+    t = time.time()
+    assert sweep.wait_for_workers(str(tmp_path), 2, "0", timeout_s=0.3) >= 0.3   # the other never came
+    assert time.time() - t < 5
+    assert sweep.wait_for_workers(str(tmp_path), 2, "1", timeout_s=30) < 1        # worker 0 is ready: no wait
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ready-0", "ready-1"]

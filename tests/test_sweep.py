@@ -250,18 +250,27 @@ def test_cli_numpy_sweep_and_merge(tmp_path):
 
 
 def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
-    """--devices starts one real worker process per device (CUDA_VISIBLE_DEVICES), each a shard, then merges.
-    Run here with the numpy backend, which executes on the CPU."""
+    """--devices starts one real worker process per device (CUDA_VISIBLE_DEVICES); they share the plan's fine
+    slices, each taken by one of them, and the raw parts are merged. Run here with the numpy backend, which
+    executes on the CPU."""
     spec = tmp_path / "s.json"
     spec.write_text(json.dumps(NUMPY_SPEC))
     out = tmp_path / "d.parquet"
-    r = CliRunner().invoke(main, ["sweep", "--spec", str(spec), "-o", str(out), "--devices", "0,1", "--no-progress"])
+    args = ["sweep", "--spec", str(spec), "-o", str(out), "--devices", "0,1", "--no-progress", "--window", "8"]
+    r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
-    assert f"merged 2 device parts into {out}: 97 rows" in r.output
-    parts = sorted(p.name for p in tmp_path.glob("d.part-*.parquet"))
-    assert parts == ["d.part-0001-of-0002.parquet", "d.part-0002-of-0002.parquet"]
+    assert sweep.fine_slices(97, 2, 8) == 12
+    assert f"merged 12 raw parts from 2 devices into {out}: 97 rows" in r.output
+    parts = sorted(p.name for p in tmp_path.glob("d.part-*"))
+    assert parts == [f"d.part-{j:04d}-of-0012.raw.jsonl" for j in range(1, 13)]
+    assert not (tmp_path / "d.claims").exists()
     df = dataset.read_parquet(out)
     assert sorted(df.key) == sorted(c.key for c in sweep.plan_from_spec(NUMPY_SPEC).cases)
+    # run again over the same parts: refused before any worker starts, unless resumed (nothing left to run)
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1 and "d.part-0001-of-0012.raw.jsonl (and 11 more of the 12 parts) already holds" in r.output
+    r = CliRunner().invoke(main, args + ["--resume"])
+    assert r.exit_code == 0 and "97 rows" in r.output, r.output
 
 
 def test_parts_without_a_plan_merge_with_only_the_twice_check(tmp_path):

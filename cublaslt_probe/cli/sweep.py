@@ -41,8 +41,13 @@ from cublaslt_probe.kinds import PRESETS
 @click.option("--flush-l2", is_flag=True, help="Flush L2 (zero 256 MB) before each timed repetition.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--no-progress", is_flag=True, help="No progress line on stderr.")
+@click.option("--claims", default=None, hidden=True, help="(--devices worker) the folder of slice claims.")
+@click.option("--slices", type=click.IntRange(min=1), default=None, hidden=True,
+              help="(--devices worker) the fine slices the plan is cut into.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, hidden=True,
+              help="(--devices worker) how many workers share the claims.")
 def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates, shard, shard_count, devices,
-              window, reps, heuristic_reps, flush_l2, dry_run, no_progress):
+              window, reps, heuristic_reps, flush_l2, dry_run, no_progress, claims, slices, workers):
     """Run GEMMs over shapes × dtypes × layouts × ops × backends; write one row per GEMM.
 
     Needs an NVIDIA GPU (torch; cupy for the cupy backend).
@@ -71,7 +76,7 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
             "--candidates", str(candidates)]
         args += (["--backends", backends] if backends else []) + (["--resume"] if resume else []) + \
             (["--retry-errors"] if retry_errors else []) + (["--flush-l2"] if flush_l2 else [])
-        return _multi_device(devices, out, args, sl)
+        return _multi_device(devices, out, args, sl, len(cases), window)
     if sl and sl.local_rank is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = sweep.local_rank_device(sl.local_rank)
         click.echo(f"  LOCAL_RANK={sl.local_rank}: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}", err=True)
@@ -82,6 +87,9 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
         from cublaslt_probe.probe import Probe
         executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps,
                          cpu_slot=sweep.cpu_slot())
+    if claims:
+        return _worker(plan, sl or sweep.WHOLE, slices or 1, claims, workers, out, executor, resume, window,
+                       candidates=candidates, flush_l2=flush_l2)
     meta = sweep.run_meta(plan, sl, candidates=candidates, flush_l2=flush_l2)
     try:
         df = sweep.run(cases, target, executor, resume=resume, window=window, progress=not no_progress, meta=meta,
@@ -98,30 +106,63 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
                err=True)
 
 
-def _multi_device(devices: str, out: str, args: list[str], sl=None):
-    """One worker process per device (CUDA_VISIBLE_DEVICES), each running its part of the plan (of slice `sl`
-    when given: part j of slice i/n is slice i + (j-1)·n of n·devices, so every part is a slice of the whole
-    plan and `merge` checks them all together)."""
+def _multi_device(devices: str, out: str, args: list[str], sl=None, gemms: int = 0, window: int = 32):
+    """One worker process per device (CUDA_VISIBLE_DEVICES). The plan (slice `sl` of it when given) is cut into
+    fine slices (`sweep.fine_slices`), each a slice of the whole plan, and each worker takes the next slice
+    left when it finishes one (`sweep.claim`), so a slower GPU or host core runs fewer; the workers start
+    together once every probe is up (`sweep.wait_for_workers`). Each slice is a raw part file; they are merged
+    into OUT (with --shard, left as parts of the whole plan for `merge`)."""
+    import shutil
+
     from cublaslt_probe import sweep
     devs = [d.strip() for d in devices.split(",") if d.strip()]
     whole = sl or sweep.WHOLE
-    procs, parts = [], []
+    count = sweep.fine_slices(gemms, len(devs), window)
+    base = out[:-len(".parquet")] if out.endswith(".parquet") else out
+    claims = base + ".claims"
+    parts = [sweep.raw_path(sweep.part_path(out, whole.split(j, count))) for j in range(1, count + 1)]
+    held = [p for p in parts if os.path.exists(p)]
+    if held and "--resume" not in args:
+        raise ProbeError(f"{held[0]} (and {len(held) - 1} more of the {count} parts) already holds raw records: "
+                         "pass --resume to finish the sweep, or remove them to start over")
+    shutil.rmtree(claims, ignore_errors=True)   # a killed run's claims: its parts resume with --resume
+    os.makedirs(claims)
+    procs = []
     for j, d in enumerate(devs, 1):
-        sub = whole.split(j, len(devs))
-        parts.append(sweep.part_path(out, sub))
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=d, CUBLASLT_PROBE_SLOT=str(j - 1))
-        cmd = [sys.executable, "-m", "cublaslt_probe", "sweep"] + args + ["--shard", sub.spec, "-o", out,
-                                                                          "--no-progress"]
+        cmd = [sys.executable, "-m", "cublaslt_probe", "sweep"] + args + ["-o", out, "--no-progress", "--claims",
+                                                                          claims, "--slices", str(count),
+                                                                          "--workers", str(len(devs))]
+        cmd += ["--shard", whole.spec] if sl else []
         procs.append(subprocess.Popen(cmd, env=env))
     codes = [p.wait() for p in procs]
     if any(codes):
-        raise ProbeError(f"device workers exited with {codes}; finish with --resume (parts: {', '.join(parts)})")
+        raise ProbeError(f"device workers exited with {codes}; finish with --resume (the parts are {parts[0]} "
+                         f"and the other {count - 1} of {count})")
+    shutil.rmtree(claims, ignore_errors=True)
     if sl:
-        click.echo(f"wrote {len(parts)} parts of slice {sl.spec}: {', '.join(parts)}; `merge` joins them with the "
+        click.echo(f"wrote {count} raw parts of slice {sl.spec} ({parts[0]} ...); `merge` joins them with the "
                    "other slices", err=True)
         return
     m = sweep.merge(parts, out)
-    click.echo(f"merged {len(parts)} device parts into {out}: {m.rows} rows", err=True)
+    click.echo(f"merged {count} raw parts from {len(devs)} devices into {out}: {m.rows} rows", err=True)
+
+
+def _worker(plan, base, count: int, claims: str, workers: int, out: str, executor, resume: bool, window: int,
+            **meta):
+    """A `--devices` worker: wait for the others, then take fine slices until none is left."""
+    from cublaslt_probe import sweep
+    me = os.environ.get("CUBLASLT_PROBE_SLOT", str(os.getpid()))
+    try:
+        waited = sweep.wait_for_workers(claims, workers, me)
+        gemms, seconds, taken = sweep.run_claimed(plan, base, count, claims, out, executor, resume=resume,
+                                                  window=window, **meta)
+    finally:
+        if hasattr(executor, "close"):
+            executor.close()
+    rate = f" ({gemms / seconds:.1f} GEMMs/s)" if seconds else ""
+    click.echo(f"worker {me}: ran {gemms} GEMMs in {seconds:.2f} s{rate}, {taken} of {count} slices, after "
+               f"waiting {waited:.2f} s for the other workers", err=True)
 
 
 @click.command("merge")
