@@ -357,6 +357,11 @@ class Problem:
     ldb: int | None = None
     ldc: int | None = None
 
+    def key(self) -> tuple:
+        """The problem as a tuple of its fields, in order (what `dataclasses.astuple` gives for these flat
+        fields, at a tenth of its cost): the probe's key of a heuristic question."""
+        return tuple(self.__dict__.values())
+
     def shapes(self):
         """Stored (rows, cols) of A, B, C in column-major order."""
         a = (self.m, self.k) if self.trans_a == "N" else (self.k, self.m)
@@ -532,15 +537,26 @@ class LtMatmul:
         """(miss_us, hit_us): median host time of the heuristic call with the cache off, then on."""
         return time_heuristics(self.lib, [self], reps, requested)[0]
 
+    def launcher(self, algo, a_ptr, b_ptr, c_ptr, workspace_ptr, workspace_bytes, stream,
+                 alpha=1.0, beta=0.0, d_ptr=None):
+        """A zero-argument launch of `cublasLtMatmul` with these arguments, converted to ctypes once here:
+        converting them on every call cost the host more than the library's own launch did."""
+        al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
+        args = (self.lib.handle, self.op, ctypes.byref(al), ctypes.c_void_p(a_ptr), self.a, ctypes.c_void_p(b_ptr),
+                self.b, ctypes.byref(be), ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(d_ptr or c_ptr), self.c,
+                ctypes.byref(algo) if algo is not None else None, ctypes.c_void_p(workspace_ptr), workspace_bytes,
+                ctypes.c_void_p(stream))
+        fn = self.lib.lib.cublasLtMatmul
+
+        def launch():
+            st = fn(*args)
+            if st:
+                _check(st, "cublasLtMatmul")
+        return launch
+
     def run(self, algo, a_ptr, b_ptr, c_ptr, workspace_ptr, workspace_bytes, stream,
             alpha=1.0, beta=0.0, d_ptr=None) -> None:
-        al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
-        st = self.lib.lib.cublasLtMatmul(self.lib.handle, self.op, ctypes.byref(al), ctypes.c_void_p(a_ptr),
-                                         self.a, ctypes.c_void_p(b_ptr), self.b, ctypes.byref(be),
-                                         ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(d_ptr or c_ptr), self.c,
-                                         ctypes.byref(algo) if algo is not None else None,
-                                         ctypes.c_void_p(workspace_ptr), workspace_bytes, ctypes.c_void_p(stream))
-        _check(st, "cublasLtMatmul")
+        self.launcher(algo, a_ptr, b_ptr, c_ptr, workspace_ptr, workspace_bytes, stream, alpha, beta, d_ptr)()
 
     def close(self):
         for destroy, h in reversed(self._objs):
