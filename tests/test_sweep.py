@@ -296,3 +296,46 @@ def test_merge_fills_columns_a_part_predates(tmp_path):
     df = dataset.validate(dataset.read_parquet(str(tmp_path / "m.parquet")))
     assert df.time_behind.isna().all() and df.log_matches_case.isna().all()
     assert df.time_us.equals(dataset.read_parquet(str(data)).time_us)
+
+
+# --- the dataset built while the sweep runs -------------------------------------------------------------------------
+def _rebuilt(raw, out, cases):
+    """The dataset `write_dataset` builds from the whole raw file after the sweep (the reference)."""
+    part = sweep.Part(raw, True, sweep.raw_env(raw))
+    part.scan(sweep.KeyIndex([c.key for c in cases]))
+    sweep.write_dataset([part], out, part.env)
+    return dataset.read_parquet(out)
+
+
+def test_the_dataset_built_along_the_sweep_is_the_one_built_after_it(tmp_path):
+    """A writer process follows the raw file window by window (numpy backend; 4 windows of 25, records
+    converted 512 at a time and at the end): the rows, their order and the environment are those of the
+    build from the whole file; no temporary folder is left."""
+    cases = _plan()
+    out = tmp_path / "a.parquet"
+    df = sweep.run(cases, str(out), sweep.NumpyExecutor(), window=25, progress=False, build_along=True)
+    assert df.attrs["ran"]["built_along"] is True and df.attrs["ran"]["gemms"] == len(cases)
+    ref = _rebuilt(sweep.raw_path(str(out)), str(tmp_path / "ref.parquet"), cases)
+    assert len(df) == len(cases) and list(df.key) == [c.key for c in cases]
+    assert df.attrs["env"] == ref.attrs["env"]
+    import pandas as pd
+    pd.testing.assert_frame_equal(df, ref)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "a.raw.jsonl", "ref.parquet"]
+
+
+def test_a_writer_that_fails_hands_the_build_back_and_a_killed_sweep_leaves_no_dataset(tmp_path, caplog):
+    cases = _plan()
+    # a raw file without its environment line: the writer says why, and the caller builds the dataset itself
+    raw = tmp_path / "x.raw.jsonl"
+    raw.write_text(json.dumps({"type": "gemm", "key": cases[0].key}) + "\n")
+    w = sweep.DatasetWriter(str(raw), str(tmp_path / "x.parquet"))
+    assert w.finish(raw.stat().st_size) is None and w.rows is None
+    assert "has no environment line" in caplog.text and "building it from the raw file" in caplog.text
+    assert not (tmp_path / "x.parquet").exists()
+    # killed after two windows: no dataset, no temporary folder; --resume finishes it (built after the run)
+    out = tmp_path / "k.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(cases, str(out), sweep.NumpyExecutor(stop_after=2), window=10, progress=False, build_along=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.raw.jsonl", "x.raw.jsonl"]
+    df = sweep.run(cases, str(out), sweep.NumpyExecutor(), window=10, progress=False, resume=True, build_along=True)
+    assert df.attrs["ran"]["built_along"] is False and sorted(df.key) == sorted(c.key for c in cases)
