@@ -666,9 +666,6 @@ class Probe:
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
         self._companion = HeuristicCompanion(pair and pair[1]) if self.options.pipeline else None
         self.cpus = pair   # (the probe's CPU, its companion's), or None when not pinned
-        # the CPUs a helper process of the sweep may use: this process's before pinning, less the pair (a
-        # process started after pinning would otherwise inherit the probe's one core and share it)
-        self.spare_cpus = None if pair is None else (os.sched_getaffinity(0) - set(pair)) or None
         self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
         self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
         self._pair_pool: list = []                 # spent estimate event pairs

@@ -627,8 +627,7 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
     raw = raw_path(out)
     if build_along is None:
         build_along = len(cases) >= BUILD_ALONG_MIN
-    along = DatasetWriter(raw, out, getattr(executor, "spare_cpus", None)) \
-        if build_along and not os.path.exists(raw) else None
+    along = DatasetWriter(raw, out) if build_along and not os.path.exists(raw) else None
     try:
         gemms, ran_s = capture(cases, raw, executor, resume=resume, window=window, progress=progress, meta=meta,
                                retry_errors=retry_errors)
@@ -657,16 +656,15 @@ class DatasetWriter:
     costly part: 0.2-0.6 ms a record, mostly parsing the log lines) on a core of its own. `finish(size)` waits
     for it to reach the file's final size and puts the dataset in place. Every record of a new raw file
     stands for its GEMM (each key is run once), so the rows are those `write_dataset` builds from the whole
-    file afterwards, in the same order. `cpus`: the CPUs the writer may run on (the probe's `spare_cpus`: a
-    process started by a pinned probe would share its core; seen, the sweep ran 40 % slower)."""
+    file afterwards, in the same order."""
 
-    def __init__(self, raw: str, out: str, cpus: set[int] | None = None):
+    def __init__(self, raw: str, out: str):
         import multiprocessing
         import tempfile
         ctx = multiprocessing.get_context("spawn")   # never fork a process holding a CUDA context
         self.conn, child = ctx.Pipe()
         self.tmp_dir = tempfile.mkdtemp(prefix=".sweep-", dir=os.path.dirname(os.path.abspath(out)))
-        self.proc = ctx.Process(target=_build_along, args=(child, raw, out, self.tmp_dir, cpus), daemon=True,
+        self.proc = ctx.Process(target=_build_along, args=(child, raw, out, self.tmp_dir), daemon=True,
                                 name="cublaslt-probe-dataset")
         self.proc.start()
         child.close()
@@ -698,13 +696,11 @@ class DatasetWriter:
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
 
-def _build_along(conn, raw: str, out: str, tmp_dir: str, cpus=None, convert_rows: int = 512) -> None:
+def _build_along(conn, raw: str, out: str, tmp_dir: str, convert_rows: int = 512) -> None:
     """The writer process of `DatasetWriter`: follow `raw` as it grows, convert its records `convert_rows` at a
     time, and once told the final size, write the last ones (in `tmp_dir`) and move the dataset to `out`.
     Sends the rows written, or why it failed."""
     try:
-        if cpus:
-            os.sched_setaffinity(0, cpus)
         import pyarrow as pa
         import pyarrow.parquet as pq
 

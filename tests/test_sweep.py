@@ -339,20 +339,3 @@ def test_a_writer_that_fails_hands_the_build_back_and_a_killed_sweep_leaves_no_d
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.raw.jsonl", "x.raw.jsonl"]
     df = sweep.run(cases, str(out), sweep.NumpyExecutor(), window=10, progress=False, resume=True, build_along=True)
     assert df.attrs["ran"]["built_along"] is False and sorted(df.key) == sorted(c.key for c in cases)
-
-
-def test_the_writer_runs_on_the_cpus_it_is_given_not_on_the_pinned_probes(tmp_path):
-    """A process started by a pinned thread inherits its one core: the writer moves to the CPUs it is given."""
-    allowed = sorted(os.sched_getaffinity(0))
-    raw, out = tmp_path / "w.raw.jsonl", tmp_path / "w.parquet"
-    want = {allowed[-1]}
-    w = sweep.DatasetWriter(str(raw), str(out), want)   # waits for the raw file to appear
-    import time
-    t = time.time()
-    while os.sched_getaffinity(w.proc.pid) != want and time.time() - t < 30:
-        time.sleep(0.05)
-    assert os.sched_getaffinity(w.proc.pid) == want
-    cases = _plan()[:5]
-    sweep.capture(cases, str(raw), sweep.NumpyExecutor(), progress=False)
-    assert w.finish(raw.stat().st_size) == 5
-    assert sorted(dataset.read_parquet(out).key) == sorted(c.key for c in cases)
