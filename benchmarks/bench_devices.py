@@ -4,11 +4,10 @@
     PYTHONPATH=. python3 benchmarks/bench_devices.py [--preset decode] [--devices 0,1]
 
 Runs the preset with `--devices 0` (one worker), with every device of --devices, and with one worker again,
-each a `cublaslt-probe sweep` process as a user would start it. The workers of a run start together once
-every probe is up, and take the plan's fine slices as they finish the last; each prints how long its GEMMs
-took ("worker I: ran N GEMMs in X s", from its first slice to its last record); the rate of a run is its
-GEMMs over its slowest worker's time (process start-up, probe start-up and the merge left out, and printed
-apart). Scaling: the several-device rate over the mean of the two one-worker rates.
+each a `cublaslt-probe sweep` process as a user would start it. Every worker prints how long its GEMMs took
+once its probe was up ("ran N GEMMs in X s"); the rate of a run is its GEMMs over its slowest worker's time
+(process start-up, probe start-up and the merge left out, and printed apart). Scaling: the several-device
+rate over the mean of the two one-worker rates.
 """
 import argparse
 import os

@@ -24,7 +24,6 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from collections import Counter
@@ -614,140 +613,24 @@ FSYNC_S = 5.0
 
 
 def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: int = 32,
-        progress: bool = True, meta: dict | None = None, retry_errors: bool = False, build_along: bool | None = None):
+        progress: bool = True, meta: dict | None = None, retry_errors: bool = False):
     """Run `cases` through `executor` (has `.env` and `.run_window(cases) -> list[dict]`), appending raw
-    records to `raw_path(out)` after each window (`capture`), and build and write the Parquet dataset `out`:
-    while the sweep runs when the raw file is new (`DatasetWriter`; by default from BUILD_ALONG_MIN GEMMs),
-    else from the whole raw file after it.
+    records to `raw_path(out)` after each window (`capture`), then build and write the Parquet dataset `out`.
 
     Killed part-way, the raw file holds every finished window; `resume=True` skips the keys it holds.
     Returns the DataFrame.
     """
     from cublaslt_probe import dataset
     raw = raw_path(out)
-    if build_along is None:
-        build_along = len(cases) >= BUILD_ALONG_MIN
-    along = DatasetWriter(raw, out) if build_along and not os.path.exists(raw) else None
-    try:
-        gemms, ran_s = capture(cases, raw, executor, resume=resume, window=window, progress=progress, meta=meta,
-                               retry_errors=retry_errors)
-    except BaseException:
-        if along:
-            along.abort()
-        raise
+    gemms, ran_s = capture(cases, raw, executor, resume=resume, window=window, progress=progress, meta=meta,
+                           retry_errors=retry_errors)
     t1 = time.time()
-    if along is None or along.finish(os.path.getsize(raw)) is None:
-        part = Part(raw, True, raw_env(raw))
-        part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
-        write_dataset([part], out, part.env)
+    part = Part(raw, True, raw_env(raw))
+    part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
+    write_dataset([part], out, part.env)
     df = dataset.read_parquet(out)
-    df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3),
-                       "built_along": along is not None and along.rows is not None}
+    df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
     return df
-
-
-BUILD_ALONG_MIN = 2000   # GEMMs from which `run` builds the dataset while the sweep runs (the writer process
-                         # takes a second or two to start: below, building it after costs less)
-
-
-class DatasetWriter:
-    """Builds the dataset of a new raw file while the sweep is still writing it: a spawned process reads the
-    records of each window as `capture` flushes them and turns them into rows (`dataset.arrow_batch`, the
-    costly part: 0.2-0.6 ms a record, mostly parsing the log lines) on a core of its own. `finish(size)` waits
-    for it to reach the file's final size and puts the dataset in place. Every record of a new raw file
-    stands for its GEMM (each key is run once), so the rows are those `write_dataset` builds from the whole
-    file afterwards, in the same order."""
-
-    def __init__(self, raw: str, out: str):
-        import multiprocessing
-        import tempfile
-        ctx = multiprocessing.get_context("spawn")   # never fork a process holding a CUDA context
-        self.conn, child = ctx.Pipe()
-        self.tmp_dir = tempfile.mkdtemp(prefix=".sweep-", dir=os.path.dirname(os.path.abspath(out)))
-        self.proc = ctx.Process(target=_build_along, args=(child, raw, out, self.tmp_dir), daemon=True,
-                                name="cublaslt-probe-dataset")
-        self.proc.start()
-        child.close()
-        self.rows: int | None = None
-
-    def finish(self, size: int, timeout_s: float = 600.0) -> int | None:
-        """Rows written to the dataset, or None when the writer failed (it says why in the log; the caller then
-        builds the dataset from the raw file)."""
-        try:
-            self.conn.send(size)
-            got = self.conn.recv() if self.conn.poll(timeout_s) else "it did not finish in time"
-        except (OSError, EOFError) as e:
-            got = f"it ended ({e!r}, exit code {self.proc.exitcode})"
-        self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.terminate()
-        self.conn.close()
-        shutil.rmtree(self.tmp_dir, ignore_errors=True)
-        if isinstance(got, int):
-            self.rows = got
-            return got
-        log.warning("the dataset was not built along the sweep (%s): building it from the raw file", got)
-        return None
-
-    def abort(self) -> None:
-        self.proc.terminate()
-        self.proc.join(5)
-        self.conn.close()
-        shutil.rmtree(self.tmp_dir, ignore_errors=True)
-
-
-def _build_along(conn, raw: str, out: str, tmp_dir: str, convert_rows: int = 512) -> None:
-    """The writer process of `DatasetWriter`: follow `raw` as it grows, convert its records `convert_rows` at a
-    time, and once told the final size, write the last ones (in `tmp_dir`) and move the dataset to `out`.
-    Sends the rows written, or why it failed."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from cublaslt_probe import dataset
-        tmp = os.path.join(tmp_dir, "out.parquet")
-        env = schema = writer = None
-        end, pos, rows, pending, tables, buf = None, 0, 0, [], [], b""
-        while not os.path.exists(raw):
-            if conn.poll(0.02):
-                end = conn.recv()
-                if not os.path.exists(raw):
-                    raise FileNotFoundError(raw)
-        with open(raw, "rb") as f:
-            while True:
-                if end is None and conn.poll(0.05):
-                    end = conn.recv()
-                chunk = f.read() if end is None else f.read(max(0, end - pos))
-                pos += len(chunk)
-                *lines, buf = (buf + chunk).split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    rec = json.loads(line)
-                    if env is None and rec.get("type") == "env":
-                        env = {k: v for k, v in rec.items() if k != "type"}
-                        schema = dataset.arrow_schema(env)
-                        writer = pq.ParquetWriter(tmp, schema)
-                    elif env is not None:
-                        pending.append(rec)
-                done = end is not None and pos >= end
-                if pending and (len(pending) >= convert_rows or done):
-                    tables.append(dataset.arrow_batch(pending, env, schema)[0])
-                    pending = []
-                if tables and (sum(len(t) for t in tables) >= BATCH_ROWS or done):
-                    t = pa.concat_tables(tables)
-                    writer.write_table(t)
-                    rows += len(t)
-                    tables = []
-                if done:
-                    break
-        if writer is None:
-            raise ValueError(f"{raw} has no environment line")
-        writer.close()
-        os.replace(tmp, out)
-        conn.send(rows)
-    except Exception as e:  # noqa: BLE001  the parent builds the dataset itself
-        conn.send(f"{type(e).__name__}: {e}"[:300])
 
 
 def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, window: int = 32,
@@ -1109,6 +992,7 @@ def _raw_to_parquet(path: str, keep, env: dict, dest: str) -> int:
 def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1) -> int:
     """Stream the kept records of scanned `parts` into the Parquet dataset `out` (written whole or not at
     all); raw parts are turned into rows by up to `jobs` processes. Returns the rows written."""
+    import shutil
     import tempfile
     from concurrent.futures import ProcessPoolExecutor
 
