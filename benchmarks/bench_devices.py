@@ -10,8 +10,10 @@ once its probe was up ("ran N GEMMs in X s"); the rate of a run is its GEMMs ove
 rate over the mean of the two one-worker rates.
 """
 import argparse
+import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,30 @@ def run(preset: str, devices: str, out: str) -> dict:
     gemms = sum(n for n, _ in workers)
     slowest = max(s for _, s in workers)
     return {"devices": devices, "workers": workers, "gemms": gemms, "slowest_s": slowest, "rate": gemms / slowest,
-            "wall_s": wall}
+            "wall_s": wall, "phases": phases(out)}
+
+
+def phases(out: str) -> dict:
+    """{worker: (records, {phase: median ms}, retaken, median host µs to enqueue the timed calls)} from the raw
+    parts beside `out`."""
+    import glob
+    base = out[:-len(".parquet")]
+    by = {}
+    for path in glob.glob(base + ".part-*.raw.jsonl"):
+        with open(path) as f:
+            env = json.loads(f.readline())
+            recs = [json.loads(line) for line in f if line.strip()]
+        by.setdefault(env.get("worker", "?"), []).extend(recs)
+    out_ = {}
+    for w, recs in sorted(by.items()):
+        ph = {}
+        for r in recs:
+            for k, v in (r.get("probe_ms") or {}).items():
+                ph.setdefault(k, []).append(v)
+        tim = [r["timing"] for r in recs if r.get("timing")]
+        out_[w] = (len(recs), {k: statistics.median(v) for k, v in ph.items()},
+                   sum(t.get("attempts", 1) > 1 for t in tim), statistics.median(t["enqueue_us"] for t in tim))
+    return out_
 
 
 def main():
@@ -39,6 +64,11 @@ def main():
     ap.add_argument("--preset", default="decode")
     ap.add_argument("--devices", default="0,1")
     a = ap.parse_args()
+    for cmd in (["nvidia-smi", "topo", "-m"], ["lscpu"]):
+        try:
+            print(subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip(), flush=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            print(f"{cmd[0]}: {e}")
     with tempfile.TemporaryDirectory() as d:
         runs = []
         for i, devs in enumerate(("0", a.devices, "0")):
@@ -48,6 +78,9 @@ def main():
                   ", ".join(f"{n} in {s:.2f} s" for n, s in r["workers"]) +
                   f"; {r['rate']:.1f} GEMMs/s over the slowest worker; the whole command {r['wall_s']:.1f} s "
                   "(with process and probe start-up, dataset build and merge)", flush=True)
+            for w, (n, ph, retaken, enq) in r["phases"].items():
+                print(f"  worker {w}: {n} GEMMs, retaken {retaken}, timed calls enqueued in {enq:.0f} µs (median); "
+                      "median ms: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()), flush=True)
     one = (runs[0]["rate"] + runs[2]["rate"]) / 2
     n = len([x for x in a.devices.split(",") if x.strip()])
     print(f"scaling on {n} devices: {runs[1]['rate'] / one:.2f}x the one-worker rate ({one:.1f} GEMMs/s, mean of "

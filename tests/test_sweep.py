@@ -264,6 +264,9 @@ def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
     parts = sorted(p.name for p in tmp_path.glob("d.part-*"))
     assert parts == [f"d.part-{j:04d}-of-0012.raw.jsonl" for j in range(1, 13)]
     assert not (tmp_path / "d.claims").exists()
+    # each part says which worker ran it (the first line of a raw file is its environment)
+    workers = {json.loads((tmp_path / p).open().readline())["worker"] for p in parts}
+    assert workers and workers <= {"0", "1"}
     df = dataset.read_parquet(out)
     assert sorted(df.key) == sorted(c.key for c in sweep.plan_from_spec(NUMPY_SPEC).cases)
     # run again over the same parts: refused before any worker starts, unless resumed (nothing left to run)

@@ -156,7 +156,7 @@ def _worker(plan, base, count: int, claims: str, workers: int, out: str, executo
     try:
         waited = sweep.wait_for_workers(claims, workers, me)
         gemms, seconds, taken = sweep.run_claimed(plan, base, count, claims, out, executor, resume=resume,
-                                                  window=window, **meta)
+                                                  window=window, worker=me, **meta)
     finally:
         if hasattr(executor, "close"):
             executor.close()
