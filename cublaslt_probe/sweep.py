@@ -169,12 +169,15 @@ class Plan:
         return "\n".join(s)
 
     def digest(self) -> str:
-        """sha256 of the ordered keys: the identity a part records and merge checks."""
+        """sha256 of the ordered keys: the identity a part records and merge checks. Computed once (0.8 s for
+        a million GEMMs; a `--devices` worker records it in every fine slice it takes)."""
         import hashlib
-        h = hashlib.sha256()
-        for i, ks in enumerate(self.cases.key_chunks()):
-            h.update((("\n" if i else "") + "\n".join(ks)).encode())
-        return "sha256:" + h.hexdigest()
+        if self.__dict__.get("_digest") is None:
+            h = hashlib.sha256()
+            for i, ks in enumerate(self.cases.key_chunks()):
+                h.update((("\n" if i else "") + "\n".join(ks)).encode())
+            self.__dict__["_digest"] = "sha256:" + h.hexdigest()
+        return self.__dict__["_digest"]
 
     def identity(self) -> dict:
         """What a raw file records so that `merge` can rebuild this plan and check it is the same."""
