@@ -23,14 +23,16 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-SPIN_RULES = ("lead", "enqueue", "alternate")
+SPIN_RULES = ("lead", "lead-only", "enqueue", "alternate", "alternate-cheap")
 
 
 def rule_probe(rule: str, options):
     """A probe whose first timing spin follows `rule`: "lead" (the probe's own, `timing_spin`), "enqueue" (the
-    whole enqueue time, `enqueue_spin`: the rule before it), or "alternate" (one then the other, GEMM by GEMM,
-    to compare them in one process on the same host state; a GEMM's re-time keeps its rule). The rule each
-    GEMM was timed with is in its raw record's `timing.rule`."""
+    whole enqueue time, `enqueue_spin`: the rule before it), "lead-only" (`timing_spin` without the whole
+    enqueue it gives GEMMs where that is cheap, CHEAP_SPIN: the rule before that), or "alternate" /
+    "alternate-cheap" (lead then enqueue / lead then lead-only, GEMM by GEMM, to compare them in one process on
+    the same host state; a GEMM's re-time keeps its rule). The rule each GEMM was timed with is in its raw
+    record's `timing.rule`."""
     from cublaslt_probe.probe import Probe, enqueue_spin
 
     class RuleProbe(Probe):
@@ -40,9 +42,17 @@ def rule_probe(rule: str, options):
 
         def first_spin(self, host_us, once_us, reps, per):
             self.timed += 1
-            r = rule if rule != "alternate" else ("lead", "enqueue")[self.timed % 2]
+            r = {"alternate": ("lead", "enqueue"), "alternate-cheap": ("lead", "lead-only")}.get(rule, (rule,) * 2)
+            r = r[self.timed % 2]
             if r == "enqueue":
                 return enqueue_spin(host_us, reps, per), "enqueue"
+            if r == "lead-only":
+                from cublaslt_probe import probe as probe_mod
+                cheap, probe_mod.CHEAP_SPIN = probe_mod.CHEAP_SPIN, 0.0
+                try:
+                    return probe_mod.timing_spin(host_us, once_us, reps, per), "lead-only"
+                finally:
+                    probe_mod.CHEAP_SPIN = cheap
             return super().first_spin(host_us, once_us, reps, per)
     return RuleProbe()
 
@@ -153,6 +163,13 @@ def main():
                   f"{len(sm) / max(1e-9, sum(sum(ph.values()) for _, _, ph in sm) / 1e3):.1f} GEMMs/s; "
                   f"retaken {sum(t['attempts'] > 1 for _, t, _ in items)}, spin median "
                   f"{statistics.median(t['spin_us'] for _, t, _ in items if t.get('spin_us')):.0f} µs")
+            long_ = [(r, t, ph) for r, t, ph in items if r.get("time_us") is not None and r["time_us"] >= 1000]
+            if long_:
+                gpu = sum(r["time_us"] * r["time_us_reps"] for r, _, _ in long_) / 1e6
+                print(f"    of them 1 ms or more: {len(long_)}, retaken {sum(t['attempts'] > 1 for _, t, _ in long_)}; "
+                      f"timing phase {sum(ph['time'] for _, _, ph in long_) / 1e3:.2f} s for {gpu:.2f} s of samples "
+                      f"({sum(ph['time'] for _, _, ph in long_) / 1e3 / gpu:.3f}x); spins "
+                      f"{sum(t['spin_us'] or 0 for _, t, _ in long_) / 1e6:.3f} s")
     shared = [r.get("heuristic_shared") for r in recs if r.get("heuristic_shared")]
     if shared:
         print(f"  heuristic measurements: {sum(1 / x for x in shared):.0f} for {len(shared)} GEMMs (shared by "

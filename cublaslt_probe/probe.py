@@ -52,6 +52,8 @@ SINGLE_US = 200.0                # GEMMs this long run one call per timing sampl
 GAP_US_PER_REP = 2.0             # GPU idle between batches above this (or above the calibrated event gap plus
 GAP_SLACK_US = 0.75              # this, on a GPU whose events cost more): the spin was too short
 HOST_US_GUESS = 30.0             # host µs to enqueue one call before the first enqueue loop of a backend and op
+CHEAP_SPIN = 0.1                 # a spin costing at most this share of the samples' GPU time covers the whole
+                                 # enqueue, twice (timing_spin)
 
 
 def require_gpu(what: str):
@@ -395,10 +397,20 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
     the H200, for 85 of 6,935 llm GEMMs whose batches then fell behind), so g is taken as half of it. The spin
     covers the largest lead of the host: nearly all of the enqueue time for a GEMM shorter than its launch,
     only the first batch for a GEMM more than twice as long. Times SPIN_MARGIN, plus SPIN_FLOOR_US and
-    SPIN_SLACK_US for a host hiccup."""
+    SPIN_SLACK_US for a host hiccup.
+
+    Where twice the whole enqueue time (the retake's spin) costs at most CHEAP_SPIN of the samples' GPU time —
+    GEMMs of a millisecond or more — the spin is that: the first batch's launch of such a GEMM can take the
+    host several times its usual, and a first attempt behind costs a retake of every sample (on the llm
+    preset, 53 of 136 GEMMs of 5 ms or more were retaken behind the lead's spin: 4.4 s of GPU time, against
+    0.2 s of spin to cover them all; tests/fixtures/probe/long_spin_raw.jsonl)."""
     g = once_us / 2
     lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - g))
-    return SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
+    spin = SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
+    whole = 2 * enqueue_spin(host_us, reps, per)
+    if whole <= CHEAP_SPIN * reps * per * once_us:
+        return max(spin, whole)
+    return spin
 
 
 def enqueue_spin(host_us: float, reps: int, per: int) -> float:
