@@ -96,7 +96,7 @@ def test_on_a_real_llm_capture_the_cheap_whole_enqueue_spin_covers_every_first_a
             covered += spin >= first["enqueue_us"]
         else:
             lead_only += 1
-    assert cheap_ones >= 70 and covered == cheap_ones, (cheap_ones, covered)
+    assert cheap_ones == 71 and covered == cheap_ones, (cheap_ones, covered)   # 14 shorter ones keep the lead
     # the GEMMs of 5 ms or more all get it: they are where a retake costs most
     assert all(timing_spin((r["timing"]["retaken"]["spin_us"] - SPIN_FLOOR_US - SPIN_SLACK_US) / SPIN_MARGIN,
                            r["timing"]["estimate_us"], r["time_us_reps"], 1) >= r["timing"]["retaken"]["enqueue_us"]
