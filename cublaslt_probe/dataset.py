@@ -253,16 +253,48 @@ def read_raws(paths: list, env_override: dict | None = None, allow_env_mismatch:
     return _shared(envs), list(recs.values())
 
 
+# --- the one core of every raw -> Parquet writer (the `dataset` command here; `merge` and `sweep` in sweep.py) ----
+def record_tables(records: Iterable[dict], env: dict | None, schema, batch: int = 8192):
+    """Raw records as (Arrow table of the dataset `schema`, its validated frame), `batch` records at a time
+    (`arrow_batch`): the row groups a writer writes. Which records stand for their GEMMs, and the
+    environment each carries, is the caller's rule."""
+    buf: list[dict] = []
+    for r in records:
+        buf.append(r)
+        if len(buf) >= batch:
+            yield arrow_batch(buf, env, schema)
+            buf = []
+    if buf:
+        yield arrow_batch(buf, env, schema)
+
+
+def write_tables(tables: Iterable, out: str | os.PathLike, schema) -> int:
+    """Write Arrow `tables` of `schema` to the Parquet file `out`, whole or not at all: into a temporary file
+    beside it, renamed when complete (a failure removes it and leaves `out` as it was). Returns the rows."""
+    import pyarrow.parquet as pq
+    out = os.fspath(out)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.{os.getpid()}.tmp")
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema) as w:
+            for t in tables:
+                w.write_table(t)
+                rows += len(t)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return rows
+
+
 def write_from_raw(paths: list, out: str | os.PathLike, env_override: dict | None = None,
                    allow_env_mismatch: bool = False, stats: RawStats | None = None,
                    batch: int = 4096) -> tuple[dict, int, dict]:
     """`read_raws` + `build` + `write_parquet` in flat memory: a first pass finds the record that wins for
     each key and checks the environments; a second builds the rows `batch` records at a time and writes
-    them as Parquet row groups (to ``OUT.tmp``, renamed when whole). Memory holds the keys and one batch.
+    them as Parquet row groups (`record_tables`, `write_tables`: whole or not at all). Memory holds the keys and one batch.
     Returns (the shared environment, rows written, counts: error rows, consistent, comparable); nothing is
     written when no record was found (0 rows)."""
-    import pyarrow.parquet as pq
-
     st = stats if stats is not None else RawStats()
     envs: list[tuple[str, dict]] = []
     file_env: list[dict] = []
@@ -289,33 +321,20 @@ def write_from_raw(paths: list, out: str | os.PathLike, env_override: dict | Non
     if not winner:
         return shared, 0, counts
     schema = arrow_schema(shared)
-    tmp = f"{out}.tmp"
-    rows = 0
-    try:
-        with pq.ParquetWriter(tmp, schema) as w:
-            buf: list[dict] = []
 
-            def flush():
-                table, df = arrow_batch(buf, shared, schema)
-                counts["error"] += int(df["error"].notna().sum())
-                counts["consistent"] += int(df["consistent"].eq(True).sum())
-                counts["comparable"] += int(df["consistent"].notna().sum())
-                w.write_table(table)
-                buf.clear()
+    def winners():
+        for fi, p in enumerate(paths):
+            for i, obj in _scan_raw(p, RawStats()):
+                if obj.get("type") != "env" and winner.get(obj["key"]) == (fi, i):
+                    yield _stamp(obj, file_env[fi])
 
-            for fi, p in enumerate(paths):
-                for i, obj in _scan_raw(p, RawStats()):
-                    if obj.get("type") != "env" and winner.get(obj["key"]) == (fi, i):
-                        buf.append(_stamp(obj, file_env[fi]))
-                        rows += 1
-                        if len(buf) >= batch:
-                            flush()
-            if buf:
-                flush()
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    def tables():
+        for table, df in record_tables(winners(), shared, schema, batch):
+            counts["error"] += int(df["error"].notna().sum())
+            counts["consistent"] += int(df["consistent"].eq(True).sum())
+            counts["comparable"] += int(df["consistent"].notna().sum())
+            yield table
+    rows = write_tables(tables(), out, schema)
     return shared, rows, counts
 
 

@@ -24,6 +24,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from collections import Counter
@@ -947,19 +948,16 @@ def _raw_tables(path: str, keep, env: dict, schema):
     """The kept records of a raw file as Arrow tables of the dataset, BATCH_ROWS rows at a time."""
     from cublaslt_probe import dataset
     from cublaslt_probe.errors import ProbeError
-    batch = []
-    for i, (line, _) in enumerate(_raw_lines(path)):
-        if not keep[i]:
-            continue
-        try:
-            batch.append(json.loads(line))
-        except ValueError as e:
-            raise ProbeError(f"{path}: record {i + 1} became unreadable while merging: {e}") from e
-        if len(batch) == BATCH_ROWS:
-            yield dataset.arrow_batch(batch, env, schema)[0]
-            batch = []
-    if batch:
-        yield dataset.arrow_batch(batch, env, schema)[0]
+
+    def kept():
+        for i, (line, _) in enumerate(_raw_lines(path)):
+            if keep[i]:
+                try:
+                    yield json.loads(line)
+                except ValueError as e:
+                    raise ProbeError(f"{path}: record {i + 1} became unreadable while merging: {e}") from e
+    for table, _ in dataset.record_tables(kept(), env, schema, BATCH_ROWS):
+        yield table
 
 
 def _parquet_tables(path: str, keep, schema):
@@ -980,56 +978,43 @@ def _parquet_tables(path: str, keep, schema):
 
 def _raw_to_parquet(path: str, keep, env: dict, dest: str) -> int:
     """A raw part as a Parquet file of the dataset schema (run in a worker process by `write_dataset`)."""
-    import pyarrow.parquet as pq
-
-    from cublaslt_probe.dataset import arrow_schema
+    from cublaslt_probe.dataset import arrow_schema, write_tables
     schema = arrow_schema()
-    n = 0
-    with pq.ParquetWriter(dest, schema) as w:
-        for t in _raw_tables(path, keep, env, schema):
-            w.write_table(t)
-            n += len(t)
-    return n
+    return write_tables(_raw_tables(path, keep, env, schema), dest, schema)
 
 
 def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1) -> int:
     """Stream the kept records of scanned `parts` into the Parquet dataset `out` (written whole or not at
-    all); raw parts are turned into rows by up to `jobs` processes. Returns the rows written."""
-    import shutil
+    all, `dataset.write_tables`); raw parts are turned into rows by up to `jobs` processes. Returns the rows
+    written."""
     import tempfile
     from concurrent.futures import ProcessPoolExecutor
 
     import pyarrow.parquet as pq
 
-    from cublaslt_probe.dataset import arrow_schema
+    from cublaslt_probe.dataset import arrow_schema, write_tables
     schema = arrow_schema(env)
-    folder = os.path.dirname(os.path.abspath(out))
-    tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=folder)
-    tmp_out = os.path.join(tmp_dir, "out.parquet")
+    tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=os.path.dirname(os.path.abspath(out)))
     raws = [p for p in parts if p.raw]
     pool = ProcessPoolExecutor(jobs) if jobs > 1 and len(raws) > 1 else None
     try:
         futures = {}
         if pool:
             for i, p in enumerate(raws):
-                futures[p.path] = (pool.submit(_raw_to_parquet, p.path, p.keep, p.env,
-                                               os.path.join(tmp_dir, f"{i}.parquet")), os.path.join(tmp_dir, f"{i}.parquet"))
-        n = 0
-        with pq.ParquetWriter(tmp_out, schema) as w:
+                dest = os.path.join(tmp_dir, f"{i}.parquet")
+                futures[p.path] = (pool.submit(_raw_to_parquet, p.path, p.keep, p.env, dest), dest)
+
+        def tables():
             for p in parts:
                 if p.path in futures:
                     fut, dest = futures.pop(p.path)
                     fut.result()
-                    tables = _parquet_tables(dest, _all(pq.ParquetFile(dest).metadata.num_rows), schema)
+                    yield from _parquet_tables(dest, _all(pq.ParquetFile(dest).metadata.num_rows), schema)
                 elif p.raw:
-                    tables = _raw_tables(p.path, p.keep, p.env, schema)
+                    yield from _raw_tables(p.path, p.keep, p.env, schema)
                 else:
-                    tables = _parquet_tables(p.path, p.keep, schema)
-                for t in tables:
-                    w.write_table(t)
-                    n += len(t)
-        os.replace(tmp_out, out)
-        return n
+                    yield from _parquet_tables(p.path, p.keep, schema)
+        return write_tables(tables(), out, schema)
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)

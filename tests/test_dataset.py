@@ -192,3 +192,28 @@ def test_a_capture_with_the_lead_spin_carries_its_evidence():
     # the old captures (whole-enqueue spin) have no such column: null, not 0
     old = dataset.read_parquet(DATA / "h200_square.parquet")
     assert old.time_behind.isna().all()
+
+
+def test_every_writer_shares_one_core_that_writes_whole_or_not_at_all(raw, tmp_path):
+    """`record_tables` + `write_tables`, which the dataset command, `merge` and `sweep` all write through: the
+    rows of the real capture in row groups of `batch`; a failure part-way leaves the earlier file as it was and
+    no temporary file."""
+    import pyarrow.parquet as pq
+    env, recs = raw
+    recs = [dict(r) for r in recs]
+    schema = dataset.arrow_schema(env)
+    out = tmp_path / "d.parquet"
+    n = dataset.write_tables((t for t, _ in dataset.record_tables(recs, env, schema, batch=100)), out, schema)
+    assert n == len(recs) and pq.ParquetFile(out).metadata.num_row_groups == -(-len(recs) // 100)
+    whole = dataset.read_parquet(out)
+    assert list(whole.key) == [r["key"] for r in recs] and whole.attrs["env"] == env
+
+    def failing():
+        for i, (t, _) in enumerate(dataset.record_tables(recs, env, schema, batch=50)):
+            if i == 2:
+                raise OSError("disk full")
+            yield t
+    with pytest.raises(OSError, match="disk full"):
+        dataset.write_tables(failing(), out, schema)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet"]
+    pd.testing.assert_frame_equal(dataset.read_parquet(out), whole)
