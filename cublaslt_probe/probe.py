@@ -400,7 +400,7 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
     SPIN_SLACK_US for a host hiccup.
 
     Where twice the whole enqueue time (the retake's spin) costs at most CHEAP_SPIN of the samples' GPU time —
-    GEMMs of a millisecond or more — the spin is that: the first batch's launch of such a GEMM can take the
+    GEMMs of about 1.5 ms or more — the spin is that: the first batch's launch of such a GEMM can take the
     host several times its usual, and a first attempt behind costs a retake of every sample (on the llm
     preset, 53 of 136 GEMMs of 5 ms or more were retaken behind the lead's spin: 4.4 s of GPU time, against
     0.2 s of spin to cover them all; tests/fixtures/probe/long_spin_raw.jsonl)."""
@@ -855,7 +855,8 @@ class Probe:
     def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
         """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued).
         Events are recorded on the stream named once here: without it, each record asks torch for the current
-        stream (15 µs of host time per event on the H200 host, against the GEMM launch's 24)."""
+        stream (13.6-15.5 µs of host time per event on the H200 hosts, 4.7 µs on a named stream; a GEMM launch
+        takes 24-30)."""
         flush, behind = self.flush, 0
         st = self.torch.cuda.current_stream()
         h = time.perf_counter()

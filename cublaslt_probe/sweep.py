@@ -701,7 +701,7 @@ def fine_slices(gemms: int, workers: int, window: int) -> int:
 
 
 def claim(folder: str, count: int):
-    """Yield the numbers 1..count of the slices this worker takes, each claimed by creating folder/NNNN (an
+    """Yield the numbers 1..count of the slices this worker takes, each claimed by creating folder/NNNNNN (an
     exclusive create: of several workers sharing the folder, exactly one gets each slice). A worker asks for
     the next one when it has finished the last, so a slower worker takes fewer."""
     for j in range(1, count + 1):
@@ -713,7 +713,7 @@ def claim(folder: str, count: int):
         yield j
 
 
-def wait_for_workers(folder: str, workers: int, me: int, timeout_s: float = 300.0) -> float:
+def wait_for_workers(folder: str, workers: int, me: str, timeout_s: float = 300.0) -> float:
     """Say that worker `me` is ready (folder/ready-ME) and wait until `workers` are, or `timeout_s`: the
     workers start taking slices together, so no GPU works alone while the others are still starting.
     Returns the seconds waited."""
