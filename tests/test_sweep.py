@@ -299,3 +299,27 @@ def test_merge_fills_columns_a_part_predates(tmp_path):
     df = dataset.validate(dataset.read_parquet(str(tmp_path / "m.parquet")))
     assert df.time_behind.isna().all() and df.log_matches_case.isna().all()
     assert df.time_us.equals(dataset.read_parquet(str(data)).time_us)
+
+
+def test_a_devices_worker_that_dies_leaves_its_slices_to_the_others(tmp_path):
+    """One slice's raw part cannot be opened (a folder stands at its path): the worker that claims it exits
+    with an error; the other worker takes every slice left; the command names the exit codes and --resume."""
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps(NUMPY_SPEC))
+    out = tmp_path / "d.parquet"
+    bad = tmp_path / "d.part-0001-of-0012.raw.jsonl"
+    bad.mkdir()
+    args = ["sweep", "--spec", str(spec), "-o", str(out), "--devices", "0,1", "--no-progress", "--window", "8",
+            "--resume"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1
+    assert "device workers exited with" in r.output and "finish with --resume" in r.output
+    codes = sorted(int(x) for x in r.output.split("exited with [")[1].split("]")[0].split(","))
+    assert codes[0] == 0 and codes[1] != 0
+    done = sorted(p.name for p in tmp_path.glob("d.part-*.raw.jsonl") if p.is_file())
+    assert done == [f"d.part-{j:04d}-of-0012.raw.jsonl" for j in range(2, 13)]
+    assert not out.exists()
+    # the obstacle gone, --resume runs the one slice left and merges
+    bad.rmdir()
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0 and "97 rows" in r.output, r.output
