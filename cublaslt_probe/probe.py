@@ -678,6 +678,7 @@ class Probe:
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
         self._companion = HeuristicCompanion(pair and pair[1]) if self.options.pipeline else None
         self.cpus = pair   # (the probe's CPU, its companion's), or None when not pinned
+        self.host_cpus = os.sched_getaffinity(0)   # before pinning: the CPUs a helper process may use
         self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
         self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
         self._pair_pool: list = []                 # spent estimate event pairs

@@ -631,7 +631,10 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
     t1 = time.time()
     part = Part(raw, True, raw_env(raw))
     part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
-    write_dataset([part], out, part.env)
+    # a large raw file is turned into rows by several processes, started fresh (the probe's process holds a
+    # CUDA context) on the CPUs the probe's process had before it pinned its thread
+    write_dataset([part], out, part.env, jobs=os.cpu_count() or 1, spawn=True,
+                  cpus=getattr(executor, "host_cpus", None))
     df = dataset.read_parquet(out)
     df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
     return df
@@ -944,13 +947,18 @@ def find_parts(inputs: list[str]) -> list[str]:
     return out
 
 
-def _raw_tables(path: str, keep, env: dict, schema):
-    """The kept records of a raw file as Arrow tables of the dataset, BATCH_ROWS rows at a time."""
+def _raw_tables(path: str, keep, env: dict, schema, start: int = 0, stop: int | None = None):
+    """The kept records of a raw file (those from record `start` to `stop` when given) as Arrow tables of the
+    dataset, BATCH_ROWS rows at a time."""
     from cublaslt_probe import dataset
     from cublaslt_probe.errors import ProbeError
 
     def kept():
         for i, (line, _) in enumerate(_raw_lines(path)):
+            if i < start:
+                continue
+            if stop is not None and i >= stop:
+                break
             if keep[i]:
                 try:
                     yield json.loads(line)
@@ -976,17 +984,40 @@ def _parquet_tables(path: str, keep, schema):
         yield t.select(schema.names).cast(schema)
 
 
-def _raw_to_parquet(path: str, keep, env: dict, dest: str) -> int:
-    """A raw part as a Parquet file of the dataset schema (run in a worker process by `write_dataset`)."""
+def _raw_to_parquet(path: str, keep, env: dict, dest: str, start: int = 0, stop: int | None = None) -> int:
+    """A raw part (its records `start` to `stop`) as a Parquet file of the dataset schema (run in a worker
+    process by `write_dataset`)."""
     from cublaslt_probe.dataset import arrow_schema, write_tables
     schema = arrow_schema()
-    return write_tables(_raw_tables(path, keep, env, schema), dest, schema)
+    return write_tables(_raw_tables(path, keep, env, schema, start, stop), dest, schema)
 
 
-def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1) -> int:
+CHUNK_ROWS = 32768   # a raw part of at least twice this many records is turned into rows by several processes
+
+
+def _chunks(n: int, jobs: int, least: int = CHUNK_ROWS) -> list[tuple[int, int | None]]:
+    """Record ranges [start, stop) of a raw part of `n` records for up to `jobs` processes, each of `least`
+    records at least: the whole part as one range when it is smaller than two."""
+    pieces = max(1, min(jobs, n // max(1, least)))
+    if pieces == 1:
+        return [(0, None)]
+    step = -(-n // pieces)
+    return [(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _use_cpus(cpus) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: bool = False,
+                  cpus: set[int] | None = None, chunk_rows: int | None = None) -> int:
     """Stream the kept records of scanned `parts` into the Parquet dataset `out` (written whole or not at
-    all, `dataset.write_tables`); raw parts are turned into rows by up to `jobs` processes. Returns the rows
-    written."""
+    all, `dataset.write_tables`). Raw parts are turned into rows by up to `jobs` processes: one per part, and
+    a part of many records (`_chunks`) by several. `spawn` starts them fresh (from a process holding a CUDA
+    context, which must not be forked); `cpus`: the CPUs they run on (a process started by a pinned thread
+    inherits its one core). Returns the rows written."""
+    import multiprocessing
     import tempfile
     from concurrent.futures import ProcessPoolExecutor
 
@@ -995,21 +1026,26 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1) -> int:
     from cublaslt_probe.dataset import arrow_schema, write_tables
     schema = arrow_schema(env)
     tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=os.path.dirname(os.path.abspath(out)))
-    raws = [p for p in parts if p.raw]
-    pool = ProcessPoolExecutor(jobs) if jobs > 1 and len(raws) > 1 else None
+    tasks = [(pi, a, b) for pi, p in enumerate(parts) if p.raw
+             for a, b in (_chunks(len(p.positions), jobs, chunk_rows or CHUNK_ROWS) if jobs > 1 else [(0, None)])]
+    pool = None
+    if jobs > 1 and len(tasks) > 1:
+        ctx = multiprocessing.get_context("spawn") if spawn else None
+        pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_use_cpus, initargs=(cpus,))
     try:
-        futures = {}
+        futures: dict[int, list] = {}
         if pool:
-            for i, p in enumerate(raws):
-                dest = os.path.join(tmp_dir, f"{i}.parquet")
-                futures[p.path] = (pool.submit(_raw_to_parquet, p.path, p.keep, p.env, dest), dest)
+            for ti, (pi, a, b) in enumerate(tasks):
+                p, dest = parts[pi], os.path.join(tmp_dir, f"{ti}.parquet")
+                futures.setdefault(pi, []).append(
+                    (pool.submit(_raw_to_parquet, p.path, p.keep, p.env, dest, a, b), dest))
 
         def tables():
-            for p in parts:
-                if p.path in futures:
-                    fut, dest = futures.pop(p.path)
-                    fut.result()
-                    yield from _parquet_tables(dest, _all(pq.ParquetFile(dest).metadata.num_rows), schema)
+            for pi, p in enumerate(parts):
+                if pi in futures:
+                    for fut, dest in futures.pop(pi):
+                        fut.result()
+                        yield from _parquet_tables(dest, _all(pq.ParquetFile(dest).metadata.num_rows), schema)
                 elif p.raw:
                     yield from _raw_tables(p.path, p.keep, p.env, schema)
                 else:
@@ -1090,7 +1126,7 @@ def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: i
         raise ProbeError(f"the parts do not hold {'plan ' + repr(plan_.name) if plan_ else 'their GEMMs'} "
                          f"({len(index)} GEMMs) exactly once: " + "; ".join(problems))
     env = dict(base.env, shard=None, shard_source=None, parts=len(parts))
-    n_jobs = jobs or min(os.cpu_count() or 1, sum(p.raw for p in parts)) or 1
+    n_jobs = jobs or os.cpu_count() or 1
     t0 = time.time()
     rows = write_dataset(parts, out, env, jobs=n_jobs)
     log.info("merge: wrote %d rows to %s in %.1f s (%d processes for raw parts)", rows, out, time.time() - t0, n_jobs)

@@ -418,3 +418,35 @@ def test_a_plans_digest_is_computed_once():
     plan.cases = other.cases   # not read again: the digest kept is the one of the plan's first cases
     assert plan.digest() == first and plan.identity()["digest"] == first
     assert sweep.plan_from_spec(SPEC).digest() == first
+
+
+# --- one large raw part, turned into rows by several processes ----------------------------------------------------
+def test_a_large_raw_part_is_cut_into_ranges_of_at_least_a_chunk():
+    assert sweep._chunks(100, 4, least=40) == [(0, 50), (50, 100)]     # two ranges of 40 or more
+    assert sweep._chunks(79, 4, least=40) == [(0, None)]              # less than two: the whole part
+    assert sweep._chunks(10_000, 3, least=40) == [(0, 3334), (3334, 6668), (6668, 10_000)]
+    assert sweep._chunks(10_000, 1, least=40) == [(0, None)]
+
+
+def test_one_raw_part_built_by_several_processes_is_the_part_built_by_one(tmp_path, monkeypatch):
+    """`sweep.run` turns its raw file into rows with every core once it holds two chunks or more (processes
+    started fresh: the probe's process holds a CUDA context): the rows and their order are those one process
+    builds."""
+    import pandas as pd
+    cases = PLAN.cases
+    monkeypatch.setattr(sweep, "CHUNK_ROWS", 12)   # the real threshold is 32,768 records
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    df = sweep.run(cases, str(tmp_path / "a.parquet"), sweep.NumpyExecutor(reps=1), window=50, progress=False)
+    assert len(cases) == 49 and len(sweep._chunks(len(cases), 3, 12)) == 3
+    raw = sweep.raw_path(str(tmp_path / "a.parquet"))
+    part = sweep.Part(raw, True, sweep.raw_env(raw))
+    part.scan(sweep.KeyIndex(cases.key_chunks()))
+    sweep.write_dataset([part], str(tmp_path / "one.parquet"), part.env, jobs=1)
+    one = dataset.read_parquet(tmp_path / "one.parquet")
+    assert list(df.key) == list(cases.keys())
+    # the same rows and values (a dictionary column lists its categories in the order each chunk met them)
+    pd.testing.assert_frame_equal(df, one, check_categorical=False)
+    # merged from the raw file by forked processes, the same
+    sweep.write_dataset([part], str(tmp_path / "two.parquet"), part.env, jobs=2, chunk_rows=12)
+    pd.testing.assert_frame_equal(dataset.read_parquet(tmp_path / "two.parquet"), one, check_categorical=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "a.raw.jsonl", "one.parquet", "two.parquet"]
