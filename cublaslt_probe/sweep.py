@@ -1129,7 +1129,8 @@ def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: i
     n_jobs = jobs or os.cpu_count() or 1
     t0 = time.time()
     rows = write_dataset(parts, out, env, jobs=n_jobs)
-    log.info("merge: wrote %d rows to %s in %.1f s (%d processes for raw parts)", rows, out, time.time() - t0, n_jobs)
+    log.info("merge: wrote %d rows to %s in %.1f s (up to %d processes for raw parts)", rows, out, time.time() - t0,
+             n_jobs)
     return Merged(out, rows, len(parts), plan_.name if plan_ else None)
 
 
