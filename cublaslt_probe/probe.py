@@ -257,6 +257,12 @@ class Built:
     lt_config: dict | None = None   # lt backend: the config of the algo it runs
     lt_waves: float | None = None
 
+    def close(self) -> None:
+        """Release what the callable held that must be closed (an lt GEMM's descriptors)."""
+        for k in self.keep:
+            if hasattr(k, "close"):
+                k.close()
+
 
 class Builder:
     """Makes a callable for a Case on its backend. One per probe process. `lib` (an `lt.LtLibrary`) is
@@ -904,9 +910,7 @@ class Probe:
                 results = self._companion.collect(keys)
                 where = "companion"
             except CaptureError as e:
-                log.warning("%s; measuring the heuristic in the probe's process from now on", e)
-                self._companion.close()
-                self._companion = None
+                self._drop_companion(e)
         if results is None:
             results = lt.measure_heuristics(self.lib, [problems[k] for k in keys], self.options.heuristic_reps)
         for key, (miss, hit, err, *_) in zip(keys, results):
@@ -928,9 +932,12 @@ class Probe:
         try:
             self._companion.ask(p.key(), p, self.options.heuristic_reps)
         except CaptureError as e:
-            log.warning("%s; measuring the heuristic in the probe's process from now on", e)
-            self._companion.close()
-            self._companion = None
+            self._drop_companion(e)
+
+    def _drop_companion(self, why: CaptureError) -> None:
+        """The companion failed: say why, stop it, and measure the heuristic in this process from now on."""
+        log.warning("%s; measuring the heuristic in the probe's process from now on", why)
+        self.close()
 
     # kernels, log lines, direct cuBLASLt calls ------------------------------------------------------------
     def profile(self, calls) -> list[list[tuple[str, float]]]:
@@ -998,7 +1005,7 @@ class Probe:
                     t = time.perf_counter()
                     self.builder.set_flags(c)
                     self._inflight = (rec, c, b, self._start(b.fn, f"{c.backend}|{c.op}",
-                                                             *self._read_estimate(est), None), ph, t)
+                                                             *self._read_estimate(est), None), ph)
                     ph["time"] = round((time.perf_counter() - t) * 1e3, 3)
                     if self._inflight[3].per == 1:
                         self._drain(built)   # a long GEMM: the next one is prepared on an idle GPU (see above)
@@ -1069,7 +1076,7 @@ class Probe:
         under its own flags), run its candidates when asked, and add it to the window's `built`."""
         if self._inflight is None:
             return
-        rec, c, b, pending, ph, _ = self._inflight
+        rec, c, b, pending, ph = self._inflight
         self._inflight = None
         t = time.perf_counter()
         try:
@@ -1082,9 +1089,7 @@ class Probe:
             self.torch.cuda.synchronize()
         ph["time"] = round(ph.get("time", 0.0) + (time.perf_counter() - t) * 1e3, 3)
         if rec.get("error"):
-            for k in b.keep:
-                if hasattr(k, "close"):
-                    k.close()
+            b.close()
             return
         built.append((rec, c, b))
         if self.options.candidates and c.backend == "lt":
@@ -1115,9 +1120,7 @@ class Probe:
             for rec, _, _ in built:
                 rec["error"] = rec["error"] or f"kernel capture failed: {type(e).__name__}: {e}"[:500]
         for _, _, b in built:
-            for k in b.keep:
-                if hasattr(k, "close"):
-                    k.close()
+            b.close()
         built.clear()
 
 

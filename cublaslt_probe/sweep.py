@@ -552,18 +552,21 @@ def run_meta(plan_: Plan, sl: Slice | None = None, **extra) -> dict:
             "plan": plan_.identity(), **extra}
 
 
+def out_base(out: str) -> str:
+    """The dataset path `out` without its .parquet suffix: what the files beside it are named from."""
+    return out[:-len(".parquet")] if out.endswith(".parquet") else out
+
+
 def part_path(out: str, sl: Slice) -> str:
     """The dataset file of slice `sl` of the sweep writing `out`: OUT.part-0003-of-0016.parquet (raw records
     in OUT.part-0003-of-0016.raw.jsonl)."""
-    base = out[:-len(".parquet")] if out.endswith(".parquet") else out
     w = max(4, len(str(sl.count)))
-    return f"{base}.part-{sl.index:0{w}d}-of-{sl.count:0{w}d}.parquet"
+    return f"{out_base(out)}.part-{sl.index:0{w}d}-of-{sl.count:0{w}d}.parquet"
 
 
 # --- running ------------------------------------------------------------------------------------------------
 def raw_path(out: str) -> str:
-    base = out[:-len(".parquet")] if out.endswith(".parquet") else out
-    return base + ".raw.jsonl"
+    return out_base(out) + ".raw.jsonl"
 
 
 class Progress:

@@ -118,8 +118,7 @@ def _multi_device(devices: str, out: str, args: list[str], sl=None, gemms: int =
     devs = [d.strip() for d in devices.split(",") if d.strip()]
     whole = sl or sweep.WHOLE
     count = sweep.fine_slices(gemms, len(devs), window)
-    base = out[:-len(".parquet")] if out.endswith(".parquet") else out
-    claims = base + ".claims"
+    claims = sweep.out_base(out) + ".claims"
     parts = [sweep.raw_path(sweep.part_path(out, whole.split(j, count))) for j in range(1, count + 1)]
     held = [p for p in parts if os.path.exists(p)]
     if held and "--resume" not in args:
