@@ -2,6 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
+        [--reference-spin enqueue]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -77,16 +78,41 @@ def throughput(probe, cases, window):
     return modes
 
 
-def fidelity(probe, cases, window):
+def reference_spin(probe, rule: str):
+    """Make `probe`'s first timing spin follow `rule` ("enqueue": the whole enqueue time, the method before
+    the pipeline; "lead-only": the host's lead without the cheap whole-enqueue spin of long GEMMs), or the
+    probe's own ("same")."""
+    from cublaslt_probe import probe as probe_mod
+    if rule == "same":
+        probe.__dict__.pop("first_spin", None)
+    elif rule == "enqueue":
+        probe.first_spin = lambda host, once, reps, per: (probe_mod.enqueue_spin(host, reps, per), "enqueue")
+    else:
+        def lead_only(host, once, reps, per):
+            cheap, probe_mod.CHEAP_SPIN = probe_mod.CHEAP_SPIN, 0.0
+            try:
+                return probe_mod.timing_spin(host, once, reps, per), "lead-only"
+            finally:
+                probe_mod.CHEAP_SPIN = cheap
+        probe.first_spin = lead_only
+
+
+def fidelity(probe, cases, window, reference: str = "same"):
     """Each window four times, on and off twice each (on, off, off, on; then off, on, on, off for the next
-    window): each mode compared with the other (the mean of its two runs, and run by run) and with itself."""
+    window): each mode compared with the other (the mean of its two runs, and run by run) and with itself.
+    The off runs' first timing spin follows `reference` (`reference_spin`)."""
     runs = {"on1": {}, "off1": {}, "off2": {}, "on2": {}}
     for i, w in enumerate(windows_of(cases, window)):
         order = ["on1", "off1", "off2", "on2"] if i % 2 == 0 else ["off1", "on1", "on2", "off2"]
         for name in order:
-            probe.options = dataclasses.replace(probe.options, pipeline=name.startswith("on"))
+            on = name.startswith("on")
+            probe.options = dataclasses.replace(probe.options, pipeline=on)
+            reference_spin(probe, "same" if on else reference)
             for r in probe.run_window(w):
                 runs[name][r["key"]] = r
+    reference_spin(probe, "same")
+    print(f"fidelity: pipeline on with the probe's spin rule; off (one step after another) with the {reference!r} rule"
+          f" ({sorted({r['timing']['rule'] for r in runs['off1'].values() if r.get('timing')})} recorded)")
     keys = [k for k in runs["on1"] if all(not runs[n][k].get("error") and runs[n][k].get("time_us") for n in runs)]
 
     def t(name, k):
@@ -124,6 +150,10 @@ def main():
     ap.add_argument("--limit", type=int, default=1200, help="the first N GEMMs of the plan (0: all)")
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--fidelity", default="", metavar="PRESET", help="also compare the modes GEMM by GEMM on this preset")
+    ap.add_argument("--reference-spin", default="same", choices=("same", "lead-only", "enqueue"),
+                    help="the first timing spin of the off runs in --fidelity: the probe's own, the host's lead "
+                         "without the cheap spin of long GEMMs, or the whole enqueue time (the method before "
+                         "the pipeline)")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
@@ -138,7 +168,7 @@ def main():
         cases = cases[:a.limit]
     throughput(probe, cases, a.window)
     if a.fidelity:
-        fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window)
+        fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin)
     probe.close()
 
 

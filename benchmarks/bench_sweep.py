@@ -73,6 +73,8 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print the probe's timing evidence for each checked GEMM")
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     ap.add_argument("--every", type=int, default=1, metavar="K", help="run every K-th GEMM of the plan")
+    ap.add_argument("--no-builders", action="store_true",
+                    help="build the dataset at the end in the sweep's process, not in processes started ahead")
     ap.add_argument("--spin-rule", default="lead", choices=SPIN_RULES,
                     help="the timing spin: the host's lead over the GPU (default), the whole enqueue time "
                          "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
@@ -81,6 +83,7 @@ def main():
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Builder, ProbeOptions
     t_init = time.time()
+    builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
     probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps,
                                                   cpu_slot=0))
     print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
@@ -106,12 +109,24 @@ def main():
         t0 = time.time()
         out = a.out or os.path.join(d, "b.parquet")
         argv = [os.path.basename(x) if os.sep in x else x for x in sys.argv[1:]]  # no machine paths
-        df = sweep.run(cases, out, probe, progress=False, meta={"command": "benchmarks/bench_sweep.py " + " ".join(argv)})
+        df = sweep.run(cases, out, probe, progress=False, meta={"command": "benchmarks/bench_sweep.py " + " ".join(argv)},
+                       builders=builders)
         wall = time.time() - t0
         if prof:
             prof.disable()
         from cublaslt_probe.dataset import read_raw
         _, recs = read_raw(sweep.raw_path(out))
+        built_s = df.attrs["ran"]["dataset_seconds"]
+        if builders is not None:
+            # the same raw file built again in this process alone (A/B in one process, after the sweep)
+            raw = sweep.raw_path(out)
+            t = time.time()
+            part = sweep.Part(raw, True, sweep.raw_env(raw))
+            part.scan(sweep.KeyIndex(cases.key_chunks() if hasattr(cases, "key_chunks") else [c.key for c in cases]))
+            sweep.write_dataset([part], os.path.join(d, "one.parquet"), part.env, jobs=1)
+            print(f"dataset build: {built_s:.2f} s by {builders.jobs} processes started ahead, "
+                  f"{time.time() - t:.2f} s in the sweep's process alone (the same raw file, after the sweep)")
+            builders.close()
     ok = df[df.error.isna()]
     calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
     gpu_s = float((ok.time_us * calls).sum()) / 1e6

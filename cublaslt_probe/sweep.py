@@ -620,9 +620,11 @@ FSYNC_S = 5.0
 
 
 def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: int = 32,
-        progress: bool = True, meta: dict | None = None, retry_errors: bool = False):
+        progress: bool = True, meta: dict | None = None, retry_errors: bool = False,
+        builders: RowBuilders | None = None):
     """Run `cases` through `executor` (has `.env` and `.run_window(cases) -> list[dict]`), appending raw
-    records to `raw_path(out)` after each window (`capture`), then build and write the Parquet dataset `out`.
+    records to `raw_path(out)` after each window (`capture`), then build and write the Parquet dataset `out`
+    (by `builders` when given: processes started before the executor).
 
     Killed part-way, the raw file holds every finished window; `resume=True` skips the keys it holds.
     Returns the DataFrame.
@@ -634,10 +636,18 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
     t1 = time.time()
     part = Part(raw, True, raw_env(raw))
     part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
-    # a large raw file is turned into rows by several processes, started fresh (the probe's process holds a
-    # CUDA context) on the CPUs the probe's process had before it pinned its thread
-    write_dataset([part], out, part.env, jobs=os.cpu_count() or 1, spawn=True,
-                  cpus=getattr(executor, "host_cpus", None))
+    if builders is not None:
+        from concurrent.futures.process import BrokenProcessPool
+        try:
+            write_dataset([part], out, part.env, builders=builders)
+        except BrokenProcessPool as e:   # one was killed (out of memory, say): this process builds the rows
+            log.warning("the processes started to build the dataset stopped (%s): building it here", e)
+            builders = None
+    if builders is None:
+        # a large raw file is turned into rows by several processes, started fresh (the probe's process holds
+        # a CUDA context) on the CPUs the probe's process had before it pinned its thread
+        write_dataset([part], out, part.env, jobs=os.cpu_count() or 1, spawn=True,
+                      cpus=getattr(executor, "host_cpus", None))
     df = dataset.read_parquet(out)
     df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
     return df
@@ -1013,13 +1023,55 @@ def _use_cpus(cpus) -> None:
         os.sched_setaffinity(0, cpus)
 
 
+BUILDER_ROWS = 512   # with `RowBuilders` started ahead, a raw part is cut into ranges of this many records at least
+
+
+def _builder_ready(cpus) -> int:
+    """A `RowBuilders` process, once: on its CPUs, with what turns records into rows imported."""
+    _use_cpus(cpus)
+    import pyarrow.parquet  # noqa: F401
+    from cublaslt_probe import dataset
+    dataset.arrow_schema()
+    return os.getpid()
+
+
+class RowBuilders:
+    """Processes that turn a sweep's raw records into dataset rows at its end, started before the probe.
+
+    A row costs 0.15-0.3 ms of host time (its log line parsed, its kernels decoded), which on the decode preset
+    was 1.2 s after 7.3 s of capture, in the sweep's one process. Processes started fresh at the end would
+    spend longer importing pandas and pyarrow than they save; started before the probe (while it loads torch
+    and cuBLASLt, and on every CPU, before it pins its thread) they wait, idle, for the sweep's end and then
+    each take a range of `BUILDER_ROWS` records or more. Fresh processes (spawn): the sweep's process will
+    hold a CUDA context, which must not be forked."""
+
+    def __init__(self, jobs: int | None = None):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        self.jobs = max(1, jobs or len(os.sched_getaffinity(0)))
+        self.pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        cpus = os.sched_getaffinity(0)
+        self._ready = [self.pool.submit(_builder_ready, cpus) for _ in range(self.jobs)]
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: bool = False,
-                  cpus: set[int] | None = None, chunk_rows: int | None = None) -> int:
+                  cpus: set[int] | None = None, chunk_rows: int | None = None,
+                  builders: RowBuilders | None = None) -> int:
     """Stream the kept records of scanned `parts` into the Parquet dataset `out` (written whole or not at
     all, `dataset.write_tables`). Raw parts are turned into rows by up to `jobs` processes: one per part, and
     a part of many records (`_chunks`) by several. `spawn` starts them fresh (from a process holding a CUDA
     context, which must not be forked); `cpus`: the CPUs they run on (a process started by a pinned thread
-    inherits its one core). Returns the rows written."""
+    inherits its one core). With `builders` (started ahead), its processes do that work instead, in ranges
+    of `BUILDER_ROWS` records at least. Returns the rows written."""
     import multiprocessing
     import tempfile
     from concurrent.futures import ProcessPoolExecutor
@@ -1029,10 +1081,14 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
     from cublaslt_probe.dataset import arrow_schema, write_tables
     schema = arrow_schema(env)
     tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=os.path.dirname(os.path.abspath(out)))
+    if builders is not None:
+        jobs, chunk_rows = builders.jobs, chunk_rows or BUILDER_ROWS
     tasks = [(pi, a, b) for pi, p in enumerate(parts) if p.raw
              for a, b in (_chunks(len(p.positions), jobs, chunk_rows or CHUNK_ROWS) if jobs > 1 else [(0, None)])]
     pool = None
-    if jobs > 1 and len(tasks) > 1:
+    if builders is not None:
+        pool = builders.pool
+    elif jobs > 1 and len(tasks) > 1:
         ctx = multiprocessing.get_context("spawn") if spawn else None
         pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_use_cpus, initargs=(cpus,))
     try:
@@ -1055,7 +1111,7 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
                     yield from _parquet_tables(p.path, p.keep, schema)
         return write_tables(tables(), out, schema)
     finally:
-        if pool:
+        if pool and builders is None:
             pool.shutdown(cancel_futures=True)
         shutil.rmtree(tmp_dir, ignore_errors=True)
 

@@ -450,3 +450,36 @@ def test_one_raw_part_built_by_several_processes_is_the_part_built_by_one(tmp_pa
     sweep.write_dataset([part], str(tmp_path / "two.parquet"), part.env, jobs=2, chunk_rows=12)
     pd.testing.assert_frame_equal(dataset.read_parquet(tmp_path / "two.parquet"), one, check_categorical=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "a.raw.jsonl", "one.parquet", "two.parquet"]
+
+
+def test_row_builders_started_ahead_build_the_rows_one_process_builds(tmp_path, monkeypatch):
+    """`sweep` starts processes before the probe (`RowBuilders`) that build the dataset at the sweep's end,
+    in ranges of `BUILDER_ROWS` records: the same rows, in the same order, as one process builds."""
+    import pandas as pd
+    cases = PLAN.cases
+    monkeypatch.setattr(sweep, "BUILDER_ROWS", 12)   # the real range is 512 records at least
+    with sweep.RowBuilders(jobs=3) as rb:
+        df = sweep.run(cases, str(tmp_path / "a.parquet"), sweep.NumpyExecutor(reps=1), window=50, progress=False,
+                       builders=rb)
+        assert len(sweep._chunks(len(cases), rb.jobs, 12)) == 3
+    raw = sweep.raw_path(str(tmp_path / "a.parquet"))
+    part = sweep.Part(raw, True, sweep.raw_env(raw))
+    part.scan(sweep.KeyIndex(cases.key_chunks()))
+    sweep.write_dataset([part], str(tmp_path / "one.parquet"), part.env, jobs=1)
+    assert list(df.key) == list(cases.keys())
+    pd.testing.assert_frame_equal(df, dataset.read_parquet(tmp_path / "one.parquet"), check_categorical=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "a.raw.jsonl", "one.parquet"]
+
+
+def test_a_sweep_whose_row_builders_died_builds_its_dataset_itself(tmp_path, caplog):
+    """A builder process killed during the sweep (by the kernel's out-of-memory killer, say) costs nothing:
+    the sweep says so and builds the rows in its own process."""
+    import signal
+    cases = PLAN.cases
+    with sweep.RowBuilders(jobs=2) as rb:
+        os.kill(rb._ready[0].result(timeout=120), signal.SIGKILL)
+        with caplog.at_level("WARNING", logger="cublaslt_probe.sweep"):
+            df = sweep.run(cases, str(tmp_path / "a.parquet"), sweep.NumpyExecutor(reps=1), window=50,
+                           progress=False, builders=rb)
+    assert "processes started to build the dataset stopped" in caplog.text
+    assert list(df.key) == list(cases.keys()) and df.error.isna().all() and df.time_us.notna().all()

@@ -149,3 +149,21 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
 def _lines(lines):
     """Log lines without their time stamp and pointers (which differ from call to call)."""
     return [re.sub(r"^\[[^]]*\]|0X[0-9A-F]+", "", x) for x in lines]
+
+
+def test_the_sweep_command_builds_its_dataset_in_processes_started_before_the_probe(tmp_path):
+    """`cublaslt-probe sweep` on the GPU: the processes it starts before the probe (`sweep.RowBuilders`,
+    spawned: the sweep's process then holds a CUDA context) build the dataset, every row with its kernels."""
+    import subprocess
+    import sys
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "rows"\n[[group]]\nbackends = ["torch"]\ndtypes = ["bf16"]\nlayouts = ["NT"]\n'
+                    "m = {range = [1, 41, 1]}\nn = [4096]\nk = [4096]\n")
+    out = tmp_path / "o.parquet"
+    p = subprocess.run([sys.executable, "-m", "cublaslt_probe", "sweep", "--spec", str(spec), "-o", str(out),
+                        "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "then built the dataset in" in p.stderr
+    df = dataset.read_parquet(out)
+    assert len(df) == 40 and df.error.isna().all() and df.kernel.notna().all() and (df.time_us > 0).all()
+    assert sorted(df.m) == list(range(1, 41)) and df.algo_id.notna().all() and df.log_matches_case.all()

@@ -81,22 +81,33 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
         os.environ["CUDA_VISIBLE_DEVICES"] = sweep.local_rank_device(sl.local_rank)
         click.echo(f"  LOCAL_RANK={sl.local_rank}: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}", err=True)
     target = sweep.part_path(out, sl) if sl else out
+    builders = None
     if all(c.backend == "numpy" for c in cases):
         executor = sweep.NumpyExecutor()
     else:
-        from cublaslt_probe.probe import Probe
-        executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps,
-                         cpu_slot=sweep.cpu_slot())
+        from cublaslt_probe.probe import Probe, require_gpu
+        require_gpu("sweep")
+        if not claims:   # started first: they get ready while the probe starts, on every CPU
+            builders = sweep.RowBuilders()
+        try:
+            executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps,
+                             cpu_slot=sweep.cpu_slot())
+        except BaseException:
+            if builders is not None:
+                builders.close()
+            raise
     if claims:
         return _worker(plan, sl or sweep.WHOLE, slices or 1, claims, workers, out, executor, resume, window,
                        candidates=candidates, flush_l2=flush_l2)
     meta = sweep.run_meta(plan, sl, candidates=candidates, flush_l2=flush_l2)
     try:
         df = sweep.run(cases, target, executor, resume=resume, window=window, progress=not no_progress, meta=meta,
-                       retry_errors=retry_errors)
+                       retry_errors=retry_errors, builders=builders)
     finally:
         if hasattr(executor, "close"):
             executor.close()
+        if builders is not None:
+            builders.close()
     n_err = int(df["error"].notna().sum())
     ran = df.attrs.get("ran") or {}
     if ran.get("seconds"):
