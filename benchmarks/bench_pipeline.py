@@ -126,12 +126,23 @@ def fidelity(probe, cases, window, reference: str = "same"):
         print(f"fidelity, {label}: over {len(d)} GEMMs, within 3 %: {sum(x <= 3 for x in d)}/{len(d)} "
               f"({sum(x <= 3 for x in d) / len(d) * 100:.1f} %), median |Δ| {statistics.median(d):.2f} %, "
               f"max {max(d):.1f} %")
+    from cublaslt_probe.cases import Case
+    from cublaslt_probe.probe import HEAVY_US, heavy_us
+    for label, part in (("run one step after another in both modes (heavy_us >= HEAVY_US)",
+                         [k for k in keys if heavy_us(Case.from_key(k)) >= HEAVY_US]),
+                        ("pipelined", [k for k in keys if heavy_us(Case.from_key(k)) < HEAVY_US])):
+        d = [abs(t("on", k) / t("off", k) - 1) * 100 for k in part]
+        n = [abs(t("off2", k) / t("off1", k) - 1) * 100 for k in part]
+        if d:
+            print(f"    of them {label}: {len(d)}, on vs off within 3 %: {sum(x <= 3 for x in d)}, median on/off "
+                  f"{statistics.median(t('on', k) / t('off', k) for k in part):.4f}; off vs off within 3 %: "
+                  f"{sum(x <= 3 for x in n)}")
     same = sum(all(runs[n][k].get("kernels") == runs["off1"][k].get("kernels") for n in runs) for k in keys)
     logs = sum(all(_lines(runs[n][k].get("log_lines")) == _lines(runs["off1"][k].get("log_lines")) for n in runs)
                for k in keys)
     print(f"fidelity: same kernels in all four runs on {same}/{len(keys)} GEMMs, same log lines on {logs}/{len(keys)}; "
           "errors " + ", ".join(f"{n} {sum(bool(r.get('error')) for r in runs[n].values())}" for n in runs))
-    worst = sorted(keys, key=lambda k: -abs(t("on", k) / t("off", k) - 1))[:8]
+    worst = sorted(keys, key=lambda k: -abs(t("on", k) / t("off", k) - 1))[:16]
     for k in worst:
         print(f"    {k:40s} " + "  ".join(
             f"{n} {runs[n][k]['time_us']:8.2f} ({runs[n][k]['time_calls_per_rep']}/s, a{runs[n][k]['timing']['attempts']}, "
@@ -154,6 +165,8 @@ def main():
                     help="the first timing spin of the off runs in --fidelity: the probe's own, the host's lead "
                          "without the cheap spin of long GEMMs, or the whole enqueue time (the method before "
                          "the pipeline)")
+    ap.add_argument("--save", help="write every fidelity run's records (key, time_us, calls per sample, attempts) "
+                                   "to this JSON file")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
@@ -168,7 +181,11 @@ def main():
         cases = cases[:a.limit]
     throughput(probe, cases, a.window)
     if a.fidelity:
-        fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin)
+        runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin)
+        if a.save:
+            with open(a.save, "w") as f:
+                json.dump({n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts")]
+                               for k, r in rs.items()} for n, rs in runs.items()}, f)
     probe.close()
 
 

@@ -54,6 +54,10 @@ GAP_SLACK_US = 0.75              # this, on a GPU whose events cost more): the s
 HOST_US_GUESS = 30.0             # host µs to enqueue one call before the first enqueue loop of a backend and op
 CHEAP_SPIN = 0.1                 # a spin costing at most this share of the samples' GPU time covers the whole
                                  # enqueue, twice (timing_spin)
+HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this long at PEAK_TFLOPS (`heavy_us`)
+                                 # runs one step after another
+PEAK_TFLOPS = {"fp32": 67.0, "tf32": 495.0, "fp16": 990.0, "bf16": 990.0, "fp8": 1980.0, "fp8_e5m2": 1980.0}
+                                 # dense peaks of an H100/H200 SXM, a measure of a GEMM's arithmetic
 
 
 def require_gpu(what: str):
@@ -417,6 +421,12 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
     if whole <= CHEAP_SPIN * reps * per * once_us:
         return max(spin, whole)
     return spin
+
+
+def heavy_us(c: Case) -> float:
+    """µs the arithmetic of `c` (2·m·n·k·batch) takes at the PEAK_TFLOPS of its dtype: a measure of how hard
+    the GEMM drives the tensor cores, not a prediction of its time (pure)."""
+    return 2.0 * c.m * c.n * c.k * c.batch / PEAK_TFLOPS.get(c.dtype, PEAK_TFLOPS["fp8"]) / 1e6
 
 
 def enqueue_spin(host_us: float, reps: int, per: int) -> float:
@@ -978,13 +988,17 @@ class Probe:
         measured is what the one-step-after-another order measures; only the host's waiting is gone. Not
         behind a GEMM timed one call per sample (SINGLE_US or more): kept busy through such GEMMs, the GPU
         ran the compute-bound ones of the quick preset 5-10 % slower (its clocks under sustained load) than
-        with the host's pauses between them; the next GEMM is prepared after it, as before."""
+        with the host's pauses between them; the next GEMM is prepared after it, as before. Nor for a GEMM
+        whose arithmetic alone keeps the tensor cores busy HEAVY_US or more (`heavy_us`): its warm-up, logged
+        and estimating calls queued back to back behind the GEMM before, the GPU ran the quick preset's
+        4096^3 bf16 GEMMs 5-10 % slower than one step after another (bench10_fidelity_before_heavy.txt);
+        such a GEMM runs one step after another once the GEMM before has finished. The GEMMs the pipeline
+        is for, those the host's launches outlast, have far less arithmetic."""
         records: list[dict] = []
         built: list[tuple[dict, Case, Built]] = []
         heur: list[tuple[dict, Case]] = []
         held = 0
-        pipeline = self.options.pipeline
-        if pipeline:
+        if self.options.pipeline:
             for c in cases:   # the companion works through the window's questions while the window runs
                 if not invalid_reason(c):
                     self._ask_heuristic(c)
@@ -997,6 +1011,7 @@ class Probe:
                 continue
             ph = rec["probe_ms"] = {}
             t = time.perf_counter()
+            pipeline = self.options.pipeline and heavy_us(c) < HEAVY_US
             try:
                 b, held = self._build(c, built, held)
                 if pipeline:
@@ -1010,6 +1025,7 @@ class Probe:
                     if self._inflight[3].per == 1:
                         self._drain(built)   # a long GEMM: the next one is prepared on an idle GPU (see above)
                 else:
+                    self._drain(built)   # (pipeline) a heavy GEMM: prepared on a GPU that has finished, see above
                     t = self._capture(c, b, rec, ph, t)
                     built.append((rec, c, b))
             except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on

@@ -131,7 +131,9 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
         assert _lines(r["log_lines"]) == _lines(off[k]["log_lines"]), k
         assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= r["timing"]["gap_limit_us"], \
             (k, r["timing"])
-        assert "wait" in r["probe_ms"] and "estimate" in r["probe_ms"]
+        # pipelined, unless its arithmetic is heavy: then one step after another in both modes
+        from cublaslt_probe.probe import HEAVY_US, heavy_us
+        assert ("wait" in r["probe_ms"] and "estimate" in r["probe_ms"]) == (heavy_us(Case.from_key(k)) < HEAVY_US), k
         assert r["heuristic_miss_us"] > 0 and r["heuristic_hit_us"] > 0
         miss_on.append(r["heuristic_miss_us"])
         miss_off.append(off[k]["heuristic_miss_us"])
@@ -158,7 +160,7 @@ def test_the_sweep_command_builds_its_dataset_in_processes_started_before_the_pr
     import sys
     spec = tmp_path / "s.toml"
     spec.write_text('name = "rows"\n[[group]]\nbackends = ["torch"]\ndtypes = ["bf16"]\nlayouts = ["NT"]\n'
-                    "m = {range = [1, 41, 1]}\nn = [4096]\nk = [4096]\n")
+                    "m = {range = [1, 40, 1]}\nn = [4096]\nk = [4096]\n")
     out = tmp_path / "o.parquet"
     p = subprocess.run([sys.executable, "-m", "cublaslt_probe", "sweep", "--spec", str(spec), "-o", str(out),
                         "--no-progress"], capture_output=True, text=True, timeout=600)

@@ -101,3 +101,29 @@ def test_on_a_real_llm_capture_the_cheap_whole_enqueue_spin_covers_every_first_a
     assert all(timing_spin((r["timing"]["retaken"]["spin_us"] - SPIN_FLOOR_US - SPIN_SLACK_US) / SPIN_MARGIN,
                            r["timing"]["estimate_us"], r["time_us_reps"], 1) >= r["timing"]["retaken"]["enqueue_us"]
                for r in behind if r["time_us"] >= 5000)
+
+
+@pytest.mark.parametrize("name", ["h200_llm", "h200_square", "h200_grid"])
+def test_heavy_us_is_arithmetic_no_real_gemm_outran(name):
+    """`heavy_us` (a GEMM's arithmetic at PEAK_TFLOPS) is never more than what the H200 measured: the peaks
+    are peaks, so a GEMM called heavy really kept the tensor cores busy that long."""
+    from cublaslt_probe.cases import Case
+    from cublaslt_probe.probe import heavy_us
+    df = dataset.read_parquet(Path(__file__).parent.parent / "data" / f"{name}.parquet")
+    df = df[df.time_us.notna()]
+    assert len(df) > 300
+    worst = max(heavy_us(Case(r.backend, r.op, r.dtype, r.layout, r.m, r.n, r.k, r.batch)) / r.time_us
+                for r in df.itertuples())
+    assert 0.5 < worst < 1.0, worst
+
+
+def test_the_pipeline_runs_every_decode_gemm_and_heavy_ones_run_one_step_after_another():
+    """Decode GEMMs (the host-bound ones the pipeline is for) are all light; the quick preset's 4096^3 bf16
+    and fp32 127x4095x8191, which the GPU ran 5-10 % slower queued behind other GEMMs, are heavy."""
+    from cublaslt_probe import sweep
+    from cublaslt_probe.cases import Case
+    from cublaslt_probe.probe import HEAVY_US, heavy_us
+    assert max(heavy_us(c) for c in sweep.plan("decode").cases) < HEAVY_US
+    assert heavy_us(Case("torch", "mm", "bf16", "NN", 4096, 4096, 4096)) >= HEAVY_US
+    assert heavy_us(Case("lt", "mm", "fp32", "NN", 127, 4095, 8191)) >= HEAVY_US
+    assert heavy_us(Case("torch", "mm", "tf32", "NN", 127, 4095, 8191)) < HEAVY_US
