@@ -73,6 +73,8 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print the probe's timing evidence for each checked GEMM")
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     ap.add_argument("--every", type=int, default=1, metavar="K", help="run every K-th GEMM of the plan")
+    ap.add_argument("--gc-ab", action="store_true",
+                    help="windows alternate between Python's garbage collector on and off (A/B in one process)")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
     ap.add_argument("--spin-rule", default="lead", choices=SPIN_RULES,
@@ -95,10 +97,22 @@ def main():
         windows = []
         run_window = probe.run_window
 
+        gc_modes = {True: [0.0, 0], False: [0.0, 0]}   # --gc-ab: collector on / off: seconds, GEMMs
+
         def timed_window(cs):
+            import gc
+            off = a.gc_ab and len(windows) % 4 in (1, 2)   # on, off, off, on, ...
+            if off:
+                gc.disable()
             t = time.perf_counter()
-            out = run_window(cs)
+            try:
+                out = run_window(cs)
+            finally:
+                if off:
+                    gc.enable()
             windows.append(time.perf_counter() - t)
+            gc_modes[not off][0] += windows[-1]
+            gc_modes[not off][1] += len(cs)
             return out
         probe.run_window = timed_window
         prof = None
@@ -130,6 +144,9 @@ def main():
     ok = df[df.error.isna()]
     calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
     gpu_s = float((ok.time_us * calls).sum()) / 1e6
+    if a.gc_ab:
+        print("garbage collector, windows alternating: " + "; ".join(
+            f"{'on' if m else 'off'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in gc_modes.items() if n))
     print(f"spin rule: {a.spin_rule}" + (f"; every {a.every}-th GEMM of the plan" if a.every > 1 else ""))
     print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
           f"= {len(df) / wall:.1f} GEMMs/s (full capture)")
