@@ -74,7 +74,8 @@ def main():
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     ap.add_argument("--every", type=int, default=1, metavar="K", help="run every K-th GEMM of the plan")
     ap.add_argument("--gc-ab", action="store_true",
-                    help="windows alternate between Python's garbage collector on and off (A/B in one process)")
+                    help="windows alternate between Python's garbage collector on and off while they run (the probe "
+                         "switches it off; A/B in one process)")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
     ap.add_argument("--spin-rule", default="lead", choices=SPIN_RULES,
@@ -101,15 +102,17 @@ def main():
 
         def timed_window(cs):
             import gc
-            off = a.gc_ab and len(windows) % 4 in (1, 2)   # on, off, off, on, ...
-            if off:
-                gc.disable()
+            import types
+
+            from cublaslt_probe import probe as probe_mod
+            off = not a.gc_ab or len(windows) % 4 in (1, 2)   # --gc-ab: on, off, off, on, ...
+            if not off:   # the probe as it was before it switched the collector off for its windows
+                probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
             t = time.perf_counter()
             try:
                 out = run_window(cs)
             finally:
-                if off:
-                    gc.enable()
+                probe_mod.gc = gc
             windows.append(time.perf_counter() - t)
             gc_modes[not off][0] += windows[-1]
             gc_modes[not off][1] += len(cs)

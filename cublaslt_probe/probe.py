@@ -25,6 +25,7 @@ The public interface: `Probe(ProbeOptions(...))` with `run_window(cases)` (one r
 """
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -978,6 +979,19 @@ class Probe:
 
     # one window --------------------------------------------------------------------------------------------
     def run_window(self, cases: list[Case]) -> list[dict]:
+        """One raw record per Case (`_run_window`), with Python's garbage collector off while the window runs
+        (as `timeit` times): its collections among the window's allocations cost the decode preset 5-6 % of
+        its rate (windows alternating in one process: 546 against 516 and 614 against 583 GEMMs/s,
+        bench10_decode_gc_ab.txt). It is switched back on at the window's end, where it collects."""
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run_window(cases)
+        finally:
+            if was:
+                gc.enable()
+
+    def _run_window(self, cases: list[Case]) -> list[dict]:
         """One raw record per Case. Kernel names are captured for the window in one profiler session;
         the window is cut early when the GEMMs it holds alive pass the options' `mem_budget` bytes.
 

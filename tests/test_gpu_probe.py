@@ -169,3 +169,24 @@ def test_the_sweep_command_builds_its_dataset_in_processes_started_before_the_pr
     df = dataset.read_parquet(out)
     assert len(df) == 40 and df.error.isna().all() and df.kernel.notna().all() and (df.time_us > 0).all()
     assert sorted(df.m) == list(range(1, 41)) and df.algo_id.notna().all() and df.log_matches_case.all()
+
+
+def test_the_garbage_collector_is_off_in_a_window_and_back_on_after(probe):
+    import gc
+    seen = []
+    c = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
+    build = probe.builder.build
+
+    def spy(case):
+        seen.append(gc.isenabled())
+        return build(case)
+    probe.builder.build = spy
+    try:
+        probe.run_window([c])
+        assert seen == [False] and gc.isenabled()
+        gc.disable()   # a caller that switched it off keeps it off
+        probe.run_window([c])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        del probe.builder.build
