@@ -99,6 +99,7 @@ def main():
         run_window = probe.run_window
 
         gc_modes = {True: [0.0, 0], False: [0.0, 0]}   # --gc-ab: collector on / off: seconds, GEMMs
+        last = []   # the start of the window before and its mode
 
         def timed_window(cs):
             import gc
@@ -109,13 +110,15 @@ def main():
             if not off:   # the probe as it was before it switched the collector off for its windows
                 probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
             t = time.perf_counter()
+            if last:   # the window before, to this one's start: its run, its records written, the collections
+                gc_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
+                gc_modes[last[1]][1] += last[2]
+            last[:] = [t, not off, len(cs)]
             try:
                 out = run_window(cs)
             finally:
                 probe_mod.gc = gc
             windows.append(time.perf_counter() - t)
-            gc_modes[not off][0] += windows[-1]
-            gc_modes[not off][1] += len(cs)
             return out
         probe.run_window = timed_window
         prof = None
@@ -148,7 +151,8 @@ def main():
     calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
     gpu_s = float((ok.time_us * calls).sum()) / 1e6
     if a.gc_ab:
-        print("garbage collector, windows alternating: " + "; ".join(
+        print("garbage collector, windows alternating (each from its start to the next window's, the last window "
+              "left out): " + "; ".join(
             f"{'on' if m else 'off'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in gc_modes.items() if n))
     print(f"spin rule: {a.spin_rule}" + (f"; every {a.every}-th GEMM of the plan" if a.every > 1 else ""))
     print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
