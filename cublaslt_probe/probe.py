@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from cublaslt_probe.cases import Case, invalid_reason
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
 from cublaslt_probe.evidence import WORKSPACE_BYTES, heuristic_workspace
+from cublaslt_probe.kinds import PEAKS
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +56,8 @@ GAP_SLACK_US = 0.75              # this, on a GPU whose events cost more): the s
 HOST_US_GUESS = 30.0             # host µs to enqueue one call before the first enqueue loop of a backend and op
 CHEAP_SPIN = 0.1                 # a spin costing at most this share of the samples' GPU time covers the whole
                                  # enqueue, twice (timing_spin)
-HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this long at PEAK_TFLOPS (`heavy_us`)
-                                 # runs one step after another
-PEAK_TFLOPS = {"fp32": 67.0, "tf32": 495.0, "fp16": 990.0, "bf16": 990.0, "fp8": 1980.0, "fp8_e5m2": 1980.0}
-                                 # dense peaks of an H100/H200 SXM, a measure of a GEMM's arithmetic
+HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this long at the H100/H200 SXM's
+                                 # dense peak (`heavy_us`) runs one step after another
 
 
 def require_gpu(what: str):
@@ -425,9 +424,11 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
 
 
 def heavy_us(c: Case) -> float:
-    """µs the arithmetic of `c` (2·m·n·k·batch) takes at the PEAK_TFLOPS of its dtype: a measure of how hard
-    the GEMM drives the tensor cores, not a prediction of its time (pure)."""
-    return 2.0 * c.m * c.n * c.k * c.batch / PEAK_TFLOPS.get(c.dtype, PEAK_TFLOPS["fp8"]) / 1e6
+    """µs the arithmetic of `c` (2·m·n·k·batch) takes at the dense peak of its dtype on an H100/H200 SXM
+    (`kinds.PEAKS`), whatever the GPU: a measure of how hard the GEMM drives the tensor cores, not a
+    prediction of its time (pure)."""
+    rates = PEAKS["H100 SXM"].tflops
+    return 2.0 * c.m * c.n * c.k * c.batch / rates.get(c.dtype, rates["fp8"]) / 1e6
 
 
 def enqueue_spin(host_us: float, reps: int, per: int) -> float:
@@ -980,9 +981,10 @@ class Probe:
     # one window --------------------------------------------------------------------------------------------
     def run_window(self, cases: list[Case]) -> list[dict]:
         """One raw record per Case (`_run_window`), with Python's garbage collector off while the window runs
-        (as `timeit` times): its collections among the window's allocations cost the decode preset 5-6 % of
-        its rate (windows alternating in one process: 546 against 516 and 614 against 583 GEMMs/s,
-        bench10_decode_gc_ab.txt). It is switched back on at the window's end, where it collects."""
+        (as `timeit` times): its collections among the window's allocations cost the decode preset 6-8 % of
+        its rate (windows alternating in one process, each timed to the next window's start, so with its
+        records written and the collections after it: 548 against 508 and 508 against 478 GEMMs/s,
+        bench10_decode_gc_ab_with_writes.txt). It is switched back on at the window's end."""
         was = gc.isenabled()
         gc.disable()
         try:

@@ -105,8 +105,8 @@ def test_on_a_real_llm_capture_the_cheap_whole_enqueue_spin_covers_every_first_a
 
 @pytest.mark.parametrize("name", ["h200_llm", "h200_square", "h200_grid"])
 def test_heavy_us_is_arithmetic_no_real_gemm_outran(name):
-    """`heavy_us` (a GEMM's arithmetic at PEAK_TFLOPS) is never more than what the H200 measured: the peaks
-    are peaks, so a GEMM called heavy really kept the tensor cores busy that long."""
+    """`heavy_us` (a GEMM's arithmetic at the H100/H200 SXM peaks) is never more than what the H200 measured:
+    the peaks are peaks, so a GEMM called heavy really kept the tensor cores busy that long."""
     from cublaslt_probe.cases import Case
     from cublaslt_probe.probe import heavy_us
     df = dataset.read_parquet(Path(__file__).parent.parent / "data" / f"{name}.parquet")
