@@ -1024,6 +1024,23 @@ def _use_cpus(cpus) -> None:
 
 
 BUILDER_ROWS = 512   # with `RowBuilders` started ahead, a raw part is cut into ranges of this many records at least
+BUILDERS_MAX = 16    # `RowBuilders` one sweep process starts at most (each holds pandas and pyarrow: 100-200 MB)
+HOST_PROCS_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE")   # sweep processes a launcher starts per host
+
+
+def builder_jobs(cpus: int | None = None, environ=None) -> int:
+    """How many `RowBuilders` this sweep process starts: the CPUs it may use (`cpus`, else its affinity)
+    shared with the other sweep processes a launcher started on this host (torchrun's LOCAL_WORLD_SIZE,
+    Slurm's SLURM_NTASKS_PER_NODE), BUILDERS_MAX at most, one at least."""
+    environ = os.environ if environ is None else environ
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    procs = 1
+    for name in HOST_PROCS_VARS:
+        v = environ.get(name, "").strip()
+        if v.isdigit() and int(v) > 0:
+            procs = int(v)
+            break
+    return max(1, min(BUILDERS_MAX, cpus // procs))
 
 
 def _builder_ready(cpus) -> int:
@@ -1042,13 +1059,13 @@ class RowBuilders:
     was 1.2 s after 7.3 s of capture, in the sweep's one process. Processes started fresh at the end would
     spend longer importing pandas and pyarrow than they save; started before the probe (while it loads torch
     and cuBLASLt, and on every CPU, before it pins its thread) they wait, idle, for the sweep's end and then
-    each take a range of `BUILDER_ROWS` records or more. Fresh processes (spawn): the sweep's process will
-    hold a CUDA context, which must not be forked."""
+    each take a range of `BUILDER_ROWS` records or more; `builder_jobs` says how many. Fresh processes
+    (spawn): the sweep's process will hold a CUDA context, which must not be forked."""
 
     def __init__(self, jobs: int | None = None):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-        self.jobs = max(1, jobs or len(os.sched_getaffinity(0)))
+        self.jobs = max(1, jobs or builder_jobs())
         self.pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
         cpus = os.sched_getaffinity(0)
         self._ready = [self.pool.submit(_builder_ready, cpus) for _ in range(self.jobs)]

@@ -483,3 +483,14 @@ def test_a_sweep_whose_row_builders_died_builds_its_dataset_itself(tmp_path, cap
                            progress=False, builders=rb)
     assert "processes started to build the dataset stopped" in caplog.text
     assert list(df.key) == list(cases.keys()) and df.error.isna().all() and df.time_us.notna().all()
+
+
+def test_row_builders_share_the_host_with_the_launchers_other_sweep_processes():
+    """torchrun or srun starting eight sweep processes on a 128-core host: 16 builders each, not 128 each
+    (1,024 processes holding pandas and pyarrow); never more than BUILDERS_MAX, never none."""
+    assert sweep.builder_jobs(128, {"LOCAL_WORLD_SIZE": "8"}) == 16
+    assert sweep.builder_jobs(64, {"SLURM_NTASKS_PER_NODE": "8"}) == 8
+    assert sweep.builder_jobs(128, {}) == sweep.BUILDERS_MAX
+    assert sweep.builder_jobs(2, {"LOCAL_WORLD_SIZE": "8"}) == 1
+    assert sweep.builder_jobs(16, {"LOCAL_WORLD_SIZE": "", "SLURM_NTASKS_PER_NODE": "2"}) == 8
+    assert sweep.builder_jobs(environ={}) == min(sweep.BUILDERS_MAX, len(os.sched_getaffinity(0)))
