@@ -1043,12 +1043,30 @@ def builder_jobs(cpus: int | None = None, environ=None) -> int:
     return max(1, min(BUILDERS_MAX, cpus // procs))
 
 
-def _builder_ready(cpus) -> int:
-    """A `RowBuilders` process, once: on its CPUs, with what turns records into rows imported."""
+def _pool_init(cpus, parent: int) -> None:
+    """A worker of the pools that turn raw records into rows, as it starts: on its CPUs, and ended when
+    the process that started it is gone. A pool's idle worker waits on a queue whose writing end it holds
+    itself, so a sweep or merge killed outright (SIGKILL, the out-of-memory killer, a scheduler's preemption)
+    would leave it waiting for ever; a thread looks for the parent every second instead."""
+    import threading
     _use_cpus(cpus)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+    threading.Thread(target=watch, name="cublaslt-probe-parent-watch", daemon=True).start()
+
+
+def _builder_init(cpus, parent: int) -> None:
+    """A `RowBuilders` process as it starts (`_pool_init`), with what turns records into rows imported."""
+    _pool_init(cpus, parent)
     import pyarrow.parquet  # noqa: F401
     from cublaslt_probe import dataset
     dataset.arrow_schema()
+
+
+def _builder_pid() -> int:
     return os.getpid()
 
 
@@ -1066,9 +1084,9 @@ class RowBuilders:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         self.jobs = max(1, jobs or builder_jobs())
-        self.pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
-        cpus = os.sched_getaffinity(0)
-        self._ready = [self.pool.submit(_builder_ready, cpus) for _ in range(self.jobs)]
+        self.pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_builder_init, initargs=(os.sched_getaffinity(0), os.getpid()))
+        self._ready = [self.pool.submit(_builder_pid) for _ in range(self.jobs)]   # every process started now
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
@@ -1107,7 +1125,8 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
         pool = builders.pool
     elif jobs > 1 and len(tasks) > 1:
         ctx = multiprocessing.get_context("spawn") if spawn else None
-        pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_use_cpus, initargs=(cpus,))
+        pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_pool_init,
+                                   initargs=(cpus, os.getpid()))
     try:
         futures: dict[int, list] = {}
         if pool:

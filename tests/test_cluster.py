@@ -494,3 +494,54 @@ def test_row_builders_share_the_host_with_the_launchers_other_sweep_processes():
     assert sweep.builder_jobs(2, {"LOCAL_WORLD_SIZE": "8"}) == 1
     assert sweep.builder_jobs(16, {"LOCAL_WORLD_SIZE": "", "SLURM_NTASKS_PER_NODE": "2"}) == 8
     assert sweep.builder_jobs(environ={}) == min(sweep.BUILDERS_MAX, len(os.sched_getaffinity(0)))
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.add(int(d))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads processes from /proc (Linux)")
+def test_row_builders_end_when_the_sweep_is_killed_outright(tmp_path):
+    """A sweep killed with SIGKILL (the out-of-memory killer, a scheduler's preemption) leaves no builder
+    process behind, waiting for ever with pandas and pyarrow loaded."""
+    import signal
+    import subprocess
+    import sys
+    script = tmp_path / "s.py"
+    script.write_text("import sys, time\nfrom cublaslt_probe import sweep\nif __name__ == '__main__':\n"
+                      "    rb = sweep.RowBuilders(jobs=2)\n    [f.result(timeout=120) for f in rb._ready]\n"
+                      "    print('ready', flush=True)\n    time.sleep(300)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        kids = _children(p.pid)
+        assert len(kids) >= 2   # the two builders (and multiprocessing's resource tracker)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline and any(_alive(k) for k in kids):
+        time.sleep(0.2)
+    left = [k for k in kids if _alive(k)]
+    for k in left:
+        os.kill(k, signal.SIGKILL)
+    assert not left, left
