@@ -139,11 +139,8 @@ def main():
         built_s = df.attrs["ran"]["dataset_seconds"]
         if builders is not None:
             # the same raw file built again in this process alone (A/B in one process, after the sweep)
-            raw = sweep.raw_path(out)
             t = time.time()
-            part = sweep.Part(raw, True, sweep.raw_env(raw))
-            part.scan(sweep.KeyIndex(cases.key_chunks() if hasattr(cases, "key_chunks") else [c.key for c in cases]))
-            sweep.write_dataset([part], os.path.join(d, "one.parquet"), part.env, jobs=1)
+            sweep.build_dataset(sweep.raw_path(out), cases, os.path.join(d, "one.parquet"), cpus=probe.host_cpus)
             print(f"dataset build: {built_s:.2f} s by {builders.jobs} processes started ahead, "
                   f"{time.time() - t:.2f} s in the sweep's process alone (the same raw file, after the sweep)")
             builders.close()

@@ -534,15 +534,22 @@ def local_rank_device(local_rank: int, environ=None) -> str:
 SLOT_VARS = ("CUBLASLT_PROBE_SLOT", "LOCAL_RANK", "SLURM_LOCALID")
 
 
+def _first_count(names, environ=None, least: int = 0) -> int | None:
+    """The value of the first of the environment variables `names` that holds a whole number of at least
+    `least` (others, and unset ones, are passed over), or None."""
+    environ = os.environ if environ is None else environ
+    for name in names:
+        v = environ.get(name, "").strip()
+        if v.isdigit() and int(v) >= least:
+            return int(v)
+    return None
+
+
 def cpu_slot(environ=None) -> int:
     """Which pair of CPU cores this host's probe process takes (`ProbeOptions.cpu_slot`): the slot `sweep
     --devices` gives each worker, else the launcher's local rank (torchrun, Slurm), else 0."""
-    environ = os.environ if environ is None else environ
-    for name in SLOT_VARS:
-        v = environ.get(name, "").strip()
-        if v.isdigit():
-            return int(v)
-    return 0
+    slot = _first_count(SLOT_VARS, environ)
+    return 0 if slot is None else slot
 
 
 def run_meta(plan_: Plan, sl: Slice | None = None, **extra) -> dict:
@@ -634,23 +641,26 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
     gemms, ran_s = capture(cases, raw, executor, resume=resume, window=window, progress=progress, meta=meta,
                            retry_errors=retry_errors)
     t1 = time.time()
+    build_dataset(raw, cases, out, builders, getattr(executor, "host_cpus", None))
+    df = dataset.read_parquet(out)
+    df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
+    return df
+
+
+def build_dataset(raw: str, cases, out: str, builders: RowBuilders | None = None, cpus: set[int] | None = None) -> None:
+    """The dataset `out` of the sweep of `cases` whose raw records are in `raw`: built by `builders` when
+    given, else in this process, or for a large raw file by processes started fresh (a sweep's process holds
+    a CUDA context) on `cpus` (the CPUs the probe's process had before it pinned its thread)."""
     part = Part(raw, True, raw_env(raw))
     part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
     if builders is not None:
         from concurrent.futures.process import BrokenProcessPool
         try:
             write_dataset([part], out, part.env, builders=builders)
+            return
         except BrokenProcessPool as e:   # one was killed (out of memory, say): this process builds the rows
             log.warning("the processes started to build the dataset stopped (%s): building it here", e)
-            builders = None
-    if builders is None:
-        # a large raw file is turned into rows by several processes, started fresh (the probe's process holds
-        # a CUDA context) on the CPUs the probe's process had before it pinned its thread
-        write_dataset([part], out, part.env, jobs=os.cpu_count() or 1, spawn=True,
-                      cpus=getattr(executor, "host_cpus", None))
-    df = dataset.read_parquet(out)
-    df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
-    return df
+    write_dataset([part], out, part.env, jobs=os.cpu_count() or 1, spawn=True, cpus=cpus)
 
 
 def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, window: int = 32,
@@ -1032,14 +1042,8 @@ def builder_jobs(cpus: int | None = None, environ=None) -> int:
     """How many `RowBuilders` this sweep process starts: the CPUs it may use (`cpus`, else its affinity)
     shared with the other sweep processes a launcher started on this host (torchrun's LOCAL_WORLD_SIZE,
     Slurm's SLURM_NTASKS_PER_NODE), BUILDERS_MAX at most, one at least."""
-    environ = os.environ if environ is None else environ
     cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
-    procs = 1
-    for name in HOST_PROCS_VARS:
-        v = environ.get(name, "").strip()
-        if v.isdigit() and int(v) > 0:
-            procs = int(v)
-            break
+    procs = _first_count(HOST_PROCS_VARS, environ, least=1) or 1
     return max(1, min(BUILDERS_MAX, cpus // procs))
 
 
