@@ -76,6 +76,10 @@ def main():
     ap.add_argument("--gc-ab", action="store_true",
                     help="windows alternate between Python's garbage collector on and off while they run (the probe "
                          "switches it off; A/B in one process)")
+    ap.add_argument("--prewarm-ab", action="store_true",
+                    help="windows alternate between the prewarm thread on and off (the first calls ask their "
+                         "heuristic questions themselves; A/B in one process)")
+    ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
     ap.add_argument("--spin-rule", default="lead", choices=SPIN_RULES,
@@ -88,7 +92,7 @@ def main():
     t_init = time.time()
     builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
     probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps,
-                                                  cpu_slot=0))
+                                                  cpu_slot=0, prewarm=not a.no_prewarm))
     print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
     cases = sweep.plan(a.preset).cases
     if a.limit:
@@ -98,17 +102,23 @@ def main():
         windows = []
         run_window = probe.run_window
 
-        gc_modes = {True: [0.0, 0], False: [0.0, 0]}   # --gc-ab: collector on / off: seconds, GEMMs
+        gc_modes = {True: [0.0, 0], False: [0.0, 0]}   # --gc-ab / --prewarm-ab: the old way / the new: seconds, GEMMs
         last = []   # the start of the window before and its mode
+        mode_of = {}   # key -> the window's mode (--prewarm-ab)
+        prewarm = probe._prewarm
 
         def timed_window(cs):
             import gc
             import types
 
             from cublaslt_probe import probe as probe_mod
-            off = not a.gc_ab or len(windows) % 4 in (1, 2)   # --gc-ab: on, off, off, on, ...
-            if not off:   # the probe as it was before it switched the collector off for its windows
+            off = not (a.gc_ab or a.prewarm_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
+            if not off and a.gc_ab:   # the probe as it was before it switched the collector off for its windows
                 probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
+            if a.prewarm_ab:   # "on" here is the old way: no prewarm thread
+                probe._prewarm = None if not off else prewarm
+                for c in cs:
+                    mode_of[c.key] = "without prewarm" if not off else "with prewarm"
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 gc_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
@@ -147,6 +157,17 @@ def main():
     ok = df[df.error.isna()]
     calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
     gpu_s = float((ok.time_us * calls).sum()) / 1e6
+    if a.prewarm_ab:
+        print("prewarm thread, windows alternating (each from its start to the next window's, the last window left "
+              "out): " + "; ".join(f"{'without' if m else 'with'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s"
+                                   for m, (w, n) in gc_modes.items() if n))
+        for mode in ("with prewarm", "without prewarm"):
+            ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
+            if ph:
+                print(f"  {mode}: {len(ph)} GEMMs, probe phases median ms: " + ", ".join(
+                    f"{k} {statistics.median(p[k] for p in ph if k in p):.3f}" for k in ph[0]))
+    if prewarm is not None:
+        print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
         print("garbage collector, windows alternating (each from its start to the next window's, the last window "
               "left out): " + "; ".join(

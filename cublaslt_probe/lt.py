@@ -38,7 +38,7 @@ COMPUTE = {"CUBLAS_COMPUTE_16F": 64, "CUBLAS_COMPUTE_32F": 68, "CUBLAS_COMPUTE_3
 OP_N, OP_T = 0, 1
 DESC = {"CUBLASLT_MATMUL_DESC_TRANSA": 3, "CUBLASLT_MATMUL_DESC_TRANSB": 4,
         "CUBLASLT_MATMUL_DESC_EPILOGUE": 7, "CUBLASLT_MATMUL_DESC_BIAS_POINTER": 8,
-        "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE": 26}
+        "CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET": 15, "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE": 26}
 LAYOUT = {"CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT": 5, "CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET": 6}
 PREF = {"CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES": 1, "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES": 5,
         "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES": 6, "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES": 7,
@@ -356,6 +356,8 @@ class Problem:
     lda: int | None = None
     ldb: int | None = None
     ldc: int | None = None
+    # the SM count the kernel is chosen for (the cuBLAS API sets it: `smCountTarget` in its log line); None: unset
+    sm_count: int | None = None
 
     def key(self) -> tuple:
         """The problem as a tuple of its fields, in order (what `dataclasses.astuple` gives for these flat
@@ -491,6 +493,9 @@ class LtMatmul:
             if ab.startswith("fp8"):
                 self._set(L.cublasLtMatmulDescSetAttribute, self.op, DESC["CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE"],
                           ctypes.c_int32(CUDA_R[cd]))
+        if p.sm_count is not None:
+            self._set(L.cublasLtMatmulDescSetAttribute, self.op, DESC["CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET"],
+                      ctypes.c_int32(p.sm_count))
         (ar, ac), (br, bc), (cr, cc) = p.shapes()
         self.a = self._layout(CUDA_R[ab], ar, ac, p.batch, p.lda)
         self.b = self._layout(CUDA_R[p.b_type or ab], br, bc, p.batch, p.ldb)

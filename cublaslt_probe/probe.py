@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from cublaslt_probe.cases import Case, invalid_reason
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
-from cublaslt_probe.evidence import WORKSPACE_BYTES, heuristic_workspace
+from cublaslt_probe.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
 from cublaslt_probe.kinds import PEAKS
 
 log = logging.getLogger(__name__)
@@ -109,8 +109,11 @@ class ProbeOptions:
     candidate_reps: int = 5         # timing samples per candidate
     pipeline: bool = True           # prepare each GEMM while the GPU times the one before, and time the heuristic
                                     # in a companion process (False: one step after another, in this process)
-    cpu_slot: int | None = None     # pin the probe and its companion to two physical cores of their own, the
-                                    # slot-th pair (one slot per probe process on a host); None: no pinning
+    cpu_slot: int | None = None     # pin the probe, its companion and its prewarm thread to three physical cores
+                                    # of their own, the slot-th three (one slot per probe process on a host); None:
+                                    # no pinning
+    prewarm: bool = True            # with the pipeline: ask each GEMM's heuristic question on a thread ahead of its
+                                    # first call (HeuristicPrewarm)
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -122,7 +125,7 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline"):
+        for name in ("flush_l2", "pipeline", "prewarm"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
@@ -561,17 +564,18 @@ def _siblings(cpu: int) -> set[int]:
     return out
 
 
-def cpu_pair(slot: int, allowed=None, siblings_of=_siblings) -> tuple[int, int] | None:
-    """Two logical CPUs on two physical cores of their own for probe process `slot` of this host (its own and
-    its heuristic companion's), counted from the last core (the first ones take the system's interrupts);
-    None when the cores this process may use are too few. Pinned so, neither shares a core with the other or
-    with another slot's: on the two-GPU H200 host, unpinned, the companion's heuristic misses read 1.6x the
-    probe's own and two probes ran 15 % slower each than one alone."""
+def cpu_cores(slot: int, allowed=None, siblings_of=_siblings) -> tuple[int, int, int] | None:
+    """Three logical CPUs on three physical cores of their own for probe process `slot` of this host: the
+    probe's own, its heuristic companion's and its prewarm thread's (`HeuristicPrewarm`), counted from the
+    last core (the first ones take the system's interrupts); None when the cores this process may use are
+    too few. Pinned so, none shares a core with another or with another slot's: on the two-GPU H200 host,
+    unpinned, the companion's heuristic misses read 1.6x the probe's own and two probes ran 15 % slower each
+    than one alone."""
     allowed = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
     cores = physical_cores(allowed, siblings_of)
-    if len(cores) < 2 * (slot + 1):
+    if len(cores) < 3 * (slot + 1):
         return None
-    return cores[-1 - 2 * slot], cores[-2 - 2 * slot]
+    return cores[-1 - 3 * slot], cores[-2 - 3 * slot], cores[-3 - 3 * slot]
 
 
 def _heuristic_groups(items, workspace_of) -> tuple[dict, dict]:
@@ -662,6 +666,99 @@ class HeuristicCompanion:
         self.conn.close()
 
 
+def prewarm_problem(c: Case, sm_count: int):
+    """The heuristic question the first call of `c` asks cuBLASLt, as this process can ask it directly
+    (`HeuristicPrewarm`): the column-major problem with its path's workspace limit (`heuristic_workspace`);
+    the lt backend's exactly (its build asks it); on torch's cuBLASLt path and the cuBLAS API, the 256-byte
+    alignment of the operands' pointers (views of the operand pools, and outputs from torch's allocator), and
+    on the cuBLAS API the SM count its log line shows (`smCountTarget`)."""
+    path = library_path(c.backend, c.op, c.n, c.k)
+    if path == "lt":
+        return lt_problem(c, CUBLAS_WORKSPACE)
+    p = lt_problem(c, heuristic_workspace(c.backend, c.op, c.n, c.k), alignment=256)
+    if path == "cublas":
+        p.sm_count = sm_count
+    return p
+
+
+class HeuristicPrewarm:
+    """A thread of the probe's process that asks cuBLASLt, ahead of the probe, the heuristic question each
+    GEMM of a window will ask on its first call (`prewarm_problem`), so that the first call finds the answer in
+    the library's cache, which is the process's, shared by torch's cuBLAS and cuBLASLt paths and a direct call.
+    The first call of a fresh bf16 decode shape took the probe 211 µs of host time (torch, cuBLAS API) and 169
+    µs (torch's Lt path), and 35 µs once its question had been asked (a hit costs 2-4 µs; a second call 22-25
+    µs in all); the lt backend's build 373 against 216 µs (benchmarks/bench_prewarm.py, one-GPU H200 host).
+    The answer is the library's own for the question, so the kernel chosen does not change; a question
+    cuBLASLt refuses is left to the first call. Asking writes no cuBLASLt log line at level 2.
+
+    `ask(problems)` queues questions (one asked before in this process is not asked again); `cancel()` drops
+    those not asked yet and waits for the one being asked; `close()` ends the thread. `answer(problem)` is
+    what the thread runs for each (the probe's: one `cublasLtMatmulAlgoGetHeuristic` call); `cpu`, the
+    logical CPU the thread runs on (None: the process's)."""
+
+    REMEMBER = 4096   # questions remembered as asked (the library's cache holds 8192 answers by default)
+
+    def __init__(self, answer, cpu: int | None = None):
+        import collections
+        import threading
+        self._answer = answer
+        self._todo: collections.deque = collections.deque()
+        self._cv = threading.Condition()
+        self._busy = threading.Lock()
+        self._asked: set = set()
+        self._closed = False
+        self.asked = 0     # questions answered by the thread
+        self.refused = 0   # questions the library refused (left to the first call)
+        self._thread = threading.Thread(target=self._run, args=(cpu,), name="cublaslt-probe-prewarm", daemon=True)
+        self._thread.start()
+
+    def ask(self, problems) -> None:
+        with self._cv:
+            for p in problems:
+                key = p.key()
+                if key in self._asked:
+                    continue
+                if len(self._asked) >= self.REMEMBER:
+                    self._asked.clear()
+                self._asked.add(key)
+                self._todo.append(p)
+            self._cv.notify()
+
+    def cancel(self) -> None:
+        with self._cv:
+            for p in self._todo:
+                self._asked.discard(p.key())
+            self._todo.clear()
+        with self._busy:
+            pass
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._todo.clear()
+            self._cv.notify()
+        self._thread.join(10)
+
+    def _run(self, cpu: int | None) -> None:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})   # this thread only
+        while True:
+            with self._cv:
+                while not self._todo and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+                p = self._todo.popleft()
+                self._busy.acquire()
+            try:
+                self._answer(p)
+                self.asked += 1
+            except Exception:  # noqa: BLE001  the first call will ask it (and meet the error) itself
+                self.refused += 1
+            finally:
+                self._busy.release()
+
+
 @dataclass
 class _Pending:
     """One GEMM's timing in flight: its plan, events and the first attempt's evidence (`Probe._start`)."""
@@ -692,10 +789,10 @@ class Probe:
         torch = require_gpu("sweep")
         from cublaslt_probe import lt
         self.torch = torch
-        pair = None if self.options.cpu_slot is None else cpu_pair(self.options.cpu_slot)
+        cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot)
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
-        self._companion = HeuristicCompanion(pair and pair[1]) if self.options.pipeline else None
-        self.cpus = pair   # (the probe's CPU, its companion's), or None when not pinned
+        self._companion = HeuristicCompanion(cores and cores[1]) if self.options.pipeline else None
+        self.cpus = cores   # (the probe's CPU, its companion's, its prewarm thread's), or None when not pinned
         self.host_cpus = os.sched_getaffinity(0)   # before pinning: the CPUs a helper process may use
         self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
         self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
@@ -712,16 +809,31 @@ class Probe:
         self.gap_limit_us = max(GAP_US_PER_REP, self.event_gap_us + GAP_SLACK_US)
         self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
         self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
-        if pair:
+        self._prewarm = None
+        if self.options.pipeline and self.options.prewarm:
+            sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+            self._prewarm_sms = sms
+            self._prewarm = HeuristicPrewarm(self._ask_library, cores and cores[2])
+        if cores:
             # this thread only, once the CUDA, CUPTI and torch threads exist (they keep every core: pinned
             # earlier, they would inherit this one and compete with the thread that launches the GEMMs)
-            os.sched_setaffinity(0, {pair[0]})
+            os.sched_setaffinity(0, {cores[0]})
 
     def close(self) -> None:
-        """Stop the heuristic companion (the probe can still run windows: it then measures in-process)."""
+        """Stop the heuristic companion and the prewarm thread (the probe can still run windows: it then
+        measures the heuristic in-process, and the first calls ask their questions themselves)."""
         if self._companion is not None:
             self._companion.close()
             self._companion = None
+        if self._prewarm is not None:
+            self._prewarm.close()
+            self._prewarm = None
+
+    def _ask_library(self, p) -> None:
+        """The prewarm thread's question: `p` asked of this process's cuBLASLt (its answer is cached there)."""
+        from cublaslt_probe import lt
+        with lt.LtMatmul(self.lib, p) as mm:
+            mm.heuristic(1)
 
     def __enter__(self):
         return self
@@ -1015,9 +1127,11 @@ class Probe:
         heur: list[tuple[dict, Case]] = []
         held = 0
         if self.options.pipeline:
-            for c in cases:   # the companion works through the window's questions while the window runs
-                if not invalid_reason(c):
-                    self._ask_heuristic(c)
+            valid = [c for c in cases if not invalid_reason(c)]
+            if self._prewarm is not None:   # the first calls' questions, asked ahead of them on another core
+                self._prewarm.ask([prewarm_problem(c, self._prewarm_sms) for c in valid])
+            for c in valid:   # the companion works through the window's questions while the window runs
+                self._ask_heuristic(c)
         for c in cases:
             rec = raw_record(c)
             records.append(rec)
@@ -1059,6 +1173,8 @@ class Probe:
                 self._add_candidates(c, rec, ph, t)
         self._drain(built)
         self._finish(built)
+        if self._prewarm is not None:
+            self._prewarm.cancel()   # nothing asked while the heuristic may be timed in this process (cache off)
         self.time_heuristics(heur)
         self.builder.set_flags(Case("torch", "mm", "fp32", "NN", 1, 1, 1))
         return records

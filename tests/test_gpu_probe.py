@@ -190,3 +190,26 @@ def test_the_garbage_collector_is_off_in_a_window_and_back_on_after(probe):
     finally:
         gc.enable()
         del probe.builder.build
+
+
+def test_a_prewarmed_first_call_runs_the_algo_its_own_question_gets(probe):
+    """The prewarm thread asks each GEMM's question ahead of its first call; the algo every call then ran is the
+    one the backend's own question gets with cuBLASLt's cache off (asked afresh by the call itself)."""
+    cases = [Case(b, "mm", dt, "NT", m, n, 4096) for b in ("torch", "torch-lt", "lt") for dt in ("bf16", "fp16")
+             for m, n in ((3, 4104), (7, 6152), (45, 2056))]   # shapes no other test runs
+    before = probe._prewarm.asked
+    recs = probe.run_window(cases)
+    assert probe._prewarm.asked - before == len(cases)   # one question per GEMM: the forms differ by backend
+    assert all(not r["error"] for r in recs), [r["error"] for r in recs]
+    cap = probe.lib.cache_capacity()
+    probe.lib.set_cache_capacity(0)
+    try:
+        for c, r in zip(cases, recs):
+            probe.builder.set_flags(c)
+            b = probe.builder.build(c)
+            fresh = probe.logged_call(b.fn)
+            b.close()
+            algo = [re.search(r"algo=\[[^]]*\]", "\n".join(x)).group(0) for x in (r["log_lines"], fresh)]
+            assert algo[0] == algo[1], (c.key, algo)
+    finally:
+        probe.lib.set_cache_capacity(cap)

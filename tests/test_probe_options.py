@@ -62,22 +62,23 @@ def test_a_heuristic_companion_that_cannot_start_says_why():
     assert not comp.proc.is_alive()
 
 
-def test_each_probe_and_its_companion_get_physical_cores_of_their_own():
-    from cublaslt_probe.probe import cpu_pair, physical_cores
+def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_their_own():
+    from cublaslt_probe.probe import cpu_cores, physical_cores
 
     def smt(cpu):                       # 8 cores, two threads each: cpu c and c + 8 share a core
         return {cpu % 8, cpu % 8 + 8}
     assert physical_cores(range(16), smt) == list(range(8))
-    assert cpu_pair(0, range(16), smt) == (7, 6)          # the last cores: the first take the interrupts
-    assert cpu_pair(1, range(16), smt) == (5, 4)          # another worker of the host: two other cores
-    assert cpu_pair(3, range(16), smt) == (1, 0)
-    assert cpu_pair(4, range(16), smt) is None            # no core of its own left: not pinned
-    # a container given both threads of three cores: the pair never shares a core
-    a, b = cpu_pair(0, [2, 10, 3, 11, 4, 12], smt)
-    assert smt(a) != smt(b)
-    assert cpu_pair(0, [5, 13], smt) is None              # one core only
+    assert cpu_cores(0, range(16), smt) == (7, 6, 5)      # the last cores: the first take the interrupts
+    assert cpu_cores(1, range(16), smt) == (4, 3, 2)      # another worker of the host: three other cores
+    assert cpu_cores(2, range(16), smt) is None           # no three cores of its own left: not pinned
+    # a container given both threads of three cores: no two of the three share a core
+    trio = cpu_cores(0, [2, 10, 3, 11, 4, 12], smt)
+    assert len({frozenset(smt(c)) for c in trio}) == 3
+    assert cpu_cores(0, [5, 13, 6, 14], smt) is None      # two cores only
     with pytest.raises(OptionError, match="cpu_slot=-1"):
         ProbeOptions(cpu_slot=-1)
+    with pytest.raises(OptionError, match="prewarm=1"):
+        ProbeOptions(prewarm=1)
 
 
 def test_the_cpu_slot_comes_from_devices_or_the_launcher():
