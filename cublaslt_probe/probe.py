@@ -400,7 +400,7 @@ def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None,
     return max(1, reps), per
 
 
-def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
+def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> float:
     """µs of GPU spin to put before `reps` timed batches of `per` calls of a GEMM whose estimating call took
     `once_us` on the GPU, when the host takes `host_us` to enqueue one call (pure; see time_gpu).
 
@@ -416,13 +416,20 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int) -> float:
     GEMMs of about 1.5 ms or more — the spin is that: the first batch's launch of such a GEMM can take the
     host several times its usual, and a first attempt behind costs a retake of every sample (on the llm
     preset, 53 of 136 GEMMs of 5 ms or more were retaken behind the lead's spin: 4.4 s of GPU time, against
-    0.2 s of spin to cover them all; tests/fixtures/probe/long_spin_raw.jsonl)."""
+    0.2 s of spin to cover them all; tests/fixtures/probe/long_spin_raw.jsonl).
+
+    A `heavy` GEMM (`heavy_us` >= HEAVY_US) gets the whole enqueue time at least (`enqueue_spin`, the rule
+    before the lead's): behind the lead's shorter spin, the quick preset's 4096^3 bf16 and fp16 GEMMs ran 3-6 %
+    slower than behind the whole enqueue's, in every run (bench11_fidelity_flags_fix.txt); the GPU's rest
+    before their batches is part of what they measure."""
     g = once_us / 2
     lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - g))
     spin = SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
     whole = 2 * enqueue_spin(host_us, reps, per)
     if whole <= CHEAP_SPIN * reps * per * once_us:
-        return max(spin, whole)
+        spin = max(spin, whole)
+    if heavy:
+        spin = max(spin, enqueue_spin(host_us, reps, per))
     return spin
 
 
@@ -691,7 +698,9 @@ class HeuristicPrewarm:
     The answer is the library's own for the question, so the kernel chosen does not change; a question
     cuBLASLt refuses is left to the first call. Asking writes no cuBLASLt log line at level 2.
 
-    `ask(problems)` queues questions (one asked before in this process is not asked again); `cancel()` drops
+    `ask(problems)` queues questions (one asked before in this process is not asked again); `hold()` and
+    `release()` bracket the probe's enqueueing of timed batches, when no question is started; `idle()` says
+    whether all are answered (the probe asks the companion its questions then, not alongside); `cancel()` drops
     those not asked yet and waits for the one being asked; `close()` ends the thread. `answer(problem)` is
     what the thread runs for each (the probe's: one `cublasLtMatmulAlgoGetHeuristic` call); `cpu`, the
     logical CPU the thread runs on (None: the process's)."""
@@ -707,6 +716,7 @@ class HeuristicPrewarm:
         self._busy = threading.Lock()
         self._asked: set = set()
         self._closed = False
+        self._held = False   # the probe enqueues timed batches (`hold`)
         self.asked = 0     # questions answered by the thread
         self.refused = 0   # questions the library refused (left to the first call)
         self._thread = threading.Thread(target=self._run, args=(cpu,), name="cublaslt-probe-prewarm", daemon=True)
@@ -723,6 +733,22 @@ class HeuristicPrewarm:
                 self._asked.add(key)
                 self._todo.append(p)
             self._cv.notify()
+
+    def hold(self) -> None:
+        """Ask no new question until `release`: the probe is enqueueing timed batches, and the thread's Python
+        work between its cuBLASLt calls takes the interpreter's lock from the launching thread."""
+        with self._cv:
+            self._held = True
+
+    def release(self) -> None:
+        with self._cv:
+            self._held = False
+            self._cv.notify()
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing being asked."""
+        with self._cv:
+            return not self._todo and not self._busy.locked()
 
     def cancel(self) -> None:
         with self._cv:
@@ -744,7 +770,7 @@ class HeuristicPrewarm:
             os.sched_setaffinity(0, {cpu})   # this thread only
         while True:
             with self._cv:
-                while not self._todo and not self._closed:
+                while (not self._todo or self._held) and not self._closed:
                     self._cv.wait()
                 if self._closed:
                     return
@@ -769,6 +795,7 @@ class _Pending:
     reps: int
     per: int
     events: _Events
+    heavy: bool = False
     spin_us: float | None = None
     rule: str = "lead"
     enqueue_us: float = 0.0
@@ -872,12 +899,13 @@ class Probe:
         """Keep the GPU busy for about `us` µs (queued on the current stream)."""
         self.torch.cuda._sleep(int(max(us, 1.0) * self.cycles_per_us))
 
-    def first_spin(self, host_us: float, once_us: float, reps: int, per: int) -> tuple[float, str]:
-        """(µs of spin before the first attempt's batches, the rule's name): `timing_spin`, the host's lead."""
-        return timing_spin(host_us, once_us, reps, per), "lead"
+    def first_spin(self, host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> tuple[float, str]:
+        """(µs of spin before the first attempt's batches, the rule's name): `timing_spin`, the host's lead
+        ("lead"; the whole enqueue at least for a heavy GEMM: "heavy")."""
+        return timing_spin(host_us, once_us, reps, per, heavy), "heavy" if heavy else "lead"
 
     # timing -----------------------------------------------------------------------------------------------
-    def time_gpu(self, fn, reps: int | None = None, key: str = "") -> Timing:
+    def time_gpu(self, fn, reps: int | None = None, key: str = "", heavy: bool = False) -> Timing:
         """Time `fn` (a zero-argument GEMM launch): the median µs of one call running back to back, with its
         samples and evidence (CUDA events; see the module doc).
 
@@ -901,7 +929,7 @@ class Probe:
         the samples are retaken once behind a spin of twice the whole enqueue time (`enqueue_spin`), and
         the first attempt's evidence is kept under `retaken`. `reps` fixes the number of samples; by
         default the options' `budget_ms` sets it, at most their `reps`."""
-        return self._end(self._start(fn, key, *self._estimate(fn, key), reps))
+        return self._end(self._start(fn, key, *self._estimate(fn, key), reps, heavy))
 
     def _queue_estimate(self, fn, key: str) -> tuple:
         """Queue one call of `fn` between two events, after a flush or behind a short spin; with the host µs
@@ -931,7 +959,8 @@ class Probe:
         """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
         return self._read_estimate(self._queue_estimate(fn, key))
 
-    def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None) -> "_Pending":
+    def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None,
+               heavy: bool = False) -> "_Pending":
         """Queue the first attempt of the timing plan sized by `once_us`; `_end` waits for it and checks it."""
         flush = self.flush is not None
         host = self._host_us.get(key, HOST_US_GUESS)
@@ -943,15 +972,22 @@ class Probe:
             host = max(host, host_once)
         pool = self._event_pool.get((reps, per > 1))
         events = pool.pop() if pool else _Events(self.torch, reps, per > 1)
-        p = _Pending(fn, key, reps_asked, once_us, reps, per, events)
-        p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per)
+        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy)
+        p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per, heavy)
         self._attempt(p)
         return p
 
     def _attempt(self, p: "_Pending") -> None:
-        if p.spin_us is not None:
-            self.spin(p.spin_us)
-        p.enqueue_us, p.behind = self._enqueue(p.fn, p.events, p.reps, p.per)
+        prewarm = self._prewarm
+        if prewarm is not None:
+            prewarm.hold()   # no question started while the batches are enqueued (HeuristicPrewarm.hold)
+        try:
+            if p.spin_us is not None:
+                self.spin(p.spin_us)
+            p.enqueue_us, p.behind = self._enqueue(p.fn, p.events, p.reps, p.per)
+        finally:
+            if prewarm is not None:
+                prewarm.release()
         if self.flush is None:
             self._host_us[p.key] = p.enqueue_us / (p.reps * p.per)
 
@@ -971,7 +1007,7 @@ class Probe:
             # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
             # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
             # them, with no second estimate that could read long again
-            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked))
+            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked, p.heavy))
         return t
 
     def _collect(self, p: "_Pending", retaken: dict | None) -> Timing:
@@ -1061,7 +1097,9 @@ class Probe:
     def _drop_companion(self, why: CaptureError) -> None:
         """The companion failed: say why, stop it, and measure the heuristic in this process from now on."""
         log.warning("%s; measuring the heuristic in the probe's process from now on", why)
-        self.close()
+        if self._companion is not None:
+            self._companion.close()
+            self._companion = None
 
     # kernels, log lines, direct cuBLASLt calls ------------------------------------------------------------
     def profile(self, calls) -> list[list[tuple[str, float]]]:
@@ -1126,13 +1164,19 @@ class Probe:
         built: list[tuple[dict, Case, Built]] = []
         heur: list[tuple[dict, Case]] = []
         held = 0
+        companion = []   # the window's questions for the companion, asked once the prewarm thread is done
         if self.options.pipeline:
-            valid = [c for c in cases if not invalid_reason(c)]
+            companion = [c for c in cases if not invalid_reason(c)]
             if self._prewarm is not None:   # the first calls' questions, asked ahead of them on another core
-                self._prewarm.ask([prewarm_problem(c, self._prewarm_sms) for c in valid])
-            for c in valid:   # the companion works through the window's questions while the window runs
-                self._ask_heuristic(c)
+                self._prewarm.ask([prewarm_problem(c, self._prewarm_sms) for c in companion])
         for c in cases:
+            if companion and (self._prewarm is None or self._prewarm.idle()):
+                # the companion works through the window's questions while the window runs; not while the
+                # prewarm thread asks its own: at the same time, the companion's hits read 29-32 % and its
+                # misses 4-6 % longer (decode, windows alternating, bench11_decode_prewarm_ab.txt)
+                for x in companion:
+                    self._ask_heuristic(x)
+                companion = []
             rec = raw_record(c)
             records.append(rec)
             why = invalid_reason(c)
@@ -1175,6 +1219,8 @@ class Probe:
         self._finish(built)
         if self._prewarm is not None:
             self._prewarm.cancel()   # nothing asked while the heuristic may be timed in this process (cache off)
+        for x in companion:
+            self._ask_heuristic(x)
         self.time_heuristics(heur)
         self.builder.set_flags(Case("torch", "mm", "fp32", "NN", 1, 1, 1))
         return records
@@ -1194,14 +1240,16 @@ class Probe:
         return b, held + nbytes
 
     def _capture(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> float:
-        """Warm-up, one logged call, the timing; fills `rec` and the phase times `ph`."""
+        """Warm-up, one logged call, the timing; fills `rec` and the phase times `ph`. Under the flags of `c`:
+        waiting for the GEMM in flight (`_drain`) sets that GEMM's."""
+        self.builder.set_flags(c)
         for _ in range(2):
             b.fn()
         self.torch.cuda.synchronize()
         t = _lap(ph, "build_warm", t)
         rec["log_lines"] = self.logged_call(b.fn)
         t = _lap(ph, "log", t)
-        _fill_timing(rec, self.time_gpu(b.fn, key=f"{c.backend}|{c.op}"))
+        _fill_timing(rec, self.time_gpu(b.fn, key=f"{c.backend}|{c.op}", heavy=heavy_us(c) >= HEAVY_US))
         t = _lap(ph, "time", t)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
         return t

@@ -63,6 +63,7 @@ def test_the_thread_asks_each_question_once_in_order_on_its_own_cpu():
         pw.ask([Problem(m, 64, 64) for m in (1, 2, 3, 2, 4)])
         pw.ask([Problem(1, 64, 64), Problem(5, 64, 64)])     # asked before: not again
         wait_for(lambda: pw.asked + pw.refused == 5)
+        wait_for(pw.idle)
         assert answers.asked == [1, 2, 3, 4, 5]
         assert (pw.asked, pw.refused) == (4, 1)              # refused: left to the first call, the thread goes on
         assert answers.threads and threading.get_ident() not in answers.threads
@@ -79,6 +80,7 @@ def test_cancel_drops_the_questions_not_asked_and_waits_for_the_one_being_asked(
     try:
         pw.ask([Problem(m, 64, 64) for m in (1, 2, 3)])
         assert answers.started.wait(10)
+        assert not pw.idle()                 # one being asked, two queued
         canceller = threading.Thread(target=pw.cancel)
         canceller.start()
         canceller.join(0.3)
@@ -86,7 +88,7 @@ def test_cancel_drops_the_questions_not_asked_and_waits_for_the_one_being_asked(
         answers.release.set()
         canceller.join(10)
         assert not canceller.is_alive()
-        assert answers.asked == [1]          # 2 and 3 were dropped ...
+        assert answers.asked == [1] and pw.idle()   # 2 and 3 were dropped ...
         pw.ask([Problem(m, 64, 64) for m in (1, 2, 3)])
         wait_for(lambda: pw.asked == 3)
         assert answers.asked == [1, 2, 3]    # ... and can be asked again; 1 was asked already
@@ -114,5 +116,23 @@ def test_the_questions_remembered_are_bounded(n):
         pw.ask([Problem(m, 8, 8) for m in range(1, n + 1)])
         wait_for(lambda: pw.asked == n, 60)
         assert len(pw._asked) <= HeuristicPrewarm.REMEMBER
+    finally:
+        pw.close()
+
+
+def test_no_question_is_started_while_the_probe_holds_the_thread():
+    answers = Answers()
+    pw = HeuristicPrewarm(answers)
+    try:
+        pw.hold()                    # the probe enqueues timed batches
+        pw.ask([Problem(m, 64, 64) for m in (1, 2)])
+        time.sleep(0.3)
+        assert answers.asked == [] and not pw.idle()
+        pw.release()
+        wait_for(lambda: pw.asked == 2)
+        assert answers.asked == [1, 2]
+        pw.hold()
+        pw.close()                   # closing a held thread does not wait for a release
+        assert not pw._thread.is_alive()
     finally:
         pw.close()

@@ -127,3 +127,14 @@ def test_the_pipeline_runs_every_decode_gemm_and_heavy_ones_run_one_step_after_a
     assert heavy_us(Case("torch", "mm", "bf16", "NN", 4096, 4096, 4096)) >= HEAVY_US
     assert heavy_us(Case("lt", "mm", "fp32", "NN", 127, 4095, 8191)) >= HEAVY_US
     assert heavy_us(Case("torch", "mm", "tf32", "NN", 127, 4095, 8191)) < HEAVY_US
+
+
+def test_a_heavy_gemm_rests_the_gpu_for_the_whole_enqueue_at_least():
+    """The 4096^3 bf16 GEMM of the quick preset (about 175 µs, 6 batches of 3): the lead's spin is shorter than
+    the whole enqueue's; heavy, it gets the whole enqueue's. A spin that was already longer is kept."""
+    from cublaslt_probe.probe import enqueue_spin
+    host, once, reps, per = 27.0, 175.0, 6, 3
+    lead = timing_spin(host, once, reps, per)
+    assert lead < enqueue_spin(host, reps, per) == timing_spin(host, once, reps, per, heavy=True)
+    long_ = timing_spin(30.0, 2000.0, 5, 1)   # cheap: twice the whole enqueue already
+    assert timing_spin(30.0, 2000.0, 5, 1, heavy=True) == long_ == 2 * enqueue_spin(30.0, 5, 1)
