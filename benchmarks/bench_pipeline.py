@@ -86,12 +86,12 @@ def reference_spin(probe, rule: str):
     if rule == "same":
         probe.__dict__.pop("first_spin", None)
     elif rule == "enqueue":
-        probe.first_spin = lambda host, once, reps, per: (probe_mod.enqueue_spin(host, reps, per), "enqueue")
+        probe.first_spin = lambda host, once, reps, per, heavy=False: (probe_mod.enqueue_spin(host, reps, per), "enqueue")
     else:
-        def lead_only(host, once, reps, per):
+        def lead_only(host, once, reps, per, heavy=False):
             cheap, probe_mod.CHEAP_SPIN = probe_mod.CHEAP_SPIN, 0.0
             try:
-                return probe_mod.timing_spin(host, once, reps, per), "lead-only"
+                return probe_mod.timing_spin(host, once, reps, per, heavy), "lead-only"
             finally:
                 probe_mod.CHEAP_SPIN = cheap
         probe.first_spin = lead_only

@@ -40,7 +40,7 @@ def rule_probe(rule: str, options):
             super().__init__(options)
             self.timed = 0
 
-        def first_spin(self, host_us, once_us, reps, per):
+        def first_spin(self, host_us, once_us, reps, per, heavy=False):
             self.timed += 1
             r = {"alternate": ("lead", "enqueue"), "alternate-cheap": ("lead", "lead-only")}.get(rule, (rule,) * 2)
             r = r[self.timed % 2]
@@ -50,10 +50,10 @@ def rule_probe(rule: str, options):
                 from cublaslt_probe import probe as probe_mod
                 cheap, probe_mod.CHEAP_SPIN = probe_mod.CHEAP_SPIN, 0.0
                 try:
-                    return probe_mod.timing_spin(host_us, once_us, reps, per), "lead-only"
+                    return probe_mod.timing_spin(host_us, once_us, reps, per, heavy), "lead-only"
                 finally:
                     probe_mod.CHEAP_SPIN = cheap
-            return super().first_spin(host_us, once_us, reps, per)
+            return super().first_spin(host_us, once_us, reps, per, heavy)
     return RuleProbe()
 
 
@@ -163,9 +163,16 @@ def main():
                                    for m, (w, n) in gc_modes.items() if n))
         for mode in ("with prewarm", "without prewarm"):
             ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
+            tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
             if ph:
-                print(f"  {mode}: {len(ph)} GEMMs, probe phases median ms: " + ", ".join(
-                    f"{k} {statistics.median(p[k] for p in ph if k in p):.3f}" for k in ph[0]))
+                print(f"  {mode}: {len(ph)} GEMMs, retaken {sum(t['attempts'] > 1 for t in tm)}, probe phases "
+                      "median ms: " + ", ".join(f"{k} {statistics.median(p[k] for p in ph if k in p):.3f}" for k in ph[0]))
+            for dt in ("bf16", "fp16", "fp8"):   # the companion's measurements in these windows
+                h = [(r["heuristic_miss_us"], r["heuristic_hit_us"]) for r in recs if mode_of.get(r.get("key")) == mode
+                     and r.get("dtype") == dt and r.get("heuristic_miss_us") is not None]
+                if h:
+                    print(f"    {dt}: heuristic miss median {statistics.median(x for x, _ in h):.1f} µs, hit "
+                          f"{statistics.median(y for _, y in h):.2f} µs ({len(h)} GEMMs)")
     if prewarm is not None:
         print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
