@@ -127,10 +127,10 @@ def fidelity(probe, cases, window, reference: str = "same"):
               f"({sum(x <= 3 for x in d) / len(d) * 100:.1f} %), median |Δ| {statistics.median(d):.2f} %, "
               f"max {max(d):.1f} %")
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import HEAVY_US, heavy_us
+    from cublaslt_probe.probe import is_heavy
     for label, part in (("run one step after another in both modes (heavy_us >= HEAVY_US)",
-                         [k for k in keys if heavy_us(Case.from_key(k)) >= HEAVY_US]),
-                        ("pipelined", [k for k in keys if heavy_us(Case.from_key(k)) < HEAVY_US])):
+                         [k for k in keys if is_heavy(Case.from_key(k))]),
+                        ("pipelined", [k for k in keys if not is_heavy(Case.from_key(k))])):
         d = [abs(t("on", k) / t("off", k) - 1) * 100 for k in part]
         n = [abs(t("off2", k) / t("off1", k) - 1) * 100 for k in part]
         if d:

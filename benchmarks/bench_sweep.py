@@ -102,7 +102,7 @@ def main():
         windows = []
         run_window = probe.run_window
 
-        gc_modes = {True: [0.0, 0], False: [0.0, 0]}   # --gc-ab / --prewarm-ab: the old way / the new: seconds, GEMMs
+        ab_modes = {True: [0.0, 0], False: [0.0, 0]}   # --gc-ab / --prewarm-ab: the old way / the new: seconds, GEMMs
         last = []   # the start of the window before and its mode
         mode_of = {}   # key -> the window's mode (--prewarm-ab)
         prewarm = probe._prewarm
@@ -121,8 +121,8 @@ def main():
                     mode_of[c.key] = "without prewarm" if not off else "with prewarm"
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
-                gc_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
-                gc_modes[last[1]][1] += last[2]
+                ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
+                ab_modes[last[1]][1] += last[2]
             last[:] = [t, not off, len(cs)]
             try:
                 out = run_window(cs)
@@ -160,7 +160,7 @@ def main():
     if a.prewarm_ab:
         print("prewarm thread, windows alternating (each from its start to the next window's, the last window left "
               "out): " + "; ".join(f"{'without' if m else 'with'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s"
-                                   for m, (w, n) in gc_modes.items() if n))
+                                   for m, (w, n) in ab_modes.items() if n))
         for mode in ("with prewarm", "without prewarm"):
             ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
             tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
@@ -178,7 +178,7 @@ def main():
     if a.gc_ab:
         print("garbage collector, windows alternating (each from its start to the next window's, the last window "
               "left out): " + "; ".join(
-            f"{'on' if m else 'off'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in gc_modes.items() if n))
+            f"{'on' if m else 'off'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
     print(f"spin rule: {a.spin_rule}" + (f"; every {a.every}-th GEMM of the plan" if a.every > 1 else ""))
     print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
           f"= {len(df) / wall:.1f} GEMMs/s (full capture)")

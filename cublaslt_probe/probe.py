@@ -441,6 +441,12 @@ def heavy_us(c: Case) -> float:
     return 2.0 * c.m * c.n * c.k * c.batch / rates.get(c.dtype, rates["fp8"]) / 1e6
 
 
+def is_heavy(c: Case) -> bool:
+    """Does `c` drive the tensor cores hard enough (`heavy_us` >= HEAVY_US) to run one step after another in the
+    pipeline, behind the whole enqueue's spin (`timing_spin`)?"""
+    return heavy_us(c) >= HEAVY_US
+
+
 def enqueue_spin(host_us: float, reps: int, per: int) -> float:
     """µs of GPU spin that covers the host's whole enqueue time (times SPIN_MARGIN, plus SPIN_FLOOR_US): the
     retake's rule (twice this), and a reference the benchmark compares `timing_spin` against."""
@@ -1185,7 +1191,7 @@ class Probe:
                 continue
             ph = rec["probe_ms"] = {}
             t = time.perf_counter()
-            pipeline = self.options.pipeline and heavy_us(c) < HEAVY_US
+            pipeline = self.options.pipeline and not is_heavy(c)
             try:
                 b, held = self._build(c, built, held)
                 if pipeline:
@@ -1249,7 +1255,7 @@ class Probe:
         t = _lap(ph, "build_warm", t)
         rec["log_lines"] = self.logged_call(b.fn)
         t = _lap(ph, "log", t)
-        _fill_timing(rec, self.time_gpu(b.fn, key=f"{c.backend}|{c.op}", heavy=heavy_us(c) >= HEAVY_US))
+        _fill_timing(rec, self.time_gpu(b.fn, key=f"{c.backend}|{c.op}", heavy=is_heavy(c)))
         t = _lap(ph, "time", t)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
         return t

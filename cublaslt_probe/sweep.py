@@ -546,7 +546,7 @@ def _first_count(names, environ=None, least: int = 0) -> int | None:
 
 
 def cpu_slot(environ=None) -> int:
-    """Which pair of CPU cores this host's probe process takes (`ProbeOptions.cpu_slot`): the slot `sweep
+    """Which three CPU cores this host's probe process takes (`ProbeOptions.cpu_slot`): the slot `sweep
     --devices` gives each worker, else the launcher's local rank (torchrun, Slurm), else 0."""
     slot = _first_count(SLOT_VARS, environ)
     return 0 if slot is None else slot

@@ -2,7 +2,6 @@
 end on the CPU with the numpy backend, their parts merged and checked against the plan."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time

@@ -133,8 +133,8 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
         assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= r["timing"]["gap_limit_us"], \
             (k, r["timing"])
         # pipelined, unless its arithmetic is heavy: then one step after another in both modes
-        from cublaslt_probe.probe import HEAVY_US, heavy_us
-        assert ("wait" in r["probe_ms"] and "estimate" in r["probe_ms"]) == (heavy_us(Case.from_key(k)) < HEAVY_US), k
+        from cublaslt_probe.probe import is_heavy
+        assert ("wait" in r["probe_ms"] and "estimate" in r["probe_ms"]) == (not is_heavy(Case.from_key(k))), k
         assert r["heuristic_miss_us"] > 0 and r["heuristic_hit_us"] > 0
         miss_on.append(r["heuristic_miss_us"])
         miss_off.append(off[k]["heuristic_miss_us"])
@@ -221,9 +221,9 @@ def test_a_prewarmed_first_call_runs_the_algo_its_own_question_gets(probe):
 def test_a_heavy_gemm_after_a_pipelined_one_runs_under_its_own_flags(probe):
     """A heavy GEMM runs once the pipelined GEMM in flight has finished; waiting for that one sets its flags (tf32,
     torch's cuBLASLt path), so the heavy GEMM must set its own again before its calls."""
-    from cublaslt_probe.probe import HEAVY_US, heavy_us
+    from cublaslt_probe.probe import is_heavy
     cases = [Case("torch-lt", "mm", "tf32", "NN", 16, 4096, 4096), Case("torch", "mm", "fp32", "NN", 128, 4096, 4096)]
-    assert heavy_us(cases[0]) < HEAVY_US <= heavy_us(cases[1])
+    assert not is_heavy(cases[0]) and is_heavy(cases[1])
     recs = probe.run_window(cases)
     assert "wait" in recs[0]["probe_ms"] and "wait" not in recs[1]["probe_ms"]   # pipelined, then heavy
     assert (recs[0]["timing"]["rule"], recs[1]["timing"]["rule"]) == ("lead", "heavy")   # the whole enqueue's spin

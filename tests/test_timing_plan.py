@@ -122,11 +122,14 @@ def test_the_pipeline_runs_every_decode_gemm_and_heavy_ones_run_one_step_after_a
     and fp32 127x4095x8191, which the GPU ran 5-10 % slower queued behind other GEMMs, are heavy."""
     from cublaslt_probe import sweep
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import HEAVY_US, heavy_us
+    from cublaslt_probe.probe import HEAVY_US, heavy_us, is_heavy
     assert max(heavy_us(c) for c in sweep.plan("decode").cases) < HEAVY_US
+    assert not any(is_heavy(c) for c in sweep.plan("decode").cases)
     assert heavy_us(Case("torch", "mm", "bf16", "NN", 4096, 4096, 4096)) >= HEAVY_US
     assert heavy_us(Case("lt", "mm", "fp32", "NN", 127, 4095, 8191)) >= HEAVY_US
     assert heavy_us(Case("torch", "mm", "tf32", "NN", 127, 4095, 8191)) < HEAVY_US
+    assert is_heavy(Case("torch", "mm", "bf16", "NN", 4096, 4096, 4096))
+    assert not is_heavy(Case("torch", "mm", "tf32", "NN", 127, 4095, 8191))
 
 
 def test_a_heavy_gemm_rests_the_gpu_for_the_whole_enqueue_at_least():
