@@ -2,7 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
-        [--reference-spin enqueue]
+        [--reference-spin enqueue] [--estimate-calls 1,2] [--save runs.json]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -13,7 +13,8 @@ written as the sweep writes them, and that cost is printed apart.
 Fidelity (--fidelity PRESET): every window of that plan runs four times, on and off twice each (the order
 turned from window to window); per GEMM, |time_us on / off - 1| (the mean of each mode's two runs, and run
 by run), the same for off / off again (the run-to-run noise of the method), and whether kernels and log
-lines are the same.
+lines are the same, and how often the plan (calls per sample) differs between the runs. `--estimate-calls 1,2`
+runs the fidelity once per value of the probe option, the saved file keyed by it.
 """
 import argparse
 import dataclasses
@@ -137,6 +138,12 @@ def fidelity(probe, cases, window, reference: str = "same"):
             print(f"    of them {label}: {len(d)}, on vs off within 3 %: {sum(x <= 3 for x in d)}, median on/off "
                   f"{statistics.median(t('on', k) / t('off', k) for k in part):.4f}; off vs off within 3 %: "
                   f"{sum(x <= 3 for x in n)}")
+    flips = [k for k in keys if len({runs[n][k]["time_calls_per_rep"] for n in runs}) > 1]
+    print(f"    plans: calls per sample differ between the four runs on {len(flips)} GEMMs, of them "
+          f"{sum(abs(t('off2', k) / t('off1', k) - 1) * 100 > 3 for k in flips)} with off vs off beyond 3 %; "
+          f"the estimate_us of all four runs within 10 % of each other on "
+          f"{sum(max(runs[n][k]['timing']['estimate_us'] for n in runs) <= 1.1 * min(runs[n][k]['timing']['estimate_us'] for n in runs) for k in keys)}"
+          f"/{len(keys)}")
     same = sum(all(runs[n][k].get("kernels") == runs["off1"][k].get("kernels") for n in runs) for k in keys)
     logs = sum(all(_lines(runs[n][k].get("log_lines")) == _lines(runs["off1"][k].get("log_lines")) for n in runs)
                for k in keys)
@@ -167,6 +174,9 @@ def main():
                          "the pipeline)")
     ap.add_argument("--save", help="write every fidelity run's records (key, time_us, calls per sample, attempts) "
                                    "to this JSON file")
+    ap.add_argument("--estimate-calls", default="", metavar="N[,N...]",
+                    help="the probe option estimate_calls for the fidelity runs; several: one fidelity run each, "
+                         "in this order, in the same process")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
@@ -180,12 +190,18 @@ def main():
     if a.limit:
         cases = cases[:a.limit]
     throughput(probe, cases, a.window)
-    if a.fidelity:
+    saved = {}
+    for calls in ([int(x) for x in a.estimate_calls.split(",")] if a.estimate_calls else [None]) if a.fidelity else []:
+        if calls is not None:
+            probe.options = dataclasses.replace(probe.options, estimate_calls=calls)
+            print(f"--- fidelity with estimate_calls={calls}")
         runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin)
-        if a.save:
-            with open(a.save, "w") as f:
-                json.dump({n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts")]
-                               for k, r in rs.items()} for n, rs in runs.items()}, f)
+        saved[str(calls or probe.options.estimate_calls)] = {
+            n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts"),
+                    (r.get("timing") or {}).get("estimates_us")] for k, r in rs.items()} for n, rs in runs.items()}
+    if a.save and saved:
+        with open(a.save, "w") as f:
+            json.dump(saved, f)
     probe.close()
 
 

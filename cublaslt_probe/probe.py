@@ -56,6 +56,7 @@ GAP_SLACK_US = 0.75              # this, on a GPU whose events cost more): the s
 HOST_US_GUESS = 30.0             # host µs to enqueue one call before the first enqueue loop of a backend and op
 CHEAP_SPIN = 0.1                 # a spin costing at most this share of the samples' GPU time covers the whole
                                  # enqueue, twice (timing_spin)
+ATTEMPTS = 3                     # timing attempts at most: a retake, and another when the host stalled through it
 HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this long at the H100/H200 SXM's
                                  # dense peak (`heavy_us`) runs one step after another
 
@@ -114,9 +115,12 @@ class ProbeOptions:
                                     # no pinning
     prewarm: bool = True            # with the pipeline: ask each GEMM's heuristic question on a thread ahead of its
                                     # first call (HeuristicPrewarm)
+    estimate_calls: int = 2         # estimating calls that size a GEMM's timing plan, the shortest counting
+                                    # (`plan_estimate`); a heavy GEMM (`is_heavy`) gets one
 
     def __post_init__(self):
-        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
+        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0,
+                "estimate_calls": 1}
         for name, least in ints.items():
             v = getattr(self, name)
             if name == "cpu_slot" and v is None:
@@ -142,12 +146,13 @@ class Timing:
     gap_us: float | None            # GPU idle between the samples, µs in all (None with an L2 flush)
     spin_us: float | None           # GPU spin before the samples (None with an L2 flush)
     enqueue_us: float               # host time to enqueue every sample
-    attempts: int                   # 2 when the first attempt failed its checks and was retaken
+    attempts: int                   # 2 (3) when the first attempt (and its retake) failed its checks and was retaken
     behind: int | None              # samples the GPU reached before the host had enqueued them (None: flush)
-    retaken: dict | None            # the first attempt's evidence when it was retaken
-    estimate_us: float              # the estimating call (or the samples of a re-time) the plan was sized by
+    retaken: dict | None            # the first attempt's evidence when it was retaken (the second's under "second")
+    estimate_us: float              # what sized the plan: `plan_estimate` (or the samples of a re-time)
     rule: str = "lead"              # the spin rule of the first attempt
     gap_limit_us: float | None = None   # the GPU idle allowed per sample (None with an L2 flush)
+    estimates_us: tuple[float, ...] = ()   # each estimating call's GPU µs (what `plan_estimate` read)
 
     @property
     def min_us(self) -> float:
@@ -157,7 +162,8 @@ class Timing:
         """The raw record's `timing` field."""
         return {"spin_us": self.spin_us and round(self.spin_us, 1), "enqueue_us": round(self.enqueue_us, 1),
                 "attempts": self.attempts, "behind": self.behind, "retaken": self.retaken,
-                "estimate_us": round(self.estimate_us, 2), "rule": self.rule,
+                "estimate_us": round(self.estimate_us, 2), "estimates_us": [round(x, 2) for x in self.estimates_us],
+                "rule": self.rule,
                 "gap_limit_us": self.gap_limit_us and round(self.gap_limit_us, 3)}
 
 
@@ -398,6 +404,18 @@ def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None,
     if reps is None:
         reps = int(min(max_reps, max(5, math.ceil(budget_ms * 1e3 / (once_us * per))), max(5, MAX_CALLS // per)))
     return max(1, reps), per
+
+
+def plan_estimate(readings_us) -> float:
+    """The µs that sizes a GEMM's timing plan, from its estimating calls (GPU µs each, between their own
+    events, queued back to back behind one spin): the shortest (pure; see time_gpu).
+
+    One call reads long now and then, and the plan's batch size follows it: a 10 µs GEMM read as 17+ µs is timed
+    in batches of 3 instead of 5, and batches of 3 read 3-8 % lower (the first call of a batch runs longer
+    than the calls after it, and the differential sample takes it out of fewer calls). The quick preset's
+    runs of one method disagreed with each other beyond 3 % mostly on such GEMMs (bench11_fidelity_*). The
+    shortest of two calls is long only when both are."""
+    return max(min(readings_us), 1.0)
 
 
 def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> float:
@@ -705,7 +723,7 @@ class HeuristicPrewarm:
     cuBLASLt refuses is left to the first call. Asking writes no cuBLASLt log line at level 2.
 
     `ask(problems)` queues questions (one asked before in this process is not asked again); `hold()` and
-    `release()` bracket the probe's enqueueing of timed batches, when no question is started; `idle()` says
+    `release()` bracket the probe's enqueueing of timed batches, when no question is being asked; `idle()` says
     whether all are answered (the probe asks the companion its questions then, not alongside); `cancel()` drops
     those not asked yet and waits for the one being asked; `close()` ends the thread. `answer(problem)` is
     what the thread runs for each (the probe's: one `cublasLtMatmulAlgoGetHeuristic` call); `cpu`, the
@@ -741,10 +759,13 @@ class HeuristicPrewarm:
             self._cv.notify()
 
     def hold(self) -> None:
-        """Ask no new question until `release`: the probe is enqueueing timed batches, and the thread's Python
-        work between its cuBLASLt calls takes the interpreter's lock from the launching thread."""
+        """Ask no new question until `release`, and wait for the one being asked: the probe is about to enqueue
+        timed batches, and the thread's Python work between its cuBLASLt calls would take the interpreter's
+        lock from the launching thread (which lets it go at each event it records)."""
         with self._cv:
             self._held = True
+        with self._busy:
+            pass
 
     def release(self) -> None:
         with self._cv:
@@ -802,6 +823,7 @@ class _Pending:
     per: int
     events: _Events
     heavy: bool = False
+    readings: tuple = ()        # the estimating calls' GPU µs (a re-time sized by its samples keeps them)
     spin_us: float | None = None
     rule: str = "lead"
     enqueue_us: float = 0.0
@@ -829,7 +851,7 @@ class Probe:
         self.host_cpus = os.sched_getaffinity(0)   # before pinning: the CPUs a helper process may use
         self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
         self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
-        self._pair_pool: list = []                 # spent estimate event pairs
+        self._estimate_pool: dict[int, list] = {}  # spent estimating calls' events, by number of calls
         lt.ensure_loaded()
         self.lib = lt.LtLibrary()
         self.logger = lt.Logger(self.lib)
@@ -915,10 +937,12 @@ class Probe:
         """Time `fn` (a zero-argument GEMM launch): the median µs of one call running back to back, with its
         samples and evidence (CUDA events; see the module doc).
 
-        One estimating call sizes the plan (`timing_plan`). With an L2 flush each sample is one call after a
-        flush. Without, each sample is a batch of `calls_per_rep` (n >= 3) back-to-back calls, all batches
-        queued behind one GPU spin long enough that the GPU never reaches a batch before the host has
-        enqueued all of it (`first_spin`), so no event brackets the CPU's launch gap. An event after the
+        The estimating calls size the plan (`timing_plan`): the shortest of the options' `estimate_calls`,
+        queued back to back behind one spin, each between its own events (`plan_estimate`; one call for a
+        `heavy` GEMM). With an L2 flush each sample is one call after a flush. Without, each sample is a
+        batch of `calls_per_rep` (n >= 3) back-to-back calls, all batches queued behind one GPU spin long
+        enough that the GPU never reaches a batch before the host has enqueued all of it (`first_spin`), so
+        no event brackets the CPU's launch gap. An event after the
         batch's first call splits it in two: F, the first call, and R, the n-1 calls after it. Each span
         pays once for its opening event and the kernel boundary after it (about 2 µs on an H200, 20 % of a
         10 µs GEMM), so the sample is (R - F) / (n - 2): the time per call of a steady back-to-back run, the
@@ -932,41 +956,51 @@ class Probe:
         evidence that the spin was long enough: `behind`, the batches the GPU had reached before the host
         finished enqueueing them (an event query after each batch), and `gap_us`, the GPU's idle time
         between batches. When either fails (a batch behind, or more idle per sample than `gap_limit_us`),
-        the samples are retaken once behind a spin of twice the whole enqueue time (`enqueue_spin`), and
-        the first attempt's evidence is kept under `retaken`. `reps` fixes the number of samples; by
-        default the options' `budget_ms` sets it, at most their `reps`."""
-        return self._end(self._start(fn, key, *self._estimate(fn, key), reps, heavy))
+        the samples are retaken behind a spin of twice the whole enqueue time at the host's speed in the
+        attempt that failed (`enqueue_spin`), and the first attempt's evidence is kept under `retaken`; once
+        more when the retake fails too (a host stalled for milliseconds: seen on the two-GPU H200 host, a
+        retake's 24 calls enqueued in 3.8 ms after the first attempt's 1.1 ms), ATTEMPTS in all. `reps`
+        fixes the number of samples; by default the options' `budget_ms` sets it, at most their `reps`."""
+        return self._end(self._start(fn, key, *self._estimate(fn, key, self.estimate_calls(heavy)), reps, heavy))
 
-    def _queue_estimate(self, fn, key: str) -> tuple:
-        """Queue one call of `fn` between two events, after a flush or behind a short spin; with the host µs
-        its launch took. `_read_estimate` waits for it."""
+    def _queue_estimate(self, fn, key: str, calls: int) -> tuple:
+        """Queue `calls` calls of `fn` back to back, each between its own events, after a flush or behind a
+        short spin; with the host µs one launch took. `_read_estimate` waits for them."""
         torch = self.torch
-        if self._pair_pool:
-            s, e = self._pair_pool.pop()
-        else:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        pool = self._estimate_pool.get(calls)
+        events = pool.pop() if pool else [torch.cuda.Event(enable_timing=True) for _ in range(calls + 1)]
         if self.flush is not None:
             self.flush.zero_()
         else:
-            self.spin(SPIN_FLOOR_US + 2 * self._host_us.get(key, HOST_US_GUESS))
+            self.spin(SPIN_FLOOR_US + (calls + 1) * self._host_us.get(key, HOST_US_GUESS))
         st = torch.cuda.current_stream()
         h = time.perf_counter()
-        s.record(st); fn(); e.record(st)  # noqa: E702
-        return s, e, (time.perf_counter() - h) * 1e6
+        events[0].record(st)
+        for e in events[1:]:
+            fn()
+            e.record(st)
+        return events, (time.perf_counter() - h) * 1e6 / calls
 
-    def _read_estimate(self, queued: tuple) -> tuple[float, float]:
-        s, e, host_once = queued
-        e.synchronize()
-        once = max(s.elapsed_time(e) * 1e3, 1.0)
-        self._pair_pool.append((s, e))   # read: the pair can be recorded again
-        return once, host_once
+    def _read_estimate(self, queued: tuple) -> tuple[float, float, tuple]:
+        """(the plan's µs (`plan_estimate`), host µs of one launch, the GPU µs of each estimating call)."""
+        events, host_once = queued
+        events[-1].synchronize()
+        readings = tuple(a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:]))
+        self._estimate_pool.setdefault(len(readings), []).append(events)   # read: can be recorded again
+        return plan_estimate(readings), host_once, readings
 
-    def _estimate(self, fn, key: str) -> tuple[float, float]:
-        """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
-        return self._read_estimate(self._queue_estimate(fn, key))
+    def _estimate(self, fn, key: str, calls: int) -> tuple[float, float, tuple]:
+        """`_read_estimate` of `calls` estimating calls of `fn`, waited for."""
+        return self._read_estimate(self._queue_estimate(fn, key, calls))
 
-    def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None,
-               heavy: bool = False) -> "_Pending":
+    def estimate_calls(self, heavy: bool) -> int:
+        """Estimating calls for a GEMM: the options' `estimate_calls`; one for a heavy GEMM (`is_heavy`), whose
+        plan they cannot move (3 calls per sample below SINGLE_US, whatever it reads) and whose extra call
+        would cost its full time."""
+        return 1 if heavy else self.options.estimate_calls
+
+    def _start(self, fn, key: str, once_us: float, host_once: float | None, readings: tuple,
+               reps_asked: int | None, heavy: bool = False) -> "_Pending":
         """Queue the first attempt of the timing plan sized by `once_us`; `_end` waits for it and checks it."""
         flush = self.flush is not None
         host = self._host_us.get(key, HOST_US_GUESS)
@@ -978,7 +1012,7 @@ class Probe:
             host = max(host, host_once)
         pool = self._event_pool.get((reps, per > 1))
         events = pool.pop() if pool else _Events(self.torch, reps, per > 1)
-        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy)
+        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy, readings=readings)
         p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per, heavy)
         self._attempt(p)
         return p
@@ -998,14 +1032,21 @@ class Probe:
             self._host_us[p.key] = p.enqueue_us / (p.reps * p.per)
 
     def _end(self, p: "_Pending") -> Timing:
-        """Wait for the samples of `p` and check their evidence: retaken once behind a longer spin when it
-        fails, timed again in batches when they say the GEMM is short after all (see time_gpu)."""
+        """Wait for the samples of `p` and check their evidence: retaken behind a longer spin when it fails (up
+        to ATTEMPTS attempts in all), timed again in batches when they say the GEMM is short after all (see
+        time_gpu)."""
         t = self._collect(p, None)
-        if t.gap_us is not None and (t.gap_us > self.gap_limit_us * p.reps or t.behind):
-            retaken = {"spin_us": round(p.spin_us, 1), "enqueue_us": round(p.enqueue_us, 1), "behind": p.behind,
-                       "gap_us": round(t.gap_us, 3)}
+        retaken = None
+        while t.gap_us is not None and (t.gap_us > self.gap_limit_us * p.reps or t.behind) and p.attempt < ATTEMPTS:
+            failed = {"spin_us": round(p.spin_us, 1), "enqueue_us": round(p.enqueue_us, 1), "behind": p.behind,
+                      "gap_us": round(t.gap_us, 3)}
+            if retaken is None:
+                retaken = failed
+            else:
+                retaken["second"] = failed
+            # the host's time per call in the attempt that failed (`_attempt` learnt it)
             p.spin_us = 2 * enqueue_spin(self._host_us[p.key], p.reps, p.per)
-            p.attempt = 2
+            p.attempt += 1
             self._attempt(p)
             t = self._collect(p, retaken)
         self._event_pool.setdefault((p.reps, p.per > 1), []).append(p.events)  # read: can be recorded again
@@ -1013,7 +1054,7 @@ class Probe:
             # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
             # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
             # them, with no second estimate that could read long again
-            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked, p.heavy))
+            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.readings, p.reps_asked, p.heavy))
         return t
 
     def _collect(self, p: "_Pending", retaken: dict | None) -> Timing:
@@ -1023,7 +1064,7 @@ class Probe:
         gap = None if flush else p.events.gap_us(totals)
         return Timing(statistics.median(times), tuple(times), p.per, statistics.median(firsts), gap, p.spin_us,
                       p.enqueue_us, p.attempt, None if flush else p.behind, retaken, p.once_us, p.rule,
-                      None if flush else self.gap_limit_us)
+                      None if flush else self.gap_limit_us, p.readings)
 
     def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
         """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued).
@@ -1154,7 +1195,7 @@ class Probe:
         the window is cut early when the GEMMs it holds alive pass the options' `mem_budget` bytes.
 
         With the `pipeline` option (the default) the host prepares each GEMM (operands, warm-up, the logged
-        call, the estimating call) while the GPU runs the timed batches of the one before, which were all
+        call, the estimating calls) while the GPU runs the timed batches of the one before, which were all
         queued before it; the heuristic is timed by the companion process meanwhile. The GPU runs the same
         calls in the same order on one stream, each GEMM's samples bracketed by its own events, so what is
         measured is what the one-step-after-another order measures; only the host's waiting is gone. Not
@@ -1261,14 +1302,14 @@ class Probe:
         return t
 
     def _prepare(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
-        """Pipeline: the warm-up, the logged call and the estimating call of `c`, queued behind whatever the
+        """Pipeline: the warm-up, the logged call and the estimating calls of `c`, queued behind whatever the
         GPU is running (no wait); fills `rec` and `ph`; returns the queued estimate."""
         for _ in range(2):
             b.fn()
         t = _lap(ph, "build_warm", t)
         rec["log_lines"] = self.logged_call(b.fn, sync=False)
         t = _lap(ph, "log", t)
-        est = self._queue_estimate(b.fn, f"{c.backend}|{c.op}")
+        est = self._queue_estimate(b.fn, f"{c.backend}|{c.op}", self.estimate_calls(False))
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
         _lap(ph, "estimate", t)
         return est

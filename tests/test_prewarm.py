@@ -136,3 +136,27 @@ def test_no_question_is_started_while_the_probe_holds_the_thread():
         assert not pw._thread.is_alive()
     finally:
         pw.close()
+
+
+def test_holding_waits_for_the_question_being_asked():
+    """`hold` returns once the question in flight is answered: no Python work of the thread's while the probe
+    enqueues timed batches."""
+    answers = Answers(hold_first=True)
+    pw = HeuristicPrewarm(answers)
+    held = threading.Event()
+    try:
+        pw.ask([Problem(m, 64, 64) for m in (1, 2)])
+        assert answers.started.wait(10)            # the first question is being asked
+        holder = threading.Thread(target=lambda: (pw.hold(), held.set()))
+        holder.start()
+        time.sleep(0.2)
+        assert not held.is_set()                   # still waiting for it
+        answers.release.set()
+        assert held.wait(10) and answers.asked == [1]
+        time.sleep(0.2)
+        assert answers.asked == [1]                # and the next is not started while held
+        pw.release()
+        wait_for(lambda: answers.asked == [1, 2])
+    finally:
+        answers.release.set()
+        pw.close()
