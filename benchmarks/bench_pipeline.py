@@ -2,7 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
-        [--reference-spin enqueue] [--estimate-calls 1,2] [--save runs.json]
+        [--reference-spin enqueue] [--save runs.json]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -13,8 +13,7 @@ written as the sweep writes them, and that cost is printed apart.
 Fidelity (--fidelity PRESET): every window of that plan runs four times, on and off twice each (the order
 turned from window to window); per GEMM, |time_us on / off - 1| (the mean of each mode's two runs, and run
 by run), the same for off / off again (the run-to-run noise of the method), and whether kernels and log
-lines are the same, and how often the plan (calls per sample) differs between the runs. `--estimate-calls 1,2`
-runs the fidelity once per value of the probe option, the saved file keyed by it.
+lines are the same, and how often the plan (calls per sample) differs between the runs.
 """
 import argparse
 import dataclasses
@@ -174,9 +173,6 @@ def main():
                          "the pipeline)")
     ap.add_argument("--save", help="write every fidelity run's records (key, time_us, calls per sample, attempts) "
                                    "to this JSON file")
-    ap.add_argument("--estimate-calls", default="", metavar="N[,N...]",
-                    help="the probe option estimate_calls for the fidelity runs; several: one fidelity run each, "
-                         "in this order, in the same process")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
@@ -190,18 +186,13 @@ def main():
     if a.limit:
         cases = cases[:a.limit]
     throughput(probe, cases, a.window)
-    saved = {}
-    for calls in ([int(x) for x in a.estimate_calls.split(",")] if a.estimate_calls else [None]) if a.fidelity else []:
-        if calls is not None:
-            probe.options = dataclasses.replace(probe.options, estimate_calls=calls)
-            print(f"--- fidelity with estimate_calls={calls}")
+    if a.fidelity:
         runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin)
-        saved[str(calls or probe.options.estimate_calls)] = {
-            n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts"),
-                    (r.get("timing") or {}).get("estimates_us")] for k, r in rs.items()} for n, rs in runs.items()}
-    if a.save and saved:
-        with open(a.save, "w") as f:
-            json.dump(saved, f)
+        if a.save:
+            with open(a.save, "w") as f:
+                json.dump({n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts"),
+                                   (r.get("timing") or {}).get("estimate_us")] for k, r in rs.items()}
+                           for n, rs in runs.items()}, f)
     probe.close()
 
 

@@ -14,7 +14,6 @@ GEMMs; the lt backend is left out there: its callable is bound to the default st
 of the one profiled call.
 """
 import argparse
-import dataclasses
 import math
 import os
 import statistics
@@ -80,9 +79,6 @@ def main():
     ap.add_argument("--prewarm-ab", action="store_true",
                     help="windows alternate between the prewarm thread on and off (the first calls ask their "
                          "heuristic questions themselves; A/B in one process)")
-    ap.add_argument("--estimate-ab", action="store_true",
-                    help="windows alternate between one estimating call per GEMM and the probe's two (A/B in one "
-                         "process)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
@@ -91,8 +87,8 @@ def main():
                          "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
                          "process, on the same host state)")
     a = ap.parse_args()
-    if sum((a.gc_ab, a.prewarm_ab, a.estimate_ab)) > 1:
-        ap.error("one A/B at a time: --gc-ab, --prewarm-ab or --estimate-ab")
+    if a.gc_ab and a.prewarm_ab:
+        ap.error("one A/B at a time: --gc-ab or --prewarm-ab")
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Builder, ProbeOptions
     t_init = time.time()
@@ -118,17 +114,13 @@ def main():
             import types
 
             from cublaslt_probe import probe as probe_mod
-            off = not (a.gc_ab or a.prewarm_ab or a.estimate_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
+            off = not (a.gc_ab or a.prewarm_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
             if not off and a.gc_ab:   # the probe as it was before it switched the collector off for its windows
                 probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
             if a.prewarm_ab:   # "on" here is the old way: no prewarm thread
                 probe._prewarm = None if not off else prewarm
                 for c in cs:
                     mode_of[c.key] = "without prewarm" if not off else "with prewarm"
-            if a.estimate_ab:   # "on" here is the old way: one estimating call
-                probe.options = dataclasses.replace(probe.options, estimate_calls=1 if not off else 2)
-                for c in cs:
-                    mode_of[c.key] = "one estimating call" if not off else "two estimating calls"
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
@@ -167,12 +159,11 @@ def main():
     ok = df[df.error.isna()]
     calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
     gpu_s = float((ok.time_us * calls).sum()) / 1e6
-    if a.prewarm_ab or a.estimate_ab:
-        new, old = ("with prewarm", "without prewarm") if a.prewarm_ab else ("two estimating calls", "one estimating call")
-        print(f"{'prewarm thread' if a.prewarm_ab else 'estimating calls'}, windows alternating (each from its start "
-              "to the next window's, the last window left out): " + "; ".join(
-                  f"{old if m else new} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
-        for mode in (new, old):
+    if a.prewarm_ab:
+        print("prewarm thread, windows alternating (each from its start to the next window's, the last window left "
+              "out): " + "; ".join(f"{'without prewarm' if m else 'with prewarm'} {n} GEMMs in {w:.2f} s = "
+                                   f"{n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
+        for mode in ("with prewarm", "without prewarm"):
             ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
             tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
             if ph:

@@ -115,12 +115,9 @@ class ProbeOptions:
                                     # no pinning
     prewarm: bool = True            # with the pipeline: ask each GEMM's heuristic question on a thread ahead of its
                                     # first call (HeuristicPrewarm)
-    estimate_calls: int = 2         # estimating calls that size a GEMM's timing plan, the shortest counting
-                                    # (`plan_estimate`); a heavy GEMM (`is_heavy`) gets one
 
     def __post_init__(self):
-        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0,
-                "estimate_calls": 1}
+        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
         for name, least in ints.items():
             v = getattr(self, name)
             if name == "cpu_slot" and v is None:
@@ -149,10 +146,9 @@ class Timing:
     attempts: int                   # 2 (3) when the first attempt (and its retake) failed its checks and was retaken
     behind: int | None              # samples the GPU reached before the host had enqueued them (None: flush)
     retaken: dict | None            # the first attempt's evidence when it was retaken (the second's under "second")
-    estimate_us: float              # what sized the plan: `plan_estimate` (or the samples of a re-time)
+    estimate_us: float              # the estimating call (or the samples of a re-time) the plan was sized by
     rule: str = "lead"              # the spin rule of the first attempt
     gap_limit_us: float | None = None   # the GPU idle allowed per sample (None with an L2 flush)
-    estimates_us: tuple[float, ...] = ()   # each estimating call's GPU µs (what `plan_estimate` read)
 
     @property
     def min_us(self) -> float:
@@ -162,8 +158,7 @@ class Timing:
         """The raw record's `timing` field."""
         return {"spin_us": self.spin_us and round(self.spin_us, 1), "enqueue_us": round(self.enqueue_us, 1),
                 "attempts": self.attempts, "behind": self.behind, "retaken": self.retaken,
-                "estimate_us": round(self.estimate_us, 2), "estimates_us": [round(x, 2) for x in self.estimates_us],
-                "rule": self.rule,
+                "estimate_us": round(self.estimate_us, 2), "rule": self.rule,
                 "gap_limit_us": self.gap_limit_us and round(self.gap_limit_us, 3)}
 
 
@@ -406,16 +401,15 @@ def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None,
     return max(1, reps), per
 
 
-def plan_estimate(readings_us) -> float:
-    """The µs that sizes a GEMM's timing plan, from its estimating calls (GPU µs each, between their own
-    events, queued back to back behind one spin): the shortest (pure; see time_gpu).
-
-    One call reads long now and then, and the plan's batch size follows it: a 10 µs GEMM read as 17+ µs is timed
-    in batches of 3 instead of 5, and batches of 3 read 3-8 % lower (the first call of a batch runs longer
-    than the calls after it, and the differential sample takes it out of fewer calls). The quick preset's
-    runs of one method disagreed with each other beyond 3 % mostly on such GEMMs (bench11_fidelity_*). The
-    shortest of two calls is long only when both are."""
-    return max(min(readings_us), 1.0)
+def estimate_spin(host_us: float) -> float:
+    """µs of GPU spin before the estimating call, when the host takes `host_us` to enqueue one call (pure): room
+    for the call and its two events, three calls' worth, plus SPIN_FLOOR_US. The estimate sizes the plan, and
+    a host that has not queued the call when the spin ends makes it read long. Behind two calls' worth, the
+    quick preset's 136 pipelined GEMMs were timed in batches of another size in one of four runs on 30 and
+    13 of them (a GEMM of about 10 µs read as 17+ µs goes in batches of 3 instead of 5, which read 3-8 %
+    lower); behind three, on 6 and 7, on the same host (bench12_fidelity_estimate_ab*.txt: the first of two
+    estimating calls queued behind this spin)."""
+    return SPIN_FLOOR_US + 3 * host_us
 
 
 def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> float:
@@ -823,7 +817,6 @@ class _Pending:
     per: int
     events: _Events
     heavy: bool = False
-    readings: tuple = ()        # the estimating calls' GPU µs (a re-time sized by its samples keeps them)
     spin_us: float | None = None
     rule: str = "lead"
     enqueue_us: float = 0.0
@@ -851,7 +844,7 @@ class Probe:
         self.host_cpus = os.sched_getaffinity(0)   # before pinning: the CPUs a helper process may use
         self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
         self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
-        self._estimate_pool: dict[int, list] = {}  # spent estimating calls' events, by number of calls
+        self._pair_pool: list = []                 # spent estimate event pairs
         lt.ensure_loaded()
         self.lib = lt.LtLibrary()
         self.logger = lt.Logger(self.lib)
@@ -937,12 +930,10 @@ class Probe:
         """Time `fn` (a zero-argument GEMM launch): the median µs of one call running back to back, with its
         samples and evidence (CUDA events; see the module doc).
 
-        The estimating calls size the plan (`timing_plan`): the shortest of the options' `estimate_calls`,
-        queued back to back behind one spin, each between its own events (`plan_estimate`; one call for a
-        `heavy` GEMM). With an L2 flush each sample is one call after a flush. Without, each sample is a
-        batch of `calls_per_rep` (n >= 3) back-to-back calls, all batches queued behind one GPU spin long
-        enough that the GPU never reaches a batch before the host has enqueued all of it (`first_spin`), so
-        no event brackets the CPU's launch gap. An event after the
+        One estimating call sizes the plan (`timing_plan`). With an L2 flush each sample is one call after a
+        flush. Without, each sample is a batch of `calls_per_rep` (n >= 3) back-to-back calls, all batches
+        queued behind one GPU spin long enough that the GPU never reaches a batch before the host has
+        enqueued all of it (`first_spin`), so no event brackets the CPU's launch gap. An event after the
         batch's first call splits it in two: F, the first call, and R, the n-1 calls after it. Each span
         pays once for its opening event and the kernel boundary after it (about 2 µs on an H200, 20 % of a
         10 µs GEMM), so the sample is (R - F) / (n - 2): the time per call of a steady back-to-back run, the
@@ -961,46 +952,38 @@ class Probe:
         more when the retake fails too (a host stalled for milliseconds: seen on the two-GPU H200 host, a
         retake's 24 calls enqueued in 3.8 ms after the first attempt's 1.1 ms), ATTEMPTS in all. `reps`
         fixes the number of samples; by default the options' `budget_ms` sets it, at most their `reps`."""
-        return self._end(self._start(fn, key, *self._estimate(fn, key, self.estimate_calls(heavy)), reps, heavy))
+        return self._end(self._start(fn, key, *self._estimate(fn, key), reps, heavy))
 
-    def _queue_estimate(self, fn, key: str, calls: int) -> tuple:
-        """Queue `calls` calls of `fn` back to back, each between its own events, after a flush or behind a
-        short spin; with the host µs one launch took. `_read_estimate` waits for them."""
+    def _queue_estimate(self, fn, key: str) -> tuple:
+        """Queue one call of `fn` between two events, after a flush or behind a short spin (`estimate_spin`);
+        with the host µs its launch took. `_read_estimate` waits for it."""
         torch = self.torch
-        pool = self._estimate_pool.get(calls)
-        events = pool.pop() if pool else [torch.cuda.Event(enable_timing=True) for _ in range(calls + 1)]
+        if self._pair_pool:
+            s, e = self._pair_pool.pop()
+        else:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if self.flush is not None:
             self.flush.zero_()
         else:
-            self.spin(SPIN_FLOOR_US + (calls + 1) * self._host_us.get(key, HOST_US_GUESS))
+            self.spin(estimate_spin(self._host_us.get(key, HOST_US_GUESS)))
         st = torch.cuda.current_stream()
         h = time.perf_counter()
-        events[0].record(st)
-        for e in events[1:]:
-            fn()
-            e.record(st)
-        return events, (time.perf_counter() - h) * 1e6 / calls
+        s.record(st); fn(); e.record(st)  # noqa: E702
+        return s, e, (time.perf_counter() - h) * 1e6
 
-    def _read_estimate(self, queued: tuple) -> tuple[float, float, tuple]:
-        """(the plan's µs (`plan_estimate`), host µs of one launch, the GPU µs of each estimating call)."""
-        events, host_once = queued
-        events[-1].synchronize()
-        readings = tuple(a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:]))
-        self._estimate_pool.setdefault(len(readings), []).append(events)   # read: can be recorded again
-        return plan_estimate(readings), host_once, readings
+    def _read_estimate(self, queued: tuple) -> tuple[float, float]:
+        s, e, host_once = queued
+        e.synchronize()
+        once = max(s.elapsed_time(e) * 1e3, 1.0)
+        self._pair_pool.append((s, e))   # read: the pair can be recorded again
+        return once, host_once
 
-    def _estimate(self, fn, key: str, calls: int) -> tuple[float, float, tuple]:
-        """`_read_estimate` of `calls` estimating calls of `fn`, waited for."""
-        return self._read_estimate(self._queue_estimate(fn, key, calls))
+    def _estimate(self, fn, key: str) -> tuple[float, float]:
+        """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
+        return self._read_estimate(self._queue_estimate(fn, key))
 
-    def estimate_calls(self, heavy: bool) -> int:
-        """Estimating calls for a GEMM: the options' `estimate_calls`; one for a heavy GEMM (`is_heavy`), whose
-        plan they cannot move (3 calls per sample below SINGLE_US, whatever it reads) and whose extra call
-        would cost its full time."""
-        return 1 if heavy else self.options.estimate_calls
-
-    def _start(self, fn, key: str, once_us: float, host_once: float | None, readings: tuple,
-               reps_asked: int | None, heavy: bool = False) -> "_Pending":
+    def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None,
+               heavy: bool = False) -> "_Pending":
         """Queue the first attempt of the timing plan sized by `once_us`; `_end` waits for it and checks it."""
         flush = self.flush is not None
         host = self._host_us.get(key, HOST_US_GUESS)
@@ -1012,7 +995,7 @@ class Probe:
             host = max(host, host_once)
         pool = self._event_pool.get((reps, per > 1))
         events = pool.pop() if pool else _Events(self.torch, reps, per > 1)
-        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy, readings=readings)
+        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy)
         p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per, heavy)
         self._attempt(p)
         return p
@@ -1054,7 +1037,7 @@ class Probe:
             # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
             # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
             # them, with no second estimate that could read long again
-            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.readings, p.reps_asked, p.heavy))
+            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked, p.heavy))
         return t
 
     def _collect(self, p: "_Pending", retaken: dict | None) -> Timing:
@@ -1064,7 +1047,7 @@ class Probe:
         gap = None if flush else p.events.gap_us(totals)
         return Timing(statistics.median(times), tuple(times), p.per, statistics.median(firsts), gap, p.spin_us,
                       p.enqueue_us, p.attempt, None if flush else p.behind, retaken, p.once_us, p.rule,
-                      None if flush else self.gap_limit_us, p.readings)
+                      None if flush else self.gap_limit_us)
 
     def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
         """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued).
@@ -1195,7 +1178,7 @@ class Probe:
         the window is cut early when the GEMMs it holds alive pass the options' `mem_budget` bytes.
 
         With the `pipeline` option (the default) the host prepares each GEMM (operands, warm-up, the logged
-        call, the estimating calls) while the GPU runs the timed batches of the one before, which were all
+        call, the estimating call) while the GPU runs the timed batches of the one before, which were all
         queued before it; the heuristic is timed by the companion process meanwhile. The GPU runs the same
         calls in the same order on one stream, each GEMM's samples bracketed by its own events, so what is
         measured is what the one-step-after-another order measures; only the host's waiting is gone. Not
@@ -1302,14 +1285,14 @@ class Probe:
         return t
 
     def _prepare(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
-        """Pipeline: the warm-up, the logged call and the estimating calls of `c`, queued behind whatever the
+        """Pipeline: the warm-up, the logged call and the estimating call of `c`, queued behind whatever the
         GPU is running (no wait); fills `rec` and `ph`; returns the queued estimate."""
         for _ in range(2):
             b.fn()
         t = _lap(ph, "build_warm", t)
         rec["log_lines"] = self.logged_call(b.fn, sync=False)
         t = _lap(ph, "log", t)
-        est = self._queue_estimate(b.fn, f"{c.backend}|{c.op}", self.estimate_calls(False))
+        est = self._queue_estimate(b.fn, f"{c.backend}|{c.op}")
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
         _lap(ph, "estimate", t)
         return est

@@ -7,7 +7,6 @@ import pytest
 
 from cublaslt_probe import dataset, sweep
 from cublaslt_probe.cases import Case
-from cublaslt_probe.probe import SINGLE_US
 
 pytestmark = pytest.mark.gpu
 
@@ -142,12 +141,6 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
         # pipelined, unless its arithmetic is heavy: then one step after another in both modes
         from cublaslt_probe.probe import is_heavy
         assert ("wait" in r["probe_ms"] and "estimate" in r["probe_ms"]) == (not is_heavy(Case.from_key(k))), k
-        # two estimating calls size the plan, the shorter counting; one for a heavy GEMM (in both modes)
-        for x in (r, off[k]):
-            est = x["timing"]["estimates_us"]
-            assert len(est) == (1 if is_heavy(Case.from_key(k)) else 2), (k, x["timing"])
-            if max(min(est), 1.0) < SINGLE_US or x["time_calls_per_rep"] == 1:   # not re-timed by its samples
-                assert x["timing"]["estimate_us"] == pytest.approx(max(min(est), 1.0), abs=0.01), (k, x["timing"])
         assert r["heuristic_miss_us"] > 0 and r["heuristic_hit_us"] > 0
         miss_on.append(r["heuristic_miss_us"])
         miss_off.append(off[k]["heuristic_miss_us"])
