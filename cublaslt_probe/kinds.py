@@ -18,6 +18,10 @@ DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2")
 FP8_DTYPES = ("fp8", "fp8_e5m2")                   # fp8 is e4m3 x e4m3, fp8_e5m2 is e5m2 x e4m3; both write bf16
 LAYOUTS = ("NN", "NT", "TN", "TT")                 # torch view: a T = that operand stored transposed
 PRESETS = ("quick", "llm", "square", "decode", "grid", "regret")
+WINDOW = 128   # GEMMs per sweep window by default: a window's profiler session costs the probe about 3.5 ms
+               # whatever it holds, then 0.05-0.08 ms per GEMM (benchmarks/bench_window.py, two-GPU H200 host);
+               # windows of 128 against 32, alternating in one process on the decode preset: 581 against 555
+               # GEMMs/s (bench12_window.txt)
 
 # Bytes per element of the inputs A, B and of the output C (fp8 GEMMs write bf16).
 INPUT_BYTES = MappingProxyType({"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e5m2": 1})

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from cublaslt_probe.cases import BACKENDS, DTYPES, LAYOUTS, OPS, Case, invalid_reason
 from cublaslt_probe.errors import SpecError
-from cublaslt_probe.kinds import ENV_MATCH, PRESETS, TEST_BACKENDS
+from cublaslt_probe.kinds import ENV_MATCH, PRESETS, TEST_BACKENDS, WINDOW
 
 log = logging.getLogger(__name__)
 
@@ -626,7 +626,7 @@ def _read_done(path: str, keep_errors: bool = True) -> tuple[dict, set[str]]:
 FSYNC_S = 5.0
 
 
-def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: int = 32,
+def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: int = WINDOW,
         progress: bool = True, meta: dict | None = None, retry_errors: bool = False,
         builders: RowBuilders | None = None):
     """Run `cases` through `executor` (has `.env` and `.run_window(cases) -> list[dict]`), appending raw
@@ -663,7 +663,7 @@ def build_dataset(raw: str, cases, out: str, builders: RowBuilders | None = None
     write_dataset([part], out, part.env, jobs=os.cpu_count() or 1, spawn=True, cpus=cpus)
 
 
-def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, window: int = 32,
+def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, window: int = WINDOW,
             progress: bool = True, meta: dict | None = None, retry_errors: bool = False) -> tuple[int, float]:
     """Run `cases` through `executor`, appending their raw records to the file `raw` after each window (see
     `run`); (GEMMs run, seconds they took)."""
@@ -752,7 +752,7 @@ def wait_for_workers(folder: str, workers: int, me: str, timeout_s: float = 300.
 
 
 def run_claimed(plan_: Plan, base: Slice, count: int, folder: str, out: str, executor, *, resume: bool = False,
-                window: int = 32, **meta) -> tuple[int, float, int]:
+                window: int = WINDOW, **meta) -> tuple[int, float, int]:
     """A `sweep --devices` worker: take fine slices of `base` (`base.split(j, count)`) from the claims in
     `folder` until none is left, capturing each into its raw part file beside `out` (no dataset: the parent
     merges the parts). (GEMMs run, seconds from the first claim to the last record, slices taken.)"""

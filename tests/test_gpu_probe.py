@@ -149,12 +149,14 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
         t_off = (off[k]["time_us"] + runs[False][1][k]["time_us"]) / 2
         devs.append(abs(t_on / t_off - 1))
     assert sorted(devs)[len(devs) // 2] < 0.03, sorted(devs)
-    # the companion's misses and the probe's own: the same calls on another core (the host's cores differ by
-    # up to 1.6x between runs on the lent machines, so the median of the GEMMs' ratios is compared; the misses
-    # themselves fall in two clusters, 10-60 µs and 150-260 µs, so a ratio of the two medians jumps between
-    # them: 0.31 and 2.25 in two runs whose GEMMs' ratios were about 0.6 and 1)
+    # the companion's misses and the probe's own: the same calls on another core. The cores differ: pinned
+    # (bench_pipeline), the two medians were 0.6-1.7x apart in this session's runs; this probe is not pinned,
+    # and the median of the GEMMs' ratios read 0.6-1 in earlier runs and 2.67 once on the two-GPU host
+    # (bench12_gpu_tests_probe_x2host_ratio.txt). A miss timed with the cache on (a hit) would read 20-60x
+    # short. The median of the GEMMs' ratios is compared: the misses fall in two clusters, 10-60 µs and
+    # 150-260 µs, so a ratio of two medians jumps between them.
     ratio = statistics.median(a / b for a, b in zip(miss_on, miss_off))
-    assert 0.5 < ratio < 2.0, (ratio, miss_on, miss_off)
+    assert 1 / 3 < ratio < 3.0, (ratio, miss_on, miss_off)
 
 
 def _lines(lines):

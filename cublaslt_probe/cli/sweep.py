@@ -8,7 +8,7 @@ import sys
 import click
 
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.kinds import PRESETS
+from cublaslt_probe.kinds import PRESETS, WINDOW
 
 
 @click.command("sweep")
@@ -31,7 +31,7 @@ from cublaslt_probe.kinds import PRESETS
 @click.option("--devices", default=None, metavar="0,1",
               help="One worker per GPU; the workers take fine slices of the plan as they finish the last (a slower "
                    "GPU runs fewer), each a raw part, merged into OUT (with --shard, left as parts of the whole plan).")
-@click.option("--window", default=32, show_default=True,
+@click.option("--window", default=WINDOW, show_default=True,
               help="GEMMs per profiler window (records are written after each window).")
 @click.option("--reps", default=20, show_default=True,
               help="Most timing samples per GEMM (at least 5; under 200 µs a sample is a batch of 3-5 back-to-back "
@@ -117,7 +117,7 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
                err=True)
 
 
-def _multi_device(devices: str, out: str, args: list[str], sl=None, gemms: int = 0, window: int = 32):
+def _multi_device(devices: str, out: str, args: list[str], sl=None, gemms: int = 0, window: int = WINDOW):
     """One worker process per device (CUDA_VISIBLE_DEVICES). The plan (slice `sl` of it when given) is cut into
     fine slices (`sweep.fine_slices`), each a slice of the whole plan, and each worker takes the next slice
     left when it finishes one (`sweep.claim`), so a slower GPU or host core runs fewer; the workers start
