@@ -69,7 +69,8 @@ def main():
                          "Without it the reference is an independent warm-L2 median: 25 calls "
                          "captured in a CUDA graph, replayed 20 times between two events")
     ap.add_argument("--cprofile", type=int, default=0, metavar="N",
-                    help="run the sweep under cProfile and print its N most expensive functions (cumulative)")
+                    help="run the sweep under cProfile and print its N most expensive functions (cumulative, "
+                         "then by their own time)")
     ap.add_argument("--verbose", action="store_true", help="print the probe's timing evidence for each checked GEMM")
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     ap.add_argument("--every", type=int, default=1, metavar="K", help="run every K-th GEMM of the plan")
@@ -243,6 +244,7 @@ def main():
     if prof:
         import pstats
         pstats.Stats(prof).sort_stats("cumulative").print_stats(a.cprofile)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(a.cprofile)
     if a.check:
         import torch
         import triton.testing

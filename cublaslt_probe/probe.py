@@ -576,27 +576,48 @@ def physical_cores(allowed, siblings_of) -> list[int]:
     return out
 
 
-def _siblings(cpu: int) -> set[int]:
-    try:
-        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
-            text = f.read().strip()
-    except OSError:
-        return {cpu}
+def parse_cpulist(text: str) -> set[int]:
+    """The CPUs of a kernel CPU list such as "0-15,32-47" (sysfs `thread_siblings_list`, `local_cpulist`)."""
     out = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
     return out
 
 
-def cpu_cores(slot: int, allowed=None, siblings_of=_siblings) -> tuple[int, int, int] | None:
+def _siblings(cpu: int) -> set[int]:
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+            return parse_cpulist(f.read()) or {cpu}
+    except (OSError, ValueError):
+        return {cpu}
+
+
+def gpu_local_cpus(props) -> set[int] | None:
+    """The CPUs of the NUMA node the GPU hangs off (its PCI device's `local_cpulist` in sysfs), from torch's
+    device properties `props`; None when unknown."""
+    try:
+        bdf = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        with open(f"/sys/bus/pci/devices/{bdf}/local_cpulist") as f:
+            return parse_cpulist(f.read()) or None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def cpu_cores(slot: int, allowed=None, siblings_of=_siblings, local=None) -> tuple[int, int, int] | None:
     """Three logical CPUs on three physical cores of their own for probe process `slot` of this host: the
     probe's own, its heuristic companion's and its prewarm thread's (`HeuristicPrewarm`), counted from the
     last core (the first ones take the system's interrupts); None when the cores this process may use are
     too few. Pinned so, none shares a core with another or with another slot's: on the two-GPU H200 host,
     unpinned, the companion's heuristic misses read 1.6x the probe's own and two probes ran 15 % slower each
-    than one alone."""
+    than one alone. Taken among the CPUs `local` to the probe's GPU (`gpu_local_cpus`) when they hold the
+    slot's three: a GPU's launches from a core of another NUMA node cost more host time."""
     allowed = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if local:
+        near = cpu_cores(slot, [c for c in allowed if c in local], siblings_of)
+        if near is not None:
+            return near
     cores = physical_cores(allowed, siblings_of)
     if len(cores) < 3 * (slot + 1):
         return None
@@ -837,7 +858,10 @@ class Probe:
         torch = require_gpu("sweep")
         from cublaslt_probe import lt
         self.torch = torch
-        cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot)
+        local = None
+        if self.options.cpu_slot is not None:
+            local = gpu_local_cpus(torch.cuda.get_device_properties(torch.cuda.current_device()))
+        cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot, local=local)
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
         self._companion = HeuristicCompanion(cores and cores[1]) if self.options.pipeline else None
         self.cpus = cores   # (the probe's CPU, its companion's, its prewarm thread's), or None when not pinned

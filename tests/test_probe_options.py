@@ -1,5 +1,6 @@
 """The probe's typed interface on the CPU: options checked when made, the raw record and the timing evidence."""
 import dataclasses
+import os
 
 import pytest
 
@@ -79,6 +80,43 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
         ProbeOptions(cpu_slot=-1)
     with pytest.raises(OptionError, match="prewarm=1"):
         ProbeOptions(prewarm=1)
+
+
+def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():
+    from cublaslt_probe.probe import cpu_cores, parse_cpulist
+
+    def smt(cpu):                       # two nodes of 8 cores, two threads each: cpu c and c + 16 share a core;
+        return {cpu % 16, cpu % 16 + 16}   # node 0 holds cores 0-7, node 1 cores 8-15
+    node0, node1 = parse_cpulist("0-7,16-23"), parse_cpulist("8-15,24-31")
+    assert node0 == set(range(8)) | set(range(16, 24))
+    assert cpu_cores(0, range(32), smt) == (15, 14, 13)                   # no GPU node known: the last cores
+    assert cpu_cores(0, range(32), smt, local=node0) == (7, 6, 5)         # a GPU on node 0
+    assert cpu_cores(1, range(32), smt, local=node0) == (4, 3, 2)         # the second worker on node 0
+    assert cpu_cores(1, range(32), smt, local=node1) == (12, 11, 10)      # a second worker on node 1
+    # a node without the slot's three cores left: the whole host's, as without a node
+    assert cpu_cores(2, range(32), smt, local=node0) == cpu_cores(2, range(32), smt) == (9, 8, 7)
+    # a node outside the cores this process may use
+    assert cpu_cores(0, range(8, 16), smt, local=node0) == (15, 14, 13)
+    assert parse_cpulist("3\n") == {3} and parse_cpulist("") == set()
+
+
+def test_a_gpus_local_cpus_are_read_from_its_pci_device():
+    """Read from a real PCI device of this machine's sysfs (the GPU's, on the GPU host)."""
+    import glob
+    import types
+
+    from cublaslt_probe.probe import gpu_local_cpus, parse_cpulist
+    devices = [d for d in sorted(glob.glob("/sys/bus/pci/devices/*")) if os.path.exists(d + "/local_cpulist")]
+    if not devices:
+        pytest.skip("this machine's sysfs lists no PCI device with a local_cpulist")
+    bdf = os.path.basename(devices[0])
+    dom, bus, rest = bdf.split(":")
+    props = types.SimpleNamespace(pci_domain_id=int(dom, 16), pci_bus_id=int(bus, 16),
+                                  pci_device_id=int(rest.split(".")[0], 16))
+    with open(devices[0] + "/local_cpulist") as f:
+        assert gpu_local_cpus(props) == parse_cpulist(f.read()) != set()
+    assert gpu_local_cpus(types.SimpleNamespace(pci_domain_id=0xffff, pci_bus_id=0xff, pci_device_id=0x1f)) is None
+    assert gpu_local_cpus(object()) is None          # a torch without the PCI fields
 
 
 def test_the_cpu_slot_comes_from_devices_or_the_launcher():
