@@ -195,6 +195,13 @@ def lt_problem(c: Case, workspace_bytes: int, alignment: int = 16):
                       b_type="fp8_e4m3" if c.dtype == "fp8_e5m2" else None)
 
 
+def current_stream(torch):
+    """torch's current CUDA stream, asked for by device number: `torch.cuda.current_stream()` without one
+    looks the current device up through torch's device-type checks, 33 µs of host time a call in the
+    probe's process (2.4 calls per GEMM; decode, cProfile, bench12_decode_cprofile.txt)."""
+    return torch.cuda.current_stream(torch.cuda.current_device())
+
+
 def lt_operands(torch, mm, p) -> tuple:
     """Random A, B and an empty C (torch tensors, column-major storage, leading dimensions honoured) for
     Problem `p`, plus the bias vector (set on `mm`) when the problem has one: (A, B, C, bias|None)."""
@@ -230,7 +237,7 @@ class LtGemm:
         except Exception:
             self.mm.close()
             raise
-        self.stream = torch.cuda.current_stream().cuda_stream
+        self.stream = current_stream(torch).cuda_stream
         # operands this GEMM holds alive (the workspace given by the caller is the caller's)
         own = [self.A, self.B, self.C] + ([self.D] if out_of_place else [])
         own += [self.bias] if self.bias is not None else []
@@ -990,7 +997,7 @@ class Probe:
             self.flush.zero_()
         else:
             self.spin(estimate_spin(self._host_us.get(key, HOST_US_GUESS)))
-        st = torch.cuda.current_stream()
+        st = current_stream(torch)
         h = time.perf_counter()
         s.record(st); fn(); e.record(st)  # noqa: E702
         return s, e, (time.perf_counter() - h) * 1e6
@@ -1079,7 +1086,7 @@ class Probe:
         stream (13.6-15.5 µs of host time per event on the H200 hosts, 4.7 µs on a named stream; a GEMM launch
         takes 24-30)."""
         flush, behind = self.flush, 0
-        st = self.torch.cuda.current_stream()
+        st = current_stream(self.torch)
         h = time.perf_counter()
         for i in range(reps):
             if flush is not None:
