@@ -865,10 +865,10 @@ class Probe:
         torch = require_gpu("sweep")
         from cublaslt_probe import lt
         self.torch = torch
-        local = None
+        cores = None
         if self.options.cpu_slot is not None:
             local = gpu_local_cpus(torch.cuda.get_device_properties(torch.cuda.current_device()))
-        cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot, local=local)
+            cores = cpu_cores(self.options.cpu_slot, local=local)
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
         self._companion = HeuristicCompanion(cores and cores[1]) if self.options.pipeline else None
         self.cpus = cores   # (the probe's CPU, its companion's, its prewarm thread's), or None when not pinned

@@ -41,7 +41,7 @@ def test_quick_preset_end_to_end(probe, tmp_path):
     # (the allowance: the calibrated cost of an event pair, 1.3-2.6 µs on the H200 hosts lent, plus 0.75 µs)
     assert 2.0 <= probe.gap_limit_us < 4.0
     over = ok[ok.time_gap_us / ok.time_reps > probe.gap_limit_us]
-    if len(over):   # the raw records' whole timing evidence, both attempts, to say what the GPU waited for
+    if len(over):   # the raw records' whole timing evidence, every attempt, to say what the GPU waited for
         import json
         with open(sweep.raw_path(out)) as f:
             raw = {r["key"]: r for r in map(json.loads, f) if r.get("type") == "gemm"}
