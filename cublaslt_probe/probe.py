@@ -786,8 +786,7 @@ class HeuristicPrewarm:
         lock from the launching thread (which lets it go at each event it records)."""
         with self._cv:
             self._held = True
-        with self._busy:
-            pass
+        self._wait_for_answer()
 
     def release(self) -> None:
         with self._cv:
@@ -804,6 +803,10 @@ class HeuristicPrewarm:
             for p in self._todo:
                 self._asked.discard(p.key())
             self._todo.clear()
+        self._wait_for_answer()
+
+    def _wait_for_answer(self) -> None:
+        """Return once the question being asked, if any, is answered."""
         with self._busy:
             pass
 
@@ -865,10 +868,9 @@ class Probe:
         torch = require_gpu("sweep")
         from cublaslt_probe import lt
         self.torch = torch
-        cores = None
-        if self.options.cpu_slot is not None:
-            local = gpu_local_cpus(torch.cuda.get_device_properties(torch.cuda.current_device()))
-            cores = cpu_cores(self.options.cpu_slot, local=local)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot,
+                                                                      local=gpu_local_cpus(props))
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
         self._companion = HeuristicCompanion(cores and cores[1]) if self.options.pipeline else None
         self.cpus = cores   # (the probe's CPU, its companion's, its prewarm thread's), or None when not pinned
@@ -890,8 +892,7 @@ class Probe:
         self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
         self._prewarm = None
         if self.options.pipeline and self.options.prewarm:
-            sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-            self._prewarm_sms = sms
+            self._prewarm_sms = props.multi_processor_count
             self._prewarm = HeuristicPrewarm(self._ask_library, cores and cores[2])
         if cores:
             # this thread only, once the CUDA, CUPTI and torch threads exist (they keep every core: pinned
