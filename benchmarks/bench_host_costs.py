@@ -11,11 +11,9 @@ Three parts, in one process:
    (`toggle_collection_dynamic`) against the probe's replay pass: the host cost of a switch, whether every
    GEMM's kernels are found with the GPU still busy with earlier work when the switch goes off, and whether a
    GEMM's timing moves while a session is open with its collection off;
-3. cProfile of `run_window` over the preset's first --limit GEMMs, by own time;
-4. (--ab) this round's host trims against the code before them, A/B in one process: the preset's windows run
-   alternately (new, old, old, new, ...) with the old code patched back in for the "old" windows: events
-   recorded without naming the stream, cuBLASLt arguments converted on every launch, three event reads per
-   sample instead of two, heuristic keys from `dataclasses.astuple`.
+3. cProfile of `run_window` over the preset's first --limit GEMMs, by own time.
+(An A/B of host trims against the code before them, windows alternating in one process, is
+`bench_sweep.py --host-ab`; the earlier one here, whose old code used torch's events, went with them.)
 """
 import argparse
 import cProfile
@@ -57,6 +55,9 @@ def part_costs(probe, cases):
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
     ev[0].record(); ev[1].record(); ev[1].synchronize()  # noqa: E702
     st = torch.cuda.current_stream()
+    clock = probe.clock
+    dv, dst = [clock.event() for _ in range(2)], clock.stream(st)
+    clock.record(dv[0], dst); clock.record(dv[1], dst); clock.wait(dv[1])  # noqa: E702
     lc = next((x for x in cases if x.backend == "lt" and x.op == "mm"), None)
     lt_rows = {}
     if lc is not None:
@@ -73,6 +74,8 @@ def part_costs(probe, cases):
         f"torch.mm {c.key}": built.fn,
         **lt_rows,
         "event.record(stream)": lambda: ev[0].record(st),
+        "driver event record(stream) (probe.clock)": lambda: clock.record(dv[0], dst),
+        "driver event done (probe.clock)": lambda: clock.done(dv[1]),
         "torch.mm(out=)": lambda: torch.mm(a, bb, out=out),
         "event.record": lambda: ev[0].record(),
         "event.query": lambda: ev[1].query(),
@@ -87,6 +90,10 @@ def part_costs(probe, cases):
     for _ in range(200):
         ev[0].elapsed_time(ev[1])
     print(f"   {'event.elapsed_time':<40} {(time.perf_counter() - t) * 1e6 / 200:8.2f}")
+    t = time.perf_counter()
+    for _ in range(200):
+        clock.elapsed_us(dv[0], dv[1])
+    print(f"   {'driver elapsed_us (probe.clock)':<40} {(time.perf_counter() - t) * 1e6 / 200:8.2f}")
     t = time.perf_counter()
     for _ in range(200):
         probe.logger.set_level(2); probe.logger.set_level(0)  # noqa: E702
@@ -191,99 +198,17 @@ def part_profile(probe, cases, top):
     print(s.getvalue())
 
 
-def part_ab(probe, cases, window=32):
-    import ctypes
-    import dataclasses
-
-    from cublaslt_probe import lt
-    from cublaslt_probe import probe as P
-    new = {"enqueue": probe._enqueue, "launcher": lt.LtMatmul.launcher, "samples": P._Events.samples,
-           "key": lt.Problem.key}
-
-    def old_enqueue(fn, events, reps, per):
-        flush, behind = probe.flush, 0
-        h = time.perf_counter()
-        for i in range(reps):
-            if flush is not None:
-                flush.zero_()
-            events.starts[i].record()
-            fn()
-            if events.mids:
-                events.mids[i].record()
-                for _ in range(per - 1):
-                    fn()
-            events.ends[i].record()
-            if flush is None and events.starts[i].query():
-                behind += 1
-        return (time.perf_counter() - h) * 1e6, behind
-
-    def old_launcher(self, algo, a_ptr, b_ptr, c_ptr, workspace_ptr, workspace_bytes, stream, alpha=1.0, beta=0.0,
-                     d_ptr=None):
-        def run():
-            al, be = ctypes.c_float(alpha), ctypes.c_float(beta)
-            st = self.lib.lib.cublasLtMatmul(self.lib.handle, self.op, ctypes.byref(al), ctypes.c_void_p(a_ptr),
-                                             self.a, ctypes.c_void_p(b_ptr), self.b, ctypes.byref(be),
-                                             ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(d_ptr or c_ptr), self.c,
-                                             ctypes.byref(algo) if algo is not None else None,
-                                             ctypes.c_void_p(workspace_ptr), workspace_bytes, ctypes.c_void_p(stream))
-            lt._check(st, "cublasLtMatmul")
-        return run
-
-    def old_samples(self, per):
-        totals = [a.elapsed_time(b) * 1e3 for a, b in zip(self.starts, self.ends)]
-        if not self.mids:
-            return totals, totals, totals
-        firsts = [a.elapsed_time(m) * 1e3 for a, m in zip(self.starts, self.mids)]
-        times = [max(m.elapsed_time(b) * 1e3 - f, 0.0) / (per - 2) for m, b, f in zip(self.mids, self.ends, firsts)]
-        return totals, firsts, times
-
-    old = {"enqueue": old_enqueue, "launcher": old_launcher, "samples": old_samples, "key": dataclasses.astuple}
-
-    def use(code):
-        probe._enqueue = code["enqueue"]
-        lt.LtMatmul.launcher = code["launcher"]
-        P._Events.samples = code["samples"]
-        lt.Problem.key = code["key"]
-    modes = {"new": [0.0, [], 0.0], "old": [0.0, [], 0.0]}
-    probe.run_window(cases[:window])   # warm
-    for i in range(window, len(cases), window):
-        name = "new" if (i // window) % 4 in (0, 3) else "old"
-        use(new if name == "new" else old)
-        t = time.perf_counter()
-        recs = probe.run_window(cases[i:i + window])
-        modes[name][0] += time.perf_counter() - t
-        modes[name][1] += recs
-    use(new)
-    print(f"4. A/B in one process, windows of {window}, alternating new/old:")
-    for name, (wall, recs, _) in modes.items():
-        ph = {}
-        for r in recs:
-            for k, v in (r.get("probe_ms") or {}).items():
-                ph.setdefault(k, []).append(v)
-        enq = [r["timing"]["enqueue_us"] for r in recs if r.get("timing")]
-        print(f"   {name}: {len(recs)} GEMMs in {wall:.2f} s = {len(recs) / wall:.1f} GEMMs/s; host enqueue of the "
-              f"timed calls median {statistics.median(enq):.0f} µs; phases median ms: " +
-              ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in ph.items()))
-    a, b = (len(modes[k][1]) / modes[k][0] for k in ("new", "old"))
-    print(f"   new / old: {a / b:.3f}x")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="decode")
     ap.add_argument("--limit", type=int, default=800)
     ap.add_argument("--top", type=int, default=45)
-    ap.add_argument("--ab", type=int, default=0, metavar="N", help="part 4 only, over the preset's first N GEMMs")
     a = ap.parse_args()
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Probe, ProbeOptions
     probe = Probe(ProbeOptions(cpu_slot=0))
     cases = list(sweep.plan(a.preset).cases[:a.limit])
     try:
-        if a.ab:
-            part_costs(probe, cases)
-            part_ab(probe, list(sweep.plan(a.preset).cases[:a.ab]))
-            return
         part_costs(probe, cases)
         part_toggle(probe, [c for c in cases if c.backend != "lt"])
         part_profile(probe, cases, a.top)

@@ -202,21 +202,33 @@ def current_stream(torch):
     return torch.cuda.current_stream(torch.cuda.current_device())
 
 
-def lt_operands(torch, mm, p) -> tuple:
-    """Random A, B and an empty C (torch tensors, column-major storage, leading dimensions honoured) for
-    Problem `p`, plus the bias vector (set on `mm`) when the problem has one: (A, B, C, bias|None)."""
+def lt_dtypes(p) -> tuple[str, str, str]:
+    """The torch dtype names (`_TORCH_DT` keys) of Problem `p`'s A, B and C (and bias)."""
+    cd = "bf16" if p.dtype in ("fp8", "fp8_e5m2") else p.dtype
+    return p.dtype, {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2"}.get(p.b_type, p.dtype), cd
+
+
+def lt_operands(torch, p, take=None) -> tuple:
+    """A, B (random), an empty C (torch tensors, column-major storage, leading dimensions honoured) for Problem
+    `p`, plus a random bias vector when the problem has one: (A, B, C, bias|None). Fresh tensors; or, given
+    `take` (`Builder._operands`), views of its random buffers (A, B and the bias of one dtype taken in one
+    call, so that none overlaps another)."""
     (ar, ac), (br, bc), (cr, cc) = p.shapes()
-    ab = getattr(torch, _TORCH_DT[p.dtype])
-    cd = getattr(torch, _TORCH_DT["bf16" if p.dtype in ("fp8", "fp8_e5m2") else p.dtype])
-    bt = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(p.b_type, ab)
-    A = torch.randn(p.batch, ac, p.lda or ar, device="cuda").to(ab)
-    B = torch.randn(p.batch, bc, p.ldb or br, device="cuda").to(bt)
-    C = torch.empty(p.batch, cc, p.ldc or cr, device="cuda", dtype=cd)
-    bias = None
+    da, db, dc = lt_dtypes(p)
+    C = torch.empty(p.batch, cc, p.ldc or cr, device="cuda", dtype=getattr(torch, _TORCH_DT[dc]))
+    shapes = {"A": (da, (ac, p.lda or ar, False, p.batch)), "B": (db, (bc, p.ldb or br, False, p.batch))}
     if p.bias:
-        bias = torch.randn(cr, device="cuda").to(cd)
-        mm.set_pointers(bias=bias.data_ptr())
-    return A, B, C, bias
+        shapes["bias"] = (dc, (1, cr, False, 1))
+    got: dict = {}
+    if take is None:
+        for name, (dt, (rows, cols, _, batch)) in shapes.items():
+            got[name] = torch.randn(batch, rows, cols, device="cuda").to(getattr(torch, _TORCH_DT[dt]))
+    else:
+        for dt in dict.fromkeys(dt for dt, _ in shapes.values()):
+            names = [n for n, (d, _) in shapes.items() if d == dt]
+            got.update(zip(names, take(dt, *(shapes[n][1] for n in names))))
+    bias = got.get("bias")
+    return got["A"], got["B"], C, None if bias is None else bias.reshape(cr)
 
 
 class LtGemm:
@@ -225,12 +237,14 @@ class LtGemm:
     the current stream. `call(algo)` is the zero-argument launch of one algo. The one builder of an
     LtMatmul call: the lt backend, the candidates and replay use it. Close it (or use `with`) after."""
 
-    def __init__(self, torch, lib, p, *, out_of_place: bool = False, workspace=None):
+    def __init__(self, torch, lib, p, *, out_of_place: bool = False, workspace=None, take=None):
         from cublaslt_probe import lt
         self.torch, self.lib, self.p = torch, lib, p
         self.mm = lt.LtMatmul(lib, p)
         try:
-            self.A, self.B, self.C, self.bias = lt_operands(torch, self.mm, p)
+            self.A, self.B, self.C, self.bias = lt_operands(torch, p, take)
+            if self.bias is not None:
+                self.mm.set_pointers(bias=self.bias.data_ptr())
             self.D = torch.empty_like(self.C) if out_of_place else self.C
             self.ws = workspace if workspace is not None else \
                 torch.empty(max(p.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
@@ -380,7 +394,7 @@ class Builder:
         if self.lib is None:
             from cublaslt_probe import lt
             self.lib = lt.LtLibrary()  # the instance torch loaded (loaded first if nothing has)
-        g = LtGemm(self.torch, self.lib, lt_problem(c, CUBLAS_WORKSPACE), workspace=self.ws)
+        g = LtGemm(self.torch, self.lib, lt_problem(c, CUBLAS_WORKSPACE), workspace=self.ws, take=self._operands)
         res = g.heuristic(1)
         if not res:
             g.close()
@@ -545,12 +559,12 @@ def _device_events(prof) -> list[tuple[float, str, float]]:
 
 
 class _Events:
-    """The CUDA events of `reps` timed batches: start and end of each, and a mid event after the first call
-    when a batch holds several calls."""
+    """The CUDA events of `reps` timed batches, on `clock` (`driver.Clock`): start and end of each, and a mid
+    event after the first call when a batch holds several calls."""
 
-    def __init__(self, torch, reps: int, split: bool):
-        def ev():
-            return torch.cuda.Event(enable_timing=True)
+    def __init__(self, clock, reps: int, split: bool):
+        ev = clock.event
+        self.clock = clock
         self.starts, self.ends = [ev() for _ in range(reps)], [ev() for _ in range(reps)]
         self.mids = [ev() for _ in range(reps)] if split else None
 
@@ -558,17 +572,18 @@ class _Events:
         """(µs of each batch, of its first call, of one call: the sample) once the last batch has ended.
         The sample of a split batch is differential: (the per-1 calls after the mid event) - (the one call
         after the start event) = per-2 calls, the event and kernel-boundary cost cancelling out."""
+        us = self.clock.elapsed_us
         if not self.mids:
-            totals = [a.elapsed_time(b) * 1e3 for a, b in zip(self.starts, self.ends)]
+            totals = [us(a, b) for a, b in zip(self.starts, self.ends)]
             return totals, totals, totals
-        firsts = [a.elapsed_time(m) * 1e3 for a, m in zip(self.starts, self.mids)]
-        rests = [m.elapsed_time(b) * 1e3 for m, b in zip(self.mids, self.ends)]
+        firsts = [us(a, m) for a, m in zip(self.starts, self.mids)]
+        rests = [us(m, b) for m, b in zip(self.mids, self.ends)]
         times = [max(r - f, 0.0) / (per - 2) for f, r in zip(firsts, rests)]
         return [f + r for f, r in zip(firsts, rests)], firsts, times
 
     def gap_us(self, totals: list[float]) -> float:
         """GPU idle time between the batches: their whole span minus their own times."""
-        return max(0.0, self.starts[0].elapsed_time(self.ends[-1]) * 1e3 - sum(totals))
+        return max(0.0, self.clock.elapsed_us(self.starts[0], self.ends[-1]) - sum(totals))
 
 
 def physical_cores(allowed, siblings_of) -> list[int]:
@@ -866,7 +881,7 @@ class Probe:
             raise OptionError(f"give the probe options either as ProbeOptions or as keywords, not both ({kwargs})")
         self.options = options if options is not None else ProbeOptions(**kwargs)
         torch = require_gpu("sweep")
-        from cublaslt_probe import lt
+        from cublaslt_probe import driver, lt
         self.torch = torch
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot,
@@ -879,6 +894,7 @@ class Probe:
         self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
         self._pair_pool: list = []                 # spent estimate event pairs
         lt.ensure_loaded()
+        self.clock = driver.Clock()   # the timing events (torch has run CUDA work: the driver is loaded)
         self.lib = lt.LtLibrary()
         self.logger = lt.Logger(self.lib)
         self.env = environment(self.lib)
@@ -924,28 +940,32 @@ class Probe:
     # GPU spin -------------------------------------------------------------------------------------------
     def _calibrate_spin(self) -> float:
         """GPU spin cycles per µs (torch.cuda._sleep counts SM clock cycles), measured with events."""
-        torch = self.torch
+        torch, clock = self.torch, self.clock
         rate = 1e3
+        s, e = clock.event(), clock.event()
         for _ in range(2):  # the first run warms the spin kernel up
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); torch.cuda._sleep(400_000); e.record()  # noqa: E702
-            e.synchronize()
-            rate = 400_000 / max(s.elapsed_time(e) * 1e3, 1.0)
+            st = clock.stream(current_stream(torch))
+            clock.record(s, st); torch.cuda._sleep(400_000); clock.record(e, st)  # noqa: E702
+            clock.wait(e)
+            rate = 400_000 / max(clock.elapsed_us(s, e), 1.0)
+        self._pair_pool.append((s, e))
         return rate
 
     def _calibrate_gap(self, n: int = 20) -> float:
         """µs the GPU spends between two timed samples when it never waits for the host: the end event of one
         and the start event of the next, nothing between (on the H200s lent: 1.3-1.4 µs on one host, 2.6 on
         another). Median of three runs of `n` samples of a 1-element fill, queued behind a long spin."""
-        events = _Events(self.torch, n, True)
+        clock = self.clock
+        events = _Events(clock, n, True)
+        st, rec = clock.stream(current_stream(self.torch)), clock.record
         out = []
         for _ in range(3):
             self.spin(5000)
             for i in range(n):
-                events.starts[i].record(); self.marker.fill_(1); events.mids[i].record()  # noqa: E702
-                self.marker.fill_(1); events.ends[i].record()  # noqa: E702
-            events.ends[-1].synchronize()
-            out.append(events.gap_us([a.elapsed_time(b) * 1e3 for a, b in zip(events.starts, events.ends)]) / n)
+                rec(events.starts[i], st); self.marker.fill_(1); rec(events.mids[i], st)  # noqa: E702
+                self.marker.fill_(1); rec(events.ends[i], st)  # noqa: E702
+            clock.wait(events.ends[-1])
+            out.append(events.gap_us([clock.elapsed_us(a, b) for a, b in zip(events.starts, events.ends)]) / n)
         return statistics.median(out)
 
     def spin(self, us: float) -> None:
@@ -989,24 +1009,23 @@ class Probe:
     def _queue_estimate(self, fn, key: str) -> tuple:
         """Queue one call of `fn` between two events, after a flush or behind a short spin (`estimate_spin`);
         with the host µs its launch took. `_read_estimate` waits for it."""
-        torch = self.torch
-        if self._pair_pool:
-            s, e = self._pair_pool.pop()
-        else:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        clock = self.clock
+        s, e = self._pair_pool.pop() if self._pair_pool else (clock.event(), clock.event())
         if self.flush is not None:
             self.flush.zero_()
         else:
             self.spin(estimate_spin(self._host_us.get(key, HOST_US_GUESS)))
-        st = current_stream(torch)
+        st, rec = clock.stream(current_stream(self.torch)), clock.record
         h = time.perf_counter()
-        s.record(st); fn(); e.record(st)  # noqa: E702
+        bad = rec(s, st); fn(); bad = rec(e, st) or bad  # noqa: E702
+        if bad:
+            raise clock.error(bad, "cuEventRecord")
         return s, e, (time.perf_counter() - h) * 1e6
 
     def _read_estimate(self, queued: tuple) -> tuple[float, float]:
         s, e, host_once = queued
-        e.synchronize()
-        once = max(s.elapsed_time(e) * 1e3, 1.0)
+        self.clock.wait(e)
+        once = max(self.clock.elapsed_us(s, e), 1.0)
         self._pair_pool.append((s, e))   # read: the pair can be recorded again
         return once, host_once
 
@@ -1026,7 +1045,7 @@ class Probe:
             # llm GEMMs of 1-12 ms): its spin, a small part of its time, covers the larger of the two
             host = max(host, host_once)
         pool = self._event_pool.get((reps, per > 1))
-        events = pool.pop() if pool else _Events(self.torch, reps, per > 1)
+        events = pool.pop() if pool else _Events(self.clock, reps, per > 1)
         p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy)
         p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per, heavy)
         self._attempt(p)
@@ -1073,7 +1092,7 @@ class Probe:
         return t
 
     def _collect(self, p: "_Pending", retaken: dict | None) -> Timing:
-        p.events.ends[-1].synchronize()
+        self.clock.wait(p.events.ends[-1])
         totals, firsts, times = p.events.samples(p.per)
         flush = self.flush is not None
         gap = None if flush else p.events.gap_us(totals)
@@ -1085,21 +1104,25 @@ class Probe:
         """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued).
         Events are recorded on the stream named once here: without it, each record asks torch for the current
         stream (13.6-15.5 µs of host time per event on the H200 hosts, 4.7 µs on a named stream; a GEMM launch
-        takes 24-30)."""
-        flush, behind = self.flush, 0
-        st = current_stream(self.torch)
+        takes 24-30); and through the driver (`driver.Clock`), not torch's `Event`."""
+        flush, behind, clock = self.flush, 0, self.clock
+        rec, done = clock.record, clock.done
+        starts, mids, ends = events.starts, events.mids, events.ends
+        st = clock.stream(current_stream(self.torch))
         h = time.perf_counter()
         for i in range(reps):
             if flush is not None:
                 flush.zero_()
-            events.starts[i].record(st)
+            bad = rec(starts[i], st)
             fn()
-            if events.mids:
-                events.mids[i].record(st)
+            if mids:
+                bad = rec(mids[i], st) or bad
                 for _ in range(per - 1):
                     fn()
-            events.ends[i].record(st)
-            if flush is None and events.starts[i].query():
+            bad = rec(ends[i], st) or bad
+            if bad:
+                raise clock.error(bad, "cuEventRecord")
+            if flush is None and done(starts[i]):
                 behind += 1  # the GPU was already in this batch: it may have waited for the host inside it
         return (time.perf_counter() - h) * 1e6, behind
 
@@ -1339,7 +1362,7 @@ class Probe:
         t = time.perf_counter()
         try:
             self.builder.set_flags(c)
-            pending.events.ends[-1].synchronize()
+            self.clock.wait(pending.events.ends[-1])
             ph["wait"] = round((time.perf_counter() - t) * 1e3, 3)
             _fill_timing(rec, self._end(pending))
         except Exception as e:  # noqa: BLE001

@@ -271,3 +271,78 @@ def test_a_retake_the_host_stalled_through_is_retaken_once_more(probe, monkeypat
     assert t.retaken["behind"] >= 1 and t.retaken["second"]["behind"] >= 1, t.evidence()
     assert t.behind == 0 and t.gap_us / len(t.samples_us) <= t.gap_limit_us, t.evidence()
     assert t.evidence()["retaken"]["second"]["spin_us"] > t.retaken["spin_us"]
+
+
+def test_the_drivers_events_time_what_torchs_events_time(probe):
+    """The probe's timing events (`driver.Clock`, the driver torch loaded, on torch's stream) against torch's
+    own `torch.cuda.Event` around the same GPU work: two spins of known length and a GEMM batch, each
+    bracketed by both kinds at once. They read alike (to the events' resolution), an event not yet passed
+    reads not done, and an error names the call."""
+    import ctypes
+
+    from cublaslt_probe.driver import Clock
+    from cublaslt_probe.errors import CaptureError
+    from cublaslt_probe.probe import current_stream
+    torch, clock = probe.torch, probe.clock
+    assert isinstance(clock, Clock)
+    c = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
+    probe.builder.set_flags(c)
+    gemm = probe.builder.build(c).fn
+    gemm()
+    torch.cuda.synchronize()
+    st = current_stream(torch)
+    h = clock.stream(st)
+    work = [lambda: probe.spin(200), lambda: probe.spin(2000), lambda: [gemm() for _ in range(5)]]
+    for w in work:
+        ta, tb = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        da, db = clock.event(), clock.event()
+        probe.spin(3000)   # the GPU reaches the events only once all four are queued
+        assert clock.record(da, h) == 0
+        ta.record(st)
+        w()
+        tb.record(st)
+        assert clock.record(db, h) == 0
+        assert not clock.done(db)
+        clock.wait(db)
+        assert clock.done(db)
+        ours, theirs = clock.elapsed_us(da, db), ta.elapsed_time(tb) * 1e3
+        assert theirs > 10 and abs(ours - theirs) <= 0.02 * theirs + 3.0, (ours, theirs)
+        clock.destroy(da)
+        clock.destroy(db)
+    never = clock.event()   # never recorded: the driver refuses to time it, and the error says which call
+    with pytest.raises(CaptureError, match="cuEventElapsedTime failed: CUDA_ERROR_INVALID_HANDLE"):
+        clock.elapsed_us(never, never)
+    assert isinstance(never, ctypes.c_void_p)
+
+
+def test_the_lt_backends_operands_are_disjoint_views_of_the_builders_buffers(probe):
+    """The lt backend takes A, B and the bias from the builder's random buffers (no allocation or fill per
+    GEMM): none overlaps another, including A and B of one dtype and a bias of theirs, and an e5m2 A with its
+    e4m3 B; C is the GEMM's own; each GEMM's output is right."""
+    torch, b = probe.torch, probe.builder
+    for c in (Case("lt", "addmm", "bf16", "NT", 64, 512, 256), Case("lt", "scaled_mm", "fp8_e5m2", "NT", 64, 512, 256),
+              Case("lt", "bmm", "fp16", "NN", 32, 256, 128, batch=3)):
+        b.set_flags(c)
+        built = b.build(c)
+        g = built.keep[0]
+        pools = [(p.data_ptr(), p.data_ptr() + p.numel() * p.element_size()) for p in b._pools.values()]
+        spans = {n: (t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+                 for n, t in (("A", g.A), ("B", g.B), ("C", g.C), ("bias", g.bias)) if t is not None}
+        for n, (lo, hi) in spans.items():
+            inside = any(p0 <= lo and hi <= p1 for p0, p1 in pools)
+            assert inside == (n != "C"), (c.key, n)
+        items = sorted(spans.values())
+        assert all(hi <= lo2 for (_, hi), (lo2, _) in zip(items, items[1:])), (c.key, spans)
+        built.fn()
+        torch.cuda.synchronize()
+        # column-major D (m x n here = the blas view) of A^op and B^op: compare against torch in fp32
+        p = g.p
+        (ar, ac), (br, bc), (cr, cc) = p.shapes()
+        A = g.A.reshape(p.batch, ac, ar).float().transpose(-1, -2)
+        B = g.B.reshape(p.batch, bc, br).float().transpose(-1, -2)
+        A = A.transpose(-1, -2) if p.trans_a == "T" else A
+        B = B.transpose(-1, -2) if p.trans_b == "T" else B
+        want = A @ B + (g.bias.float().view(1, -1, 1) if g.bias is not None else 0)
+        got = g.C.reshape(p.batch, cc, cr).float().transpose(-1, -2)
+        assert torch.allclose(got, want, rtol=0.05, atol=0.05 * want.abs().max().item()), c.key
+        built.close()
