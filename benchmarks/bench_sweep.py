@@ -57,6 +57,49 @@ def rule_probe(rule: str, options):
     return RuleProbe()
 
 
+class TorchClock:
+    """The probe's timing events before `driver.Clock`: torch's `Event`, recorded on a torch stream, behind the
+    same interface (one Python call more per event than the code before had)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def event(self):
+        return self.torch.cuda.Event(enable_timing=True)
+
+    @staticmethod
+    def record(ev, stream):
+        ev.record(stream)   # None: no status to check
+
+    @staticmethod
+    def stream(torch_stream):
+        return torch_stream
+
+    @staticmethod
+    def done(ev):
+        return ev.query()
+
+    @staticmethod
+    def wait(ev):
+        ev.synchronize()
+
+    @staticmethod
+    def elapsed_us(a, b):
+        return a.elapsed_time(b) * 1e3
+
+
+def old_lt(builder, c):
+    """`Builder._lt` before its operands came from the builder's buffers: fresh random tensors per GEMM."""
+    from cublaslt_probe.probe import CUBLAS_WORKSPACE, Built, CaptureError, LtGemm, lt_problem
+    g = LtGemm(builder.torch, builder.lib, lt_problem(c, CUBLAS_WORKSPACE), workspace=builder.ws)
+    res = g.heuristic(1)
+    if not res:
+        g.close()
+        raise CaptureError(f"cuBLASLt heuristic returned no algo for {c.key}")
+    algo = res[0].algo
+    return Built(g.call(algo), (g,), builder.lib.algo_config(algo), float(res[0].wavesCount))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="quick")
@@ -80,6 +123,11 @@ def main():
     ap.add_argument("--prewarm-ab", action="store_true",
                     help="windows alternate between the prewarm thread on and off (the first calls ask their "
                          "heuristic questions themselves; A/B in one process)")
+    ap.add_argument("--host-ab", action="store_true",
+                    help="windows alternate between this round's host trims and the code before them: timing "
+                         "events through torch's Event instead of the driver's (`TorchClock`), the lt backend's "
+                         "operands fresh random tensors instead of views of the builder's buffers (A/B in one "
+                         "process)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
@@ -88,9 +136,9 @@ def main():
                          "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
                          "process, on the same host state)")
     a = ap.parse_args()
-    if a.gc_ab and a.prewarm_ab:
-        ap.error("one A/B at a time: --gc-ab or --prewarm-ab")
-    from cublaslt_probe import sweep
+    if a.gc_ab + a.prewarm_ab + a.host_ab > 1:
+        ap.error("one A/B at a time: --gc-ab, --prewarm-ab or --host-ab")
+    from cublaslt_probe import dataset, sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
     from cublaslt_probe.probe import Builder, ProbeOptions
     t_init = time.time()
     builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
@@ -105,23 +153,29 @@ def main():
         windows = []
         run_window = probe.run_window
 
-        ab_modes = {True: [0.0, 0], False: [0.0, 0]}   # --gc-ab / --prewarm-ab: the old way / the new: seconds, GEMMs
+        ab_modes = {True: [0.0, 0], False: [0.0, 0]}   # --*-ab: the old way / the new: seconds, GEMMs
         last = []   # the start of the window before and its mode
         mode_of = {}   # key -> the window's mode (--prewarm-ab)
         prewarm = probe._prewarm
+        host_ab = {False: (probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt),
+                   True: (TorchClock(probe.torch), {}, [], lambda c: old_lt(probe.builder, c))}
 
         def timed_window(cs):
             import gc
             import types
 
             from cublaslt_probe import probe as probe_mod
-            off = not (a.gc_ab or a.prewarm_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
+            off = not (a.gc_ab or a.prewarm_ab or a.host_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
             if not off and a.gc_ab:   # the probe as it was before it switched the collector off for its windows
                 probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
             if a.prewarm_ab:   # "on" here is the old way: no prewarm thread
                 probe._prewarm = None if not off else prewarm
                 for c in cs:
                     mode_of[c.key] = "without prewarm" if not off else "with prewarm"
+            if a.host_ab:   # "on" here is the old way: torch's events, fresh lt operands
+                probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt = host_ab[not off]
+                for c in cs:
+                    mode_of[c.key] = "before" if not off else "after"
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
@@ -154,7 +208,8 @@ def main():
             # the same raw file built again in this process alone (A/B in one process, after the sweep)
             t = time.time()
             sweep.build_dataset(sweep.raw_path(out), cases, os.path.join(d, "one.parquet"), cpus=probe.host_cpus)
-            print(f"dataset build: {built_s:.2f} s by {builders.jobs} processes started ahead, "
+            print(f"dataset build: {built_s:.2f} s by {builders.jobs} processes started ahead "
+                  f"({df.attrs['ran']['row_ranges_built_during']} ranges of rows built while the sweep ran), "
                   f"{time.time() - t:.2f} s in the sweep's process alone (the same raw file, after the sweep)")
             builders.close()
     ok = df[df.error.isna()]
@@ -176,6 +231,17 @@ def main():
                 if h:
                     print(f"    {dt}: heuristic miss median {statistics.median(x for x, _ in h):.1f} µs, hit "
                           f"{statistics.median(y for _, y in h):.2f} µs ({len(h)} GEMMs)")
+    if a.host_ab:
+        print("host trims, windows alternating (each from its start to the next window's, the last window left "
+              "out): " + "; ".join(f"{'before (torch events, fresh lt operands)' if m else 'after'} {n} GEMMs in "
+                                   f"{w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
+        for mode in ("after", "before"):
+            ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
+            tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
+            if ph:
+                print(f"  {mode}: {len(ph)} GEMMs, retaken {sum(t['attempts'] > 1 for t in tm)}, host enqueue median "
+                      f"{statistics.median(t['enqueue_us'] for t in tm):.0f} µs, probe phases median ms: " +
+                      ", ".join(f"{k} {statistics.median(p[k] for p in ph if k in p):.3f}" for k in ph[0]))
     if prewarm is not None:
         print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
