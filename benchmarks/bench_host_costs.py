@@ -56,7 +56,7 @@ def part_costs(probe, cases):
     ev[0].record(); ev[1].record(); ev[1].synchronize()  # noqa: E702
     st = torch.cuda.current_stream()
     clock = probe.clock
-    dv, dst = [clock.event() for _ in range(2)], clock.stream(st)
+    dv, dst = [clock.event() for _ in range(2)], clock.stream(st.cuda_stream)
     clock.record(dv[0], dst); clock.record(dv[1], dst); clock.wait(dv[1])  # noqa: E702
     lc = next((x for x in cases if x.backend == "lt" and x.op == "mm"), None)
     lt_rows = {}

@@ -71,9 +71,8 @@ class TorchClock:
     def record(ev, stream):
         ev.record(stream)   # None: no status to check
 
-    @staticmethod
-    def stream(torch_stream):
-        return torch_stream
+    def stream(self, handle):   # the torch Stream the code before asked for, at its cost
+        return self.torch.cuda.current_stream(self.torch.cuda.current_device())
 
     @staticmethod
     def done(ev):
@@ -86,6 +85,12 @@ class TorchClock:
     @staticmethod
     def elapsed_us(a, b):
         return a.elapsed_time(b) * 1e3
+
+
+def old_as_dict(case):
+    """`Case.as_dict` before: `dataclasses.asdict`."""
+    import dataclasses
+    return dataclasses.asdict(case)
 
 
 def old_lt(builder, c):
@@ -125,9 +130,9 @@ def main():
                          "heuristic questions themselves; A/B in one process)")
     ap.add_argument("--host-ab", action="store_true",
                     help="windows alternate between this round's host trims and the code before them: timing "
-                         "events through torch's Event instead of the driver's (`TorchClock`), the lt backend's "
-                         "operands fresh random tensors instead of views of the builder's buffers (A/B in one "
-                         "process)")
+                         "events through torch's Event and Stream objects instead of the driver's and raw stream "
+                         "handles (`TorchClock`), the lt backend's operands fresh random tensors instead of views "
+                         "of the builder's buffers, records started with `dataclasses.asdict` (A/B in one process)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
@@ -157,8 +162,9 @@ def main():
         last = []   # the start of the window before and its mode
         mode_of = {}   # key -> the window's mode (--prewarm-ab)
         prewarm = probe._prewarm
-        host_ab = {False: (probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt),
-                   True: (TorchClock(probe.torch), {}, [], lambda c: old_lt(probe.builder, c))}
+        from cublaslt_probe.cases import Case
+        host_ab = {False: (probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt, Case.as_dict),
+                   True: (TorchClock(probe.torch), {}, [], lambda c: old_lt(probe.builder, c), old_as_dict)}
 
         def timed_window(cs):
             import gc
@@ -172,8 +178,8 @@ def main():
                 probe._prewarm = None if not off else prewarm
                 for c in cs:
                     mode_of[c.key] = "without prewarm" if not off else "with prewarm"
-            if a.host_ab:   # "on" here is the old way: torch's events, fresh lt operands
-                probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt = host_ab[not off]
+            if a.host_ab:   # "on" here is the old way: torch's events and Stream objects, fresh lt operands, asdict
+                probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt, Case.as_dict = host_ab[not off]
                 for c in cs:
                     mode_of[c.key] = "before" if not off else "after"
             t = time.perf_counter()
@@ -233,7 +239,7 @@ def main():
                           f"{statistics.median(y for _, y in h):.2f} µs ({len(h)} GEMMs)")
     if a.host_ab:
         print("host trims, windows alternating (each from its start to the next window's, the last window left "
-              "out): " + "; ".join(f"{'before (torch events, fresh lt operands)' if m else 'after'} {n} GEMMs in "
+              "out): " + "; ".join(f"{'before (torch events, fresh lt operands, asdict)' if m else 'after'} {n} GEMMs in "
                                    f"{w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
         for mode in ("after", "before"):
             ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]

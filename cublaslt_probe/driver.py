@@ -25,8 +25,8 @@ CU_EVENT_DEFAULT = 0   # timing on, as torch's Event(enable_timing=True)
 
 class Clock:
     """CUDA events of the driver torch loaded: `event()` makes one, `record(ev, stream)` queues it (returns the
-    driver's status: 0 is success), `done(ev)`, `wait(ev)`, `elapsed_us(a, b)`. `stream(torch_stream)` is the
-    handle `record` takes. One thread: the elapsed-time read reuses one output float."""
+    driver's status: 0 is success), `done(ev)`, `wait(ev)`, `elapsed_us(a, b)`. `stream(handle)` is a raw
+    stream handle as `record` takes it. One thread: the elapsed-time read reuses one output float."""
 
     def __init__(self, path: str = "libcuda.so.1"):
         try:
@@ -66,9 +66,9 @@ class Clock:
         self.lib.cuEventDestroy_v2(ev)
 
     @staticmethod
-    def stream(torch_stream) -> ctypes.c_void_p:
-        """The driver handle of a torch stream (`record` takes it)."""
-        return ctypes.c_void_p(torch_stream.cuda_stream)
+    def stream(handle: int) -> ctypes.c_void_p:
+        """A stream's raw handle (`probe.current_stream`; a torch Stream's `cuda_stream`) as `record` takes it."""
+        return ctypes.c_void_p(handle)
 
     def done(self, ev) -> bool:
         """Whether the GPU has passed `ev`."""

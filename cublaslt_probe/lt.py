@@ -510,7 +510,9 @@ class LtMatmul:
                       PREF[f"CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{x}_BYTES"], ctypes.c_uint32(p.alignment))
 
     def _set(self, fn, obj, attr, value):
-        _check(fn(obj, attr, ctypes.byref(value), ctypes.sizeof(value)), f"{fn.__name__}({attr})")
+        st = fn(obj, attr, ctypes.byref(value), ctypes.sizeof(value))
+        if st:   # the message only on failure: a descriptor takes a dozen of these, some on the prewarm thread
+            _check(st, f"{fn.__name__}({attr})")
 
     def _layout(self, dtype, rows, cols, batch, ld=None):
         L = self.lib.lib

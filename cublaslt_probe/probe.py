@@ -195,11 +195,15 @@ def lt_problem(c: Case, workspace_bytes: int, alignment: int = 16):
                       b_type="fp8_e4m3" if c.dtype == "fp8_e5m2" else None)
 
 
-def current_stream(torch):
-    """torch's current CUDA stream, asked for by device number: `torch.cuda.current_stream()` without one
-    looks the current device up through torch's device-type checks, 33 µs of host time a call in the
-    probe's process (2.4 calls per GEMM; decode, cProfile, bench12_decode_cprofile.txt)."""
-    return torch.cuda.current_stream(torch.cuda.current_device())
+def current_stream(torch, device: int | None = None) -> int:
+    """The raw handle (`cudaStream_t` as an int) of torch's current CUDA stream on `device` (the current device
+    when None), from `torch._C._cuda_getCurrentRawStream`, which Inductor's generated code calls before every
+    launch. `torch.cuda.current_stream()` makes a Stream object through torch's device checks: 33 µs of host
+    time a call in the probe's process without a device number (bench12_decode_cprofile.txt), 20 with one
+    (bench13_decode_cprofile.txt), 2.4 calls per GEMM."""
+    if device is None:
+        device = torch.cuda.current_device()
+    return torch._C._cuda_getCurrentRawStream(device)
 
 
 def lt_dtypes(p) -> tuple[str, str, str]:
@@ -251,7 +255,7 @@ class LtGemm:
         except Exception:
             self.mm.close()
             raise
-        self.stream = current_stream(torch).cuda_stream
+        self.stream = current_stream(torch)
         # operands this GEMM holds alive (the workspace given by the caller is the caller's)
         own = [self.A, self.B, self.C] + ([self.D] if out_of_place else [])
         own += [self.bias] if self.bias is not None else []
@@ -883,7 +887,8 @@ class Probe:
         torch = require_gpu("sweep")
         from cublaslt_probe import driver, lt
         self.torch = torch
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.device = torch.cuda.current_device()   # the probe's GPU: its streams and events are this one's
+        props = torch.cuda.get_device_properties(self.device)
         cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot,
                                                                       local=gpu_local_cpus(props))
         # started first: it loads torch and cuBLASLt on another core while this process gets ready
@@ -944,7 +949,7 @@ class Probe:
         rate = 1e3
         s, e = clock.event(), clock.event()
         for _ in range(2):  # the first run warms the spin kernel up
-            st = clock.stream(current_stream(torch))
+            st = clock.stream(current_stream(torch, self.device))
             clock.record(s, st); torch.cuda._sleep(400_000); clock.record(e, st)  # noqa: E702
             clock.wait(e)
             rate = 400_000 / max(clock.elapsed_us(s, e), 1.0)
@@ -957,7 +962,7 @@ class Probe:
         another). Median of three runs of `n` samples of a 1-element fill, queued behind a long spin."""
         clock = self.clock
         events = _Events(clock, n, True)
-        st, rec = clock.stream(current_stream(self.torch)), clock.record
+        st, rec = clock.stream(current_stream(self.torch, self.device)), clock.record
         out = []
         for _ in range(3):
             self.spin(5000)
@@ -1015,7 +1020,7 @@ class Probe:
             self.flush.zero_()
         else:
             self.spin(estimate_spin(self._host_us.get(key, HOST_US_GUESS)))
-        st, rec = clock.stream(current_stream(self.torch)), clock.record
+        st, rec = clock.stream(current_stream(self.torch, self.device)), clock.record
         h = time.perf_counter()
         bad = rec(s, st); fn(); bad = rec(e, st) or bad  # noqa: E702
         if bad:
@@ -1108,7 +1113,7 @@ class Probe:
         flush, behind, clock = self.flush, 0, self.clock
         rec, done = clock.record, clock.done
         starts, mids, ends = events.starts, events.mids, events.ends
-        st = clock.stream(current_stream(self.torch))
+        st = clock.stream(current_stream(self.torch, self.device))
         h = time.perf_counter()
         for i in range(reps):
             if flush is not None:

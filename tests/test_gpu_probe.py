@@ -290,8 +290,9 @@ def test_the_drivers_events_time_what_torchs_events_time(probe):
     gemm = probe.builder.build(c).fn
     gemm()
     torch.cuda.synchronize()
-    st = current_stream(torch)
-    h = clock.stream(st)
+    st = torch.cuda.current_stream()
+    assert current_stream(torch) == st.cuda_stream and current_stream(torch, probe.device) == st.cuda_stream
+    h = clock.stream(current_stream(torch))
     work = [lambda: probe.spin(200), lambda: probe.spin(2000), lambda: [gemm() for _ in range(5)]]
     for w in work:
         ta, tb = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
