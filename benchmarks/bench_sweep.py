@@ -214,8 +214,7 @@ def main():
             # the same raw file built again in this process alone (A/B in one process, after the sweep)
             t = time.time()
             sweep.build_dataset(sweep.raw_path(out), cases, os.path.join(d, "one.parquet"), cpus=probe.host_cpus)
-            print(f"dataset build: {built_s:.2f} s by {builders.jobs} processes started ahead "
-                  f"({df.attrs['ran']['row_ranges_built_during']} ranges of rows built while the sweep ran), "
+            print(f"dataset build: {built_s:.2f} s by {builders.jobs} processes started ahead, "
                   f"{time.time() - t:.2f} s in the sweep's process alone (the same raw file, after the sweep)")
             builders.close()
     ok = df[df.error.isna()]

@@ -638,51 +638,35 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
     """
     from cublaslt_probe import dataset
     raw = raw_path(out)
-    cpus = getattr(executor, "host_cpus", None)
-    early = None
-    if builders is not None:   # rows built while the sweep runs, on CPUs the probe's threads do not hold
-        early = EarlyRows(builders, raw, out, cpus and (set(cpus) - set(getattr(executor, "cpus", None) or ())))
-    try:
-        gemms, ran_s = capture(cases, raw, executor, resume=resume, window=window, progress=progress, meta=meta,
-                               retry_errors=retry_errors, on_window=early and early.add)
-        t1 = time.time()
-        ranges = build_dataset(raw, cases, out, builders, cpus, early=early)
-    finally:
-        if early is not None:
-            early.close()
+    gemms, ran_s = capture(cases, raw, executor, resume=resume, window=window, progress=progress, meta=meta,
+                           retry_errors=retry_errors)
+    t1 = time.time()
+    build_dataset(raw, cases, out, builders, getattr(executor, "host_cpus", None))
     df = dataset.read_parquet(out)
-    df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3),
-                       "row_ranges_built_during": ranges}
+    df.attrs["ran"] = {"gemms": gemms, "seconds": round(ran_s, 3), "dataset_seconds": round(time.time() - t1, 3)}
     return df
 
 
-def build_dataset(raw: str, cases, out: str, builders: RowBuilders | None = None, cpus: set[int] | None = None,
-                  early: "EarlyRows | None" = None) -> int:
+def build_dataset(raw: str, cases, out: str, builders: RowBuilders | None = None, cpus: set[int] | None = None) -> None:
     """The dataset `out` of the sweep of `cases` whose raw records are in `raw`: built by `builders` when
-    given (from the rows they built as the sweep ran, `early`, when those are every record's), else in this
-    process, or for a large raw file by processes started fresh (a sweep's process holds a CUDA context) on
-    `cpus` (the CPUs the probe's process had before it pinned its thread). Returns how many ranges of rows
-    built during the sweep it was made of (0: built from the raw file at the end)."""
+    given, else in this process, or for a large raw file by processes started fresh (a sweep's process holds
+    a CUDA context) on `cpus` (the CPUs the probe's process had before it pinned its thread)."""
     part = Part(raw, True, raw_env(raw))
     part.scan(KeyIndex(cases.key_chunks() if isinstance(cases, Cases) else [c.key for c in cases]))
     if builders is not None:
         from concurrent.futures.process import BrokenProcessPool
         try:
-            built = early and early.finish(part)
-            write_dataset([part], out, part.env, builders=builders, prebuilt=built or None)
-            return len(built or ())
+            write_dataset([part], out, part.env, builders=builders)
+            return
         except BrokenProcessPool as e:   # one was killed (out of memory, say): this process builds the rows
             log.warning("the processes started to build the dataset stopped (%s): building it here", e)
     write_dataset([part], out, part.env, jobs=os.cpu_count() or 1, spawn=True, cpus=cpus)
-    return 0
 
 
 def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, window: int = WINDOW,
-            progress: bool = True, meta: dict | None = None, retry_errors: bool = False,
-            on_window=None) -> tuple[int, float]:
+            progress: bool = True, meta: dict | None = None, retry_errors: bool = False) -> tuple[int, float]:
     """Run `cases` through `executor`, appending their raw records to the file `raw` after each window (see
-    `run`); (GEMMs run, seconds they took). `on_window(start, stop, records)`, when given, is told the bytes
-    of the file each window's records took once they are flushed."""
+    `run`); (GEMMs run, seconds they took)."""
     from cublaslt_probe.errors import ProbeError
     todo = cases
     if os.path.exists(raw):
@@ -714,15 +698,11 @@ def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, wind
             f.write(json.dumps({"type": "env", **executor.env, **(meta or {})}) + "\n")
             f.flush()
         synced = time.time()
-        at = f.tell()
         for i in range(0, len(todo), max(1, window)):
             recs = executor.run_window(todo[i:i + window])
             for r in recs:
                 f.write(json.dumps({"type": "gemm", **r}) + "\n")
             f.flush()  # a killed process loses nothing written; fsync (for a crashed host) every few s
-            if on_window is not None:
-                at, start = f.tell(), at
-                on_window(start, at, len(recs))
             if time.time() - synced > FSYNC_S:
                 os.fsync(f.fileno())
                 synced = time.time()
@@ -1036,27 +1016,6 @@ def _raw_to_parquet(path: str, keep, env: dict, dest: str, start: int = 0, stop:
     return write_tables(_raw_tables(path, keep, env, schema, start, stop), dest, schema)
 
 
-def _raw_bytes_to_parquet(path: str, env: dict, dest: str, start: int, stop: int, cpus=None) -> int:
-    """The records in bytes `start` to `stop` of a raw file (whole lines a sweep wrote, every one kept) as a
-    Parquet file of the dataset schema, on `cpus` (run in a `RowBuilders` process by `EarlyRows`)."""
-    from cublaslt_probe import dataset
-    from cublaslt_probe.errors import ProbeError
-    _use_cpus(cpus)
-    schema = dataset.arrow_schema()
-    with open(path, "rb") as f:
-        f.seek(start)
-        lines = f.read(stop - start).decode("utf-8", errors="replace").splitlines()
-
-    def records():
-        for i, line in enumerate(lines):
-            try:
-                yield json.loads(line)
-            except ValueError as e:
-                raise ProbeError(f"{path}: a record at byte {start} + line {i + 1} is unreadable: {e}") from e
-    tables = (t for t, _ in dataset.record_tables(records(), env, schema, BATCH_ROWS))
-    return dataset.write_tables(tables, dest, schema)
-
-
 CHUNK_ROWS = 32768   # a raw part of at least twice this many records is turned into rows by several processes
 
 
@@ -1150,76 +1109,15 @@ class RowBuilders:
         self.close()
 
 
-class EarlyRows:
-    """A sweep's rows built while it runs, by its `RowBuilders`: each time the windows written since the last
-    range hold `BUILDER_ROWS` records, those bytes of the raw file become a Parquet file, on `cpus` (those the
-    probe's threads do not hold). At the end (`finish`) the last range is built, and the files stand for the
-    raw part when its records are exactly theirs, each kept (a fresh sweep; not a resumed one, whose file holds
-    earlier records, or one that ran a GEMM twice). Their Parquet files live in a folder beside `out`, which
-    `close` removes."""
-
-    def __init__(self, builders: RowBuilders, raw: str, out: str, cpus=None):
-        import tempfile
-        self.builders, self.raw, self.cpus = builders, raw, cpus or None
-        self.dir = tempfile.mkdtemp(prefix=".rows-", dir=os.path.dirname(os.path.abspath(out)))
-        self.env: dict | None = None
-        self.done: list[tuple[object, str, int]] = []   # (future, Parquet file, records) of each range
-        self.pending: tuple[int, int, int] | None = None   # (start byte, stop byte, records) not yet submitted
-
-    def add(self, start: int, stop: int, records: int) -> None:
-        """The windows' bytes [start, stop) of the raw file hold `records` records (`capture` tells it)."""
-        if self.pending is not None:
-            start, records = self.pending[0], self.pending[2] + records
-        self.pending = (start, stop, records)
-        if records >= BUILDER_ROWS:
-            self._submit()
-
-    def _submit(self) -> None:
-        start, stop, records = self.pending
-        self.pending = None
-        if self.env is None:
-            self.env = raw_env(self.raw)
-        dest = os.path.join(self.dir, f"{len(self.done)}.parquet")
-        fut = self.builders.pool.submit(_raw_bytes_to_parquet, self.raw, self.env, dest, start, stop, self.cpus)
-        self.done.append((fut, dest, records))
-
-    def finish(self, part: Part) -> list[str] | None:
-        """The Parquet files of the scanned raw `part`'s rows in its order, when they are every record's and
-        every record is kept; else None (the rows are then built from the raw file)."""
-        if self.pending is not None:
-            self._submit()
-        if sum(n for _, _, n in self.done) != len(part.positions) or not part.keep.all():
-            return None
-        from concurrent.futures.process import BrokenProcessPool
-        for fut, dest, n in self.done:
-            try:
-                rows = fut.result()
-            except BrokenProcessPool:
-                raise
-            except Exception as e:  # noqa: BLE001  the rows are built from the raw file instead, which says why
-                log.warning("rows built during the sweep failed (%s): building them from the raw file", e)
-                return None
-            if rows != n:
-                return None
-        return [dest for _, dest, _ in self.done]
-
-    def close(self) -> None:
-        """Cancel the ranges not started, wait for those running, remove their files."""
-        from concurrent.futures import wait
-        wait([fut for fut, _, _ in self.done if not fut.cancel()])
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: bool = False,
                   cpus: set[int] | None = None, chunk_rows: int | None = None,
-                  builders: RowBuilders | None = None, prebuilt: list[str] | None = None) -> int:
+                  builders: RowBuilders | None = None) -> int:
     """Stream the kept records of scanned `parts` into the Parquet dataset `out` (written whole or not at
     all, `dataset.write_tables`). Raw parts are turned into rows by up to `jobs` processes: one per part, and
     a part of many records (`_chunks`) by several. `spawn` starts them fresh (from a process holding a CUDA
     context, which must not be forked); `cpus`: the CPUs they run on (a process started by a pinned thread
     inherits its one core). With `builders` (started ahead), its processes do that work instead, in ranges
-    of `BUILDER_ROWS` records at least. `prebuilt`: Parquet files already holding the first part's rows in
-    order, every record kept (`EarlyRows`). Returns the rows written."""
+    of `BUILDER_ROWS` records at least. Returns the rows written."""
     import multiprocessing
     import tempfile
     from concurrent.futures import ProcessPoolExecutor
@@ -1231,7 +1129,7 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
     tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=os.path.dirname(os.path.abspath(out)))
     if builders is not None:
         jobs, chunk_rows = builders.jobs, chunk_rows or BUILDER_ROWS
-    tasks = [(pi, a, b) for pi, p in enumerate(parts) if p.raw and not (pi == 0 and prebuilt)
+    tasks = [(pi, a, b) for pi, p in enumerate(parts) if p.raw
              for a, b in (_chunks(len(p.positions), jobs, chunk_rows or CHUNK_ROWS) if jobs > 1 else [(0, None)])]
     pool = None
     if builders is not None:
@@ -1250,10 +1148,7 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
 
         def tables():
             for pi, p in enumerate(parts):
-                if pi == 0 and prebuilt:
-                    for dest in prebuilt:
-                        yield from _parquet_tables(dest, _all(pq.ParquetFile(dest).metadata.num_rows), schema)
-                elif pi in futures:
+                if pi in futures:
                     for fut, dest in futures.pop(pi):
                         fut.result()
                         yield from _parquet_tables(dest, _all(pq.ParquetFile(dest).metadata.num_rows), schema)

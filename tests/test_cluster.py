@@ -470,51 +470,6 @@ def test_row_builders_started_ahead_build_the_rows_one_process_builds(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "a.raw.jsonl", "one.parquet"]
 
 
-@pytest.mark.parametrize("least, ranges", [(5, 5), (12, 3), (25, 2)])
-def test_row_builders_build_the_rows_while_the_sweep_runs(tmp_path, monkeypatch, least, ranges):
-    """The builders turn the raw file's records into rows as the windows are written, each range once the
-    windows since the last hold BUILDER_ROWS records (windows of 10, 10, 10, 10 and 9 records: each its own
-    range at 5; two windows a range at 12, three at 25, the rest at the end): the dataset is made of those
-    ranges, with the rows, in the order, one process builds from the raw file; their temporary files are gone
-    after."""
-    import pandas as pd
-    cases = PLAN.cases
-    assert len(cases) == 49
-    monkeypatch.setattr(sweep, "BUILDER_ROWS", least)
-    with sweep.RowBuilders(jobs=2) as rb:
-        df = sweep.run(cases, str(tmp_path / "a.parquet"), sweep.NumpyExecutor(reps=1), window=10, progress=False,
-                       builders=rb)
-    assert df.attrs["ran"]["row_ranges_built_during"] == ranges
-    one = _one_process_dataset(tmp_path, cases)
-    pd.testing.assert_frame_equal(df, one, check_categorical=False)
-    assert list(df.key) == list(cases.keys()) and df.time_us.notna().all()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "a.raw.jsonl", "one.parquet"]
-
-
-def test_a_resumed_sweeps_rows_are_built_from_its_whole_raw_file(tmp_path, monkeypatch):
-    """A resumed sweep's raw file holds the records of the run before it too: the ranges built while it ran
-    are not every record's, so the dataset is built from the whole raw file, and holds every GEMM."""
-    import pandas as pd
-    cases = PLAN.cases
-    monkeypatch.setattr(sweep, "BUILDER_ROWS", 12)
-    out = str(tmp_path / "a.parquet")
-    sweep.capture(cases[:20], sweep.raw_path(out), sweep.NumpyExecutor(reps=1), progress=False, window=10)
-    with sweep.RowBuilders(jobs=2) as rb:
-        df = sweep.run(cases, out, sweep.NumpyExecutor(reps=1), window=10, progress=False, builders=rb, resume=True)
-    assert df.attrs["ran"]["gemms"] == len(cases) - 20
-    assert df.attrs["ran"]["row_ranges_built_during"] == 0
-    assert list(df.key) == list(cases.keys()) and df.time_us.notna().all()
-    pd.testing.assert_frame_equal(df, _one_process_dataset(tmp_path, cases), check_categorical=False)
-
-
-def _one_process_dataset(tmp_path, cases):
-    raw = sweep.raw_path(str(tmp_path / "a.parquet"))
-    part = sweep.Part(raw, True, sweep.raw_env(raw))
-    part.scan(sweep.KeyIndex(cases.key_chunks()))
-    sweep.write_dataset([part], str(tmp_path / "one.parquet"), part.env, jobs=1)
-    return dataset.read_parquet(tmp_path / "one.parquet")
-
-
 def test_a_sweep_whose_row_builders_died_builds_its_dataset_itself(tmp_path, caplog):
     """A builder process killed during the sweep (by the kernel's out-of-memory killer, say) costs nothing:
     the sweep says so and builds the rows in its own process."""
