@@ -276,7 +276,7 @@ def test_a_retake_the_host_stalled_through_is_retaken_once_more(probe, monkeypat
 def test_the_drivers_events_time_what_torchs_events_time(probe):
     """The probe's timing events (`driver.Clock`, the driver torch loaded, on torch's stream) against torch's
     own `torch.cuda.Event` around the same GPU work: two spins of known length and a GEMM batch, each
-    bracketed by both kinds at once. They read alike (to the events' resolution), an event not yet passed
+    bracketed by both kinds at once. They read alike (to the events' own cost), an event not yet passed
     reads not done, and an error names the call."""
     import ctypes
 
@@ -306,8 +306,11 @@ def test_the_drivers_events_time_what_torchs_events_time(probe):
         assert not clock.done(db)
         clock.wait(db)
         assert clock.done(db)
+        # the driver's pair brackets torch's: it spans theirs plus two events' own GPU time (the probe's
+        # calibrated gap: 1.2-1.4 µs on the one-GPU H200 hosts, 2.6 on the two-GPU one)
         ours, theirs = clock.elapsed_us(da, db), ta.elapsed_time(tb) * 1e3
-        assert theirs > 10 and abs(ours - theirs) <= 0.02 * theirs + 3.0, (ours, theirs)
+        assert theirs > 10 and -1.0 <= ours - theirs <= 0.02 * theirs + 2 * probe.event_gap_us + 1.0, \
+            (ours, theirs, probe.event_gap_us)
         clock.destroy(da)
         clock.destroy(db)
     never = clock.event()   # never recorded: the driver refuses to time it, and the error says which call
