@@ -57,6 +57,26 @@ def rule_probe(rule: str, options):
     return RuleProbe()
 
 
+def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False):
+    """An A/B's rates (`names`: the new mode, the old) and, per mode, its GEMMs' retakes, host enqueue and
+    probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows."""
+    print(f"{what}, windows alternating (each from its start to the next window's, the last window left out): " +
+          "; ".join(f"{names[m]} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
+    for mode in names:
+        ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
+        tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
+        if ph:
+            print(f"  {mode}: {len(ph)} GEMMs, retaken {sum(t['attempts'] > 1 for t in tm)}, host enqueue median "
+                  f"{statistics.median(t['enqueue_us'] for t in tm):.0f} µs, probe phases median ms: " +
+                  ", ".join(f"{k} {statistics.median(p[k] for p in ph if k in p):.3f}" for k in ph[0]))
+        for dt in ("bf16", "fp16", "fp8") if heuristic else ():   # the companion's measurements in these windows
+            h = [(r["heuristic_miss_us"], r["heuristic_hit_us"]) for r in recs if mode_of.get(r.get("key")) == mode
+                 and r.get("dtype") == dt and r.get("heuristic_miss_us") is not None]
+            if h:
+                print(f"    {dt}: heuristic miss median {statistics.median(x for x, _ in h):.1f} µs, hit "
+                      f"{statistics.median(y for _, y in h):.2f} µs ({len(h)} GEMMs)")
+
+
 class TorchClock:
     """The probe's timing events before `driver.Clock`: torch's `Event`, recorded on a torch stream, behind the
     same interface (one Python call more per event than the code before had)."""
@@ -181,7 +201,7 @@ def main():
             if a.host_ab:   # "on" here is the old way: torch's events and Stream objects, fresh lt operands, asdict
                 probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt, Case.as_dict = host_ab[not off]
                 for c in cs:
-                    mode_of[c.key] = "before" if not off else "after"
+                    mode_of[c.key] = "before (torch events, fresh lt operands, asdict)" if not off else "after"
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
@@ -221,32 +241,10 @@ def main():
     calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
     gpu_s = float((ok.time_us * calls).sum()) / 1e6
     if a.prewarm_ab:
-        print("prewarm thread, windows alternating (each from its start to the next window's, the last window left "
-              "out): " + "; ".join(f"{'without prewarm' if m else 'with prewarm'} {n} GEMMs in {w:.2f} s = "
-                                   f"{n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
-        for mode in ("with prewarm", "without prewarm"):
-            ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
-            tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
-            if ph:
-                print(f"  {mode}: {len(ph)} GEMMs, retaken {sum(t['attempts'] > 1 for t in tm)}, probe phases "
-                      "median ms: " + ", ".join(f"{k} {statistics.median(p[k] for p in ph if k in p):.3f}" for k in ph[0]))
-            for dt in ("bf16", "fp16", "fp8"):   # the companion's measurements in these windows
-                h = [(r["heuristic_miss_us"], r["heuristic_hit_us"]) for r in recs if mode_of.get(r.get("key")) == mode
-                     and r.get("dtype") == dt and r.get("heuristic_miss_us") is not None]
-                if h:
-                    print(f"    {dt}: heuristic miss median {statistics.median(x for x, _ in h):.1f} µs, hit "
-                          f"{statistics.median(y for _, y in h):.2f} µs ({len(h)} GEMMs)")
+        ab_report("prewarm thread", ("with prewarm", "without prewarm"), ab_modes, recs, mode_of, heuristic=True)
     if a.host_ab:
-        print("host trims, windows alternating (each from its start to the next window's, the last window left "
-              "out): " + "; ".join(f"{'before (torch events, fresh lt operands, asdict)' if m else 'after'} {n} GEMMs in "
-                                   f"{w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
-        for mode in ("after", "before"):
-            ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
-            tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
-            if ph:
-                print(f"  {mode}: {len(ph)} GEMMs, retaken {sum(t['attempts'] > 1 for t in tm)}, host enqueue median "
-                      f"{statistics.median(t['enqueue_us'] for t in tm):.0f} µs, probe phases median ms: " +
-                      ", ".join(f"{k} {statistics.median(p[k] for p in ph if k in p):.3f}" for k in ph[0]))
+        ab_report("host trims", ("after", "before (torch events, fresh lt operands, asdict)"), ab_modes, recs,
+                  mode_of)
     if prewarm is not None:
         print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
