@@ -1,5 +1,5 @@
 """GPU probe: run GEMMs and capture, per GEMM, the cuBLASLt log lines, the launched kernels, GPU time and
-the heuristic's CPU cost. The only module (with `lt.py`) that touches the GPU; torch/cupy are imported
+the heuristic's CPU cost. The only module (with `lt.py` and `driver.py`) that touches the GPU; torch/cupy are imported
 inside functions so that `import cublaslt_probe.probe` works on a CPU machine.
 
 How each capture is made (the evidence, not a guess):

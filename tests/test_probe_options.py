@@ -145,3 +145,27 @@ def test_heuristic_questions_are_keyed_by_every_field_of_the_problem():
     groups, _ = _heuristic_groups([({"key": a.key}, a), ({"key": same[0].key}, same[0])],
                                   lambda c: 1 << 20 if c.backend == "torch" else 32 << 20)
     assert len(groups) == 2
+
+
+def test_the_driver_layer_opens_only_a_driver_this_process_has_loaded():
+    """`driver.Clock` in a process that has run no CUDA work (this one: no torch) says so in one line, naming
+    the library and the fix. (That it opens only a libcuda already mapped, RTLD_NOLOAD, cannot be told apart
+    here, on a machine with no driver to load.)"""
+    import sys
+
+    from cublaslt_probe.driver import Clock
+    from cublaslt_probe.errors import CaptureError
+    assert "torch" not in sys.modules
+    with pytest.raises(CaptureError, match=r"^the CUDA driver \(libcuda\.so\.1\) is not loaded in this process: "
+                                           r"run CUDA work with torch first") as e:
+        Clock()
+    assert "\n" not in str(e.value)
+
+
+def test_a_records_fields_are_the_cases_own():
+    """`Case.as_dict` (every raw record starts from it) gives each field by name, in order, as
+    `dataclasses.asdict` gave them."""
+    c = Case("lt", "addmm", "fp8", "NT", 16, 4096, 1024, 3)
+    assert c.as_dict() == dataclasses.asdict(c)
+    assert list(c.as_dict()) == [f.name for f in dataclasses.fields(Case)]
+    assert raw_record(c)["batch"] == 3 and raw_record(c)["key"] == c.key
