@@ -113,16 +113,15 @@ def old_as_dict(case):
     return dataclasses.asdict(case)
 
 
-def old_lt(builder, c):
-    """`Builder._lt` before its operands came from the builder's buffers: fresh random tensors per GEMM."""
-    from cublaslt_probe.probe import CUBLAS_WORKSPACE, Built, CaptureError, LtGemm, lt_problem
-    g = LtGemm(builder.torch, builder.lib, lt_problem(c, CUBLAS_WORKSPACE), workspace=builder.ws)
-    res = g.heuristic(1)
-    if not res:
-        g.close()
-        raise CaptureError(f"cuBLASLt heuristic returned no algo for {c.key}")
-    algo = res[0].algo
-    return Built(g.call(algo), (g,), builder.lib.algo_config(algo), float(res[0].wavesCount))
+def fresh_lt_gemm():
+    """`probe.LtGemm` as the lt backend built it before its operands came from the builder's buffers: fresh
+    random tensors per GEMM (the buffers it is handed are ignored)."""
+    from cublaslt_probe.probe import LtGemm
+
+    class FreshLtGemm(LtGemm):
+        def __init__(self, *args, take=None, **kwargs):
+            super().__init__(*args, **kwargs)
+    return FreshLtGemm
 
 
 def main():
@@ -182,9 +181,10 @@ def main():
         last = []   # the start of the window before and its mode
         mode_of = {}   # key -> the window's mode (--prewarm-ab)
         prewarm = probe._prewarm
+        from cublaslt_probe import probe as probe_mod
         from cublaslt_probe.cases import Case
-        host_ab = {False: (probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt, Case.as_dict),
-                   True: (TorchClock(probe.torch), {}, [], lambda c: old_lt(probe.builder, c), old_as_dict)}
+        host_ab = {False: (probe.clock, probe._event_pool, probe._pair_pool, probe_mod.LtGemm, Case.as_dict),
+                   True: (TorchClock(probe.torch), {}, [], fresh_lt_gemm(), old_as_dict)}
 
         def timed_window(cs):
             import gc
@@ -199,7 +199,7 @@ def main():
                 for c in cs:
                     mode_of[c.key] = "without prewarm" if not off else "with prewarm"
             if a.host_ab:   # "on" here is the old way: torch's events and Stream objects, fresh lt operands, asdict
-                probe.clock, probe._event_pool, probe._pair_pool, probe.builder._lt, Case.as_dict = host_ab[not off]
+                probe.clock, probe._event_pool, probe._pair_pool, probe_mod.LtGemm, Case.as_dict = host_ab[not off]
                 for c in cs:
                     mode_of[c.key] = "before (torch events, fresh lt operands, asdict)" if not off else "after"
             t = time.perf_counter()
@@ -225,6 +225,8 @@ def main():
         df = sweep.run(cases, out, probe, progress=False, meta={"command": "benchmarks/bench_sweep.py " + " ".join(argv)},
                        builders=builders)
         wall = time.time() - t0
+        if a.host_ab:   # this round's code back for what follows (--check)
+            probe.clock, probe._event_pool, probe._pair_pool, probe_mod.LtGemm, Case.as_dict = host_ab[False]
         if prof:
             prof.disable()
         from cublaslt_probe.dataset import read_raw

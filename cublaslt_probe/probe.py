@@ -950,7 +950,7 @@ class Probe:
         rate = 1e3
         s, e = clock.event(), clock.event()
         for _ in range(2):  # the first run warms the spin kernel up
-            st = clock.stream(current_stream(torch, self.device))
+            st = self._stream()
             clock.record(s, st); torch.cuda._sleep(400_000); clock.record(e, st)  # noqa: E702
             clock.wait(e)
             rate = 400_000 / max(clock.elapsed_us(s, e), 1.0)
@@ -963,7 +963,7 @@ class Probe:
         another). Median of three runs of `n` samples of a 1-element fill, queued behind a long spin."""
         clock = self.clock
         events = _Events(clock, n, True)
-        st, rec = clock.stream(current_stream(self.torch, self.device)), clock.record
+        st, rec = self._stream(), clock.record
         out = []
         for _ in range(3):
             self.spin(5000)
@@ -974,6 +974,10 @@ class Probe:
             out.append(events.gap_us([clock.elapsed_us(a, b) for a, b in zip(events.starts, events.ends)]) / n)
         self._event_pool.setdefault((n, True), []).append(events)   # read: a timing plan can record them again
         return statistics.median(out)
+
+    def _stream(self):
+        """The driver handle of torch's current stream on the probe's GPU, as `clock.record` takes it."""
+        return self.clock.stream(current_stream(self.torch, self.device))
 
     def spin(self, us: float) -> None:
         """Keep the GPU busy for about `us` µs (queued on the current stream)."""
@@ -1022,7 +1026,7 @@ class Probe:
             self.flush.zero_()
         else:
             self.spin(estimate_spin(self._host_us.get(key, HOST_US_GUESS)))
-        st, rec = clock.stream(current_stream(self.torch, self.device)), clock.record
+        st, rec = self._stream(), clock.record
         h = time.perf_counter()
         bad = rec(s, st); fn(); bad = rec(e, st) or bad  # noqa: E702
         if bad:
@@ -1115,7 +1119,7 @@ class Probe:
         flush, behind, clock = self.flush, 0, self.clock
         rec, done = clock.record, clock.done
         starts, mids, ends = events.starts, events.mids, events.ends
-        st = clock.stream(current_stream(self.torch, self.device))
+        st = self._stream()
         h = time.perf_counter()
         for i in range(reps):
             if flush is not None:
