@@ -2,7 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
-        [--reference-spin enqueue] [--save runs.json]
+        [--reference-spin enqueue] [--reference-warm 2] [--save runs.json]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -32,11 +32,12 @@ def windows_of(cases, size):
 
 
 def gpu_us(rec) -> float:
-    """µs the GEMM's own kernels ran in all its calls: timed samples, 2 warm, the logged call, the estimate, the
-    profiled call (a re-time's extra samples are left out)."""
+    """µs the GEMM's own kernels ran in all its calls: timed samples, the warm-up (`WARM_CALLS`), the logged
+    call, the estimate, the profiled call (a re-time's extra samples are left out)."""
+    from cublaslt_probe.probe import WARM_CALLS
     if rec.get("error") or rec.get("time_us") is None:
         return 0.0
-    return rec["time_us"] * ((rec.get("time_us_reps") or 0) * (rec.get("time_calls_per_rep") or 1) + 5)
+    return rec["time_us"] * ((rec.get("time_us_reps") or 0) * (rec.get("time_calls_per_rep") or 1) + WARM_CALLS + 3)
 
 
 def throughput(probe, cases, window):
@@ -97,22 +98,30 @@ def reference_spin(probe, rule: str):
         probe.first_spin = lead_only
 
 
-def fidelity(probe, cases, window, reference: str = "same"):
+def fidelity(probe, cases, window, reference: str = "same", reference_warm: int | None = None):
     """Each window four times, on and off twice each (on, off, off, on; then off, on, on, off for the next
     window): each mode compared with the other (the mean of its two runs, and run by run) and with itself.
-    The off runs' first timing spin follows `reference` (`reference_spin`)."""
+    The off runs' first timing spin follows `reference` (`reference_spin`), and they make `reference_warm`
+    warm-up calls (`WARM_CALLS`; the probe's own when None)."""
+    from cublaslt_probe import probe as probe_mod
+    warm = probe_mod.WARM_CALLS
     runs = {"on1": {}, "off1": {}, "off2": {}, "on2": {}}
-    for i, w in enumerate(windows_of(cases, window)):
-        order = ["on1", "off1", "off2", "on2"] if i % 2 == 0 else ["off1", "on1", "on2", "off2"]
-        for name in order:
-            on = name.startswith("on")
-            probe.options = dataclasses.replace(probe.options, pipeline=on)
-            reference_spin(probe, "same" if on else reference)
-            for r in probe.run_window(w):
-                runs[name][r["key"]] = r
+    try:
+        for i, w in enumerate(windows_of(cases, window)):
+            order = ["on1", "off1", "off2", "on2"] if i % 2 == 0 else ["off1", "on1", "on2", "off2"]
+            for name in order:
+                on = name.startswith("on")
+                probe.options = dataclasses.replace(probe.options, pipeline=on)
+                reference_spin(probe, "same" if on else reference)
+                probe_mod.WARM_CALLS = warm if on or reference_warm is None else reference_warm
+                for r in probe.run_window(w):
+                    runs[name][r["key"]] = r
+    finally:
+        probe_mod.WARM_CALLS = warm
     reference_spin(probe, "same")
-    print(f"fidelity: pipeline on with the probe's spin rule; off (one step after another) with the {reference!r} rule"
-          f" ({sorted({r['timing']['rule'] for r in runs['off1'].values() if r.get('timing')})} recorded)")
+    print(f"fidelity: pipeline on with the probe's spin rule and {warm} warm-up call(s); off (one step after "
+          f"another) with the {reference!r} rule ({sorted({r['timing']['rule'] for r in runs['off1'].values() if r.get('timing')})}"
+          f" recorded) and {warm if reference_warm is None else reference_warm} warm-up call(s)")
     keys = [k for k in runs["on1"] if all(not runs[n][k].get("error") and runs[n][k].get("time_us") for n in runs)]
 
     def t(name, k):
@@ -174,6 +183,9 @@ def main():
     ap.add_argument("--save", help="write every fidelity run's records (key, time_us, calls per sample, attempts) "
                                    "to this JSON file")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
+    ap.add_argument("--reference-warm", type=int, metavar="N",
+                    help="fidelity: the off runs make N warm-up calls before the logged call (default: the probe's "
+                         "WARM_CALLS)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Probe
@@ -187,7 +199,7 @@ def main():
         cases = cases[:a.limit]
     throughput(probe, cases, a.window)
     if a.fidelity:
-        runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin)
+        runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin, a.reference_warm)
         if a.save:
             with open(a.save, "w") as f:
                 json.dump({n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts"),

@@ -77,51 +77,48 @@ def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False):
                       f"{statistics.median(y for _, y in h):.2f} µs ({len(h)} GEMMs)")
 
 
-class TorchClock:
-    """The probe's timing events before `driver.Clock`: torch's `Event`, recorded on a torch stream, behind the
-    same interface (one Python call more per event than the code before had)."""
-
-    def __init__(self, torch):
-        self.torch = torch
-
-    def event(self):
-        return self.torch.cuda.Event(enable_timing=True)
-
-    @staticmethod
-    def record(ev, stream):
-        ev.record(stream)   # None: no status to check
-
-    def stream(self, handle):   # the torch Stream the code before asked for, at its cost
-        return self.torch.cuda.current_stream(self.torch.cuda.current_device())
-
-    @staticmethod
-    def done(ev):
-        return ev.query()
-
-    @staticmethod
-    def wait(ev):
-        ev.synchronize()
-
-    @staticmethod
-    def elapsed_us(a, b):
-        return a.elapsed_time(b) * 1e3
+def old_operands(self, dtype, *shapes):
+    """`Builder._operands` before `operand_view`: a slice, a view and a transpose for each operand."""
+    sizes = [b * r * c for r, c, _, b in shapes]
+    starts, at = [], 0
+    for n in sizes:
+        starts.append(at)
+        at += -(-n // self.POOL_ALIGN) * self.POOL_ALIGN
+    pool = self._pool(dtype, at)
+    out = []
+    for (rows, cols, transposed, batch), n, s in zip(shapes, sizes, starts):
+        shape = ((batch,) if batch > 1 else ()) + ((cols, rows) if transposed else (rows, cols))
+        x = pool[s:s + n].view(shape)
+        out.append(x.transpose(-1, -2) if transposed else x)
+    return out
 
 
-def old_as_dict(case):
-    """`Case.as_dict` before: `dataclasses.asdict`."""
-    import dataclasses
-    return dataclasses.asdict(case)
+def old_set_flags(self, c):
+    """`Builder.set_flags` before: every flag set on every call."""
+    t = self.torch
+    t.backends.cuda.matmul.allow_tf32 = c.dtype == "tf32"
+    if c.backend in ("torch", "torch-lt"):
+        t.backends.cuda.preferred_blas_library("cublaslt" if c.backend == "torch-lt" else "cublas")
 
 
-def fresh_lt_gemm():
-    """`probe.LtGemm` as the lt backend built it before its operands came from the builder's buffers: fresh
-    random tensors per GEMM (the buffers it is handed are ignored)."""
-    from cublaslt_probe.probe import LtGemm
+def host_trims():
+    """{False: this round's code, True: the code before its host trims}, as (owner, attribute, value) to set
+    for `--host-ab`: two warm-up calls (`WARM_CALLS`), flags set on every call, the GEMM in flight's flags
+    set again before its samples are read (not only before a retake), operands by slice, view and transpose,
+    each lt algo's config read from the library."""
+    from cublaslt_probe import lt
+    from cublaslt_probe import probe as probe_mod
+    from cublaslt_probe.probe import Builder, Probe
+    drain = Probe._drain
 
-    class FreshLtGemm(LtGemm):
-        def __init__(self, *args, take=None, **kwargs):
-            super().__init__(*args, **kwargs)
-    return FreshLtGemm
+    def old_drain(self, built):
+        if self._inflight is not None:
+            self.builder.set_flags(self._inflight[1])
+        return drain(self, built)
+    places = ((probe_mod, "WARM_CALLS"), (Builder, "set_flags"), (Probe, "_drain"), (Builder, "_operands"),
+              (lt.LtLibrary, "algo_config"))
+    before = (2, old_set_flags, old_drain, old_operands, lt.LtLibrary.read_algo_config)
+    return {False: [(o, n, getattr(o, n)) for o, n in places], True: [(o, n, v) for (o, n), v in zip(places, before)]}
 
 
 def main():
@@ -148,10 +145,10 @@ def main():
                     help="windows alternate between the prewarm thread on and off (the first calls ask their "
                          "heuristic questions themselves; A/B in one process)")
     ap.add_argument("--host-ab", action="store_true",
-                    help="windows alternate between this round's host trims and the code before them: timing "
-                         "events through torch's Event and Stream objects instead of the driver's and raw stream "
-                         "handles (`TorchClock`), the lt backend's operands fresh random tensors instead of views "
-                         "of the builder's buffers, records started with `dataclasses.asdict` (A/B in one process)")
+                    help="windows alternate between this round's host trims and the code before them "
+                         "(`host_trims`): one warm-up call against two, flags read before they are set, the "
+                         "GEMM in flight's flags set only for a retake, operands by one `as_strided` each, lt "
+                         "algo configs kept by algo (A/B in one process)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
@@ -163,7 +160,8 @@ def main():
     if a.gc_ab + a.prewarm_ab + a.host_ab > 1:
         ap.error("one A/B at a time: --gc-ab, --prewarm-ab or --host-ab")
     from cublaslt_probe import dataset, sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
-    from cublaslt_probe.probe import Builder, ProbeOptions
+    from cublaslt_probe import probe as probe_mod
+    from cublaslt_probe.probe import ProbeOptions
     t_init = time.time()
     builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
     probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps,
@@ -181,16 +179,15 @@ def main():
         last = []   # the start of the window before and its mode
         mode_of = {}   # key -> the window's mode (--prewarm-ab)
         prewarm = probe._prewarm
-        from cublaslt_probe import probe as probe_mod
-        from cublaslt_probe.cases import Case
-        host_ab = {False: (probe.clock, probe._event_pool, probe._pair_pool, probe_mod.LtGemm, Case.as_dict),
-                   True: (TorchClock(probe.torch), {}, [], fresh_lt_gemm(), old_as_dict)}
+        host_ab = host_trims()
+
+        def set_trims(before):
+            for owner, name, value in host_ab[before]:
+                setattr(owner, name, value)
 
         def timed_window(cs):
             import gc
             import types
-
-            from cublaslt_probe import probe as probe_mod
             off = not (a.gc_ab or a.prewarm_ab or a.host_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
             if not off and a.gc_ab:   # the probe as it was before it switched the collector off for its windows
                 probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
@@ -198,10 +195,10 @@ def main():
                 probe._prewarm = None if not off else prewarm
                 for c in cs:
                     mode_of[c.key] = "without prewarm" if not off else "with prewarm"
-            if a.host_ab:   # "on" here is the old way: torch's events and Stream objects, fresh lt operands, asdict
-                probe.clock, probe._event_pool, probe._pair_pool, probe_mod.LtGemm, Case.as_dict = host_ab[not off]
+            if a.host_ab:   # "on" here is the old way: the code before this round's host trims
+                set_trims(not off)
                 for c in cs:
-                    mode_of[c.key] = "before (torch events, fresh lt operands, asdict)" if not off else "after"
+                    mode_of[c.key] = "before (host_trims)" if not off else "after"
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
@@ -226,7 +223,7 @@ def main():
                        builders=builders)
         wall = time.time() - t0
         if a.host_ab:   # this round's code back for what follows (--check)
-            probe.clock, probe._event_pool, probe._pair_pool, probe_mod.LtGemm, Case.as_dict = host_ab[False]
+            set_trims(False)
         if prof:
             prof.disable()
         from cublaslt_probe.dataset import read_raw
@@ -240,13 +237,13 @@ def main():
                   f"{time.time() - t:.2f} s in the sweep's process alone (the same raw file, after the sweep)")
             builders.close()
     ok = df[df.error.isna()]
-    calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + 5      # timed calls + 2 warm + log + estimate + profile
+    # timed calls + warm-up + log + estimate + profile
+    calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + probe_mod.WARM_CALLS + 3
     gpu_s = float((ok.time_us * calls).sum()) / 1e6
     if a.prewarm_ab:
         ab_report("prewarm thread", ("with prewarm", "without prewarm"), ab_modes, recs, mode_of, heuristic=True)
     if a.host_ab:
-        ab_report("host trims", ("after", "before (torch events, fresh lt operands, asdict)"), ab_modes, recs,
-                  mode_of)
+        ab_report("host trims", ("after", "before (host_trims)"), ab_modes, recs, mode_of)
     if prewarm is not None:
         print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
@@ -319,7 +316,7 @@ def main():
     if a.check:
         import torch
         import triton.testing
-        b = Builder(probe.lib)
+        b = probe_mod.Builder(probe.lib)
         devs, gdevs, rdevs, drift = [], [], [], []
         for c in [c for c in cases if c.backend != "cupy"][:: max(1, len(cases) // a.check)][:a.check]:
             row = df[df.key == c.key].iloc[0]
@@ -329,7 +326,7 @@ def main():
             fn = b.build(c).fn
             # the probe's method run again right beside the references, so that all see the same GPU state
             # (clocks drift with temperature and power between the sweep and this check; reported apart)
-            for _ in range(2):  # warm, as the sweep does before timing
+            for _ in range(2):  # warm, as the sweep does before timing (its warm-up and logged calls)
                 fn()
             torch.cuda.synchronize()
             timing = probe.time_gpu(fn, key=f"{c.backend}|{c.op}")

@@ -59,6 +59,8 @@ CHEAP_SPIN = 0.1                 # a spin costing at most this share of the samp
 ATTEMPTS = 3                     # timing attempts at most: a retake, and another when the host stalled through it
 HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this long at the H100/H200 SXM's
                                  # dense peak (`heavy_us`) runs one step after another
+WARM_CALLS = 1                   # calls before the logged call: the first loads the kernel's module and asks the
+                                 # heuristic (a miss); the logged call, then the estimating call follow it
 
 
 def require_gpu(what: str):
@@ -283,6 +285,18 @@ class LtGemm:
 
 
 # --- building one GEMM as a zero-argument callable -----------------------------------------------------------
+def operand_view(rows: int, cols: int, transposed: bool, batch: int, offset: int) -> tuple:
+    """(size, stride, storage offset) of an operand of logical shape (rows, cols), `batch` of them one after
+    another, stored row-major from element `offset` of a buffer, or transposed (column-major) when asked:
+    what slicing the buffer there, viewing it as (batch,) (rows, cols) or (cols, rows) and transposing the
+    last two dimensions gives (pure)."""
+    size = (rows, cols)
+    stride = (1, rows) if transposed else (cols, 1)
+    if batch > 1:
+        size, stride = (batch,) + size, (rows * cols,) + stride
+    return size, stride, offset
+
+
 @dataclass
 class Built:
     fn: object            # zero-argument callable launching the GEMM
@@ -310,6 +324,7 @@ class Builder:
         self.lib = lib
         self.ws = torch.empty(CUBLAS_WORKSPACE, dtype=torch.uint8, device="cuda")
         self._pools: dict[str, object] = {}   # dtype -> a 1-D buffer of random values the operands are views of
+        self._blas: dict[str, object] = {}    # set_flags: library name -> torch's value for it
 
     def _pool(self, dtype: str, numel: int):
         """The random buffer of `dtype` with at least `numel` elements: grown (doubled at least) when too small;
@@ -329,27 +344,29 @@ class Builder:
     def _operands(self, dtype: str, *shapes):
         """Torch operands of `dtype`, one per (rows, cols, transposed, batch): views of one random buffer at
         aligned offsets (no allocation or fill per GEMM); each of logical shape (rows, cols), stored transposed
-        when asked."""
-        sizes = [b * r * c for r, c, _, b in shapes]
-        starts, at = [], 0
-        for n in sizes:
-            starts.append(at)
-            at += -(-n // self.POOL_ALIGN) * self.POOL_ALIGN
+        when asked (`operand_view`), made by one `as_strided` each (a slice, a view and a transpose took three
+        calls: 58 µs for a GEMM's operands, bench13_decode_cprofile.txt)."""
+        views, at = [], 0
+        for rows, cols, transposed, batch in shapes:
+            views.append(operand_view(rows, cols, transposed, batch, at))
+            at += -(-batch * rows * cols // self.POOL_ALIGN) * self.POOL_ALIGN
         pool = self._pool(dtype, at)
-        out = []
-        for (rows, cols, transposed, batch), n, s in zip(shapes, sizes, starts):
-            shape = (cols, rows) if transposed else (rows, cols)
-            if batch > 1:
-                shape = (batch,) + shape
-            x = pool[s:s + n].view(shape)
-            out.append(x.transpose(-1, -2) if transposed else x)
-        return out
+        return [pool.as_strided(size, stride, offset) for size, stride, offset in views]
 
     def set_flags(self, c: Case) -> None:
-        t = self.torch
-        t.backends.cuda.matmul.allow_tf32 = c.dtype == "tf32"
+        """torch's flags for `c`: TF32 for the tf32 dtype only; for the torch paths, the BLAS library. Each is
+        read first and set only when it differs (a set cost 9.6 µs a call, bench13_decode_cprofile.txt, and the
+        flags of the GEMM before are often this one's); read from torch each time, so flags someone else set
+        are never taken for the probe's own."""
+        cuda = self.torch.backends.cuda
+        tf32 = c.dtype == "tf32"
+        if cuda.matmul.allow_tf32 != tf32:
+            cuda.matmul.allow_tf32 = tf32
         if c.backend in ("torch", "torch-lt"):
-            t.backends.cuda.preferred_blas_library("cublaslt" if c.backend == "torch-lt" else "cublas")
+            name = "cublaslt" if c.backend == "torch-lt" else "cublas"
+            want = self._blas.get(name)
+            if want is None or cuda.preferred_blas_library() != want:
+                self._blas[name] = cuda.preferred_blas_library(name)   # returns the library now preferred
 
     def build(self, c: Case) -> Built:
         if c.backend in ("torch", "torch-lt"):
@@ -873,6 +890,7 @@ class _Pending:
     enqueue_us: float = 0.0
     behind: int = 0
     attempt: int = 1
+    case: Case | None = None   # pipeline: whose flags a retake sets first (the next GEMM's may be set by then)
 
 
 # --- the probe ------------------------------------------------------------------------------------------------
@@ -1045,7 +1063,7 @@ class Probe:
         return self._read_estimate(self._queue_estimate(fn, key))
 
     def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None,
-               heavy: bool = False) -> "_Pending":
+               heavy: bool = False, case: Case | None = None) -> "_Pending":
         """Queue the first attempt of the timing plan sized by `once_us`; `_end` waits for it and checks it."""
         flush = self.flush is not None
         host = self._host_us.get(key, HOST_US_GUESS)
@@ -1057,7 +1075,7 @@ class Probe:
             host = max(host, host_once)
         pool = self._event_pool.get((reps, per > 1))
         events = pool.pop() if pool else _Events(self.clock, reps, per > 1)
-        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy)
+        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy, case=case)
         p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per, heavy)
         self._attempt(p)
         return p
@@ -1092,6 +1110,7 @@ class Probe:
             # the host's time per call in the attempt that failed (`_attempt` learnt it)
             p.spin_us = 2 * enqueue_spin(self._host_us[p.key], p.reps, p.per)
             p.attempt += 1
+            self._own_flags(p)
             self._attempt(p)
             t = self._collect(p, retaken)
         self._event_pool.setdefault((p.reps, p.per > 1), []).append(p.events)  # read: can be recorded again
@@ -1099,8 +1118,15 @@ class Probe:
             # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
             # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
             # them, with no second estimate that could read long again
-            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked, p.heavy))
+            self._own_flags(p)
+            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked, p.heavy, p.case))
         return t
+
+    def _own_flags(self, p: "_Pending") -> None:
+        """Before a GEMM in flight runs again (a retake, or timed again in batches): its own flags, which the
+        pipeline has replaced with the next GEMM's by the time it checks the samples (`_drain`)."""
+        if p.case is not None:
+            self.builder.set_flags(p.case)
 
     def _collect(self, p: "_Pending", retaken: dict | None) -> Timing:
         self.clock.wait(p.events.ends[-1])
@@ -1290,7 +1316,7 @@ class Probe:
                     t = time.perf_counter()
                     self.builder.set_flags(c)
                     self._inflight = (rec, c, b, self._start(b.fn, f"{c.backend}|{c.op}",
-                                                             *self._read_estimate(est), None), ph)
+                                                             *self._read_estimate(est), None, case=c), ph)
                     ph["time"] = round((time.perf_counter() - t) * 1e3, 3)
                     if self._inflight[3].per == 1:
                         self._drain(built)   # a long GEMM: the next one is prepared on an idle GPU (see above)
@@ -1339,7 +1365,7 @@ class Probe:
         """Warm-up, one logged call, the timing; fills `rec` and the phase times `ph`. Under the flags of `c`:
         waiting for the GEMM in flight (`_drain`) sets that GEMM's."""
         self.builder.set_flags(c)
-        for _ in range(2):
+        for _ in range(WARM_CALLS):
             b.fn()
         self.torch.cuda.synchronize()
         t = _lap(ph, "build_warm", t)
@@ -1353,7 +1379,7 @@ class Probe:
     def _prepare(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
         """Pipeline: the warm-up, the logged call and the estimating call of `c`, queued behind whatever the
         GPU is running (no wait); fills `rec` and `ph`; returns the queued estimate."""
-        for _ in range(2):
+        for _ in range(WARM_CALLS):
             b.fn()
         t = _lap(ph, "build_warm", t)
         rec["log_lines"] = self.logged_call(b.fn, sync=False)
@@ -1372,7 +1398,6 @@ class Probe:
         self._inflight = None
         t = time.perf_counter()
         try:
-            self.builder.set_flags(c)
             self.clock.wait(pending.events.ends[-1])
             ph["wait"] = round((time.perf_counter() - t) * 1e3, 3)
             _fill_timing(rec, self._end(pending))

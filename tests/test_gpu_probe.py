@@ -350,3 +350,77 @@ def test_the_lt_backends_operands_are_disjoint_views_of_the_builders_buffers(pro
         got = g.C.reshape(p.batch, cc, cr).float().transpose(-1, -2)
         assert torch.allclose(got, want, rtol=0.05, atol=0.05 * want.abs().max().item()), c.key
         built.close()
+
+
+def test_a_retaken_gemm_in_flight_runs_under_its_own_flags(probe, monkeypatch):
+    """With the pipeline, the next GEMM's flags are set by the time the samples of the GEMM in flight are read;
+    a retake (here every attempt fails its evidence) must set that GEMM's own flags again before it runs it.
+    Every call of every GEMM (warm-up, logged, estimating, timed, retaken, profiled) is checked against its
+    case's flags as torch reads them at the call."""
+    from cublaslt_probe.probe import ATTEMPTS, Built
+    torch, b = probe.torch, probe.builder
+    cases = [Case("torch", "mm", "fp32", "NN", 16, 1024, 1024), Case("torch-lt", "mm", "tf32", "NN", 16, 1024, 1024),
+             Case("torch", "mm", "fp32", "NT", 16, 1024, 1024), Case("torch-lt", "mm", "tf32", "NT", 16, 1024, 1024)]
+    seen = []
+    build = b.build
+
+    def watched_build(c):
+        built = build(c)
+        fn = built.fn
+
+        def call():
+            seen.append((c.key, torch.backends.cuda.matmul.allow_tf32,
+                         str(torch.backends.cuda.preferred_blas_library()).split(".")[-1].lower()))
+            fn()
+        return Built(call, built.keep, built.lt_config, built.lt_waves)
+    monkeypatch.setattr(b, "build", watched_build)
+    monkeypatch.setattr(probe, "gap_limit_us", -1.0)   # no attempt's evidence passes
+    recs = probe.run_window(cases)
+    assert all("wait" in r["probe_ms"] for r in recs)   # each was in flight while the next one was prepared
+    assert all(r["timing"]["attempts"] == ATTEMPTS for r in recs), [r["timing"] for r in recs]
+    want = {c.key: (c.dtype == "tf32", "cublaslt" if c.backend == "torch-lt" else "cublas") for c in cases}
+    wrong = [s for s in seen if s[1:] != want[s[0]]]
+    assert not wrong and len(seen) > 4 * 3 * 10, wrong[:5]
+
+
+def test_set_flags_reads_torchs_flags_before_it_skips_a_set(probe):
+    """`Builder.set_flags` sets a flag only when torch's differs: flags someone else set between two calls are
+    read, not taken for the ones the builder set last."""
+    torch, b = probe.torch, probe.builder
+    cuda = torch.backends.cuda
+    lt16 = Case("torch-lt", "mm", "tf32", "NN", 16, 256, 256)
+    blas16 = Case("torch", "mm", "fp32", "NN", 16, 256, 256)
+    try:
+        b.set_flags(blas16)
+        assert not cuda.matmul.allow_tf32 and "cublaslt" not in str(cuda.preferred_blas_library()).lower()
+        cuda.matmul.allow_tf32 = True   # someone else's
+        cuda.preferred_blas_library("cublaslt")
+        b.set_flags(blas16)
+        assert not cuda.matmul.allow_tf32 and "cublaslt" not in str(cuda.preferred_blas_library()).lower()
+        b.set_flags(lt16)
+        assert cuda.matmul.allow_tf32 and "cublaslt" in str(cuda.preferred_blas_library()).lower()
+        cuda.matmul.allow_tf32 = False
+        cuda.preferred_blas_library("cublas")
+        b.set_flags(lt16)
+        assert cuda.matmul.allow_tf32 and "cublaslt" in str(cuda.preferred_blas_library()).lower()
+    finally:
+        b.set_flags(Case("torch", "mm", "fp32", "NN", 1, 1, 1))
+
+
+def test_an_algos_config_is_read_once_and_handed_out_as_a_copy(probe):
+    """`LtLibrary.algo_config` keeps each algo's config by its bytes: for each of a problem's heuristic
+    candidates (which differ in algo id, tile, stages, split-k...), asked again in reverse order
+    once all are kept, it is what the library says of that algo; a caller's change to the dict it got does not
+    reach the next caller."""
+    from cublaslt_probe import lt
+    lib = probe.builder.lib or lt.LtLibrary()
+    p = lt.Problem(1024, 64, 4096, dtype="bf16", trans_a="T", trans_b="N")
+    with lt.LtMatmul(lib, p) as mm:
+        algos = [r.algo for r in mm.heuristic(16)]
+    first = [lib.algo_config(a) for a in algos]
+    assert len(algos) >= 4 and len({tuple(sorted(c.items())) for c in first}) >= 4   # configs that differ
+    for a, cfg in zip(reversed(algos), reversed(first)):
+        got = lib.algo_config(a)
+        assert got == lib.read_algo_config(a) == cfg
+        got["tile"] = "changed"
+    assert [lib.algo_config(a) for a in algos] == first

@@ -169,3 +169,26 @@ def test_a_records_fields_are_the_cases_own():
     assert c.as_dict() == dataclasses.asdict(c)
     assert list(c.as_dict()) == [f.name for f in dataclasses.fields(Case)]
     assert raw_record(c)["batch"] == 3 and raw_record(c)["key"] == c.key
+
+
+@pytest.mark.parametrize("rows,cols,transposed,batch,offset", [
+    (1, 4096, False, 1, 0), (1, 4096, True, 1, 1024), (4096, 1, True, 1, 2048), (7, 5, False, 1, 3072),
+    (7, 5, True, 1, 0), (7, 5, True, 3, 1024), (7, 5, False, 3, 4096), (1, 1, True, 2, 0)])
+def test_an_operand_view_is_what_slicing_viewing_and_transposing_the_buffer_gives(rows, cols, transposed, batch,
+                                                                                   offset):
+    """`operand_view` (one `as_strided` per operand in the builder) stands for the three calls the builder made
+    before: slice the buffer at `offset`, view it as (batch,) (rows, cols) or (cols, rows), transpose the
+    last two dimensions when the operand is stored transposed. numpy's strides, in elements, are the judge."""
+    import numpy as np
+
+    from cublaslt_probe.probe import operand_view
+    buf = np.arange(offset + batch * rows * cols + 64, dtype=np.float32)
+    shape = (cols, rows) if transposed else (rows, cols)
+    x = buf[offset:offset + batch * rows * cols].reshape(((batch,) if batch > 1 else ()) + shape)
+    x = x.swapaxes(-1, -2) if transposed else x
+    size, stride, at = operand_view(rows, cols, transposed, batch, offset)
+    assert size == x.shape
+    assert at == offset
+    assert tuple(s // buf.itemsize for s in x.strides) == stride   # torch reads size-1 dims' strides too
+    flat = at + sum(i * s for i, s in zip(np.indices(size), stride))   # each element's place in the buffer
+    assert np.array_equal(buf[flat], x)
