@@ -22,6 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench_pipeline import gpu_us  # noqa: E402  (the GEMMs' own GPU time: one rule for both benchmarks)
 
 SPIN_RULES = ("lead", "lead-only", "enqueue", "alternate", "alternate-cheap")
 
@@ -57,11 +58,17 @@ def rule_probe(rule: str, options):
     return RuleProbe()
 
 
-def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False):
+def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False, counted=None):
     """An A/B's rates (`names`: the new mode, the old) and, per mode, its GEMMs' retakes, host enqueue and
-    probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows."""
+    probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows; given
+    `counted` (mode -> the keys of the windows its time counts), each mode's wall time over those GEMMs' own
+    GPU time (`gpu_us`): the measure for presets whose windows differ in their GEMMs."""
     print(f"{what}, windows alternating (each from its start to the next window's, the last window left out): " +
           "; ".join(f"{names[m]} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
+    for m, (w, n) in ab_modes.items() if counted else ():
+        g = sum(gpu_us(r) for r in recs if r.get("key") in counted[m]) / 1e6
+        if g:
+            print(f"  {names[m]}: {w:.2f} s for {g:.2f} s of its GEMMs' own GPU time = {w / g:.3f}x")
     for mode in names:
         ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
         tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
@@ -99,6 +106,20 @@ def old_set_flags(self, c):
     t.backends.cuda.matmul.allow_tf32 = c.dtype == "tf32"
     if c.backend in ("torch", "torch-lt"):
         t.backends.cuda.preferred_blas_library("cublaslt" if c.backend == "torch-lt" else "cublas")
+
+
+def old_nbytes(built):
+    """What the memory budget counted of a built GEMM before `Built.nbytes`: every tensor it keeps, views of
+    the builder's buffers in full, and all of an lt GEMM's operands."""
+    n = 0
+    for o in built.keep:
+        if hasattr(o, "mm"):   # an LtGemm
+            n += sum(t.element_size() * t.numel() for t in (o.A, o.B, o.C, o.bias) if t is not None)
+        elif hasattr(o, "element_size"):
+            n += o.element_size() * o.numel()
+        elif hasattr(o, "nbytes"):
+            n += int(o.nbytes)
+    return n
 
 
 def host_trims():
@@ -149,6 +170,11 @@ def main():
                          "(`host_trims`): one warm-up call against two, flags read before they are set, the "
                          "GEMM in flight's flags set only for a retake, operands by one `as_strided` each, lt "
                          "algo configs kept by algo (A/B in one process)")
+    ap.add_argument("--budget-ab", action="store_true",
+                    help="windows alternate between the memory budget counting what a GEMM holds of its own "
+                         "(`Built.nbytes`) and counting the views of the builder's buffers as fresh tensors, as "
+                         "before (`old_nbytes`): per mode, wall time over its GEMMs' own GPU time (A/B in one "
+                         "process; for a preset like llm whose windows the budget cuts)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
@@ -157,8 +183,8 @@ def main():
                          "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
                          "process, on the same host state)")
     a = ap.parse_args()
-    if a.gc_ab + a.prewarm_ab + a.host_ab > 1:
-        ap.error("one A/B at a time: --gc-ab, --prewarm-ab or --host-ab")
+    if a.gc_ab + a.prewarm_ab + a.host_ab + a.budget_ab > 1:
+        ap.error("one A/B at a time: --gc-ab, --prewarm-ab, --host-ab or --budget-ab")
     from cublaslt_probe import dataset, sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
     from cublaslt_probe import probe as probe_mod
     from cublaslt_probe.probe import ProbeOptions
@@ -180,6 +206,13 @@ def main():
         mode_of = {}   # key -> the window's mode (--prewarm-ab)
         prewarm = probe._prewarm
         host_ab = host_trims()
+        build = probe.builder.build
+        counted = {True: set(), False: set()}   # mode -> the keys of the windows its time counts
+
+        def old_build(c):   # --budget-ab's old way: views counted as the fresh tensors they replaced
+            b = build(c)
+            b.nbytes = old_nbytes(b)
+            return b
 
         def set_trims(before):
             for owner, name, value in host_ab[before]:
@@ -188,7 +221,7 @@ def main():
         def timed_window(cs):
             import gc
             import types
-            off = not (a.gc_ab or a.prewarm_ab or a.host_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
+            off = not (a.gc_ab or a.prewarm_ab or a.host_ab or a.budget_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on
             if not off and a.gc_ab:   # the probe as it was before it switched the collector off for its windows
                 probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
             if a.prewarm_ab:   # "on" here is the old way: no prewarm thread
@@ -199,11 +232,16 @@ def main():
                 set_trims(not off)
                 for c in cs:
                     mode_of[c.key] = "before (host_trims)" if not off else "after"
+            if a.budget_ab:   # "on" here is the old way: views counted in full
+                probe.builder.build = old_build if not off else build
+                for c in cs:
+                    mode_of[c.key] = "views counted" if not off else "own memory"
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
                 ab_modes[last[1]][1] += last[2]
-            last[:] = [t, not off, len(cs)]
+                counted[last[1]].update(last[3])
+            last[:] = [t, not off, len(cs), [c.key for c in cs]]
             try:
                 out = run_window(cs)
             finally:
@@ -224,6 +262,7 @@ def main():
         wall = time.time() - t0
         if a.host_ab:   # this round's code back for what follows (--check)
             set_trims(False)
+        probe.builder.build = build
         if prof:
             prof.disable()
         from cublaslt_probe.dataset import read_raw
@@ -237,13 +276,13 @@ def main():
                   f"{time.time() - t:.2f} s in the sweep's process alone (the same raw file, after the sweep)")
             builders.close()
     ok = df[df.error.isna()]
-    # timed calls + warm-up + log + estimate + profile
-    calls = ok.time_reps * ok.time_calls_per_rep.fillna(1) + probe_mod.WARM_CALLS + 3
-    gpu_s = float((ok.time_us * calls).sum()) / 1e6
+    gpu_s = sum(gpu_us(r) for r in recs) / 1e6
     if a.prewarm_ab:
         ab_report("prewarm thread", ("with prewarm", "without prewarm"), ab_modes, recs, mode_of, heuristic=True)
     if a.host_ab:
         ab_report("host trims", ("after", "before (host_trims)"), ab_modes, recs, mode_of)
+    if a.budget_ab:
+        ab_report("memory budget", ("own memory", "views counted"), ab_modes, recs, mode_of, counted=counted)
     if prewarm is not None:
         print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
