@@ -58,17 +58,11 @@ def rule_probe(rule: str, options):
     return RuleProbe()
 
 
-def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False, counted=None):
+def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False):
     """An A/B's rates (`names`: the new mode, the old) and, per mode, its GEMMs' retakes, host enqueue and
-    probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows; given
-    `counted` (mode -> the keys of the windows its time counts), each mode's wall time over those GEMMs' own
-    GPU time (`gpu_us`): the measure for presets whose windows differ in their GEMMs."""
+    probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows."""
     print(f"{what}, windows alternating (each from its start to the next window's, the last window left out): " +
           "; ".join(f"{names[m]} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
-    for m, (w, n) in ab_modes.items() if counted else ():
-        g = sum(gpu_us(r) for r in recs if r.get("key") in counted[m]) / 1e6
-        if g:
-            print(f"  {names[m]}: {w:.2f} s for {g:.2f} s of its GEMMs' own GPU time = {w / g:.3f}x")
     for mode in names:
         ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
         tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
@@ -112,8 +106,9 @@ def old_nbytes(built):
     """What the memory budget counted of a built GEMM before `Built.nbytes`: every tensor it keeps, views of
     the builder's buffers in full, and all of an lt GEMM's operands."""
     n = 0
+    from cublaslt_probe.probe import LtGemm
     for o in built.keep:
-        if hasattr(o, "mm"):   # an LtGemm
+        if isinstance(o, LtGemm):
             n += sum(t.element_size() * t.numel() for t in (o.A, o.B, o.C, o.bias) if t is not None)
         elif hasattr(o, "element_size"):
             n += o.element_size() * o.numel()
@@ -171,10 +166,11 @@ def main():
                          "GEMM in flight's flags set only for a retake, operands by one `as_strided` each, lt "
                          "algo configs kept by algo (A/B in one process)")
     ap.add_argument("--budget-ab", action="store_true",
-                    help="windows alternate between the memory budget counting what a GEMM holds of its own "
-                         "(`Built.nbytes`) and counting the views of the builder's buffers as fresh tensors, as "
-                         "before (`old_nbytes`): per mode, wall time over its GEMMs' own GPU time (A/B in one "
-                         "process; for a preset like llm whose windows the budget cuts)")
+                    help="every window runs twice, the order turned from window to window: the memory budget "
+                         "counting what a GEMM holds of its own (`Built.nbytes`), and counting the views of the "
+                         "builder's buffers as the fresh tensors they replaced (`old_nbytes`); per mode, its "
+                         "windows' time over their GEMMs' own GPU time and the profiler sessions (A/B in one "
+                         "process, on the same GEMMs: for a preset like llm, whose windows differ)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
@@ -207,7 +203,12 @@ def main():
         prewarm = probe._prewarm
         host_ab = host_trims()
         build = probe.builder.build
-        counted = {True: set(), False: set()}   # mode -> the keys of the windows its time counts
+        budget = {True: [0.0, 0.0, 0], False: [0.0, 0.0, 0]}   # --budget-ab, old / new: s, GPU s, sessions
+        finish = probe._finish
+
+        def counted_finish(built):
+            budget[probe.builder.build is old_build][2] += bool(built)
+            finish(built)
 
         def old_build(c):   # --budget-ab's old way: views counted as the fresh tensors they replaced
             b = build(c)
@@ -232,16 +233,23 @@ def main():
                 set_trims(not off)
                 for c in cs:
                     mode_of[c.key] = "before (host_trims)" if not off else "after"
-            if a.budget_ab:   # "on" here is the old way: views counted in full
-                probe.builder.build = old_build if not off else build
-                for c in cs:
-                    mode_of[c.key] = "views counted" if not off else "own memory"
+            if a.budget_ab:   # both ways on the same window; the new way's records are the sweep's
+                out = None
+                for old in (True, False) if len(windows) % 2 else (False, True):
+                    probe.builder.build = old_build if old else build
+                    t = time.perf_counter()
+                    recs = run_window(cs)
+                    budget[old][0] += time.perf_counter() - t
+                    budget[old][1] += sum(gpu_us(r) for r in recs) / 1e6
+                    out = out if old else recs
+                probe.builder.build = build
+                windows.append(0.0)
+                return out
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
                 ab_modes[last[1]][1] += last[2]
-                counted[last[1]].update(last[3])
-            last[:] = [t, not off, len(cs), [c.key for c in cs]]
+            last[:] = [t, not off, len(cs)]
             try:
                 out = run_window(cs)
             finally:
@@ -249,6 +257,8 @@ def main():
             windows.append(time.perf_counter() - t)
             return out
         probe.run_window = timed_window
+        if a.budget_ab:
+            probe._finish = counted_finish
         prof = None
         if a.cprofile:
             import cProfile
@@ -282,7 +292,9 @@ def main():
     if a.host_ab:
         ab_report("host trims", ("after", "before (host_trims)"), ab_modes, recs, mode_of)
     if a.budget_ab:
-        ab_report("memory budget", ("own memory", "views counted"), ab_modes, recs, mode_of, counted=counted)
+        print("memory budget, every window run both ways (order turned from window to window): " + "; ".join(
+            f"{name} {w:.2f} s for {g:.2f} s of the GEMMs' own GPU time = {w / g:.3f}x, {n} profiler sessions"
+            for name, (w, g, n) in (("own memory", budget[False]), ("views counted", budget[True])) if g))
     if prewarm is not None:
         print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
