@@ -102,21 +102,6 @@ def old_set_flags(self, c):
         t.backends.cuda.preferred_blas_library("cublaslt" if c.backend == "torch-lt" else "cublas")
 
 
-def old_nbytes(built):
-    """What the memory budget counted of a built GEMM before `Built.nbytes`: every tensor it keeps, views of
-    the builder's buffers in full, and all of an lt GEMM's operands."""
-    n = 0
-    from cublaslt_probe.probe import LtGemm
-    for o in built.keep:
-        if isinstance(o, LtGemm):
-            n += sum(t.element_size() * t.numel() for t in (o.A, o.B, o.C, o.bias) if t is not None)
-        elif hasattr(o, "element_size"):
-            n += o.element_size() * o.numel()
-        elif hasattr(o, "nbytes"):
-            n += int(o.nbytes)
-    return n
-
-
 def host_trims():
     """{False: this round's code, True: the code before its host trims}, as (owner, attribute, value) to set
     for `--host-ab`: two warm-up calls (`WARM_CALLS`), flags set on every call, the GEMM in flight's flags
@@ -165,12 +150,6 @@ def main():
                          "(`host_trims`): one warm-up call against two, flags read before they are set, the "
                          "GEMM in flight's flags set only for a retake, operands by one `as_strided` each, lt "
                          "algo configs kept by algo (A/B in one process)")
-    ap.add_argument("--budget-ab", action="store_true",
-                    help="every window runs twice, the order turned from window to window: the memory budget "
-                         "counting what a GEMM holds of its own (`Built.nbytes`), and counting the views of the "
-                         "builder's buffers as the fresh tensors they replaced (`old_nbytes`); per mode, its "
-                         "windows' time over their GEMMs' own GPU time and the profiler sessions (A/B in one "
-                         "process, on the same GEMMs: for a preset like llm, whose windows differ)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
@@ -179,8 +158,8 @@ def main():
                          "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
                          "process, on the same host state)")
     a = ap.parse_args()
-    if a.gc_ab + a.prewarm_ab + a.host_ab + a.budget_ab > 1:
-        ap.error("one A/B at a time: --gc-ab, --prewarm-ab, --host-ab or --budget-ab")
+    if a.gc_ab + a.prewarm_ab + a.host_ab > 1:
+        ap.error("one A/B at a time: --gc-ab, --prewarm-ab or --host-ab")
     from cublaslt_probe import dataset, sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
     from cublaslt_probe import probe as probe_mod
     from cublaslt_probe.probe import ProbeOptions
@@ -202,18 +181,6 @@ def main():
         mode_of = {}   # key -> the window's mode (--prewarm-ab)
         prewarm = probe._prewarm
         host_ab = host_trims()
-        build = probe.builder.build
-        budget = {True: [0.0, 0.0, 0], False: [0.0, 0.0, 0]}   # --budget-ab, old / new: s, GPU s, sessions
-        finish = probe._finish
-
-        def counted_finish(built):
-            budget[probe.builder.build is old_build][2] += bool(built)
-            finish(built)
-
-        def old_build(c):   # --budget-ab's old way: views counted as the fresh tensors they replaced
-            b = build(c)
-            b.nbytes = old_nbytes(b)
-            return b
 
         def set_trims(before):
             for owner, name, value in host_ab[before]:
@@ -222,7 +189,7 @@ def main():
         def timed_window(cs):
             import gc
             import types
-            off = not (a.gc_ab or a.prewarm_ab or a.host_ab or a.budget_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on
+            off = not (a.gc_ab or a.prewarm_ab or a.host_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
             if not off and a.gc_ab:   # the probe as it was before it switched the collector off for its windows
                 probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
             if a.prewarm_ab:   # "on" here is the old way: no prewarm thread
@@ -233,18 +200,6 @@ def main():
                 set_trims(not off)
                 for c in cs:
                     mode_of[c.key] = "before (host_trims)" if not off else "after"
-            if a.budget_ab:   # both ways on the same window; the new way's records are the sweep's
-                out = None
-                for old in (True, False) if len(windows) % 2 else (False, True):
-                    probe.builder.build = old_build if old else build
-                    t = time.perf_counter()
-                    recs = run_window(cs)
-                    budget[old][0] += time.perf_counter() - t
-                    budget[old][1] += sum(gpu_us(r) for r in recs) / 1e6
-                    out = out if old else recs
-                probe.builder.build = build
-                windows.append(0.0)
-                return out
             t = time.perf_counter()
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
@@ -257,8 +212,6 @@ def main():
             windows.append(time.perf_counter() - t)
             return out
         probe.run_window = timed_window
-        if a.budget_ab:
-            probe._finish = counted_finish
         prof = None
         if a.cprofile:
             import cProfile
@@ -272,7 +225,6 @@ def main():
         wall = time.time() - t0
         if a.host_ab:   # this round's code back for what follows (--check)
             set_trims(False)
-        probe.builder.build = build
         if prof:
             prof.disable()
         from cublaslt_probe.dataset import read_raw
@@ -291,10 +243,6 @@ def main():
         ab_report("prewarm thread", ("with prewarm", "without prewarm"), ab_modes, recs, mode_of, heuristic=True)
     if a.host_ab:
         ab_report("host trims", ("after", "before (host_trims)"), ab_modes, recs, mode_of)
-    if a.budget_ab:
-        print("memory budget, every window run both ways (order turned from window to window): " + "; ".join(
-            f"{name} {w:.2f} s for {g:.2f} s of the GEMMs' own GPU time = {w / g:.3f}x, {n} profiler sessions"
-            for name, (w, g, n) in (("own memory", budget[False]), ("views counted", budget[True])) if g))
     if prewarm is not None:
         print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:

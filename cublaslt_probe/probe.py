@@ -107,8 +107,7 @@ class ProbeOptions:
     flush_l2: bool = False          # flush L2 (zero 256 MB) before each sample; one call per sample then
     heuristic_reps: int = 5         # heuristic calls timed per problem with the cache off, and again on
     budget_ms: float = 3.0          # GPU time the timing samples of one GEMM may take
-    mem_budget: int = 24 << 30      # bytes of device memory a window's GEMMs hold of their own (`Built.nbytes`)
-                                    # before it is cut
+    mem_budget: int = 24 << 30      # bytes of operands a window keeps alive before it is cut
     candidates: int = 0             # lt backend: also run the heuristic's top N candidates (0: none)
     candidate_reps: int = 5         # timing samples per candidate
     pipeline: bool = True           # prepare each GEMM while the GPU times the one before, and time the heuristic
@@ -259,11 +258,9 @@ class LtGemm:
             self.mm.close()
             raise
         self.stream = current_stream(torch)
-        # memory this GEMM holds of its own: not the workspace given by the caller, nor views of the buffers
-        # `take` hands out (the builder's)
-        own = [self.C] + ([self.D] if out_of_place else [])
-        if take is None:
-            own += [self.A, self.B] + ([self.bias] if self.bias is not None else [])
+        # operands this GEMM holds alive (the workspace given by the caller is the caller's)
+        own = [self.A, self.B, self.C] + ([self.D] if out_of_place else [])
+        own += [self.bias] if self.bias is not None else []
         if workspace is None:
             own.append(self.ws)
         self.nbytes = sum(t.element_size() * t.numel() for t in own)
@@ -306,7 +303,6 @@ class Built:
     keep: tuple           # objects the callable needs alive (closed after the window when they can be)
     lt_config: dict | None = None   # lt backend: the config of the algo it runs
     lt_waves: float | None = None
-    nbytes: int = 0       # device memory the GEMM holds of its own while it is kept (a window's budget counts it)
 
     def close(self) -> None:
         """Release what the callable held that must be closed (an lt GEMM's descriptors)."""
@@ -413,7 +409,7 @@ class Builder:
             return x.swapaxes(-1, -2) if transposed else x
         a = operand(c.m, c.k, c.layout[0] == "T")
         b = operand(c.k, c.n, c.layout[1] == "T")
-        return Built(lambda: cp.matmul(a, b), (a, b), nbytes=int(a.nbytes + b.nbytes))
+        return Built(lambda: cp.matmul(a, b), (a, b))
 
     def _lt(self, c: Case) -> Built:
         if self.lib is None:
@@ -425,7 +421,7 @@ class Builder:
             g.close()
             raise CaptureError(f"cuBLASLt heuristic returned no algo for {c.key}")
         algo = res[0].algo
-        return Built(g.call(algo), (g,), self.lib.algo_config(algo), float(res[0].wavesCount), g.nbytes)
+        return Built(g.call(algo), (g,), self.lib.algo_config(algo), float(res[0].wavesCount))
 
 
 # --- timing: pure rules -----------------------------------------------------------------------------------------
@@ -509,6 +505,19 @@ def enqueue_spin(host_us: float, reps: int, per: int) -> float:
     """µs of GPU spin that covers the host's whole enqueue time (times SPIN_MARGIN, plus SPIN_FLOOR_US): the
     retake's rule (twice this), and a reference the benchmark compares `timing_spin` against."""
     return SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host_us
+
+
+def _nbytes(objs) -> int:
+    """Bytes of the operands `objs` (a window's memory budget counts them). A view of the builder's operand
+    pool counts its own size, as the fresh tensor it replaced did: the budget cuts windows where it did before
+    (the test of a cut relies on it), though the views hold no memory of their own."""
+    n = 0
+    for o in objs:
+        if hasattr(o, "element_size") and hasattr(o, "numel"):
+            n += o.element_size() * o.numel()
+        elif hasattr(o, "nbytes"):
+            n += int(o.nbytes)
+    return n
 
 
 def _lap(ph: dict, name: str, t0: float) -> float:
@@ -1340,14 +1349,10 @@ class Probe:
 
     def _build(self, c: Case, built: list, held: int) -> tuple[Built, int]:
         """Build `c` under its flags; when the window's GEMMs would pass the memory budget, finish them first.
-        Returns the built GEMM and the bytes the window now holds. What a GEMM holds of its own
-        (`Built.nbytes`): the lt backend's output, cupy's operands; not the torch paths' operands, views of
-        the builder's buffers (`_operands`), which no window's length changes. Counted as fresh tensors, as
-        they were before the buffers, they cut the llm preset's windows 36 times for one fourth of its GEMMs
-        (the cut finishes the window: a profiler session, the pipeline emptied)."""
+        Returns the built GEMM and the bytes the window now holds."""
         self.builder.set_flags(c)
         b = self.builder.build(c)
-        nbytes = b.nbytes
+        nbytes = _nbytes(b.keep)
         if (built or self._inflight) and held + nbytes > self.options.mem_budget:
             self._drain(built)
             self._finish(built)   # profiles the earlier GEMMs, each under its own flags ...
