@@ -60,7 +60,8 @@ ATTEMPTS = 3                     # timing attempts at most: a retake, and anothe
 HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this long at the H100/H200 SXM's
                                  # dense peak (`heavy_us`) runs one step after another
 WARM_CALLS = 1                   # calls before the logged call: the first loads the kernel's module and asks the
-                                 # heuristic (a miss); the logged call, then the estimating call follow it
+                                 # heuristic (answered ahead by the prewarm thread when it runs); the logged call,
+                                 # then the estimating call follow it
 
 
 def require_gpu(what: str):
@@ -1363,7 +1364,7 @@ class Probe:
 
     def _capture(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> float:
         """Warm-up, one logged call, the timing; fills `rec` and the phase times `ph`. Under the flags of `c`:
-        waiting for the GEMM in flight (`_drain`) sets that GEMM's."""
+        a retake of the GEMM in flight, while `_drain` waits for it, sets that GEMM's (`_own_flags`)."""
         self.builder.set_flags(c)
         for _ in range(WARM_CALLS):
             b.fn()

@@ -227,8 +227,9 @@ def test_a_prewarmed_first_call_runs_the_algo_its_own_question_gets(probe):
 
 
 def test_a_heavy_gemm_after_a_pipelined_one_runs_under_its_own_flags(probe):
-    """A heavy GEMM runs once the pipelined GEMM in flight has finished; waiting for that one sets its flags (tf32,
-    torch's cuBLASLt path), so the heavy GEMM must set its own again before its calls."""
+    """A heavy GEMM runs once the pipelined GEMM in flight has finished; waiting for that one can set its flags
+    (tf32, torch's cuBLASLt path: a retake runs it under its own), so the heavy GEMM must set its own again
+    before its calls."""
     from cublaslt_probe.probe import is_heavy
     cases = [Case("torch-lt", "mm", "tf32", "NN", 16, 4096, 4096), Case("torch", "mm", "fp32", "NN", 128, 4096, 4096)]
     assert not is_heavy(cases[0]) and is_heavy(cases[1])
