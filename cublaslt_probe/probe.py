@@ -356,9 +356,10 @@ class Builder:
 
     def set_flags(self, c: Case) -> None:
         """torch's flags for `c`: TF32 for the tf32 dtype only; for the torch paths, the BLAS library. Each is
-        read first and set only when it differs (a set cost 9.6 µs a call, bench13_decode_cprofile.txt, and the
-        flags of the GEMM before are often this one's); read from torch each time, so flags someone else set
-        are never taken for the probe's own."""
+        read first and set only when it differs (a set cost 9.6 µs a call, bench13_decode_cprofile.txt): the
+        pipeline sets a GEMM's flags again after waiting for the one before, which changes them only when it
+        retook that one (`Probe._own_flags`). Read from torch each time, so flags someone else set are never
+        taken for the probe's own."""
         cuda = self.torch.backends.cuda
         tf32 = c.dtype == "tf32"
         if cuda.matmul.allow_tf32 != tf32:
