@@ -58,11 +58,32 @@ def rule_probe(rule: str, options):
     return RuleProbe()
 
 
+def first_kernels(recs, mode_of):
+    """The GEMMs that launched a kernel no GEMM before them had (in run order: its module is loaded by the
+    first call, or ahead of it by the prewarm thread) against the others, light ones (under 100 µs) only: their
+    build-and-warm-up phase (medians, sums), by the window's mode (`mode_of`, an A/B) or all together."""
+    seen, groups = set(), {}
+    for r in recs:
+        ks = r.get("kernels") or []
+        new = any(k not in seen for k in ks)
+        seen.update(ks)
+        if not r.get("probe_ms") or r.get("time_us") is None or r["time_us"] >= 100:
+            continue
+        groups.setdefault((mode_of.get(r.get("key"), "all"), new), []).append(r["probe_ms"].get("build_warm", 0.0))
+    print(f"  kernels: {len(seen)} distinct; light GEMMs' build and warm-up phase, ms (those meeting a kernel new "
+          f"to the process / the others):")
+    for mode in sorted({m for m, _ in groups}):
+        n, o = groups.get((mode, True), []), groups.get((mode, False), [])
+        print(f"    {mode}: new {len(n)}, median {statistics.median(n) if n else 0:.3f}, sum {sum(n) / 1e3:.2f} s; "
+              f"others {len(o)}, median {statistics.median(o) if o else 0:.3f}, sum {sum(o) / 1e3:.2f} s")
+
+
 def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False):
     """An A/B's rates (`names`: the new mode, the old) and, per mode, its GEMMs' retakes, host enqueue and
     probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows."""
     print(f"{what}, windows alternating (each from its start to the next window's, the last window left out): " +
-          "; ".join(f"{names[m]} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
+          "; ".join(f"{names[m]} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s, their own GPU time {g:.2f} s "
+                    f"({w / g:.3f}x)" for m, (w, n, g) in ab_modes.items() if n and g))
     for mode in names:
         ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
         tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
@@ -176,7 +197,7 @@ def main():
         windows = []
         run_window = probe.run_window
 
-        ab_modes = {True: [0.0, 0], False: [0.0, 0]}   # --*-ab: the old way / the new: seconds, GEMMs
+        ab_modes = {True: [0.0, 0, 0.0], False: [0.0, 0, 0.0]}   # --*-ab: the old way / the new: s, GEMMs, GPU s
         last = []   # the start of the window before and its mode
         mode_of = {}   # key -> the window's mode (--prewarm-ab)
         prewarm = probe._prewarm
@@ -204,11 +225,13 @@ def main():
             if last:   # the window before, to this one's start: its run, its records written, the collections
                 ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
                 ab_modes[last[1]][1] += last[2]
-            last[:] = [t, not off, len(cs)]
+                ab_modes[last[1]][2] += last[3]
+            last[:] = [t, not off, len(cs), 0.0]
             try:
                 out = run_window(cs)
             finally:
                 probe_mod.gc = gc
+            last[3] = sum(gpu_us(r) for r in out) / 1e6
             windows.append(time.perf_counter() - t)
             return out
         probe.run_window = timed_window
@@ -243,12 +266,13 @@ def main():
         ab_report("prewarm thread", ("with prewarm", "without prewarm"), ab_modes, recs, mode_of, heuristic=True)
     if a.host_ab:
         ab_report("host trims", ("after", "before (host_trims)"), ab_modes, recs, mode_of)
+    first_kernels(recs, mode_of)
     if prewarm is not None:
         print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
         print("garbage collector, windows alternating (each from its start to the next window's, the last window "
               "left out): " + "; ".join(
-            f"{'on' if m else 'off'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n) in ab_modes.items() if n))
+            f"{'on' if m else 'off'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n, _) in ab_modes.items() if n))
     print(f"spin rule: {a.spin_rule}" + (f"; every {a.every}-th GEMM of the plan" if a.every > 1 else ""))
     print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
           f"= {len(df) / wall:.1f} GEMMs/s (full capture)")
