@@ -14,7 +14,6 @@ GEMMs; the lt backend is left out there: its callable is bound to the default st
 of the one profiled call.
 """
 import argparse
-import dataclasses
 import math
 import os
 import statistics
@@ -172,11 +171,7 @@ def main():
                          "(`host_trims`): one warm-up call against two, flags read before they are set, the "
                          "GEMM in flight's flags set only for a retake, operands by one `as_strided` each, lt "
                          "algo configs kept by algo (A/B in one process)")
-    ap.add_argument("--preload-ab", action="store_true",
-                    help="windows alternate between loading the prewarm thread's answers' kernels ahead, while long "
-                         "GEMMs run, and not (the first calls load them; A/B in one process)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
-    ap.add_argument("--no-preload", action="store_true", help="no kernels loaded ahead (`ProbeOptions.preload`)")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
     ap.add_argument("--spin-rule", default="lead", choices=SPIN_RULES,
@@ -184,16 +179,15 @@ def main():
                          "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
                          "process, on the same host state)")
     a = ap.parse_args()
-    if a.gc_ab + a.prewarm_ab + a.host_ab + a.preload_ab > 1:
-        ap.error("one A/B at a time: --gc-ab, --prewarm-ab, --host-ab or --preload-ab")
+    if a.gc_ab + a.prewarm_ab + a.host_ab > 1:
+        ap.error("one A/B at a time: --gc-ab, --prewarm-ab or --host-ab")
     from cublaslt_probe import dataset, sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
     from cublaslt_probe import probe as probe_mod
     from cublaslt_probe.probe import ProbeOptions
     t_init = time.time()
     builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
     probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps,
-                                                  cpu_slot=0, prewarm=not a.no_prewarm,
-                                                  preload=not a.no_preload))
+                                                  cpu_slot=0, prewarm=not a.no_prewarm))
     print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
     cases = sweep.plan(a.preset).cases
     if a.limit:
@@ -216,17 +210,13 @@ def main():
         def timed_window(cs):
             import gc
             import types
-            off = not (a.gc_ab or a.prewarm_ab or a.host_ab or a.preload_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
+            off = not (a.gc_ab or a.prewarm_ab or a.host_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
             if not off and a.gc_ab:   # the probe as it was before it switched the collector off for its windows
                 probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
             if a.prewarm_ab:   # "on" here is the old way: no prewarm thread
                 probe._prewarm = None if not off else prewarm
                 for c in cs:
                     mode_of[c.key] = "without prewarm" if not off else "with prewarm"
-            if a.preload_ab:   # "on" here is the old way: the first calls load their kernels
-                probe.options = dataclasses.replace(probe.options, preload=off)
-                for c in cs:
-                    mode_of[c.key] = "without preload" if not off else "with preload"
             if a.host_ab:   # "on" here is the old way: the code before this round's host trims
                 set_trims(not off)
                 for c in cs:
@@ -276,13 +266,9 @@ def main():
         ab_report("prewarm thread", ("with prewarm", "without prewarm"), ab_modes, recs, mode_of, heuristic=True)
     if a.host_ab:
         ab_report("host trims", ("after", "before (host_trims)"), ab_modes, recs, mode_of)
-    if a.preload_ab:
-        ab_report("kernels loaded ahead", ("with preload", "without preload"), ab_modes, recs, mode_of,
-                  heuristic=True)
     first_kernels(recs, mode_of)
     if prewarm is not None:
-        print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused; kernels loaded ahead "
-              f"{probe.preloaded}, failed {probe.preload_failed}")
+        print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
     if a.gc_ab:
         print("garbage collector, windows alternating (each from its start to the next window's, the last window "
               "left out): " + "; ".join(

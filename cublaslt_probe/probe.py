@@ -25,7 +25,6 @@ The public interface: `Probe(ProbeOptions(...))` with `run_window(cases)` (one r
 """
 from __future__ import annotations
 
-import collections
 import gc
 import json
 import logging
@@ -60,7 +59,6 @@ CHEAP_SPIN = 0.1                 # a spin costing at most this share of the samp
 ATTEMPTS = 3                     # timing attempts at most: a retake, and another when the host stalled through it
 HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this long at the H100/H200 SXM's
                                  # dense peak (`heavy_us`) runs one step after another
-LOAD_MS = 3.0                    # a kernel's module loaded ahead takes about this long (`Probe._load_ahead`)
 WARM_CALLS = 1                   # calls before the logged call: the first loads the kernel's module and asks the
                                  # heuristic (answered ahead by the prewarm thread when it runs); the logged call,
                                  # then the estimating call follow it
@@ -120,8 +118,6 @@ class ProbeOptions:
                                     # no pinning
     prewarm: bool = True            # with the pipeline: ask each GEMM's heuristic question on a thread ahead of its
                                     # first call (HeuristicPrewarm)
-    preload: bool = True            # with the prewarm thread: load the kernels its answers name while waiting for
-                                    # a long GEMM's samples (Probe._load_ahead), not at their GEMMs' first calls
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -133,7 +129,7 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline", "prewarm", "preload"):
+        for name in ("flush_l2", "pipeline", "prewarm"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
@@ -897,7 +893,6 @@ class _Pending:
     behind: int = 0
     attempt: int = 1
     case: Case | None = None   # pipeline: whose flags a retake sets first (the next GEMM's may be set by then)
-    started: float = 0.0       # perf_counter at the attempt's start (its spin's enqueue)
 
 
 # --- the probe ------------------------------------------------------------------------------------------------
@@ -938,15 +933,8 @@ class Probe:
         self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
         self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
         self._prewarm = None
-        # kernels to load ahead (`_load_ahead`): (question key, LtMatmul, algo, workspace bytes), queued by the
-        # prewarm thread; the question keys of the GEMMs the window has reached
-        self._loads: collections.deque = collections.deque()
-        self._reached: set = set()
-        self.preloaded = self.preload_failed = 0
         if self.options.pipeline and self.options.prewarm:
             self._prewarm_sms = props.multi_processor_count
-            self._loader = driver.KernelLoader()   # made here, where torch's context is current
-            self._preload_at = torch.empty(4096, dtype=torch.uint8, device="cuda")   # every pointer it passes
             self._prewarm = HeuristicPrewarm(self._ask_library, cores and cores[2])
         if cores:
             # this thread only, once the CUDA, CUPTI and torch threads exist (they keep every core: pinned
@@ -962,60 +950,12 @@ class Probe:
         if self._prewarm is not None:
             self._prewarm.close()
             self._prewarm = None
-            self._drop_loads()
-            self._loader.close()
 
     def _ask_library(self, p) -> None:
-        """The prewarm thread's question: `p` asked of this process's cuBLASLt (its answer is cached there).
-        With `preload`, the answer's kernel is queued to be loaded ahead (`_load_ahead`). Every answer is,
-        by its question: which kernel an algo launches on a problem is the library's business, and
-        capturing a call whose kernel is loaded costs far less than a load."""
+        """The prewarm thread's question: `p` asked of this process's cuBLASLt (its answer is cached there)."""
         from cublaslt_probe import lt
-        mm = lt.LtMatmul(self.lib, p)
-        try:
-            res = mm.heuristic(1)
-            if res and self.options.preload:
-                if p.bias:
-                    mm.set_pointers(bias=self._preload_at.data_ptr())
-                self._loads.append((p.key(), mm, res[0].algo, int(res[0].workspaceSize)))
-                mm = None   # closed once loaded or dropped
-        finally:
-            if mm is not None:
-                mm.close()
-
-    def _load_ahead(self, p: "_Pending") -> None:
-        """While the GPU runs the samples of a GEMM of SINGLE_US or more a call (`p`), load the kernels the
-        prewarm thread's answers named, in the window's order, for GEMMs the window has not reached: the
-        answer's algo called on the question's problem into a graph that never runs (`driver.KernelLoader`;
-        the same library instance, question and answer as the GEMM's first call, which then finds its kernel
-        loaded). With lazy loading a kernel new to the process cost its first call 2.9-3.3 ms of host time
-        (medians, llm and decode GEMMs; 0.08 once loaded so, `benchmarks/bench_preload.py`); a load takes as
-        long here, on the probe's thread, where it overlaps the GPU's work instead of leaving the GPU idle.
-        Not on the prewarm thread: a capture anywhere forbids the device-wide synchronizations torch makes
-        (`torch.cuda.synchronize`, the profiler's), and concurrent loads slowed the probe's enqueueing (more
-        GEMMs retaken). Not behind shorter GEMMs, nor in the last LOAD_MS of the samples (their expected
-        end: the spin and the samples at the estimated time per call, from the attempt's start): the GPU
-        would finish before the load and wait for it."""
-        if p.per > 1 or not self._loads:
-            return
-        end, at = p.events.ends[-1], self._preload_at.data_ptr()
-        ends_at = p.started + ((p.spin_us or 0.0) + p.reps * p.once_us) / 1e6 - LOAD_MS / 1e3
-        while self._loads and time.perf_counter() < ends_at and not self.clock.done(end):
-            key, mm, algo, ws = self._loads.popleft()
-            try:
-                if key not in self._reached:
-                    self._loader.load(lambda stream: mm.run(algo, at, at, at, at, ws, stream))
-                    self.preloaded += 1
-            except CaptureError:   # its first call loads it
-                self.preload_failed += 1
-            finally:
-                mm.close()
-
-    def _drop_loads(self) -> None:
-        """The window's kernels not loaded ahead are left to their first calls (the window has run)."""
-        while self._loads:
-            self._loads.popleft()[1].close()
-        self._reached.clear()
+        with lt.LtMatmul(self.lib, p) as mm:
+            mm.heuristic(1)
 
     def __enter__(self):
         return self
@@ -1143,7 +1083,6 @@ class Probe:
         return p
 
     def _attempt(self, p: "_Pending") -> None:
-        p.started = time.perf_counter()
         prewarm = self._prewarm
         if prewarm is not None:
             prewarm.hold()   # no question started while the batches are enqueued (HeuristicPrewarm.hold)
@@ -1192,7 +1131,6 @@ class Probe:
             self.builder.set_flags(p.case)
 
     def _collect(self, p: "_Pending", retaken: dict | None) -> Timing:
-        self._load_ahead(p)
         self.clock.wait(p.events.ends[-1])
         totals, firsts, times = p.events.samples(p.per)
         flush = self.flush is not None
@@ -1351,15 +1289,11 @@ class Probe:
         heur: list[tuple[dict, Case]] = []
         held = 0
         companion = []   # the window's questions for the companion, asked once the prewarm thread is done
-        questions = [None] * len(cases)   # the key of each GEMM's question to the prewarm thread
         if self.options.pipeline:
             companion = [c for c in cases if not invalid_reason(c)]
             if self._prewarm is not None:   # the first calls' questions, asked ahead of them on another core
-                asked = [prewarm_problem(c, self._prewarm_sms) for c in companion]
-                it = iter(asked)
-                questions = [None if invalid_reason(c) else next(it).key() for c in cases]
-                self._prewarm.ask(asked)
-        for c, question in zip(cases, questions):
+                self._prewarm.ask([prewarm_problem(c, self._prewarm_sms) for c in companion])
+        for c in cases:
             if companion and (self._prewarm is None or self._prewarm.idle()):
                 # the companion works through the window's questions while the window runs; not while the
                 # prewarm thread asks its own: at the same time, the companion's hits read 29-32 % and its
@@ -1375,7 +1309,6 @@ class Probe:
                 continue
             ph = rec["probe_ms"] = {}
             t = time.perf_counter()
-            self._reached.add(question)   # its kernel is no longer loaded ahead: its first call loads it
             pipeline = self.options.pipeline and not is_heavy(c)
             try:
                 b, held = self._build(c, built, held)
@@ -1410,7 +1343,6 @@ class Probe:
         self._finish(built)
         if self._prewarm is not None:
             self._prewarm.cancel()   # nothing asked while the heuristic may be timed in this process (cache off)
-            self._drop_loads()
         for x in companion:
             self._ask_heuristic(x)
         self.time_heuristics(heur)

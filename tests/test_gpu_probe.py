@@ -226,37 +226,6 @@ def test_a_prewarmed_first_call_runs_the_algo_its_own_question_gets(probe):
         probe.lib.set_cache_capacity(cap)
 
 
-def test_kernels_are_loaded_ahead_while_a_long_gemm_runs(probe):
-    """With lazy loading a kernel's module is loaded at its first launch: milliseconds of the first call's host
-    time. While the GPU runs a long GEMM's samples the probe loads the kernels the prewarm thread's answers name
-    for the GEMMs after it (`Probe._load_ahead`). Two windows of a long GEMM then light GEMMs on shapes no other
-    test runs (each window its own shapes), loading ahead on, then off: without it, the first GEMM of each new
-    kernel spends over a millisecond in its build and warm-up phase (its first call); with it, none does."""
-    shapes = ((5, 2312, 1800), (9, 5128, 3080), (33, 1544, 6152), (65, 3592, 2824), (129, 7176, 1288),
-              (257, 2568, 5640))
-    windows = {on: [Case(b, "mm", dt, lay, m, n, k) for m, n, k in shapes[on::2] for dt in ("bf16", "fp16")
-                    for b, lay in (("torch", "NT"), ("torch-lt", "TN"))] for on in (True, False)}
-    long_ = Case("torch", "mm", "fp32", "NN", 8192, 8192, 8192)
-    options, before = probe.options, probe.preloaded
-    slow, loaded = {}, {}
-    try:
-        for on in (True, False):
-            probe.options = dataclasses.replace(options, preload=on)
-            n = probe.preloaded
-            recs = probe.run_window([long_] + windows[on])
-            loaded[on] = probe.preloaded - n
-            assert all(not r["error"] for r in recs), [r["error"] for r in recs]
-            assert recs[0]["time_calls_per_rep"] == 1 and recs[0]["time_us"] > 5000   # its samples: 25+ ms
-            assert all(len(r["log_lines"]) == 1 for r in recs)
-            slow[on] = [r["key"] for r in recs[1:] if r["probe_ms"]["build_warm"] > 1.0]
-    finally:
-        probe.options = options
-    assert len(slow[False]) >= 3 and loaded[False] == 0, slow   # new kernels, loaded by their first calls
-    assert len(slow[True]) <= 1, (loaded, slow)   # loaded ahead (one host hiccup allowed) ...
-    assert loaded[True] >= 3, loaded              # ... by the probe
-    assert probe.preloaded - before == loaded[True]
-
-
 def test_a_heavy_gemm_after_a_pipelined_one_runs_under_its_own_flags(probe):
     """A heavy GEMM runs once the pipelined GEMM in flight has finished; waiting for that one can set its flags
     (tf32, torch's cuBLASLt path: a retake runs it under its own), so the heavy GEMM must set its own again
