@@ -37,12 +37,13 @@ def run(preset: str, devices: str, out: str) -> dict:
 
 
 def phases(out: str) -> dict:
-    """{worker: (records, {phase: median ms}, retaken, median host µs to enqueue the timed calls)} from the raw
-    parts beside `out`."""
+    """{worker: (records, {phase: median ms}, retaken, median host µs to enqueue the timed calls, (distinct
+    kernels met, the build and warm-up phase of the GEMMs that met one first: their first calls loaded it, s))}
+    from the raw parts beside `out` (a worker's parts in slice order: the order it claimed them)."""
     import glob
     base = out[:-len(".parquet")]
     by = {}
-    for path in glob.glob(base + ".part-*.raw.jsonl"):
+    for path in sorted(glob.glob(base + ".part-*.raw.jsonl")):
         with open(path) as f:
             env = json.loads(f.readline())
             recs = [json.loads(line) for line in f if line.strip()]
@@ -54,8 +55,15 @@ def phases(out: str) -> dict:
             for k, v in (r.get("probe_ms") or {}).items():
                 ph.setdefault(k, []).append(v)
         tim = [r["timing"] for r in recs if r.get("timing")]
+        met, first_s = set(), 0.0
+        for r in recs:
+            ks = r.get("kernels") or []
+            if any(k not in met for k in ks):
+                first_s += (r.get("probe_ms") or {}).get("build_warm", 0.0) / 1e3
+            met.update(ks)
         out_[w] = (len(recs), {k: statistics.median(v) for k, v in ph.items()},
-                   sum(t.get("attempts", 1) > 1 for t in tim), statistics.median(t["enqueue_us"] for t in tim))
+                   sum(t.get("attempts", 1) > 1 for t in tim), statistics.median(t["enqueue_us"] for t in tim),
+                   (len(met), first_s))
     return out_
 
 
@@ -78,9 +86,11 @@ def main():
                   ", ".join(f"{n} in {s:.2f} s" for n, s in r["workers"]) +
                   f"; {r['rate']:.1f} GEMMs/s over the slowest worker; the whole command {r['wall_s']:.1f} s "
                   "(with process and probe start-up, dataset build and merge)", flush=True)
-            for w, (n, ph, retaken, enq) in r["phases"].items():
+            for w, (n, ph, retaken, enq, (kernels, first_s)) in r["phases"].items():
                 print(f"  worker {w}: {n} GEMMs, retaken {retaken}, timed calls enqueued in {enq:.0f} µs (median); "
-                      "median ms: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()), flush=True)
+                      f"{kernels} distinct kernels, the first GEMM of each built and warmed up in {first_s:.2f} s "
+                      "(its first call loaded it); median ms: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()),
+                      flush=True)
     one = (runs[0]["rate"] + runs[2]["rate"]) / 2
     n = len([x for x in a.devices.split(",") if x.strip()])
     print(f"scaling on {n} devices: {runs[1]['rate'] / one:.2f}x the one-worker rate ({one:.1f} GEMMs/s, mean of "
