@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a kernel new to the process costs its GEMM's first call (lazy loading), whether a capture of the call
 into a CUDA graph that never runs loads it ahead, and whether that load can overlap the GPU's work (run it on
-the GPU machine; docs/sweep.md, "Kernels loaded ahead: tried and left out").
+the GPU machine; docs/sweep.md, the pipeline's "Tried and left out").
 
     PYTHONPATH=. python3 benchmarks/bench_preload.py [--preset llm] [--gemms 150] [--overlap 20]
 
@@ -16,7 +16,7 @@ Then the GEMM's own callable (the probe's builder: torch, cupy or the lt backend
 host time measured up to its return and the GPU synchronized after it. A first call that loads a module costs
 milliseconds more than the second.
 
---overlap N: N more GEMMs of distinct questions (from the other half of the plan), each captured so while the
+--overlap N: N more GEMMs of distinct questions (halfway between those of the groups), each captured while the
 GPU runs a long GEMM (fp32 8192^3, about 20 ms) queued just before: how long the capture took, and whether the
 long GEMM had finished by the time it returned. A load that overlaps the GPU's work takes as long as on an
 idle GPU and returns before the long GEMM ends; one that waits for the GPU returns after it.

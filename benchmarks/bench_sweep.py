@@ -59,8 +59,8 @@ def rule_probe(rule: str, options):
 
 
 def first_kernels(recs, mode_of):
-    """The GEMMs that launched a kernel no GEMM before them had (in run order: its module is loaded by the
-    first call, or ahead of it by the prewarm thread) against the others, light ones (under 100 µs) only: their
+    """The GEMMs that launched a kernel no GEMM before them had (in run order: their first call loaded its
+    module, benchmarks/bench_preload.py) against the others, light ones (under 100 µs) only: their
     build-and-warm-up phase (medians, sums), by the window's mode (`mode_of`, an A/B) or all together."""
     seen, groups = set(), {}
     for r in recs:
