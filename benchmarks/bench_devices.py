@@ -19,6 +19,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_sweep import meets_new_kernel  # noqa: E402  (one rule for a kernel new to the process)
+
 RAN = re.compile(r"ran (\d+) GEMMs in ([\d.]+) s")
 
 
@@ -55,12 +58,8 @@ def phases(out: str) -> dict:
             for k, v in (r.get("probe_ms") or {}).items():
                 ph.setdefault(k, []).append(v)
         tim = [r["timing"] for r in recs if r.get("timing")]
-        met, first_s = set(), 0.0
-        for r in recs:
-            ks = r.get("kernels") or []
-            if any(k not in met for k in ks):
-                first_s += (r.get("probe_ms") or {}).get("build_warm", 0.0) / 1e3
-            met.update(ks)
+        flags, met = meets_new_kernel(recs)
+        first_s = sum((r.get("probe_ms") or {}).get("build_warm", 0.0) for r, new in zip(recs, flags) if new) / 1e3
         out_[w] = (len(recs), {k: statistics.median(v) for k, v in ph.items()},
                    sum(t.get("attempts", 1) > 1 for t in tim), statistics.median(t["enqueue_us"] for t in tim),
                    (len(met), first_s))

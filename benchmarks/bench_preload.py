@@ -42,7 +42,7 @@ def main():
     probe = Probe(ProbeOptions(pipeline=False))
     torch = probe.torch
     sms = torch.cuda.get_device_properties(probe.device).multi_processor_count
-    cu = ctypes.CDLL("libcuda.so.1", mode=getattr(os, "RTLD_NOLOAD", 0))
+    cu = probe.clock.lib   # the CUDA driver torch loaded, as the probe's events opened it
     vp = ctypes.c_void_p
     cu.cuStreamCreate.argtypes = [ctypes.POINTER(vp), ctypes.c_uint]
     cu.cuStreamBeginCapture_v2.argtypes = [vp, ctypes.c_int]
@@ -137,7 +137,7 @@ def main():
         for c in others:
             t = time.perf_counter()
             x @ x
-            probe.clock.record(ends, probe.clock.stream(torch.cuda.current_stream().cuda_stream))
+            probe.clock.record(ends, probe._stream())
             queued = time.perf_counter()
             try:
                 capture(c)

@@ -58,15 +58,24 @@ def rule_probe(rule: str, options):
     return RuleProbe()
 
 
-def first_kernels(recs, mode_of):
-    """The GEMMs that launched a kernel no GEMM before them had (in run order: their first call loaded its
-    module, benchmarks/bench_preload.py) against the others, light ones (under 100 µs) only: their
-    build-and-warm-up phase (medians, sums), by the window's mode (`mode_of`, an A/B) or all together."""
-    seen, groups = set(), {}
+def meets_new_kernel(recs) -> tuple[list[bool], set]:
+    """For each record in run order, whether it launched a kernel no record before it had (its first call
+    loaded that kernel's module, benchmarks/bench_preload.py); and the kernels met."""
+    seen, new = set(), []
     for r in recs:
         ks = r.get("kernels") or []
-        new = any(k not in seen for k in ks)
+        new.append(any(k not in seen for k in ks))
         seen.update(ks)
+    return new, seen
+
+
+def first_kernels(recs, mode_of):
+    """The GEMMs that met a kernel new to the process (`meets_new_kernel`) against the others, light ones (under
+    100 µs) only: their build-and-warm-up phase (medians, sums), by the window's mode (`mode_of`, an A/B) or all
+    together."""
+    flags, seen = meets_new_kernel(recs)
+    groups = {}
+    for r, new in zip(recs, flags):
         if not r.get("probe_ms") or r.get("time_us") is None or r["time_us"] >= 100:
             continue
         groups.setdefault((mode_of.get(r.get("key"), "all"), new), []).append(r["probe_ms"].get("build_warm", 0.0))
