@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """`sweep --devices` scaling on a machine with several GPUs (run it on the GPU machine).
 
-    PYTHONPATH=. python3 benchmarks/bench_devices.py [--preset decode] [--devices 0,1]
+    PYTHONPATH=. python3 benchmarks/bench_devices.py [--preset decode] [--devices 0,1] [--base-tree DIR]
 
 Runs the preset with `--devices 0` (one worker), with every device of --devices, and with one worker again,
 each a `cublaslt-probe sweep` process as a user would start it. Every worker prints how long its GEMMs took
 once its probe was up ("ran N GEMMs in X s"); the rate of a run is its GEMMs over its slowest worker's time
 (process start-up, probe start-up and the merge left out, and printed apart). Scaling: the several-device
 rate over the mean of the two one-worker rates.
+
+With --base-tree (a checkout of another version of the tool), the several-device run alternates between that
+version and this one, two runs each (base, this, base, this), between the two one-worker runs of this one.
 """
 import argparse
 import json
@@ -25,10 +28,11 @@ from bench_sweep import meets_new_kernel  # noqa: E402  (one rule for a kernel n
 RAN = re.compile(r"ran (\d+) GEMMs in ([\d.]+) s")
 
 
-def run(preset: str, devices: str, out: str) -> dict:
+def run(preset: str, devices: str, out: str, tree: str | None = None) -> dict:
+    """One `sweep --devices` command, of the tool in `tree` (the working directory, which `-m` imports from)."""
     t = time.time()
     p = subprocess.run([sys.executable, "-m", "cublaslt_probe", "sweep", "--preset", preset, "-o", out,
-                        "--devices", devices, "--no-progress"], capture_output=True, text=True)
+                        "--devices", devices, "--no-progress"], capture_output=True, text=True, cwd=tree)
     wall = time.time() - t
     if p.returncode:
         sys.exit(f"sweep --devices {devices} failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -70,18 +74,28 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="decode")
     ap.add_argument("--devices", default="0,1")
+    ap.add_argument("--base-tree", default=None, help="another version's checkout: its several-device runs "
+                                                          "alternate with this one's")
     a = ap.parse_args()
     for cmd in (["nvidia-smi", "topo", "-m"], ["lscpu"]):
         try:
             print(subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip(), flush=True)
         except (OSError, subprocess.SubprocessError) as e:
             print(f"{cmd[0]}: {e}")
+    here = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+    steps = [("0", here, "this")]
+    if a.base_tree:
+        steps += [(a.devices, os.path.abspath(a.base_tree), "base"), (a.devices, here, "this")] * 2
+    else:
+        steps += [(a.devices, here, "this")]
+    steps += [("0", here, "this")]
     with tempfile.TemporaryDirectory() as d:
         runs = []
-        for i, devs in enumerate(("0", a.devices, "0")):
-            r = run(a.preset, devs, os.path.join(d, f"run{i}.parquet"))
+        for i, (devs, tree, label) in enumerate(steps):
+            r = run(a.preset, devs, os.path.join(d, f"run{i}.parquet"), tree)
+            r["label"] = label
             runs.append(r)
-            print(f"--devices {devs}: {r['gemms']} GEMMs; workers " +
+            print(f"[{label}] --devices {devs}: {r['gemms']} GEMMs; workers " +
                   ", ".join(f"{n} in {s:.2f} s" for n, s in r["workers"]) +
                   f"; {r['rate']:.1f} GEMMs/s over the slowest worker; the whole command {r['wall_s']:.1f} s "
                   "(with process and probe start-up, dataset build and merge)", flush=True)
@@ -90,11 +104,15 @@ def main():
                       f"{kernels} distinct kernels, the first GEMM of each built and warmed up in {first_s:.2f} s "
                       "(its first call loaded it); median ms: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()),
                       flush=True)
-    one = (runs[0]["rate"] + runs[2]["rate"]) / 2
+    one = (runs[0]["rate"] + runs[-1]["rate"]) / 2
     n = len([x for x in a.devices.split(",") if x.strip()])
-    print(f"scaling on {n} devices: {runs[1]['rate'] / one:.2f}x the one-worker rate ({one:.1f} GEMMs/s, mean of "
-          f"the runs before and after); the whole command {runs[0]['wall_s'] / runs[1]['wall_s']:.2f}x faster "
-          "than the first one-worker run")
+    for label in dict.fromkeys(r["label"] for r in runs[1:-1]):
+        rates = [r["rate"] for r in runs[1:-1] if r["label"] == label]
+        print(f"[{label}] scaling on {n} devices: " + ", ".join(f"{x / one:.2f}x" for x in rates) +
+              f" the one-worker rate ({one:.1f} GEMMs/s, mean of the runs before and after; several-device "
+              f"rates {', '.join(f'{x:.1f}' for x in rates)} GEMMs/s)")
+    print(f"the whole command {runs[0]['wall_s'] / runs[-2]['wall_s']:.2f}x faster on {n} devices than the first "
+          "one-worker run")
 
 
 if __name__ == "__main__":

@@ -395,19 +395,30 @@ def plan(preset_name: str | None = None, spec_path: str | None = None, backends:
 @dataclass(frozen=True)
 class Slice:
     """Slice `index` of `count` (1-based): every count-th GEMM of the plan from the index-th. `source` says
-    where it came from; `local_rank` is the GPU a launcher gave this process (torchrun's LOCAL_RANK)."""
+    where it came from; `local_rank` is the GPU a launcher gave this process (torchrun's LOCAL_RANK).
+
+    With `block` = (j, parts), only the j-th of `parts` contiguous runs of those GEMMs: how `sweep --devices`
+    cuts its slice, so that each worker meets neighbouring GEMMs, which share kernels (each process loads the
+    module of every kernel it meets)."""
 
     index: int
     count: int
     source: str = "--shard"
     local_rank: int | None = None
+    block: tuple[int, int] | None = None
 
     @property
     def spec(self) -> str:
-        return f"{self.index}/{self.count}"
+        """`I/N`, or `I/N:J/P` for block J of P of slice I/N (what a raw file's environment line records)."""
+        s = f"{self.index}/{self.count}"
+        return f"{s}:{self.block[0]}/{self.block[1]}" if self.block else s
 
     def take(self, cases):
-        return cases[self.index - 1::self.count]
+        sel = cases[self.index - 1::self.count]
+        if self.block:
+            j, parts = self.block
+            sel = sel[(j - 1) * len(sel) // parts:j * len(sel) // parts]
+        return sel
 
     def split(self, j: int, parts: int) -> "Slice":
         """Part j (1-based) of this slice cut `parts` ways, as a slice of the whole plan: the j-th of every
@@ -415,19 +426,52 @@ class Slice:
         return Slice(self.index + (j - 1) * self.count, self.count * parts, f"{self.source}, part {j}/{parts}",
                      self.local_rank)
 
+    def cut(self, j: int, parts: int) -> "Slice":
+        """Block j (1-based) of this slice cut into `parts` contiguous runs of its GEMMs."""
+        return Slice(self.index, self.count, f"{self.source}, block {j}/{parts}", self.local_rank, (j, parts))
+
+    @property
+    def family(self) -> tuple[int, int]:
+        """(count, blocks per slice): the slices of one family cover a plan exactly once between them."""
+        return self.count, self.block[1] if self.block else 1
+
+    @property
+    def member(self) -> int:
+        """0-based number of this slice within its family (`members` numbers the GEMMs alike)."""
+        return (self.index - 1) * self.family[1] + (self.block[0] - 1 if self.block else 0)
+
+    def members(self, g, n: int):
+        """The family member (0-based, as `member`) that holds each plan position of `g` (numpy), in a plan of
+        `n` GEMMs."""
+        import numpy as np
+        g = np.asarray(g, dtype=np.int64)
+        count, parts = self.family
+        i0 = g % count
+        if parts == 1:
+            return i0
+        k, length = g // count, (n - 1 - i0) // count + 1       # position within slice i0+1, its length
+        # block j (0-based) starts at j·L // P: the last start at or before k
+        return i0 * parts + np.minimum(((k + 1) * parts + length - 1) // length - 1, parts - 1)
+
+    def describe(self) -> str:
+        return f"block {self.block[0]}/{self.block[1]} of slice {self.index}/{self.count}" if self.block \
+            else f"slice {self.spec}"
+
 
 WHOLE = Slice(1, 1, "whole plan")
 
 
-def parse_shard(spec: str, source: str = "--shard") -> Slice:
-    """`I/N` (1-based)."""
+def parse_shard(spec: str, source: str = "--shard", blocks: bool = False) -> Slice:
+    """`I/N` (1-based); with `blocks`, also `I/N:J/P` (block J of P of slice I/N, as a raw file records it)."""
+    head, _, tail = spec.partition(":") if blocks else (spec, "", "")
     try:
-        i, n = (int(x) for x in spec.split("/"))
+        i, n = (int(x) for x in head.split("/"))
+        j, p = (int(x) for x in tail.split("/")) if tail else (1, 1)
     except ValueError as e:
         raise SpecError(f"{source} {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4, or auto") from e
-    if not 1 <= i <= n:
+    if not 1 <= i <= n or not 1 <= j <= p:
         raise SpecError(f"{source} {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4, or auto")
-    return Slice(i, n, source)
+    return Slice(i, n, source, block=(j, p) if tail else None)
 
 
 def shard(cases, spec: str | None):
@@ -566,9 +610,13 @@ def out_base(out: str) -> str:
 
 def part_path(out: str, sl: Slice) -> str:
     """The dataset file of slice `sl` of the sweep writing `out`: OUT.part-0003-of-0016.parquet (raw records
-    in OUT.part-0003-of-0016.raw.jsonl)."""
+    in OUT.part-0003-of-0016.raw.jsonl); a block of it (`sweep --devices`) OUT.part-0003-of-0016.block-0005-of-0064."""
     w = max(4, len(str(sl.count)))
-    return f"{out_base(out)}.part-{sl.index:0{w}d}-of-{sl.count:0{w}d}.parquet"
+    name = f"{out_base(out)}.part-{sl.index:0{w}d}-of-{sl.count:0{w}d}"
+    if sl.block:
+        w = max(4, len(str(sl.block[1])))
+        name += f".block-{sl.block[0]:0{w}d}-of-{sl.block[1]:0{w}d}"
+    return name + ".parquet"
 
 
 # --- running ------------------------------------------------------------------------------------------------
@@ -726,11 +774,21 @@ def fine_slices(gemms: int, workers: int, window: int) -> int:
     return max(workers, min(CLAIMS_PER_WORKER * workers, gemms // max(1, window)), 1)
 
 
-def claim(folder: str, count: int):
-    """Yield the numbers 1..count of the slices this worker takes, each claimed by creating folder/NNNNNN (an
-    exclusive create: of several workers sharing the folder, exactly one gets each slice). A worker asks for
-    the next one when it has finished the last, so a slower worker takes fewer."""
-    for j in range(1, count + 1):
+def claim_order(count: int, workers: int, me: int) -> list[int]:
+    """The order in which worker `me` (0-based, of `workers`) asks for the `count` fine slices: first its own
+    run of them (the me-th of `workers` contiguous runs, in plan order), then the others' from their ends
+    backwards, so that what it takes from another is what that worker would reach last. Neighbouring GEMMs
+    share kernels: a worker that keeps to one part of the plan loads fewer of them."""
+    def run(w):
+        return range(w * count // workers + 1, (w + 1) * count // workers + 1)
+    return list(run(me)) + [j for w in range(me + 1, me + workers) for j in reversed(run(w % workers))]
+
+
+def claim(folder: str, order):
+    """Yield the numbers (of `order`, the slices 1..N) of the slices this worker takes, each claimed by
+    creating folder/NNNNNN (an exclusive create: of several workers sharing the folder, exactly one gets each
+    slice). A worker asks for the next one when it has finished the last, so a slower worker takes fewer."""
+    for j in order:
         try:
             fd = os.open(os.path.join(folder, f"{j:06d}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
@@ -752,13 +810,14 @@ def wait_for_workers(folder: str, workers: int, me: str, timeout_s: float = 300.
 
 
 def run_claimed(plan_: Plan, base: Slice, count: int, folder: str, out: str, executor, *, resume: bool = False,
-                window: int = WINDOW, **meta) -> tuple[int, float, int]:
-    """A `sweep --devices` worker: take fine slices of `base` (`base.split(j, count)`) from the claims in
-    `folder` until none is left, capturing each into its raw part file beside `out` (no dataset: the parent
-    merges the parts). (GEMMs run, seconds from the first claim to the last record, slices taken.)"""
+                window: int = WINDOW, workers: int = 1, me: int = 0, **meta) -> tuple[int, float, int]:
+    """A `sweep --devices` worker (`me` of `workers`, 0-based): take blocks of `base` (`base.cut(j, count)`)
+    from the claims in `folder`, in `claim_order`, until none is left, capturing each into its raw part file
+    beside `out` (no dataset: the parent merges the parts). (GEMMs run, seconds from the first claim to the
+    last record, slices taken.)"""
     gemms, slices, t0 = 0, 0, time.time()
-    for j in claim(folder, count):
-        sub = base.split(j, count)
+    for j in claim(folder, claim_order(count, workers, me)):
+        sub = base.cut(j, count)
         n, _ = capture(sub.take(plan_.cases), raw_path(part_path(out, sub)), executor, resume=resume, window=window,
                        progress=False, meta=run_meta(plan_, sub, **meta))
         gemms += n
@@ -892,7 +951,7 @@ class Part:
             meta = schema.metadata or {}
             env = json.loads(meta.get(b"cublaslt_probe.env", b"{}"))
         shard = env.get("shard")
-        return cls(path, raw, env, parse_shard(shard, f"{path}: shard") if shard else WHOLE)
+        return cls(path, raw, env, parse_shard(shard, f"{path}: shard", blocks=True) if shard else WHOLE)
 
     def keys(self):
         """Each record's key, in order, a batch at a time."""
@@ -1260,10 +1319,10 @@ def _coverage(parts: list[Part], index: KeyIndex, plan_, key_of) -> list[str]:
             for q, o in zip(g[clash][:3 - len(twice_eg)], prev[clash]):
                 twice_eg.append(f"{key_of(q)} in {parts[o].path} and {p.path}")
         owner[g] = pi
-        if plan_ is not None and p.slice.count > 1:
-            wrong = g % p.slice.count != p.slice.index - 1
+        if plan_ is not None and p.slice.family != (1, 1):
+            wrong = p.slice.members(g, n) != p.slice.member
             if wrong.any():
-                problems.append(f"{p.path} (slice {p.slice.spec}) holds {int(wrong.sum())} GEMMs of other slices "
+                problems.append(f"{p.path} ({p.slice.describe()}) holds {int(wrong.sum())} GEMMs of other slices "
                                 f"(e.g. {key_of(g[wrong][0])})")
     if twice:
         problems.append(f"{twice} GEMMs are in two parts (" + "; ".join(twice_eg) + ")")
@@ -1271,22 +1330,51 @@ def _coverage(parts: list[Part], index: KeyIndex, plan_, key_of) -> list[str]:
         return problems
     missing = np.nonzero(owner < 0)[0]
     if len(missing):
-        counts = {p.slice.count for p in parts}
-        if len(counts) == 1 and (c := counts.pop()) > 1:
-            have = {p.slice.index for p in parts}
-            per = np.bincount(missing % c, minlength=c)
-            absent = [s + 1 for s in range(c) if per[s] and s + 1 not in have]
-            short = [s + 1 for s in range(c) if per[s] and s + 1 in have]
-            if absent:
-                problems.append(f"slices {_ranges(absent)} of {c} are missing (no part)")
-            for s in short[:3]:
-                first = missing[missing % c == s - 1][0]
-                problems.append(f"slice {s}/{c} lacks {int(per[s - 1])} of {len(range(s - 1, n, c))} GEMMs (e.g. "
-                                f"{key_of(first)}; finish it with --resume)")
-            if len(short) > 3:
-                problems.append(f"and {len(short) - 3} more incomplete slices ({_ranges(short)})")
-        else:
-            problems.append(f"{len(missing)} GEMMs of the plan are in no part (e.g. {key_of(missing[0])})")
+        problems += _missing_slices(parts, missing, n, key_of)
+    return problems
+
+
+def _missing_slices(parts: list[Part], missing, n: int, key_of) -> list[str]:
+    """What the plan positions `missing` (held by no part) say is missing: whole slices with no part, blocks of a
+    slice (`sweep --devices`) with no part, and parts that stopped short. Needs the parts to cut the plan one
+    way (one count); otherwise only how many GEMMs are missing."""
+    import numpy as np
+    counts = {p.slice.count for p in parts}
+    c = counts.pop() if len(counts) == 1 else 0
+    if not c or (c == 1 and not any(p.slice.block for p in parts)):
+        return [f"{len(missing)} GEMMs of the plan are in no part (e.g. {key_of(missing[0])})"]
+    of: dict[int, list[Slice]] = {}
+    for p in parts:
+        of.setdefault(p.slice.index, []).append(p.slice)
+    i0 = missing % c
+    absent, short, blocks = [], [], {}   # blocks: slice index -> (P, absent blocks)
+    for i in np.unique(i0) + 1:
+        here = missing[i0 == i - 1]
+        cuts = {sl.block[1] if sl.block else 1 for sl in of.get(int(i), [])}
+        if not cuts:
+            absent.append(int(i))
+            continue
+        if len(cuts) > 1 or 1 in cuts:   # one part for the whole slice, or blocks cut two ways
+            short.append((Slice(int(i), c).describe(), len(here), len(range(i - 1, n, c)), here[0]))
+            continue
+        nb = cuts.pop()
+        first = Slice(int(i), c).cut(1, nb)
+        member = first.members(here, n) - first.member
+        have = {sl.block[0] - 1 for sl in of[int(i)]}
+        per = np.bincount(member, minlength=nb)
+        sizes = np.bincount(first.members(np.arange(i - 1, n, c), n) - first.member, minlength=nb)
+        gone = [b + 1 for b in range(nb) if per[b] and b not in have]
+        if gone:
+            blocks[int(i)] = (nb, gone)
+        short += [(Slice(int(i), c).cut(b + 1, nb).describe(), int(per[b]), int(sizes[b]), here[member == b][0])
+                  for b in range(nb) if per[b] and b in have]
+    problems = [f"slices {_ranges(absent)} of {c} are missing (no part)"] if absent else []
+    problems += [f"blocks {_ranges(gone)} of {nb} of slice {i}/{c} are missing (no part)"
+                 for i, (nb, gone) in blocks.items()]
+    problems += [f"{what} lacks {k} of {total} GEMMs (e.g. {key_of(g)}; finish it with --resume)"
+                 for what, k, total, g in short[:3]]
+    if len(short) > 3:
+        problems.append(f"and {len(short) - 3} more incomplete parts")
     return problems
 
 

@@ -119,6 +119,72 @@ def test_composed_slices_cover_the_plan_once():
     assert sorted(keys) == sorted(cases.keys())
 
 
+def test_blocks_of_a_slice_are_contiguous_runs_and_each_gemm_knows_its_block():
+    """`cut` (how --devices cuts its slice): block j of P of slice i/n is the j-th contiguous run of the slice's
+    GEMMs; `members` finds, from a plan position alone, the block that holds it, for plans the blocks divide
+    unevenly and slices shorter than their blocks."""
+    import numpy as np
+    for n in (1, 7, 49, 97, 1000):
+        for count, parts in ((1, 1), (1, 6), (3, 4), (2, 64), (5, 3)):
+            seen = np.full(n, -1)
+            for i in range(1, count + 1):
+                run = sweep.Slice(i, count).take(range(n))
+                blocks = [sweep.Slice(i, count).cut(j, parts) for j in range(1, parts + 1)]
+                held = [list(b.take(range(n))) for b in blocks]
+                assert [g for h in held for g in h] == list(run)          # the blocks in order are the slice
+                assert max(map(len, held)) - min(map(len, held)) <= 1     # as even as the slice allows
+                for b, h in zip(blocks, held):
+                    assert (b.members(h, n) == b.member).all()
+                    seen[h] = b.member
+            assert (seen >= 0).all()
+            assert (sweep.Slice(1, count).cut(1, parts).members(np.arange(n), n) == seen).all()
+
+
+def test_a_blocks_spec_is_read_back_from_a_raw_file_but_not_taken_from_the_command_line():
+    sl = sweep.Slice(2, 4).cut(3, 16)
+    assert sl.spec == "2/4:3/16" and sl.describe() == "block 3/16 of slice 2/4"
+    back = sweep.parse_shard(sl.spec, "f: shard", blocks=True)
+    assert (back.index, back.count, back.block) == (2, 4, (3, 16))
+    assert sweep.parse_shard("2/4", blocks=True).block is None
+    for bad in ("2/4:0/16", "2/4:17/16", "2/4:x"):
+        with pytest.raises(SpecError, match="expected I/N"):
+            sweep.parse_shard(bad, blocks=True)
+    with pytest.raises(SpecError, match="expected I/N"):
+        sweep.parse_shard("2/4:3/16")
+    assert sweep.part_path("o/x.parquet", sl) == "o/x.part-0002-of-0004.block-0003-of-0016.parquet"
+
+
+def test_merge_names_the_missing_and_short_blocks_of_a_slice_cut_by_devices(tmp_path, spec_file):
+    """Slice 1/2 run whole, slice 2/2 by --devices in blocks: merge names a block with no part, a block part
+    cut short, and a block part holding another block's GEMMs."""
+    out = tmp_path / "p" / "b.parquet"
+    out.parent.mkdir()
+    assert _sweep(spec_file, out, "--shard", "1/2").exit_code == 0
+    r = _sweep(spec_file, out, "--shard", "2/2", "--devices", "0,1", "--window", "4")
+    assert r.exit_code == 0, r.output
+    count = sweep.fine_slices(len(sweep.Slice(2, 2).take(PLAN.cases)), 2, 4)
+    block = [out.parent / f"b.part-0002-of-0002.block-{j:04d}-of-{count:04d}.raw.jsonl" for j in range(1, count + 1)]
+    assert all(b.exists() for b in block) and count == 6
+    block[1].unlink()
+    block[4].unlink()
+    lines = block[2].read_text().splitlines(keepends=True)
+    block[2].write_text("".join(lines[:-2]))
+    r = _merge(out.parent, out=tmp_path / "m.parquet")
+    assert r.exit_code == 1
+    sizes = [len(sweep.Slice(2, 2).cut(j, count).take(PLAN.cases)) for j in range(1, count + 1)]
+    assert f"exactly once: blocks 2, 5 of 6 of slice 2/2 are missing (no part); block 3/6 of slice 2/2 lacks 2 of "            f"{sizes[2]} GEMMs (e.g. {json.loads(lines[-2])['key']}; finish it with --resume)" in r.output
+    (out.parent / "b.part-0001-of-0002.parquet").unlink()
+    (out.parent / "b.part-0001-of-0002.raw.jsonl").unlink()
+    r = _merge(out.parent, out=tmp_path / "m.parquet")
+    assert "slices 1 of 2 are missing (no part); blocks 2, 5 of 6 of slice 2/2 are missing" in r.output
+    # a block part whose records are another block's (an edited or misnamed file)
+    head = json.loads(lines[0])
+    head["shard"] = "2/2:4/6"
+    block[2].write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    r = _merge(out.parent, out=tmp_path / "m.parquet")
+    assert f"{block[2]} (block 4/6 of slice 2/2) holds {len(lines) - 1} GEMMs of other slices" in r.output
+
+
 # --- end to end: each scheduler's environment, then merge ---------------------------------------------------------
 def test_slurm_array_runs_the_shipped_sbatch_script_and_merges(tmp_path, spec_file):
     """The committed sbatch script, run by bash once per array task as Slurm would (array 5-7), then merged."""
@@ -211,10 +277,12 @@ def test_explicit_shards_and_devices_inside_a_slice(tmp_path, spec_file):
     half = len(PLAN.cases) // 2
     count = sweep.fine_slices(half, 2, 4)
     assert count == min(64, half // 4) and f"wrote {count} raw parts of slice 2/2" in r.output
-    names = sorted(p.name for p in tmp_path.glob("e.part-*-of-*.raw.jsonl") if "-of-0002" not in p.name)
-    # part j of slice 2/2 cut `count` ways is slice 2 + 2(j-1) of 2·count: every part is a slice of the whole plan
-    w = max(4, len(str(2 * count)))
-    assert names == sorted(f"e.part-{2 + 2 * (j - 1):0{w}d}-of-{2 * count:0{w}d}.raw.jsonl" for j in range(1, count + 1))
+    names = sorted(p.name for p in tmp_path.glob("e.part-*-of-*.raw.jsonl") if ".block-" in p.name)
+    # block j of slice 2/2 cut `count` ways: the j-th contiguous run of the slice's GEMMs
+    assert names == [f"e.part-0002-of-0002.block-{j:04d}-of-{count:04d}.raw.jsonl" for j in range(1, count + 1)]
+    second = [c.key for c in sweep.Slice(2, 2).take(PLAN.cases)]
+    held = [r["key"] for name in names for r in dataset.read_raw(tmp_path / name)[1]]
+    assert held == second   # the blocks in order are the slice in plan order
     m = sweep.merge([str(tmp_path / "e.part-*")], str(tmp_path / "all.parquet"))
     assert m.rows == len(PLAN.cases)
     assert _merged_keys(tmp_path / "all.parquet") == sorted(PLAN.cases.keys())
@@ -366,34 +434,45 @@ def test_fine_slices_give_each_worker_many_but_never_less_than_a_window():
     assert sweep.fine_slices(0, 1, 32) == 1
 
 
+def test_each_worker_asks_for_its_own_run_of_blocks_first_then_the_others_from_their_ends():
+    assert sweep.claim_order(10, 2, 0) == [1, 2, 3, 4, 5, 10, 9, 8, 7, 6]
+    assert sweep.claim_order(10, 2, 1) == [6, 7, 8, 9, 10, 5, 4, 3, 2, 1]
+    assert sweep.claim_order(7, 3, 1) == [3, 4, 7, 6, 5, 2, 1]
+    assert sweep.claim_order(4, 1, 0) == [1, 2, 3, 4]
+    for count, workers in ((64, 2), (7, 3), (5, 5), (128, 8)):
+        for me in range(workers):
+            assert sorted(sweep.claim_order(count, workers, me)) == list(range(1, count + 1))
+
+
 def test_each_slice_is_claimed_by_exactly_one_worker_and_a_slow_worker_takes_fewer(tmp_path):
     """Two workers over one claims folder: the one that comes back for more while the other is busy takes the
-    rest, and no slice is taken twice."""
-    fast, slow = sweep.claim(str(tmp_path), 10), sweep.claim(str(tmp_path), 10)
+    rest of its run, then the other's from its end, and no slice is taken twice."""
+    fast = sweep.claim(str(tmp_path), sweep.claim_order(10, 2, 0))
+    slow = sweep.claim(str(tmp_path), sweep.claim_order(10, 2, 1))
     taken = {"fast": [next(fast)], "slow": [next(slow)]}
     taken["fast"] += [next(fast) for _ in range(8)]   # the slow worker is still busy with its first slice
     taken["slow"] += list(slow)
     taken["fast"] += list(fast)
-    assert taken == {"fast": [1, 3, 4, 5, 6, 7, 8, 9, 10], "slow": [2]}
+    assert taken == {"fast": [1, 2, 3, 4, 5, 10, 9, 8, 7], "slow": [6]}
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{j:06d}" for j in range(1, 11)]
 
 
 def test_a_worker_takes_the_slices_another_left_and_the_parts_cover_the_plan(tmp_path):
-    """run_claimed, with the numpy backend: one worker claimed slice 1 and stopped; the second took every other
-    slice; with slice 1 finished the parts merge into the whole plan, each GEMM once."""
+    """run_claimed, with the numpy backend: one worker claimed block 1 and stopped; the second took every other
+    block; with block 1 finished the parts merge into the whole plan, each GEMM once."""
     folder, out = tmp_path / "claims", tmp_path / "w.parquet"
     folder.mkdir()
-    first = sweep.claim(str(folder), 6)
+    first = sweep.claim(str(folder), sweep.claim_order(6, 2, 0))
     assert next(first) == 1
     gemms, seconds, taken = sweep.run_claimed(PLAN, sweep.WHOLE, 6, str(folder), str(out), sweep.NumpyExecutor(),
-                                              window=8)
+                                              window=8, workers=2, me=1)
     assert taken == 5 and seconds > 0
-    assert gemms == sum(len(sweep.WHOLE.split(j, 6).take(PLAN.cases)) for j in range(2, 7))
-    parts = [sweep.raw_path(sweep.part_path(str(out), sweep.WHOLE.split(j, 6))) for j in range(1, 7)]
+    assert gemms == sum(len(sweep.WHOLE.cut(j, 6).take(PLAN.cases)) for j in range(2, 7))
+    parts = [sweep.raw_path(sweep.part_path(str(out), sweep.WHOLE.cut(j, 6))) for j in range(1, 7)]
     assert [os.path.exists(p) for p in parts] == [False] + [True] * 5
     r = CliRunner().invoke(main, ["merge", *parts[1:], "-o", str(tmp_path / "m.parquet")])
-    assert r.exit_code == 1 and "slices 1 of 6 are missing" in r.output, r.output
-    sub = sweep.WHOLE.split(1, 6)
+    assert r.exit_code == 1 and "blocks 1 of 6 of slice 1/1 are missing (no part)" in r.output, r.output
+    sub = sweep.WHOLE.cut(1, 6)
     sweep.capture(sub.take(PLAN.cases), parts[0], sweep.NumpyExecutor(), progress=False, meta=sweep.run_meta(PLAN, sub))
     m = sweep.merge(parts, str(tmp_path / "m.parquet"))
     assert m.rows == len(PLAN.cases) and _merged_keys(tmp_path / "m.parquet") == sorted(PLAN.cases.keys())

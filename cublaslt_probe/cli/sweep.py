@@ -119,10 +119,11 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
 
 def _multi_device(devices: str, out: str, args: list[str], sl=None, gemms: int = 0, window: int = WINDOW):
     """One worker process per device (CUDA_VISIBLE_DEVICES). The plan (slice `sl` of it when given) is cut into
-    fine slices (`sweep.fine_slices`), each a slice of the whole plan, and each worker takes the next slice
-    left when it finishes one (`sweep.claim`), so a slower GPU or host core runs fewer; the workers start
-    together once every probe is up (`sweep.wait_for_workers`). Each slice is a raw part file; they are merged
-    into OUT (with --shard, left as parts of the whole plan for `merge`)."""
+    fine slices (`sweep.fine_slices`), each a contiguous block of it, and each worker takes the next slice
+    left in its order when it finishes one (`sweep.claim_order`: its own run of blocks, then the others' from
+    their ends), so a slower GPU or host core runs fewer; the workers start together once every probe is up
+    (`sweep.wait_for_workers`). Each slice is a raw part file; they are merged into OUT (with --shard, left as
+    parts of the whole plan for `merge`)."""
     import shutil
 
     from cublaslt_probe import sweep
@@ -130,7 +131,7 @@ def _multi_device(devices: str, out: str, args: list[str], sl=None, gemms: int =
     whole = sl or sweep.WHOLE
     count = sweep.fine_slices(gemms, len(devs), window)
     claims = sweep.out_base(out) + ".claims"
-    parts = [sweep.raw_path(sweep.part_path(out, whole.split(j, count))) for j in range(1, count + 1)]
+    parts = [sweep.raw_path(sweep.part_path(out, whole.cut(j, count))) for j in range(1, count + 1)]
     held = [p for p in parts if os.path.exists(p)]
     if held and "--resume" not in args:
         raise ProbeError(f"{held[0]} (and {len(held) - 1} more of the {count} parts) already holds raw records: "
@@ -166,7 +167,8 @@ def _worker(plan, base, count: int, claims: str, workers: int, out: str, executo
     try:
         waited = sweep.wait_for_workers(claims, workers, me)
         gemms, seconds, taken = sweep.run_claimed(plan, base, count, claims, out, executor, resume=resume,
-                                                  window=window, worker=me, **meta)
+                                                  window=window, workers=workers,
+                                                  me=int(me) % workers if me.isdigit() else 0, worker=me, **meta)
     finally:
         if hasattr(executor, "close"):
             executor.close()
