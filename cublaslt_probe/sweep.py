@@ -764,14 +764,17 @@ def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, wind
 
 
 # --- several workers on one host: fine slices handed out as they finish ----------------------------------------
-CLAIMS_PER_WORKER = 32   # fine slices per worker of `sweep --devices`: the last one to finish idles the others
-                         # for about half a slice, 1/64 of the run
+CLAIMS_PER_WORKER = 32   # fine slices per worker of `sweep --devices` at most: the last one to finish idles the
+                         # others for about half a slice
 
 
 def fine_slices(gemms: int, workers: int, window: int) -> int:
-    """How many slices `sweep --devices` cuts a plan of `gemms` into for `workers` workers: CLAIMS_PER_WORKER
-    each, but a window of GEMMs at least per slice, and one slice per worker at least."""
-    return max(workers, min(CLAIMS_PER_WORKER * workers, gemms // max(1, window)), 1)
+    """How many slices `sweep --devices` cuts a plan of `gemms` into for `workers` workers: as many as make each
+    slice a whole number of windows at most (a slice of 130 GEMMs in windows of 128 would run a second window
+    of 2, with its own profiler session), CLAIMS_PER_WORKER each at most, and one slice per worker at least."""
+    window = max(1, window)
+    per = window * max(1, -(-gemms // (window * CLAIMS_PER_WORKER * workers)))   # GEMMs a slice holds at most
+    return max(workers, -(-gemms // per), 1)
 
 
 def claim_order(count: int, workers: int, me: int) -> list[int]:

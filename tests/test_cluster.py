@@ -276,7 +276,7 @@ def test_explicit_shards_and_devices_inside_a_slice(tmp_path, spec_file):
     assert r.exit_code == 0, r.output
     half = len(PLAN.cases) // 2
     count = sweep.fine_slices(half, 2, 4)
-    assert count == min(64, half // 4) and f"wrote {count} raw parts of slice 2/2" in r.output
+    assert count == 6 and f"wrote {count} raw parts of slice 2/2" in r.output
     names = sorted(p.name for p in tmp_path.glob("e.part-*-of-*.raw.jsonl") if ".block-" in p.name)
     # block j of slice 2/2 cut `count` ways: the j-th contiguous run of the slice's GEMMs
     assert names == [f"e.part-0002-of-0002.block-{j:04d}-of-{count:04d}.raw.jsonl" for j in range(1, count + 1)]
@@ -427,9 +427,14 @@ def test_resume_refuses_another_plan_or_slice(tmp_path, spec_file):
 
 
 # --- --devices: fine slices claimed as workers finish -------------------------------------------------------------
-def test_fine_slices_give_each_worker_many_but_never_less_than_a_window():
-    assert sweep.fine_slices(4672, 2, 32) == 64          # CLAIMS_PER_WORKER each
-    assert sweep.fine_slices(1000, 2, 32) == 31          # a window of GEMMs per slice at least
+def test_fine_slices_are_whole_windows_at_most_and_a_few_dozen_per_worker():
+    def windows(gemms, count, window):   # windows each block of the plan runs in
+        return [-(-len(sweep.WHOLE.cut(j, count).take(range(gemms))) // window) for j in range(1, count + 1)]
+    assert sweep.fine_slices(4672, 2, 128) == 37 and set(windows(4672, 37, 128)) == {1}   # not 36 of 129-130
+    assert sweep.fine_slices(4672, 1, 128) == 19 and set(windows(4672, 19, 128)) == {2}   # CLAIMS_PER_WORKER
+    assert sweep.fine_slices(1 << 20, 2, 128) == 64 and set(windows(1 << 20, 64, 128)) == {128}
+    assert sweep.fine_slices(4672, 2, 32) == 49 and set(windows(4672, 49, 32)) == {3}
+    assert sweep.fine_slices(1000, 2, 32) == 32                                            # a window each
     assert sweep.fine_slices(10, 4, 32) == 4             # one per worker at least
     assert sweep.fine_slices(0, 1, 32) == 1
 

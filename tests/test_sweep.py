@@ -259,10 +259,10 @@ def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
     args = ["sweep", "--spec", str(spec), "-o", str(out), "--devices", "0,1", "--no-progress", "--window", "8"]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
-    assert sweep.fine_slices(97, 2, 8) == 12
-    assert f"merged 12 raw parts from 2 devices into {out}: 97 rows" in r.output
+    assert sweep.fine_slices(97, 2, 8) == 13
+    assert f"merged 13 raw parts from 2 devices into {out}: 97 rows" in r.output
     parts = sorted(p.name for p in tmp_path.glob("d.part-*"))
-    assert parts == [f"d.part-0001-of-0001.block-{j:04d}-of-0012.raw.jsonl" for j in range(1, 13)]
+    assert parts == [f"d.part-0001-of-0001.block-{j:04d}-of-0013.raw.jsonl" for j in range(1, 14)]
     assert not (tmp_path / "d.claims").exists()
     # each part says which worker ran it (the first line of a raw file is its environment)
     workers = {json.loads((tmp_path / p).open().readline())["worker"] for p in parts}
@@ -271,7 +271,7 @@ def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
     assert sorted(df.key) == sorted(c.key for c in sweep.plan_from_spec(NUMPY_SPEC).cases)
     # run again over the same parts: refused before any worker starts, unless resumed (nothing left to run)
     r = CliRunner().invoke(main, args)
-    assert r.exit_code == 1 and "d.part-0001-of-0001.block-0001-of-0012.raw.jsonl (and 11 more of the 12 parts) already holds" in r.output
+    assert r.exit_code == 1 and "d.part-0001-of-0001.block-0001-of-0013.raw.jsonl (and 12 more of the 13 parts) already holds" in r.output
     r = CliRunner().invoke(main, args + ["--resume"])
     assert r.exit_code == 0 and "97 rows" in r.output, r.output
 
@@ -307,7 +307,7 @@ def test_a_devices_worker_that_dies_leaves_its_slices_to_the_others(tmp_path):
     spec = tmp_path / "s.json"
     spec.write_text(json.dumps(NUMPY_SPEC))
     out = tmp_path / "d.parquet"
-    bad = tmp_path / "d.part-0001-of-0001.block-0001-of-0012.raw.jsonl"
+    bad = tmp_path / "d.part-0001-of-0001.block-0001-of-0013.raw.jsonl"
     bad.mkdir()
     args = ["sweep", "--spec", str(spec), "-o", str(out), "--devices", "0,1", "--no-progress", "--window", "8",
             "--resume"]
@@ -317,7 +317,7 @@ def test_a_devices_worker_that_dies_leaves_its_slices_to_the_others(tmp_path):
     codes = sorted(int(x) for x in r.output.split("exited with [")[1].split("]")[0].split(","))
     assert codes[0] == 0 and codes[1] != 0
     done = sorted(p.name for p in tmp_path.glob("d.part-*.raw.jsonl") if p.is_file())
-    assert done == [f"d.part-0001-of-0001.block-{j:04d}-of-0012.raw.jsonl" for j in range(2, 13)]
+    assert done == [f"d.part-0001-of-0001.block-{j:04d}-of-0013.raw.jsonl" for j in range(2, 14)]
     assert not out.exists()
     # the obstacle gone, --resume runs the one slice left and merges
     bad.rmdir()
