@@ -29,7 +29,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from cublaslt_probe.cases import BACKENDS, DTYPES, LAYOUTS, OPS, Case, invalid_reason
 from cublaslt_probe.errors import SpecError
@@ -115,10 +115,6 @@ class Cases(Sequence):
             return Cases({f: a[i] for f, a in self.cols.items()})
         c = self.cols
         return Case(*(NAMES[f][c[f][i]] for f in NAMES), *(int(c[f][i]) for f in SIZES))
-
-    def select(self, idx) -> "Cases":
-        """The GEMMs at positions `idx` (numpy integers), in that order."""
-        return Cases({f: a[idx] for f, a in self.cols.items()})
 
     def __iter__(self):
         names = [[NAMES[f][x] for x in self.cols[f].tolist()] for f in NAMES]
@@ -396,62 +392,29 @@ def plan(preset_name: str | None = None, spec_path: str | None = None, backends:
 
 
 # --- slices: which part of the plan this process runs -------------------------------------------------------
-SHARD_RUN = 128        # GEMMs of the plan a slice takes together at most (`shard_run`)
-RUNS_PER_SLICE = 32    # runs each slice holds at least, where the plan is large enough for runs of 2 or more
-
-
-def shard_run(gemms: int, count: int) -> int:
-    """How many neighbouring GEMMs of a plan of `gemms` a slice of `count` takes together (pure): as many as give
-    each slice RUNS_PER_SLICE runs, 1 to SHARD_RUN. Neighbours in a plan share kernels and heuristic questions
-    (torch, torch-lt and lt of one shape ask one): a slice of single GEMMs, every count-th, meets nearly every
-    kernel of the plan and asks each GEMM's question apart; a slice of runs keeps them, and its runs spread
-    over the plan keep slices of equal cost, as single GEMMs did. Every process of a sweep works it out alike
-    from the plan and the slice count."""
-    return max(1, min(SHARD_RUN, gemms // max(1, count * RUNS_PER_SLICE)))
-
-
 @dataclass(frozen=True)
 class Slice:
-    """Slice `index` of `count` (1-based): the plan taken in runs of `run` neighbouring GEMMs, every count-th run
-    from the index-th (every count-th GEMM when `run` is 1; `sized` sets the run for a plan). `source` says where
-    it came from; `local_rank` is the GPU a launcher gave this process (torchrun's LOCAL_RANK).
+    """Slice `index` of `count` (1-based): every count-th GEMM of the plan from the index-th. `source` says
+    where it came from; `local_rank` is the GPU a launcher gave this process (torchrun's LOCAL_RANK).
 
-    With `block` = (j, parts), only the j-th of `parts` contiguous runs of that slice's GEMMs: how `sweep
-    --devices` cuts its slice, so that each worker meets neighbouring GEMMs (each process loads the module of
-    every kernel it meets)."""
+    With `block` = (j, parts), only the j-th of `parts` contiguous runs of those GEMMs: how `sweep --devices`
+    cuts its slice, so that each worker meets neighbouring GEMMs, which share kernels (each process loads the
+    module of every kernel it meets)."""
 
     index: int
     count: int
     source: str = "--shard"
     local_rank: int | None = None
     block: tuple[int, int] | None = None
-    run: int = 1
 
     @property
     def spec(self) -> str:
-        """`I/N`, or `I/N:J/P` for block J of P of slice I/N (what a raw file's environment line records, with
-        the run apart: `shard_run`)."""
+        """`I/N`, or `I/N:J/P` for block J of P of slice I/N (what a raw file's environment line records)."""
         s = f"{self.index}/{self.count}"
         return f"{s}:{self.block[0]}/{self.block[1]}" if self.block else s
 
-    def sized(self, gemms: int) -> "Slice":
-        """This slice with the run `shard_run` gives a plan of `gemms`."""
-        return replace(self, run=shard_run(gemms, self.count))
-
-    def positions(self, n: int):
-        """Plan positions (numpy, in plan order) of this slice, blocks aside, in a plan of `n` GEMMs."""
-        import numpy as np
-        r = self.run
-        starts = np.arange((self.index - 1) * r, n, self.count * r, dtype=np.int64)
-        pos = (starts[:, None] + np.arange(r, dtype=np.int64)).ravel()
-        return pos[pos < n]
-
     def take(self, cases):
-        if self.run == 1:
-            sel = cases[self.index - 1::self.count]
-        else:
-            idx = self.positions(len(cases))
-            sel = cases.select(idx) if isinstance(cases, Cases) else [cases[int(i)] for i in idx]
+        sel = cases[self.index - 1::self.count]
         if self.block:
             j, parts = self.block
             sel = sel[(j - 1) * len(sel) // parts:j * len(sel) // parts]
@@ -459,48 +422,34 @@ class Slice:
 
     def split(self, j: int, parts: int) -> "Slice":
         """Part j (1-based) of this slice cut `parts` ways, as a slice of the whole plan: the j-th of every
-        `parts` runs of slice i/n is run i + (j-1)·n of every n·parts."""
+        `parts` GEMMs of slice i/n is GEMM i + (j-1)·n of every n·parts."""
         return Slice(self.index + (j - 1) * self.count, self.count * parts, f"{self.source}, part {j}/{parts}",
-                     self.local_rank, run=self.run)
+                     self.local_rank)
 
     def cut(self, j: int, parts: int) -> "Slice":
         """Block j (1-based) of this slice cut into `parts` contiguous runs of its GEMMs."""
-        return replace(self, source=f"{self.source}, block {j}/{parts}", block=(j, parts))
+        return Slice(self.index, self.count, f"{self.source}, block {j}/{parts}", self.local_rank, (j, parts))
 
     @property
-    def family(self) -> tuple[int, int, int]:
-        """(count, run, blocks per slice): the slices of one family cover a plan exactly once between them."""
-        return self.count, self.run, self.block[1] if self.block else 1
+    def family(self) -> tuple[int, int]:
+        """(count, blocks per slice): the slices of one family cover a plan exactly once between them."""
+        return self.count, self.block[1] if self.block else 1
 
     @property
     def member(self) -> int:
         """0-based number of this slice within its family (`members` numbers the GEMMs alike)."""
-        return (self.index - 1) * self.family[2] + (self.block[0] - 1 if self.block else 0)
-
-    def slice_of(self, g):
-        """0-based slice (index - 1) of this family that holds each plan position of `g` (numpy), blocks aside."""
-        import numpy as np
-        return (np.asarray(g, dtype=np.int64) // self.run) % self.count
-
-    def lengths(self, i0, n: int):
-        """GEMMs of slice i0 + 1 (0-based `i0`, numpy) of this family in a plan of `n` GEMMs, blocks aside."""
-        import numpy as np
-        i0 = np.asarray(i0, dtype=np.int64)
-        full, rem = divmod(n, self.run)                         # whole runs of the plan, and the last one's GEMMs
-        runs = np.where(i0 < full, (full - 1 - i0) // self.count + 1, 0)
-        return runs * self.run + np.where(i0 == full % self.count, rem, 0)
+        return (self.index - 1) * self.family[1] + (self.block[0] - 1 if self.block else 0)
 
     def members(self, g, n: int):
         """The family member (0-based, as `member`) that holds each plan position of `g` (numpy), in a plan of
         `n` GEMMs."""
         import numpy as np
         g = np.asarray(g, dtype=np.int64)
-        count, r, parts = self.family
-        i0 = self.slice_of(g)
+        count, parts = self.family
+        i0 = g % count
         if parts == 1:
             return i0
-        k = (g // r) // count * r + g % r                       # position within slice i0 + 1
-        length = self.lengths(i0, n)
+        k, length = g // count, (n - 1 - i0) // count + 1       # position within slice i0+1, its length
         # block j (0-based) starts at j·L // P: the last start at or before k
         return i0 * parts + np.minimum(((k + 1) * parts + length - 1) // length - 1, parts - 1)
 
@@ -526,9 +475,8 @@ def parse_shard(spec: str, source: str = "--shard", blocks: bool = False) -> Sli
 
 
 def shard(cases, spec: str | None):
-    """`I/N` (1-based): every N-th run of neighbouring cases starting at the I-th (`shard_run`), deterministic for
-    a given plan."""
-    return parse_shard(spec).sized(len(cases)).take(cases) if spec else cases
+    """`I/N` (1-based): every N-th case starting at the I-th, deterministic for a given plan."""
+    return parse_shard(spec).take(cases) if spec else cases
 
 
 SCHEDULER_VARS = "SLURM_ARRAY_TASK_ID (Slurm job array), RANK and WORLD_SIZE (torchrun), JOB_COMPLETION_INDEX " \
@@ -652,7 +600,7 @@ def run_meta(plan_: Plan, sl: Slice | None = None, **extra) -> dict:
     """What a raw file's environment line records besides the environment: the sweep, its slice and the plan
     identity that `merge` checks the parts against."""
     return {"sweep": plan_.name, "shard": sl.spec if sl else None, "shard_source": sl.source if sl else None,
-            "shard_run": sl.run if sl else None, "plan": plan_.identity(), **extra}
+            "plan": plan_.identity(), **extra}
 
 
 def out_base(out: str) -> str:
@@ -763,17 +711,6 @@ def build_dataset(raw: str, cases, out: str, builders: RowBuilders | None = None
     write_dataset([part], out, part.env, jobs=os.cpu_count() or 1, spawn=True, cpus=cpus)
 
 
-def _slicing(env: dict) -> tuple:
-    """(slice spec, run) a raw file's environment line records: (None, None) for the whole plan; a run of 1
-    for slices written before runs."""
-    return (env.get("shard"), env.get("shard_run") or 1) if env.get("shard") else (None, None)
-
-
-def _slicing_text(env: dict) -> str:
-    spec, run = _slicing(env)
-    return "the whole plan" if spec is None else f"slice {spec}" + (f" in runs of {run} GEMMs" if run > 1 else "")
-
-
 def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, window: int = WINDOW,
             progress: bool = True, meta: dict | None = None, retry_errors: bool = False) -> tuple[int, float]:
     """Run `cases` through `executor`, appending their raw records to the file `raw` after each window (see
@@ -791,9 +728,9 @@ def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, wind
             raise ProbeError(f"cannot resume {raw} in another environment: " +
                              ", ".join(f"{k} was {a!r}, now {b!r}" for k, (a, b) in diff.items()))
         was, now = (env_old.get("plan") or {}).get("digest"), ((meta or {}).get("plan") or {}).get("digest")
-        if was and now and (was, *_slicing(env_old)) != (now, *_slicing(meta)):
-            raise ProbeError(f"cannot resume {raw}: it holds {_slicing_text(env_old)} of a plan of "
-                             f"{env_old['plan']['cases']} GEMMs, this run is {_slicing_text(meta)} of "
+        if was and now and (was, env_old.get("shard")) != (now, meta.get("shard")):
+            raise ProbeError(f"cannot resume {raw}: it holds slice {env_old.get('shard') or 'all'} of a plan of "
+                             f"{env_old['plan']['cases']} GEMMs, this run is slice {meta.get('shard') or 'all'} of "
                              f"{meta['plan']['cases']} (the spec, --backends or the slicing changed); run it "
                              "as it was started, or write another -o")
         todo = [c for c in cases if c.key not in done]
@@ -1017,13 +954,7 @@ class Part:
             meta = schema.metadata or {}
             env = json.loads(meta.get(b"cublaslt_probe.env", b"{}"))
         shard = env.get("shard")
-        if not shard:
-            return cls(path, raw, env, WHOLE)
-        run = env.get("shard_run") or 1   # parts written before runs: single GEMMs
-        if not isinstance(run, int) or run < 1:
-            raise ProbeError(f"{path}: shard_run {run!r} in its environment line is not a whole number of GEMMs: "
-                             "the file was edited; run its slice again")
-        return cls(path, raw, env, replace(parse_shard(shard, f"{path}: shard", blocks=True), run=run))
+        return cls(path, raw, env, parse_shard(shard, f"{path}: shard", blocks=True) if shard else WHOLE)
 
     def keys(self):
         """Each record's key, in order, a batch at a time."""
@@ -1391,7 +1322,7 @@ def _coverage(parts: list[Part], index: KeyIndex, plan_, key_of) -> list[str]:
             for q, o in zip(g[clash][:3 - len(twice_eg)], prev[clash]):
                 twice_eg.append(f"{key_of(q)} in {parts[o].path} and {p.path}")
         owner[g] = pi
-        if plan_ is not None and (p.slice.count > 1 or p.slice.block):
+        if plan_ is not None and p.slice.family != (1, 1):
             wrong = p.slice.members(g, n) != p.slice.member
             if wrong.any():
                 problems.append(f"{p.path} ({p.slice.describe()}) holds {int(wrong.sum())} GEMMs of other slices "
@@ -1409,38 +1340,36 @@ def _coverage(parts: list[Part], index: KeyIndex, plan_, key_of) -> list[str]:
 def _missing_slices(parts: list[Part], missing, n: int, key_of) -> list[str]:
     """What the plan positions `missing` (held by no part) say is missing: whole slices with no part, blocks of a
     slice (`sweep --devices`) with no part, and parts that stopped short. Needs the parts to cut the plan one
-    way (one count, one run); otherwise only how many GEMMs are missing."""
+    way (one count); otherwise only how many GEMMs are missing."""
     import numpy as np
-    cuts_ = {(p.slice.count, p.slice.run) for p in parts}
-    c, run = cuts_.pop() if len(cuts_) == 1 else (0, 0)
+    counts = {p.slice.count for p in parts}
+    c = counts.pop() if len(counts) == 1 else 0
     if not c or (c == 1 and not any(p.slice.block for p in parts)):
         return [f"{len(missing)} GEMMs of the plan are in no part (e.g. {key_of(missing[0])})"]
     of: dict[int, list[Slice]] = {}
     for p in parts:
         of.setdefault(p.slice.index, []).append(p.slice)
-    one = Slice(1, c, run=run)
-    i0 = one.slice_of(missing)
+    i0 = missing % c
     absent, short, blocks = [], [], {}   # blocks: slice index -> (P, absent blocks)
     for i in np.unique(i0) + 1:
         here = missing[i0 == i - 1]
-        sl = Slice(int(i), c, run=run)
-        cuts = {x.block[1] if x.block else 1 for x in of.get(int(i), [])}
+        cuts = {sl.block[1] if sl.block else 1 for sl in of.get(int(i), [])}
         if not cuts:
             absent.append(int(i))
             continue
         if len(cuts) > 1 or 1 in cuts:   # one part for the whole slice, or blocks cut two ways
-            short.append((sl.describe(), len(here), int(sl.lengths(i - 1, n)), here[0]))
+            short.append((Slice(int(i), c).describe(), len(here), len(range(i - 1, n, c)), here[0]))
             continue
         nb = cuts.pop()
-        first = sl.cut(1, nb)
+        first = Slice(int(i), c).cut(1, nb)
         member = first.members(here, n) - first.member
-        have = {x.block[0] - 1 for x in of[int(i)]}
+        have = {sl.block[0] - 1 for sl in of[int(i)]}
         per = np.bincount(member, minlength=nb)
-        sizes = np.bincount(first.members(sl.positions(n), n) - first.member, minlength=nb)
+        sizes = np.bincount(first.members(np.arange(i - 1, n, c), n) - first.member, minlength=nb)
         gone = [b + 1 for b in range(nb) if per[b] and b not in have]
         if gone:
             blocks[int(i)] = (nb, gone)
-        short += [(sl.cut(b + 1, nb).describe(), int(per[b]), int(sizes[b]), here[member == b][0])
+        short += [(Slice(int(i), c).cut(b + 1, nb).describe(), int(per[b]), int(sizes[b]), here[member == b][0])
                   for b in range(nb) if per[b] and b in have]
     problems = [f"slices {_ranges(absent)} of {c} are missing (no part)"] if absent else []
     problems += [f"blocks {_ranges(gone)} of {nb} of slice {i}/{c} are missing (no part)"

@@ -122,41 +122,22 @@ def test_composed_slices_cover_the_plan_once():
 def test_blocks_of_a_slice_are_contiguous_runs_and_each_gemm_knows_its_block():
     """`cut` (how --devices cuts its slice): block j of P of slice i/n is the j-th contiguous run of the slice's
     GEMMs; `members` finds, from a plan position alone, the block that holds it, for plans the blocks divide
-    unevenly, slices shorter than their blocks, and slices taken in runs of neighbouring GEMMs."""
+    unevenly and slices shorter than their blocks."""
     import numpy as np
     for n in (1, 7, 49, 97, 1000):
-        for count, parts, run in ((1, 1, 1), (1, 6, 1), (3, 4, 1), (2, 64, 1), (5, 3, 1), (2, 1, 3), (3, 4, 7),
-                                  (4, 5, 64), (1, 3, 5)):
+        for count, parts in ((1, 1), (1, 6), (3, 4), (2, 64), (5, 3)):
             seen = np.full(n, -1)
             for i in range(1, count + 1):
-                sl = sweep.Slice(i, count, run=run)
-                whole = list(sl.take(range(n)))
-                assert whole == sl.positions(n).tolist() and len(whole) == sl.lengths(i - 1, n)
-                assert (sl.slice_of(whole) == i - 1).all()
-                blocks = [sl.cut(j, parts) for j in range(1, parts + 1)]
+                run = sweep.Slice(i, count).take(range(n))
+                blocks = [sweep.Slice(i, count).cut(j, parts) for j in range(1, parts + 1)]
                 held = [list(b.take(range(n))) for b in blocks]
-                assert [g for h in held for g in h] == whole              # the blocks in order are the slice
+                assert [g for h in held for g in h] == list(run)          # the blocks in order are the slice
                 assert max(map(len, held)) - min(map(len, held)) <= 1     # as even as the slice allows
                 for b, h in zip(blocks, held):
                     assert (b.members(h, n) == b.member).all()
                     seen[h] = b.member
             assert (seen >= 0).all()
-            assert (sweep.Slice(1, count, run=run).cut(1, parts).members(np.arange(n), n) == seen).all()
-
-
-def test_a_slice_takes_the_plan_in_runs_sized_by_the_plan_and_the_slice_count():
-    assert sweep.shard_run(4672, 2) == 73                  # 32 runs per slice
-    assert sweep.shard_run(1 << 20, 16) == sweep.SHARD_RUN == 128
-    assert sweep.shard_run(97, 4) == sweep.shard_run(0, 1) == 1   # small plans: every count-th GEMM, as before
-    cases = sweep.plan("decode").cases
-    sl = sweep.Slice(2, 2).sized(len(cases))
-    keys = [c.key for c in sl.take(cases)]
-    assert sl.run == 73 and keys[:73] == cases.keys()[73:146] and keys[73:146] == cases.keys()[219:292]
-    # torch, torch-lt and lt of one shape and dtype, which ask the heuristic one question, stay together
-    def questions(ks):
-        return len({k.split("|", 1)[1] for k in ks})
-    every_second = [c.key for c in sweep.Slice(2, 2).take(cases)]
-    assert questions(keys) <= 0.36 * len(keys) and questions(every_second) >= 0.66 * len(every_second)
+            assert (sweep.Slice(1, count).cut(1, parts).members(np.arange(n), n) == seen).all()
 
 
 def test_a_blocks_spec_is_read_back_from_a_raw_file_but_not_taken_from_the_command_line():
@@ -191,8 +172,7 @@ def test_merge_names_the_missing_and_short_blocks_of_a_slice_cut_by_devices(tmp_
     r = _merge(out.parent, out=tmp_path / "m.parquet")
     assert r.exit_code == 1
     sizes = [len(sweep.Slice(2, 2).cut(j, count).take(PLAN.cases)) for j in range(1, count + 1)]
-    assert f"exactly once: blocks 2, 5 of 6 of slice 2/2 are missing (no part); block 3/6 of slice 2/2 lacks 2 of " \
-           f"{sizes[2]} GEMMs (e.g. {json.loads(lines[-2])['key']}; finish it with --resume)" in r.output
+    assert f"exactly once: blocks 2, 5 of 6 of slice 2/2 are missing (no part); block 3/6 of slice 2/2 lacks 2 of "            f"{sizes[2]} GEMMs (e.g. {json.loads(lines[-2])['key']}; finish it with --resume)" in r.output
     (out.parent / "b.part-0001-of-0002.parquet").unlink()
     (out.parent / "b.part-0001-of-0002.raw.jsonl").unlink()
     r = _merge(out.parent, out=tmp_path / "m.parquet")
@@ -203,60 +183,6 @@ def test_merge_names_the_missing_and_short_blocks_of_a_slice_cut_by_devices(tmp_
     block[2].write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
     r = _merge(out.parent, out=tmp_path / "m.parquet")
     assert f"{block[2]} (block 4/6 of slice 2/2) holds {len(lines) - 1} GEMMs of other slices" in r.output
-
-
-BIG = {"name": "cpu-runs", "group": [{"backends": ["numpy"], "ops": ["mm"], "dtypes": ["fp32", "fp16"],
-                                      "layouts": ["NN"], "m": {"range": [1, 200]}, "n": [8], "k": [16]}]}
-
-
-def test_shards_in_runs_end_to_end_with_devices_inside_one_then_merged(tmp_path):
-    """A plan large enough for runs: each --shard part holds every second run of 6 GEMMs, records the run, and
-    --devices inside the other slice cuts its runs into blocks; the parts merge into the plan, each GEMM once."""
-    spec = tmp_path / "big.json"
-    spec.write_text(json.dumps(BIG))
-    plan = sweep.plan_from_spec(BIG)
-    keys = plan.cases.keys()
-    assert len(keys) == 400 and sweep.shard_run(400, 2) == 6
-    out = tmp_path / "r" / "x.parquet"
-    r = _sweep(spec, out, "--shard", "1/2")
-    assert r.exit_code == 0 and "slice 1/2 (--shard): 202 GEMMs in runs of 6 neighbouring GEMMs" in r.output, r.output
-    env, recs = dataset.read_raw(tmp_path / "r" / "x.part-0001-of-0002.raw.jsonl")
-    assert (env["shard"], env["shard_run"]) == ("1/2", 6)
-    held = [rec["key"] for rec in recs]
-    assert held[:12] == keys[0:6] + keys[12:18] and held[-4:] == keys[396:400]
-    r = _sweep(spec, out, "--shard", "2/2", "--devices", "0,1", "--window", "8")
-    assert r.exit_code == 0, r.output
-    m = sweep.merge([str(tmp_path / "r")], str(tmp_path / "m.parquet"))
-    assert m.rows == 400 and _merged_keys(tmp_path / "m.parquet") == sorted(keys)
-    # a block of slice 2/2 lost: named by its number, with its runs
-    count = sweep.fine_slices(198, 2, 8)
-    (tmp_path / "r" / f"x.part-0002-of-0002.block-0003-of-{count:04d}.raw.jsonl").unlink()
-    r = _merge(tmp_path / "r", out=tmp_path / "m2.parquet")
-    assert r.exit_code == 1 and f"blocks 3 of {count} of slice 2/2 are missing (no part)" in r.output, r.output
-
-
-def test_a_part_written_before_runs_is_neither_resumed_as_one_nor_merged_with_them(tmp_path):
-    spec = tmp_path / "big.json"
-    spec.write_text(json.dumps(BIG))
-    out = tmp_path / "x.parquet"
-    assert _sweep(spec, out, "--shard", "1/2").exit_code == 0
-    raw = tmp_path / "x.part-0001-of-0002.raw.jsonl"
-    lines = raw.read_text().splitlines(keepends=True)
-    head = json.loads(lines[0])
-    del head["shard_run"]                 # as a part of single GEMMs, every second one, records it
-    raw.write_text(json.dumps(head) + "\n" + "".join(lines[1:-3]))
-    (tmp_path / "x.part-0001-of-0002.parquet").unlink()
-    r = _sweep(spec, out, "--shard", "1/2", "--resume")
-    assert r.exit_code == 1 and f"cannot resume {raw}: it holds slice 1/2 of a plan of 400 GEMMs, this run is " \
-        "slice 1/2 in runs of 6 GEMMs of 400" in r.output, r.output
-    assert _sweep(spec, out, "--shard", "2/2").exit_code == 0
-    r = _merge(tmp_path / "x.part-0001-of-0002.raw.jsonl", tmp_path / "x.part-0002-of-0002.parquet",
-               out=tmp_path / "m.parquet")
-    assert r.exit_code == 1 and f"{raw} (slice 1/2) holds 99 GEMMs of other slices" in r.output, r.output
-    head["shard_run"] = "6"
-    raw.write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
-    r = _merge(raw, tmp_path / "x.part-0002-of-0002.parquet", out=tmp_path / "m.parquet")
-    assert r.exit_code == 1 and f"{raw}: shard_run '6' in its environment line is not a whole number" in r.output
 
 
 # --- end to end: each scheduler's environment, then merge ---------------------------------------------------------

@@ -61,11 +61,8 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
         raise ProbeError("--shard-count goes with --shard auto (in a Kubernetes Indexed Job)")
     else:
         sl = sweep.parse_shard(shard) if shard else None
-    sl = sl.sized(len(plan.cases)) if sl else None
     cases = sl.take(plan.cases) if sl else plan.cases
-    click.echo(plan.summary() + (f"\n  slice {sl.spec} ({sl.source}): {len(cases)} GEMMs"
-                                 + (f" in runs of {sl.run} neighbouring GEMMs" if sl.run > 1 else "")
-                                 if sl else ""), err=True)
+    click.echo(plan.summary() + (f"\n  slice {sl.spec} ({sl.source}): {len(cases)} GEMMs" if sl else ""), err=True)
     if dry_run:
         return
     if not cases:
