@@ -11,6 +11,8 @@ rate over the mean of the two one-worker rates.
 
 With --base-tree (a checkout of another version of the tool), the several-device run alternates between that
 version and this one, two runs each (base, this, base, this), between the two one-worker runs of this one.
+With --shard I/N as well, the runs are `sweep --shard I/N` on one GPU, no --devices, the two versions
+alternating twice: what a cluster's process runs.
 """
 import argparse
 import json
@@ -28,14 +30,16 @@ from bench_sweep import meets_new_kernel  # noqa: E402  (one rule for a kernel n
 RAN = re.compile(r"ran (\d+) GEMMs in ([\d.]+) s")
 
 
-def run(preset: str, devices: str, out: str, tree: str | None = None) -> dict:
-    """One `sweep --devices` command, of the tool in `tree` (the working directory, which `-m` imports from)."""
+def run(preset: str, devices: str | None, out: str, tree: str | None = None, shard: str | None = None) -> dict:
+    """One `sweep --devices` command (`sweep --shard` with no devices), of the tool in `tree` (the working
+    directory, which `-m` imports from)."""
     t = time.time()
     p = subprocess.run([sys.executable, "-m", "cublaslt_probe", "sweep", "--preset", preset, "-o", out,
-                        "--devices", devices, "--no-progress"], capture_output=True, text=True, cwd=tree)
+                        "--no-progress"] + (["--devices", devices] if devices else []) +
+                       (["--shard", shard] if shard else []), capture_output=True, text=True, cwd=tree)
     wall = time.time() - t
     if p.returncode:
-        sys.exit(f"sweep --devices {devices} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+        sys.exit(f"sweep --devices {devices} --shard {shard} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     workers = [(int(n), float(s)) for n, s in RAN.findall(p.stderr)]
     gemms = sum(n for n, _ in workers)
     slowest = max(s for _, s in workers)
@@ -76,6 +80,7 @@ def main():
     ap.add_argument("--devices", default="0,1")
     ap.add_argument("--base-tree", default=None, help="another version's checkout: its several-device runs "
                                                           "alternate with this one's")
+    ap.add_argument("--shard", default=None, help="with --base-tree: `sweep --shard I/N` on one GPU instead")
     a = ap.parse_args()
     for cmd in (["nvidia-smi", "topo", "-m"], ["lscpu"]):
         try:
@@ -83,6 +88,8 @@ def main():
         except (OSError, subprocess.SubprocessError) as e:
             print(f"{cmd[0]}: {e}")
     here = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+    if a.shard:
+        return shards(a, here)
     steps = [("0", here, "this")]
     if a.base_tree:
         steps += [(a.devices, os.path.abspath(a.base_tree), "base"), (a.devices, here, "this")] * 2
@@ -113,6 +120,25 @@ def main():
               f"rates {', '.join(f'{x:.1f}' for x in rates)} GEMMs/s)")
     print(f"the whole command {runs[0]['wall_s'] / runs[-2]['wall_s']:.2f}x faster on {n} devices than the first "
           "one-worker run")
+
+
+def shards(a, here: str) -> None:
+    """`sweep --shard` on one GPU, the base version and this one alternating twice."""
+    if not a.base_tree:
+        sys.exit("--shard goes with --base-tree")
+    rates = {"base": [], "this": []}
+    with tempfile.TemporaryDirectory() as d:
+        for i, (tree, label) in enumerate([(os.path.abspath(a.base_tree), "base"), (here, "this")] * 2):
+            r = run(a.preset, None, os.path.join(d, f"run{i}.parquet"), tree, a.shard)
+            rates[label].append(r["rate"])
+            print(f"[{label}] --shard {a.shard}: {r['gemms']} GEMMs in {r['slowest_s']:.2f} s, {r['rate']:.1f} GEMMs/s; "
+                  f"the whole command {r['wall_s']:.1f} s", flush=True)
+            for w, (n, ph, retaken, enq, (kernels, first_s)) in r["phases"].items():
+                print(f"  {n} GEMMs, retaken {retaken}, timed calls enqueued in {enq:.0f} µs (median); {kernels} "
+                      f"distinct kernels, the first GEMM of each built and warmed up in {first_s:.2f} s; median ms: "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()), flush=True)
+    for label, xs in rates.items():
+        print(f"[{label}] GEMMs/s: " + ", ".join(f"{x:.1f}" for x in xs))
 
 
 if __name__ == "__main__":
