@@ -74,6 +74,14 @@ def phases(out: str) -> dict:
     return out_
 
 
+def print_phases(r: dict) -> None:
+    for w, (n, ph, retaken, enq, (kernels, first_s)) in r["phases"].items():
+        print(f"  worker {w}: {n} GEMMs, retaken {retaken}, timed calls enqueued in {enq:.0f} µs (median); "
+              f"{kernels} distinct kernels, the first GEMM of each built and warmed up in {first_s:.2f} s "
+              "(its first call loaded it); median ms: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()),
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="decode")
@@ -106,11 +114,7 @@ def main():
                   ", ".join(f"{n} in {s:.2f} s" for n, s in r["workers"]) +
                   f"; {r['rate']:.1f} GEMMs/s over the slowest worker; the whole command {r['wall_s']:.1f} s "
                   "(with process and probe start-up, dataset build and merge)", flush=True)
-            for w, (n, ph, retaken, enq, (kernels, first_s)) in r["phases"].items():
-                print(f"  worker {w}: {n} GEMMs, retaken {retaken}, timed calls enqueued in {enq:.0f} µs (median); "
-                      f"{kernels} distinct kernels, the first GEMM of each built and warmed up in {first_s:.2f} s "
-                      "(its first call loaded it); median ms: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()),
-                      flush=True)
+            print_phases(r)
     one = (runs[0]["rate"] + runs[-1]["rate"]) / 2
     n = len([x for x in a.devices.split(",") if x.strip()])
     for label in dict.fromkeys(r["label"] for r in runs[1:-1]):
@@ -131,12 +135,10 @@ def shards(a, here: str) -> None:
         for i, (tree, label) in enumerate([(os.path.abspath(a.base_tree), "base"), (here, "this")] * 2):
             r = run(a.preset, None, os.path.join(d, f"run{i}.parquet"), tree, a.shard)
             rates[label].append(r["rate"])
-            print(f"[{label}] --shard {a.shard}: {r['gemms']} GEMMs in {r['slowest_s']:.2f} s, {r['rate']:.1f} GEMMs/s; "
+            print(f"[{label}] --shard {a.shard}: {r['gemms']} GEMMs in {r['slowest_s']:.2f} s, "
+                  f"{r['rate']:.1f} GEMMs/s; "
                   f"the whole command {r['wall_s']:.1f} s", flush=True)
-            for w, (n, ph, retaken, enq, (kernels, first_s)) in r["phases"].items():
-                print(f"  {n} GEMMs, retaken {retaken}, timed calls enqueued in {enq:.0f} µs (median); {kernels} "
-                      f"distinct kernels, the first GEMM of each built and warmed up in {first_s:.2f} s; median ms: "
-                      + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()), flush=True)
+            print_phases(r)
     for label, xs in rates.items():
         print(f"[{label}] GEMMs/s: " + ", ".join(f"{x:.1f}" for x in xs))
 

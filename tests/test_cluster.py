@@ -172,7 +172,8 @@ def test_merge_names_the_missing_and_short_blocks_of_a_slice_cut_by_devices(tmp_
     r = _merge(out.parent, out=tmp_path / "m.parquet")
     assert r.exit_code == 1
     sizes = [len(sweep.Slice(2, 2).cut(j, count).take(PLAN.cases)) for j in range(1, count + 1)]
-    assert f"exactly once: blocks 2, 5 of 6 of slice 2/2 are missing (no part); block 3/6 of slice 2/2 lacks 2 of "            f"{sizes[2]} GEMMs (e.g. {json.loads(lines[-2])['key']}; finish it with --resume)" in r.output
+    assert f"exactly once: blocks 2, 5 of 6 of slice 2/2 are missing (no part); block 3/6 of slice 2/2 lacks 2 of " \
+           f"{sizes[2]} GEMMs (e.g. {json.loads(lines[-2])['key']}; finish it with --resume)" in r.output
     (out.parent / "b.part-0001-of-0002.parquet").unlink()
     (out.parent / "b.part-0001-of-0002.raw.jsonl").unlink()
     r = _merge(out.parent, out=tmp_path / "m.parquet")

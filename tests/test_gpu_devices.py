@@ -51,5 +51,6 @@ def test_two_workers_keep_to_their_own_blocks_and_load_fewer_kernels_each(tmp_pa
         for c in sweep.WHOLE.split(j, count).take(plan.cases):
             before[(j - 1) % 2] |= kernels[c.key]
     each, old = sorted(len(m) for m in met.values()), sorted(len(m) for m in before)
-    print(f"distinct kernels per worker {each}; with the slices before {old}; in all {len(set().union(*kernels.values()))}")
+    print(f"distinct kernels per worker {each}; with the slices before {old}; "
+          f"in all {len(set().union(*kernels.values()))}")
     assert each[1] <= 0.8 * old[1], (each, old)

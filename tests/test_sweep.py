@@ -271,7 +271,8 @@ def test_cli_devices_runs_one_worker_per_device_and_merges(tmp_path):
     assert sorted(df.key) == sorted(c.key for c in sweep.plan_from_spec(NUMPY_SPEC).cases)
     # run again over the same parts: refused before any worker starts, unless resumed (nothing left to run)
     r = CliRunner().invoke(main, args)
-    assert r.exit_code == 1 and "d.part-0001-of-0001.block-0001-of-0013.raw.jsonl (and 12 more of the 13 parts) already holds" in r.output
+    assert r.exit_code == 1
+    assert "d.part-0001-of-0001.block-0001-of-0013.raw.jsonl (and 12 more of the 13 parts) already holds" in r.output
     r = CliRunner().invoke(main, args + ["--resume"])
     assert r.exit_code == 0 and "97 rows" in r.output, r.output
 
