@@ -29,8 +29,9 @@ from cublaslt_probe.kinds import PRESETS, WINDOW
 @click.option("--shard-count", type=click.IntRange(min=1), default=None, metavar="N",
               help="With --shard auto in a Kubernetes Indexed Job: the Job's completions.")
 @click.option("--devices", default=None, metavar="0,1",
-              help="One worker per GPU; the workers take fine slices of the plan as they finish the last (a slower "
-                   "GPU runs fewer), each a raw part, merged into OUT (with --shard, left as parts of the whole plan).")
+              help="One worker per GPU; the workers take contiguous blocks of the plan as they finish the last, "
+                   "each from its own run of them first (a slower GPU runs fewer), each a raw part, merged into OUT "
+                   "(with --shard, left as parts of the whole plan).")
 @click.option("--window", default=WINDOW, show_default=True,
               help="GEMMs per profiler window (records are written after each window).")
 @click.option("--reps", default=20, show_default=True,
