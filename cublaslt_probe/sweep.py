@@ -464,13 +464,16 @@ WHOLE = Slice(1, 1, "whole plan")
 def parse_shard(spec: str, source: str = "--shard", blocks: bool = False) -> Slice:
     """`I/N` (1-based); with `blocks`, also `I/N:J/P` (block J of P of slice I/N, as a raw file records it)."""
     head, _, tail = spec.partition(":") if blocks else (spec, "", "")
+    why = (f"{source} {spec!r}: expected I/N or I/N:J/P with 1 <= I <= N and 1 <= J <= P (a sweep writes one of "
+           "these; the file was edited: run its slice again)" if blocks else
+           f"{source} {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4, or auto")
     try:
         i, n = (int(x) for x in head.split("/"))
         j, p = (int(x) for x in tail.split("/")) if tail else (1, 1)
     except ValueError as e:
-        raise SpecError(f"{source} {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4, or auto") from e
+        raise SpecError(why) from e
     if not 1 <= i <= n or not 1 <= j <= p:
-        raise SpecError(f"{source} {spec!r}: expected I/N with 1 <= I <= N, e.g. 1/4, or auto")
+        raise SpecError(why)
     return Slice(i, n, source, block=(j, p) if tail else None)
 
 

@@ -146,8 +146,8 @@ def test_a_blocks_spec_is_read_back_from_a_raw_file_but_not_taken_from_the_comma
     back = sweep.parse_shard(sl.spec, "f: shard", blocks=True)
     assert (back.index, back.count, back.block) == (2, 4, (3, 16))
     assert sweep.parse_shard("2/4", blocks=True).block is None
-    for bad in ("2/4:0/16", "2/4:17/16", "2/4:x"):
-        with pytest.raises(SpecError, match="expected I/N"):
+    for bad in ("2/4:0/16", "2/4:17/16", "2/4:x", "5/4", "x"):
+        with pytest.raises(SpecError, match="expected I/N or I/N:J/P .* the file was edited: run its slice again"):
             sweep.parse_shard(bad, blocks=True)
     with pytest.raises(SpecError, match="expected I/N"):
         sweep.parse_shard("2/4:3/16")
