@@ -1,6 +1,6 @@
 """GPU probe: run GEMMs and capture, per GEMM, the cuBLASLt log lines, the launched kernels, GPU time and
-the heuristic's CPU cost. The only module (with `lt.py` and `driver.py`) that touches the GPU; torch/cupy are imported
-inside functions so that `import cublaslt_probe.probe` works on a CPU machine.
+the heuristic's CPU cost. The only module (with `lt.py` and `driver.py`) that touches the GPU; torch/cupy are
+imported inside functions so that `import cublaslt_probe.probe` works on a CPU machine.
 
 How each capture is made (the evidence, not a guess):
 - log lines: the logger API of the libcublasLt instance torch loaded (`lt.Logger`), level 2 for exactly one

@@ -168,8 +168,8 @@ def _worker(plan, base, count: int, claims: str, workers: int, out: str, executo
     try:
         waited = sweep.wait_for_workers(claims, workers, me)
         gemms, seconds, taken = sweep.run_claimed(plan, base, count, claims, out, executor, resume=resume,
-                                                  window=window, workers=workers,
-                                                  me=int(me) % workers if me.isdigit() else 0, worker=me, **meta)
+                                                  window=window, workers=workers, me=sweep.cpu_slot() % workers,
+                                                  worker=me, **meta)
     finally:
         if hasattr(executor, "close"):
             executor.close()
