@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_sweep import meets_new_kernel  # noqa: E402  (one rule for a kernel new to the process)
 
 RAN = re.compile(r"ran (\d+) GEMMs in ([\d.]+) s")
+THREAD = re.compile(r"worker (\S+): .*its thread ran ([\d.]+) s on the CPU and was preempted (\d+) times")
 
 
 def run(preset: str, devices: str | None, out: str, tree: str | None = None, shard: str | None = None) -> dict:
@@ -44,7 +45,8 @@ def run(preset: str, devices: str | None, out: str, tree: str | None = None, sha
     gemms = sum(n for n, _ in workers)
     slowest = max(s for _, s in workers)
     return {"devices": devices, "workers": workers, "gemms": gemms, "slowest_s": slowest, "rate": gemms / slowest,
-            "wall_s": wall, "phases": phases(out)}
+            "wall_s": wall, "phases": phases(out),
+            "threads": {w: (float(c), int(n)) for w, c, n in THREAD.findall(p.stderr)}}
 
 
 def phases(out: str) -> dict:
@@ -75,6 +77,8 @@ def phases(out: str) -> dict:
 
 
 def print_phases(r: dict) -> None:
+    for w, (cpu_s, preempted) in sorted(r.get("threads", {}).items()):
+        print(f"  worker {w}'s probe thread: {cpu_s:.2f} s on the CPU, preempted {preempted} times", flush=True)
     for w, (n, ph, retaken, enq, (kernels, first_s)) in r["phases"].items():
         print(f"  worker {w}: {n} GEMMs, retaken {retaken}, timed calls enqueued in {enq:.0f} µs (median); "
               f"{kernels} distinct kernels, the first GEMM of each built and warmed up in {first_s:.2f} s "

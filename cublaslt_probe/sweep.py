@@ -718,6 +718,13 @@ def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, wind
             progress: bool = True, meta: dict | None = None, retry_errors: bool = False) -> tuple[int, float]:
     """Run `cases` through `executor`, appending their raw records to the file `raw` after each window (see
     `run`); (GEMMs run, seconds they took)."""
+    return capture_parts([(cases, raw, meta)], executor, resume=resume, window=window, progress=progress,
+                         retry_errors=retry_errors)
+
+
+def _open_part(cases: list[Case], raw: str, executor, resume: bool, meta: dict | None, retry_errors: bool):
+    """(the GEMMs of `cases` still to run, the raw file `raw` opened to append their records): a new file starts
+    with the environment line; an existing one is resumed (`--resume`) when its environment and slice match."""
     from cublaslt_probe.errors import ProbeError
     todo = cases
     if os.path.exists(raw):
@@ -738,45 +745,67 @@ def capture(cases: list[Case], raw: str, executor, *, resume: bool = False, wind
                              "as it was started, or write another -o")
         todo = [c for c in cases if c.key not in done]
         log.info("resume: %d of %d GEMMs already done", len(cases) - len(todo), len(cases))
-        mode = "a"
-    else:
-        mode = "w"
+        return todo, open(raw, "a", encoding="utf-8")
     os.makedirs(os.path.dirname(os.path.abspath(raw)), exist_ok=True)
-    prog = Progress(len(todo)) if progress else None
-    t0 = time.time()
-    with open(raw, mode, encoding="utf-8") as f:
-        if mode == "w":
-            f.write(json.dumps({"type": "env", **executor.env, **(meta or {})}) + "\n")
-            f.flush()
-        synced = time.time()
+    f = open(raw, "w", encoding="utf-8")
+    f.write(json.dumps({"type": "env", **executor.env, **(meta or {})}) + "\n")
+    f.flush()
+    return todo, f
+
+
+def capture_parts(parts, executor, *, resume: bool = False, window: int = WINDOW, progress: bool = True,
+                  retry_errors: bool = False) -> tuple[int, float]:
+    """Run the GEMMs of `parts` ((cases, raw file, meta) each, in turn) through `executor` in windows of
+    `window` that may hold GEMMs of several parts, each record appended to its part's raw file after its
+    window (see `run`); (GEMMs run, seconds they took). A `--devices` worker runs the blocks it claimed
+    together so, in whole windows: a window's profiler session costs about 3.5 ms whatever it holds."""
+    files, todo, where = [], [], {}
+    try:
+        for cases, raw, meta in parts:
+            left, f = _open_part(cases, raw, executor, resume, meta, retry_errors)
+            files.append(f)
+            todo += left
+            where.update((c.key, f) for c in left)
+        prog = Progress(len(todo)) if progress else None
+        t0 = synced = time.time()
         for i in range(0, len(todo), max(1, window)):
             recs = executor.run_window(todo[i:i + window])
             for r in recs:
-                f.write(json.dumps({"type": "gemm", **r}) + "\n")
-            f.flush()  # a killed process loses nothing written; fsync (for a crashed host) every few s
+                where[r["key"]].write(json.dumps({"type": "gemm", **r}) + "\n")
+            for f in files:
+                f.flush()  # a killed process loses nothing written; fsync (for a crashed host) every few s
             if time.time() - synced > FSYNC_S:
-                os.fsync(f.fileno())
+                for f in files:
+                    os.fsync(f.fileno())
                 synced = time.time()
             if prog:
                 prog.update(len(recs), sum(1 for r in recs if r.get("error")))
-    if prog:
-        prog.close()
+        if prog:
+            prog.close()
+    finally:
+        for f in files:
+            f.close()
     ran_s = time.time() - t0
     log.info("ran %d GEMMs in %.1f s", len(todo), ran_s)
     return len(todo), ran_s
 
 
 # --- several workers on one host: fine slices handed out as they finish ----------------------------------------
-CLAIMS_PER_WORKER = 32   # fine slices per worker of `sweep --devices` at most: the last one to finish idles the
-                         # others for about half a slice
+BLOCK_WINDOWS = 4          # `sweep --devices` cuts a plan into blocks of a quarter window (`fine_slices`) ...
+CLAIMS_PER_WORKER = 256    # ... 256 per worker at most (whole windows each when larger): a worker runs the blocks
+                           # it claims together, in whole windows, and claims fewer at once near the end
 
 
 def fine_slices(gemms: int, workers: int, window: int) -> int:
-    """How many slices `sweep --devices` cuts a plan of `gemms` into for `workers` workers: as many as make each
-    slice a whole number of windows at most (a slice of 130 GEMMs in windows of 128 would run a second window
-    of 2, with its own profiler session), CLAIMS_PER_WORKER each at most, and one slice per worker at least."""
+    """How many blocks `sweep --devices` cuts a plan of `gemms` into for `workers` workers: blocks of a quarter
+    window (`BLOCK_WINDOWS`), CLAIMS_PER_WORKER per worker at most, else each a whole number of windows, and one
+    block per worker at least. A worker claims a window's worth of blocks at a time and runs them in one
+    window (`claimed_groups`, `capture_parts`), and near the end claims fewer, down to one: the worker that
+    finishes last then ends at most a block after the others, not a window."""
     window = max(1, window)
-    per = window * max(1, -(-gemms // (window * CLAIMS_PER_WORKER * workers)))   # GEMMs a slice holds at most
+    per = -(-window // BLOCK_WINDOWS)
+    if -(-gemms // per) > CLAIMS_PER_WORKER * workers:
+        per = window * max(1, -(-gemms // (window * CLAIMS_PER_WORKER * workers)))   # GEMMs a block holds at most
     return max(workers, -(-gemms // per), 1)
 
 
@@ -803,6 +832,30 @@ def claim(folder: str, order):
         yield j
 
 
+def unclaimed(folder: str, count: int) -> int:
+    """How many of the `count` blocks no worker has claimed yet (the claim files in `folder`)."""
+    return count - sum(1 for name in os.listdir(folder) if name.isdigit())
+
+
+def claimed_groups(folder: str, order, sizes, window: int, workers: int):
+    """Yield the groups of blocks (numbers of `order`, the blocks 1..N) this worker runs together: each claimed
+    in `order` (`claim`) until the group holds `window` GEMMs (`sizes[j]` in block j), and at most a share of
+    what is left unclaimed — a (2 x `workers`)-th, one block at least (guided self-scheduling): the groups
+    shrink as the plan runs out, so the workers end within about a block of each other. A lone worker's
+    groups fill their windows to the end."""
+    blocks = claim(folder, order)
+    for j in blocks:
+        group, held = [j], sizes[j]
+        most = max(1, -(-unclaimed(folder, len(order)) // (2 * workers))) if workers > 1 else len(order)
+        while held < window and len(group) < most:
+            nxt = next(blocks, None)
+            if nxt is None:
+                break
+            group.append(nxt)
+            held += sizes[nxt]
+        yield group
+
+
 def wait_for_workers(folder: str, workers: int, me: str, timeout_s: float = 300.0) -> float:
     """Say that worker `me` is ready (folder/ready-ME) and wait until `workers` are, or `timeout_s`: the
     workers start taking slices together, so no GPU works alone while the others are still starting.
@@ -818,16 +871,19 @@ def wait_for_workers(folder: str, workers: int, me: str, timeout_s: float = 300.
 def run_claimed(plan_: Plan, base: Slice, count: int, folder: str, out: str, executor, *, resume: bool = False,
                 window: int = WINDOW, workers: int = 1, me: int = 0, **meta) -> tuple[int, float, int]:
     """A `sweep --devices` worker (`me` of `workers`, 0-based): take blocks of `base` (`base.cut(j, count)`)
-    from the claims in `folder`, in `claim_order`, until none is left, capturing each into its raw part file
+    from the claims in `folder`, in `claim_order`, a window's worth at a time (`claimed_groups`), until none
+    is left, capturing each group in windows of `window` (`capture_parts`) into the blocks' raw part files
     beside `out` (no dataset: the parent merges the parts). (GEMMs run, seconds from the first claim to the
-    last record, slices taken.)"""
+    last record, blocks taken.)"""
+    subs = {j: base.cut(j, count) for j in range(1, count + 1)}
+    cases = {j: sub.take(plan_.cases) for j, sub in subs.items()}
     gemms, slices, t0 = 0, 0, time.time()
-    for j in claim(folder, claim_order(count, workers, me)):
-        sub = base.cut(j, count)
-        n, _ = capture(sub.take(plan_.cases), raw_path(part_path(out, sub)), executor, resume=resume, window=window,
-                       progress=False, meta=run_meta(plan_, sub, **meta))
+    for group in claimed_groups(folder, claim_order(count, workers, me), {j: len(c) for j, c in cases.items()},
+                                window, workers):
+        n, _ = capture_parts([(cases[j], raw_path(part_path(out, subs[j])), run_meta(plan_, subs[j], **meta))
+                              for j in group], executor, resume=resume, window=window, progress=False)
         gemms += n
-        slices += 1
+        slices += len(group)
     return gemms, time.time() - t0, slices
 
 

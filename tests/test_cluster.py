@@ -160,9 +160,9 @@ def test_merge_names_the_missing_and_short_blocks_of_a_slice_cut_by_devices(tmp_
     out = tmp_path / "p" / "b.parquet"
     out.parent.mkdir()
     assert _sweep(spec_file, out, "--shard", "1/2").exit_code == 0
-    r = _sweep(spec_file, out, "--shard", "2/2", "--devices", "0,1", "--window", "4")
+    r = _sweep(spec_file, out, "--shard", "2/2", "--devices", "0,1", "--window", "16")
     assert r.exit_code == 0, r.output
-    count = sweep.fine_slices(len(sweep.Slice(2, 2).take(PLAN.cases)), 2, 4)
+    count = sweep.fine_slices(len(sweep.Slice(2, 2).take(PLAN.cases)), 2, 16)
     block = [out.parent / f"b.part-0002-of-0002.block-{j:04d}-of-{count:04d}.raw.jsonl" for j in range(1, count + 1)]
     assert all(b.exists() for b in block) and count == 6
     block[1].unlink()
@@ -273,10 +273,10 @@ def test_explicit_shards_and_devices_inside_a_slice(tmp_path, spec_file):
     """--shard I/N keeps working; --devices inside a slice leaves parts of the whole plan for `merge`."""
     out = tmp_path / "e.parquet"
     assert _sweep(spec_file, out, "--shard", "1/2").exit_code == 0
-    r = _sweep(spec_file, out, "--shard", "2/2", "--devices", "0,1", "--window", "4")
+    r = _sweep(spec_file, out, "--shard", "2/2", "--devices", "0,1", "--window", "16")
     assert r.exit_code == 0, r.output
     half = len(PLAN.cases) // 2
-    count = sweep.fine_slices(half, 2, 4)
+    count = sweep.fine_slices(half, 2, 16)
     assert count == 6 and f"wrote {count} raw parts of slice 2/2" in r.output
     names = sorted(p.name for p in tmp_path.glob("e.part-*-of-*.raw.jsonl") if ".block-" in p.name)
     # block j of slice 2/2 cut `count` ways: the j-th contiguous run of the slice's GEMMs
@@ -428,16 +428,44 @@ def test_resume_refuses_another_plan_or_slice(tmp_path, spec_file):
 
 
 # --- --devices: fine slices claimed as workers finish -------------------------------------------------------------
-def test_fine_slices_are_whole_windows_at_most_and_a_few_dozen_per_worker():
-    def windows(gemms, count, window):   # windows each block of the plan runs in
-        return [-(-len(sweep.WHOLE.cut(j, count).take(range(gemms))) // window) for j in range(1, count + 1)]
-    assert sweep.fine_slices(4672, 2, 128) == 37 and set(windows(4672, 37, 128)) == {1}   # not 36 of 129-130
-    assert sweep.fine_slices(4672, 1, 128) == 19 and set(windows(4672, 19, 128)) == {2}   # CLAIMS_PER_WORKER
-    assert sweep.fine_slices(1 << 20, 2, 128) == 64 and set(windows(1 << 20, 64, 128)) == {128}
-    assert sweep.fine_slices(4672, 2, 32) == 49 and set(windows(4672, 49, 32)) == {3}
-    assert sweep.fine_slices(1000, 2, 32) == 32                                            # a window each
+def test_fine_slices_are_quarter_windows_or_whole_windows_past_256_per_worker():
+    def sizes(gemms, count):   # GEMMs each block of the plan holds
+        return {len(sweep.WHOLE.cut(j, count).take(range(gemms))) for j in range(1, count + 1)}
+    assert sweep.fine_slices(4672, 2, 128) == 146 and sizes(4672, 146) == {32}      # the decode preset
+    assert sweep.fine_slices(4672, 1, 128) == 146
+    assert sweep.fine_slices(1 << 20, 2, 128) == 512 and sizes(1 << 20, 512) == {2048}   # 16 windows each
+    assert sweep.fine_slices(4672, 2, 32) == 146 and sizes(4672, 146) == {32}       # 584 of 8 is too many
+    assert sweep.fine_slices(1000, 2, 32) == 125 and sizes(1000, 125) == {8}
     assert sweep.fine_slices(10, 4, 32) == 4             # one per worker at least
     assert sweep.fine_slices(0, 1, 32) == 1
+
+
+def _claims(folder):
+    os.makedirs(folder)
+    return str(folder)
+
+
+def test_a_worker_claims_a_windows_worth_of_blocks_then_fewer_as_the_plan_runs_out(tmp_path):
+    """Two workers, 40 blocks of 8 GEMMs, windows of 32: groups of 4 blocks (a window) while enough are left
+    unclaimed, then a quarter of what is left (guided self-scheduling), down to one block."""
+    folder = _claims(tmp_path / "c")
+    sizes = {j: 8 for j in range(1, 41)}
+    a = sweep.claimed_groups(folder, sweep.claim_order(40, 2, 0), sizes, 32, 2)
+    b = sweep.claimed_groups(folder, sweep.claim_order(40, 2, 1), sizes, 32, 2)
+    got = {"a": [], "b": []}
+    while True:   # the workers take turns, as two of equal speed would
+        ga, gb = next(a, None), next(b, None)
+        if ga is None and gb is None:
+            break
+        got["a"] += [ga] if ga else []
+        got["b"] += [gb] if gb else []
+    # its own run first, a window's worth at a time, while more than 4 x 4 blocks are left unclaimed; then a
+    # quarter of what is left; the last claims are single blocks, the very last stolen from the other's end
+    assert got == {"a": [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 18], [19], [20], [40]],
+                   "b": [[21, 22, 23, 24], [25, 26, 27, 28], [29, 30, 31, 32], [33, 34, 35], [36, 37], [38], [39]]}
+    # a lone worker fills every window to the end
+    lone = sweep.claimed_groups(_claims(tmp_path / "d"), list(range(1, 11)), {j: 8 for j in range(1, 11)}, 32, 1)
+    assert list(lone) == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
 
 
 def test_each_worker_asks_for_its_own_run_of_blocks_first_then_the_others_from_their_ends():
@@ -461,6 +489,33 @@ def test_each_slice_is_claimed_by_exactly_one_worker_and_a_slow_worker_takes_few
     taken["fast"] += list(fast)
     assert taken == {"fast": [1, 2, 3, 4, 5, 10, 9, 8, 7], "slow": [6]}
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{j:06d}" for j in range(1, 11)]
+
+
+def test_a_group_of_blocks_runs_in_whole_windows_each_record_in_its_blocks_part(tmp_path):
+    """capture_parts: blocks of 5, 6 and 5 GEMMs in windows of 8 run in 2 windows, not one per block (3);
+    each part holds its block's GEMMs in plan order under its own environment line. Killed after the first
+    window, a resume runs each part's GEMMs left, none twice."""
+    subs = [sweep.WHOLE.cut(j, 9) for j in (2, 3, 4)]
+    cases = [sub.take(PLAN.cases) for sub in subs]
+    assert [len(c) for c in cases] == [5, 6, 5]
+    raws = [str(tmp_path / f"p{j}.raw.jsonl") for j in range(3)]
+    parts = [(c, r, sweep.run_meta(PLAN, sub)) for c, r, sub in zip(cases, raws, subs)]
+    n = sum(len(c) for c in cases)
+    ex = sweep.NumpyExecutor()
+    assert sweep.capture_parts(parts, ex, window=8, progress=False)[0] == n
+    assert ex.windows == 2
+    for c, r, sub in zip(cases, raws, subs):
+        env, recs = dataset.read_raw(r)
+        assert env["shard"] == sub.spec and [x["key"] for x in recs] == [x.key for x in c]
+    for r in raws:
+        os.remove(r)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.capture_parts(parts, sweep.NumpyExecutor(stop_after=1), window=8, progress=False)
+    held = [len(dataset.read_raw(r)[1]) for r in raws]
+    assert held == [5, 3, 0]        # the first window: block 2 and the first 3 GEMMs of block 3
+    assert sweep.capture_parts(parts, sweep.NumpyExecutor(), window=8, progress=False, resume=True)[0] == n - 8
+    for c, r in zip(cases, raws):
+        assert sorted(x["key"] for x in dataset.read_raw(r)[1]) == sorted(x.key for x in c)
 
 
 def test_a_worker_takes_the_slices_another_left_and_the_parts_cover_the_plan(tmp_path):

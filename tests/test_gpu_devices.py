@@ -26,12 +26,12 @@ def test_two_workers_keep_to_their_own_blocks_and_load_fewer_kernels_each(tmp_pa
     spec.write_text(json.dumps(SPEC))
     out = tmp_path / "d.parquet"
     r = CliRunner().invoke(main, ["sweep", "--spec", str(spec), "-o", str(out), "--devices", "0,1", "--no-progress",
-                                  "--window", "8"])
+                                  "--window", "32"])
     assert r.exit_code == 0, r.output
     plan = sweep.plan_from_spec(SPEC)
-    count = sweep.fine_slices(len(plan.cases), 2, 8)
+    count = sweep.fine_slices(len(plan.cases), 2, 32)
     df = dataset.read_parquet(str(out))
-    assert len(df) == len(plan.cases) == 768 and count == 48 and df.error.isna().all()
+    assert len(df) == len(plan.cases) == 768 and count == 96 and df.error.isna().all()
     worker, kernels = {}, {}
     for j in range(1, count + 1):
         raw = sweep.raw_path(sweep.part_path(str(out), sweep.WHOLE.cut(j, count)))

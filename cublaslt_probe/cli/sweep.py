@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 
@@ -167,15 +168,19 @@ def _worker(plan, base, count: int, claims: str, workers: int, out: str, executo
     me = os.environ.get("CUBLASLT_PROBE_SLOT", str(os.getpid()))
     try:
         waited = sweep.wait_for_workers(claims, workers, me)
+        used = resource.getrusage(resource.RUSAGE_THREAD)
         gemms, seconds, taken = sweep.run_claimed(plan, base, count, claims, out, executor, resume=resume,
                                                   window=window, workers=workers, me=sweep.cpu_slot() % workers,
                                                   worker=me, **meta)
+        now = resource.getrusage(resource.RUSAGE_THREAD)
     finally:
         if hasattr(executor, "close"):
             executor.close()
     rate = f" ({gemms / seconds:.1f} GEMMs/s)" if seconds else ""
+    cpu_s = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
     click.echo(f"worker {me}: ran {gemms} GEMMs in {seconds:.2f} s{rate}, {taken} of {count} slices, after "
-               f"waiting {waited:.2f} s for the other workers", err=True)
+               f"waiting {waited:.2f} s for the other workers; its thread ran {cpu_s:.2f} s on the CPU and was "
+               f"preempted {now.ru_nivcsw - used.ru_nivcsw} times", err=True)
 
 
 @click.command("merge")
