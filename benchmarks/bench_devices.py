@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`sweep --devices` scaling on a machine with several GPUs (run it on the GPU machine).
 
-    PYTHONPATH=. python3 benchmarks/bench_devices.py [--preset decode] [--devices 0,1] [--base-tree DIR]
+    PYTHONPATH=. python3 benchmarks/bench_devices.py [--preset decode] [--devices 0,1] [--base-tree DIR [--pairs 2]]
 
 Runs the preset with `--devices 0` (one worker), with every device of --devices, and with one worker again,
 each a `cublaslt-probe sweep` process as a user would start it. Every worker prints how long its GEMMs took
@@ -10,7 +10,8 @@ once its probe was up ("ran N GEMMs in X s"); the rate of a run is its GEMMs ove
 rate over the mean of the two one-worker rates.
 
 With --base-tree (a checkout of another version of the tool), the several-device run alternates between that
-version and this one, two runs each (base, this, base, this), between the two one-worker runs of this one.
+version and this one, --pairs times each (base, this, base, this, ...), between the two one-worker runs of this
+one; for each, how long after the first worker the last one ended.
 With --shard I/N as well, the runs are `sweep --shard I/N` on one GPU, no --devices, the two versions
 alternating twice: what a cluster's process runs.
 """
@@ -92,6 +93,7 @@ def main():
     ap.add_argument("--devices", default="0,1")
     ap.add_argument("--base-tree", default=None, help="another version's checkout: its several-device runs "
                                                           "alternate with this one's")
+    ap.add_argument("--pairs", type=int, default=2, help="with --base-tree: how many times the two alternate")
     ap.add_argument("--shard", default=None, help="with --base-tree: `sweep --shard I/N` on one GPU instead")
     a = ap.parse_args()
     for cmd in (["nvidia-smi", "topo", "-m"], ["lscpu"]):
@@ -104,7 +106,7 @@ def main():
         return shards(a, here)
     steps = [("0", here, "this")]
     if a.base_tree:
-        steps += [(a.devices, os.path.abspath(a.base_tree), "base"), (a.devices, here, "this")] * 2
+        steps += [(a.devices, os.path.abspath(a.base_tree), "base"), (a.devices, here, "this")] * a.pairs
     else:
         steps += [(a.devices, here, "this")]
     steps += [("0", here, "this")]
@@ -126,6 +128,10 @@ def main():
         print(f"[{label}] scaling on {n} devices: " + ", ".join(f"{x / one:.2f}x" for x in rates) +
               f" the one-worker rate ({one:.1f} GEMMs/s, mean of the runs before and after; several-device "
               f"rates {', '.join(f'{x:.1f}' for x in rates)} GEMMs/s)")
+        gaps = [max(s for _, s in r["workers"]) - min(s for _, s in r["workers"]) for r in runs[1:-1]
+                if r["label"] == label]
+        print(f"[{label}] the last worker ended after the first by " + ", ".join(f"{g:.2f}" for g in gaps) +
+              f" s (median {statistics.median(gaps):.3f} s); mean rate {statistics.mean(rates):.1f} GEMMs/s")
     print(f"the whole command {runs[0]['wall_s'] / runs[-2]['wall_s']:.2f}x faster on {n} devices than the first "
           "one-worker run")
 

@@ -268,6 +268,21 @@ def record_tables(records: Iterable[dict], env: dict | None, schema, batch: int 
         yield arrow_batch(buf, env, schema)
 
 
+def rebatch(tables: Iterable, rows: int):
+    """Arrow `tables` of one schema joined into tables of `rows` rows at least (the last may hold fewer), so
+    that the small tables of many small parts become a few Parquet row groups, not one each."""
+    import pyarrow as pa
+    buf, held = [], 0
+    for t in tables:
+        buf.append(t)
+        held += len(t)
+        if held >= rows:
+            yield pa.concat_tables(buf) if len(buf) > 1 else buf[0]
+            buf, held = [], 0
+    if buf:
+        yield pa.concat_tables(buf) if len(buf) > 1 else buf[0]
+
+
 def write_tables(tables: Iterable, out: str | os.PathLike, schema) -> int:
     """Write Arrow `tables` of `schema` to the Parquet file `out`, whole or not at all: into a temporary file
     beside it, renamed when complete (a failure removes it and leaves `out` as it was). Returns the rows."""

@@ -1091,24 +1091,26 @@ def find_parts(inputs: list[str]) -> list[str]:
     return out
 
 
+def _kept_records(path: str, keep, start: int = 0, stop: int | None = None):
+    """The kept records of a raw file (those from record `start` to `stop` when given), parsed."""
+    from cublaslt_probe.errors import ProbeError
+    for i, (line, _) in enumerate(_raw_lines(path)):
+        if i < start:
+            continue
+        if stop is not None and i >= stop:
+            break
+        if keep[i]:
+            try:
+                yield json.loads(line)
+            except ValueError as e:
+                raise ProbeError(f"{path}: record {i + 1} became unreadable while merging: {e}") from e
+
+
 def _raw_tables(path: str, keep, env: dict, schema, start: int = 0, stop: int | None = None):
     """The kept records of a raw file (those from record `start` to `stop` when given) as Arrow tables of the
     dataset, BATCH_ROWS rows at a time."""
     from cublaslt_probe import dataset
-    from cublaslt_probe.errors import ProbeError
-
-    def kept():
-        for i, (line, _) in enumerate(_raw_lines(path)):
-            if i < start:
-                continue
-            if stop is not None and i >= stop:
-                break
-            if keep[i]:
-                try:
-                    yield json.loads(line)
-                except ValueError as e:
-                    raise ProbeError(f"{path}: record {i + 1} became unreadable while merging: {e}") from e
-    for table, _ in dataset.record_tables(kept(), env, schema, BATCH_ROWS):
+    for table, _ in dataset.record_tables(_kept_records(path, keep, start, stop), env, schema, BATCH_ROWS):
         yield table
 
 
@@ -1129,12 +1131,23 @@ def _parquet_tables(path: str, keep, schema):
         yield t.select(schema.names).cast(schema)
 
 
-def _raw_to_parquet(path: str, keep, env: dict, dest: str, start: int = 0, stop: int | None = None) -> int:
-    """A raw part (its records `start` to `stop`) as a Parquet file of the dataset schema (run in a worker
-    process by `write_dataset`)."""
-    from cublaslt_probe.dataset import arrow_schema, write_tables
+def _raw_to_parquet(items, dest: str) -> int:
+    """Raw parts (`items`: (path, keep, env, start, stop) each; records `start` to `stop` of each) as one Parquet
+    file of the dataset schema, in row groups of BATCH_ROWS (run in a worker process by `write_dataset`).
+    Consecutive parts whose environments agree on every column a row takes from one (`dataset.ENV_COLUMNS`)
+    are built as one run of records: a batch's rows cost about 20 ms however few they are."""
+    from itertools import groupby
+
+    from cublaslt_probe.dataset import ENV_COLUMNS, arrow_schema, rebatch, record_tables, write_tables
     schema = arrow_schema()
-    return write_tables(_raw_tables(path, keep, env, schema, start, stop), dest, schema)
+
+    def tables():
+        for _, same in groupby(items, key=lambda it: json.dumps([it[2].get(c) for c in ENV_COLUMNS], default=str)):
+            same = list(same)
+            records = (r for path, keep, _, a, b in same for r in _kept_records(path, keep, a, b))
+            for t, _ in record_tables(records, same[0][2], schema, BATCH_ROWS):
+                yield t
+    return write_tables(rebatch(tables(), BATCH_ROWS), dest, schema)
 
 
 CHUNK_ROWS = 32768   # a raw part of at least twice this many records is turned into rows by several processes
@@ -1148,6 +1161,23 @@ def _chunks(n: int, jobs: int, least: int = CHUNK_ROWS) -> list[tuple[int, int |
         return [(0, None)]
     step = -(-n // pieces)
     return [(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _tasks(ranges: list[tuple[int, int, int | None]], sizes: list[int], least: int) -> list[list[tuple]]:
+    """Consecutive record ranges ((part, start, stop), `sizes[i]` records in range i) packed into tasks of
+    `least` records at least (the last may hold fewer): the many small parts of a `--devices` sweep become a
+    few tasks for the row-building processes, not one each (a task costs its process and the merging
+    process about 10-20 ms whatever it holds)."""
+    tasks, cur, held = [], [], 0
+    for r, n in zip(ranges, sizes):
+        cur.append(r)
+        held += n
+        if held >= least:
+            tasks.append(cur)
+            cur, held = [], 0
+    if cur:
+        tasks.append(cur)
+    return tasks
 
 
 def _use_cpus(cpus) -> None:
@@ -1245,13 +1275,15 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
 
     import pyarrow.parquet as pq
 
-    from cublaslt_probe.dataset import arrow_schema, write_tables
+    from cublaslt_probe.dataset import arrow_schema, rebatch, write_tables
     schema = arrow_schema(env)
     tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=os.path.dirname(os.path.abspath(out)))
     if builders is not None:
         jobs, chunk_rows = builders.jobs, chunk_rows or BUILDER_ROWS
-    tasks = [(pi, a, b) for pi, p in enumerate(parts) if p.raw
-             for a, b in (_chunks(len(p.positions), jobs, chunk_rows or CHUNK_ROWS) if jobs > 1 else [(0, None)])]
+    ranges = [(pi, a, b) for pi, p in enumerate(parts) if p.raw
+              for a, b in (_chunks(len(p.positions), jobs, chunk_rows or CHUNK_ROWS) if jobs > 1 else [(0, None)])]
+    sizes = [(len(parts[pi].positions) if b is None else b) - a for pi, a, b in ranges]
+    tasks = _tasks(ranges, sizes, min(chunk_rows or CHUNK_ROWS, -(-sum(sizes) // max(1, jobs))))
     pool = None
     if builders is not None:
         pool = builders.pool
@@ -1260,12 +1292,13 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
         pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_pool_init,
                                    initargs=(cpus, os.getpid()))
     try:
-        futures: dict[int, list] = {}
+        futures: dict[int, list] = {}   # the first part of each task: (its future, its file)
         if pool:
-            for ti, (pi, a, b) in enumerate(tasks):
-                p, dest = parts[pi], os.path.join(tmp_dir, f"{ti}.parquet")
-                futures.setdefault(pi, []).append(
-                    (pool.submit(_raw_to_parquet, p.path, p.keep, p.env, dest, a, b), dest))
+            for ti, task in enumerate(tasks):
+                dest = os.path.join(tmp_dir, f"{ti}.parquet")
+                items = [(parts[pi].path, parts[pi].keep, parts[pi].env, a, b) for pi, a, b in task]
+                futures.setdefault(task[0][0], []).append((pool.submit(_raw_to_parquet, items, dest), dest))
+            in_task = {pi for task in tasks for pi, _, _ in task}
 
         def tables():
             for pi, p in enumerate(parts):
@@ -1273,11 +1306,13 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
                     for fut, dest in futures.pop(pi):
                         fut.result()
                         yield from _parquet_tables(dest, _all(pq.ParquetFile(dest).metadata.num_rows), schema)
+                elif pool and pi in in_task:
+                    continue   # in a task that began with an earlier part
                 elif p.raw:
                     yield from _raw_tables(p.path, p.keep, p.env, schema)
                 else:
                     yield from _parquet_tables(p.path, p.keep, schema)
-        return write_tables(tables(), out, schema)
+        return write_tables(rebatch(tables(), BATCH_ROWS), out, schema)
     finally:
         if pool and builders is None:
             pool.shutdown(cancel_futures=True)

@@ -369,6 +369,39 @@ def test_merge_refuses_parts_from_another_environment(tmp_path, four_parts):
     assert sorted(df.gpu.unique()) == ["NVIDIA H200", "cpu (numpy)"]
 
 
+def test_many_small_parts_merge_in_few_tasks_each_row_under_its_own_parts_environment(tmp_path):
+    """24 block parts of 2-3 GEMMs, every third measured on another GPU, merged by 2 processes: the rows of
+    consecutive parts of one environment are built together (`_raw_to_parquet`), but each row carries its own
+    part's GPU; the dataset is one row group, not one per part."""
+    import pyarrow.parquet as pq
+    out, parts = tmp_path / "b.parquet", []
+    for j in range(1, 25):
+        sub = sweep.WHOLE.cut(j, 24)
+        parts.append(sweep.raw_path(sweep.part_path(str(out), sub)))
+        sweep.capture(sub.take(PLAN.cases), parts[-1], sweep.NumpyExecutor(), progress=False,
+                      meta=sweep.run_meta(PLAN, sub))
+    gpu = {}
+    for j, path in enumerate(parts):
+        lines = open(path).read().splitlines(keepends=True)
+        head = json.loads(lines[0])
+        if j % 3 == 2:
+            head["gpu"] = f"other {j}"
+        open(path, "w").write(json.dumps(head) + "\n" + "".join(lines[1:]))
+        gpu.update((json.loads(line)["key"], head["gpu"]) for line in lines[1:])
+    m = sweep.merge(parts, str(tmp_path / "m.parquet"), allow_env_mismatch=True, jobs=2)
+    df = dataset.read_parquet(str(tmp_path / "m.parquet"))
+    assert m.rows == len(df) == len(PLAN.cases)
+    assert {k: str(g) for k, g in zip(df.key, df.gpu)} == gpu and len(set(gpu.values())) == 9
+    assert pq.ParquetFile(tmp_path / "m.parquet").num_row_groups == 1
+
+
+def test_record_ranges_pack_into_tasks_of_a_least_size_in_order():
+    ranges = [(i, 0, None) for i in range(7)]
+    assert sweep._tasks(ranges, [3] * 7, 7) == [ranges[0:3], ranges[3:6], ranges[6:7]]
+    assert sweep._tasks(ranges, [10] * 7, 7) == [[r] for r in ranges]
+    assert sweep._tasks([], [], 7) == []
+
+
 def test_merge_reads_a_fresh_dataset_else_the_raw_file(tmp_path, four_parts):
     pq_, raw = four_parts / "x.part-0001-of-0004.parquet", four_parts / "x.part-0001-of-0004.raw.jsonl"
     found = sweep.find_parts([str(four_parts)])

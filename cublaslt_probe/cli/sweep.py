@@ -121,11 +121,12 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
 
 def _multi_device(devices: str, out: str, args: list[str], sl=None, gemms: int = 0, window: int = WINDOW):
     """One worker process per device (CUDA_VISIBLE_DEVICES). The plan (slice `sl` of it when given) is cut into
-    fine slices (`sweep.fine_slices`), each a contiguous block of it, and each worker takes the next slice
-    left in its order when it finishes one (`sweep.claim_order`: its own run of blocks, then the others' from
-    their ends), so a slower GPU or host core runs fewer; the workers start together once every probe is up
-    (`sweep.wait_for_workers`). Each slice is a raw part file; they are merged into OUT (with --shard, left as
-    parts of the whole plan for `merge`)."""
+    contiguous blocks (`sweep.fine_slices`: a quarter window each), and each worker takes the next blocks
+    left in its order when it finishes those it took (`sweep.claim_order`: its own run of blocks, then the
+    others' from their ends), a window's worth at a time and fewer near the end (`sweep.claimed_groups`), so a
+    slower GPU or host core runs fewer and the workers end within about a block of each other; they start
+    together once every probe is up (`sweep.wait_for_workers`). Each block is a raw part file; they are merged
+    into OUT (with --shard, left as parts of the whole plan for `merge`)."""
     import shutil
 
     from cublaslt_probe import sweep
