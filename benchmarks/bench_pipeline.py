@@ -2,7 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
-        [--reference-spin enqueue] [--reference-warm 2] [--save runs.json]
+        [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -10,10 +10,11 @@ wall time, the host phases per GEMM, the GEMMs' own GPU time and the overhead be
 miss/hit µs (timed by the companion process, or in the probe's process). The raw records' JSON lines are
 written as the sweep writes them, and that cost is printed apart.
 
-Fidelity (--fidelity PRESET): every window of that plan runs four times, on and off twice each (the order
-turned from window to window); per GEMM, |time_us on / off - 1| (the mean of each mode's two runs, and run
-by run), the same for off / off again (the run-to-run noise of the method), and whether kernels and log
-lines are the same, and how often the plan (calls per sample) differs between the runs.
+Fidelity (--fidelity PRESET): every window of that plan runs on and off --runs times each (2: on, off, off,
+on; the order turned from window to window); per GEMM, |time_us on / off - 1| (the mean of each mode's runs,
+of its first two, and run by run), the same for off / off again (the run-to-run noise of the method: the
+mean of its odd runs against that of its even ones), and whether kernels and log lines are the same, and how
+often the plan (calls per sample) differs between the runs.
 """
 import argparse
 import dataclasses
@@ -98,17 +99,21 @@ def reference_spin(probe, rule: str):
         probe.first_spin = lead_only
 
 
-def fidelity(probe, cases, window, reference: str = "same", reference_warm: int | None = None):
-    """Each window four times, on and off twice each (on, off, off, on; then off, on, on, off for the next
-    window): each mode compared with the other (the mean of its two runs, and run by run) and with itself.
-    The off runs' first timing spin follows `reference` (`reference_spin`), and they make `reference_warm`
-    warm-up calls (`WARM_CALLS`; the probe's own when None)."""
+def fidelity(probe, cases, window, reference: str = "same", reference_warm: int | None = None, per_mode: int = 2):
+    """Each window `per_mode` times in each mode (on, off, off, on, ...; off, on, on, off, ... for the next
+    window): each mode compared with the other (the mean of its runs, the mean of its first two, and run by
+    run) and with itself (the mean of its odd runs against that of its even ones). The off runs' first timing
+    spin follows `reference` (`reference_spin`), and they make `reference_warm` warm-up calls (`WARM_CALLS`;
+    the probe's own when None)."""
     from cublaslt_probe import probe as probe_mod
+    if per_mode < 2 or per_mode % 2:
+        sys.exit("--runs: an even number, 2 at least")
     warm = probe_mod.WARM_CALLS
-    runs = {"on1": {}, "off1": {}, "off2": {}, "on2": {}}
+    runs = {f"{m}{i}": {} for i in range(1, per_mode + 1) for m in ("on", "off")}
     try:
         for i, w in enumerate(windows_of(cases, window)):
-            order = ["on1", "off1", "off2", "on2"] if i % 2 == 0 else ["off1", "on1", "on2", "off2"]
+            a, b = ("on", "off") if i % 2 == 0 else ("off", "on")
+            order = [f"{m}{2 * p + j}" for p in range(per_mode // 2) for m, j in ((a, 1), (b, 1), (b, 2), (a, 2))]
             for name in order:
                 on = name.startswith("on")
                 probe.options = dataclasses.replace(probe.options, pipeline=on)
@@ -121,16 +126,26 @@ def fidelity(probe, cases, window, reference: str = "same", reference_warm: int 
     reference_spin(probe, "same")
     print(f"fidelity: pipeline on with the probe's spin rule and {warm} warm-up call(s); off (one step after "
           f"another) with the {reference!r} rule ({sorted({r['timing']['rule'] for r in runs['off1'].values() if r.get('timing')})}"
-          f" recorded) and {warm if reference_warm is None else reference_warm} warm-up call(s)")
+          f" recorded) and {warm if reference_warm is None else reference_warm} warm-up call(s); {per_mode} runs of each")
     keys = [k for k in runs["on1"] if all(not runs[n][k].get("error") and runs[n][k].get("time_us") for n in runs)]
+    every = range(1, per_mode + 1)
 
     def t(name, k):
+        """time_us of run `name` (on1, off2, ...), or the mean of a mode's runs: `on` all of them, `on:2` the
+        first two, `on:odd` / `on:even` the odd / even ones."""
         if name in runs:
             return runs[name][k]["time_us"]
-        return (runs[name + "1"][k]["time_us"] + runs[name + "2"][k]["time_us"]) / 2
-    for a, b, label in (("on", "off", "pipeline on vs off, each the mean of its two runs"),
-                        ("on1", "off1", "pipeline on vs off, first runs"), ("on2", "off2", "pipeline on vs off, second runs"),
-                        ("off2", "off1", "off vs off (the method's own noise)"), ("on2", "on1", "on vs on")):
+        mode, _, which = name.partition(":")
+        pick = {"": every, "2": range(1, 3), "odd": every[0::2], "even": every[1::2]}[which]
+        return statistics.mean(runs[f"{mode}{i}"][k]["time_us"] for i in pick)
+    pairs = [("on", "off", f"pipeline on vs off, each the mean of its {per_mode} runs")]
+    if per_mode > 2:
+        pairs += [("on:2", "off:2", "pipeline on vs off, each the mean of its first two runs (the protocol of --runs 2)")]
+    pairs += [("on1", "off1", "pipeline on vs off, first runs"), ("on2", "off2", "pipeline on vs off, second runs"),
+              ("off:even", "off:odd", "off vs off (the method's own noise"
+               + (", the mean of its odd runs vs that of its even ones)" if per_mode > 2 else ")")),
+              ("on:even", "on:odd", "on vs on")]
+    for a, b, label in pairs:
         d = [abs(t(a, k) / t(b, k) - 1) * 100 for k in keys]
         print(f"fidelity, {label}: over {len(d)} GEMMs, within 3 %: {sum(x <= 3 for x in d)}/{len(d)} "
               f"({sum(x <= 3 for x in d) / len(d) * 100:.1f} %), median |Δ| {statistics.median(d):.2f} %, "
@@ -147,15 +162,15 @@ def fidelity(probe, cases, window, reference: str = "same", reference_warm: int 
                   f"{statistics.median(t('on', k) / t('off', k) for k in part):.4f}; off vs off within 3 %: "
                   f"{sum(x <= 3 for x in n)}")
     flips = [k for k in keys if len({runs[n][k]["time_calls_per_rep"] for n in runs}) > 1]
-    print(f"    plans: calls per sample differ between the four runs on {len(flips)} GEMMs, of them "
+    print(f"    plans: calls per sample differ between the runs on {len(flips)} GEMMs, of them "
           f"{sum(abs(t('off2', k) / t('off1', k) - 1) * 100 > 3 for k in flips)} with off vs off beyond 3 %; "
-          f"the estimate_us of all four runs within 10 % of each other on "
+          f"the estimate_us of all runs within 10 % of each other on "
           f"{sum(max(runs[n][k]['timing']['estimate_us'] for n in runs) <= 1.1 * min(runs[n][k]['timing']['estimate_us'] for n in runs) for k in keys)}"
           f"/{len(keys)}")
     same = sum(all(runs[n][k].get("kernels") == runs["off1"][k].get("kernels") for n in runs) for k in keys)
     logs = sum(all(_lines(runs[n][k].get("log_lines")) == _lines(runs["off1"][k].get("log_lines")) for n in runs)
                for k in keys)
-    print(f"fidelity: same kernels in all four runs on {same}/{len(keys)} GEMMs, same log lines on {logs}/{len(keys)}; "
+    print(f"fidelity: same kernels in all runs on {same}/{len(keys)} GEMMs, same log lines on {logs}/{len(keys)}; "
           "errors " + ", ".join(f"{n} {sum(bool(r.get('error')) for r in runs[n].values())}" for n in runs))
     worst = sorted(keys, key=lambda k: -abs(t("on", k) / t("off", k) - 1))[:16]
     for k in worst:
@@ -183,6 +198,7 @@ def main():
     ap.add_argument("--save", help="write every fidelity run's records (key, time_us, calls per sample, attempts) "
                                    "to this JSON file")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
+    ap.add_argument("--runs", type=int, default=2, help="fidelity: runs of each mode per window (even)")
     ap.add_argument("--reference-warm", type=int, metavar="N",
                     help="fidelity: the off runs make N warm-up calls before the logged call (default: the probe's "
                          "WARM_CALLS)")
@@ -199,7 +215,8 @@ def main():
         cases = cases[:a.limit]
     throughput(probe, cases, a.window)
     if a.fidelity:
-        runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin, a.reference_warm)
+        runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin, a.reference_warm,
+                        a.runs)
         if a.save:
             with open(a.save, "w") as f:
                 json.dump({n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts"),
