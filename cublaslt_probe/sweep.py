@@ -1167,7 +1167,8 @@ def _tasks(ranges: list[tuple[int, int, int | None]], sizes: list[int], least: i
     """Consecutive record ranges ((part, start, stop), `sizes[i]` records in range i) packed into tasks of
     `least` records at least (the last may hold fewer): the many small parts of a `--devices` sweep become a
     few tasks for the row-building processes, not one each (a task costs its process and the merging
-    process about 10-20 ms whatever it holds)."""
+    process about 10-20 ms whatever it holds). `write_dataset` asks for four tasks per process at least, so
+    that the merging process writes the first tasks' rows while the processes build the later ones."""
     tasks, cur, held = [], [], 0
     for r, n in zip(ranges, sizes):
         cur.append(r)
@@ -1283,7 +1284,7 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
     ranges = [(pi, a, b) for pi, p in enumerate(parts) if p.raw
               for a, b in (_chunks(len(p.positions), jobs, chunk_rows or CHUNK_ROWS) if jobs > 1 else [(0, None)])]
     sizes = [(len(parts[pi].positions) if b is None else b) - a for pi, a, b in ranges]
-    tasks = _tasks(ranges, sizes, min(chunk_rows or CHUNK_ROWS, -(-sum(sizes) // max(1, jobs))))
+    tasks = _tasks(ranges, sizes, min(chunk_rows or CHUNK_ROWS, -(-sum(sizes) // (4 * max(1, jobs)))))
     pool = None
     if builders is not None:
         pool = builders.pool
