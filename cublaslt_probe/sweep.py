@@ -1164,13 +1164,17 @@ def _chunks(n: int, jobs: int, least: int = CHUNK_ROWS) -> list[tuple[int, int |
 
 
 def _tasks(ranges: list[tuple[int, int, int | None]], sizes: list[int], least: int) -> list[list[tuple]]:
-    """Consecutive record ranges ((part, start, stop), `sizes[i]` records in range i) packed into tasks of
-    `least` records at least (the last may hold fewer): the many small parts of a `--devices` sweep become a
-    few tasks for the row-building processes, not one each (a task costs its process and the merging
-    process about 10-20 ms whatever it holds). `write_dataset` asks for four tasks per process at least, so
-    that the merging process writes the first tasks' rows while the processes build the later ones."""
+    """Consecutive record ranges ((part, start, stop), `sizes[i]` records in range i) of neighbouring parts
+    packed into tasks of `least` records at least (the last, or one before a part not in the list, may hold
+    fewer): the many small parts of a `--devices` sweep become a few tasks for the row-building processes,
+    not one each (a task costs its process and the merging process about 10-20 ms whatever it holds).
+    `write_dataset` asks for four tasks per process at least, so that the merging process writes the first
+    tasks' rows while the processes build the later ones."""
     tasks, cur, held = [], [], 0
     for r, n in zip(ranges, sizes):
+        if cur and r[0] > cur[-1][0] + 1:   # a part between them is not in the list (a dataset): keep the order
+            tasks.append(cur)
+            cur, held = [], 0
         cur.append(r)
         held += n
         if held >= least:

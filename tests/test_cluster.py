@@ -400,6 +400,8 @@ def test_record_ranges_pack_into_tasks_of_a_least_size_in_order():
     assert sweep._tasks(ranges, [3] * 7, 7) == [ranges[0:3], ranges[3:6], ranges[6:7]]
     assert sweep._tasks(ranges, [10] * 7, 7) == [[r] for r in ranges]
     assert sweep._tasks([], [], 7) == []
+    gap = [(0, 0, None), (1, 0, None), (3, 0, None), (4, 0, None)]   # part 2 is a dataset: rows stay in part order
+    assert sweep._tasks(gap, [1] * 4, 7) == [gap[:2], gap[2:]]
 
 
 def test_merge_reads_a_fresh_dataset_else_the_raw_file(tmp_path, four_parts):
