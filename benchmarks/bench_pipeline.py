@@ -2,7 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
-        [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json]
+        [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json] [--toggle gate]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -15,6 +15,10 @@ on; the order turned from window to window); per GEMM, |time_us on / off - 1| (t
 of its first two, and run by run), the same for off / off again (the run-to-run noise of the method: the
 mean of its odd runs against that of its even ones), and whether kernels and log lines are the same, and how
 often the plan (calls per sample) differs between the runs.
+
+--toggle OPTION compares another of the probe's boolean options (`ProbeOptions`) the same way: its "on" and
+"off" are that option True and False, the pipeline on in both (`--toggle gate`: the timed batches' gates
+against the spin that covers the host's enqueue).
 """
 import argparse
 import dataclasses
@@ -26,6 +30,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+TOGGLE = "pipeline"   # the ProbeOptions field the two modes set True (on) and False (off); --toggle
+
+
+def mode(probe, on: bool) -> None:
+    """Set `probe`'s options for a mode: TOGGLE on or off (the pipeline on when another option is toggled)."""
+    probe.options = dataclasses.replace(probe.options, **{TOGGLE: on})
 
 
 def windows_of(cases, size):
@@ -46,7 +58,7 @@ def throughput(probe, cases, window):
     sink = open(os.devnull, "w")
     for i, w in enumerate(windows_of(cases, window)):
         on = (i % 4) in (0, 3)
-        probe.options = dataclasses.replace(probe.options, pipeline=on)
+        mode(probe, on)
         t = time.perf_counter()
         recs = probe.run_window(w)
         modes[on]["wall"] += time.perf_counter() - t
@@ -60,7 +72,7 @@ def throughput(probe, cases, window):
         recs, wall = m["recs"], m["wall"]
         n = len(recs)
         gs = sum(gpu_us(r) for r in recs) / 1e6
-        print(f"pipeline {'on ' if on else 'off'}: {n} GEMMs in {wall:.2f} s = {n / wall:.1f} GEMMs/s "
+        print(f"{TOGGLE} {'on ' if on else 'off'}: {n} GEMMs in {wall:.2f} s = {n / wall:.1f} GEMMs/s "
               f"(run_window; writing their JSON lines {m['write'] / n * 1e3:.3f} ms per GEMM more); "
               f"GPU time in the GEMMs {gs:.2f} s, overhead beyond it {(wall - gs) / n * 1e3:.2f} ms per GEMM; "
               f"errors {sum(bool(r.get('error')) for r in recs)}")
@@ -116,7 +128,7 @@ def fidelity(probe, cases, window, reference: str = "same", reference_warm: int 
             order = [f"{m}{2 * p + j}" for p in range(per_mode // 2) for m, j in ((a, 1), (b, 1), (b, 2), (a, 2))]
             for name in order:
                 on = name.startswith("on")
-                probe.options = dataclasses.replace(probe.options, pipeline=on)
+                mode(probe, on)
                 reference_spin(probe, "same" if on else reference)
                 probe_mod.WARM_CALLS = warm if on or reference_warm is None else reference_warm
                 for r in probe.run_window(w):
@@ -124,8 +136,8 @@ def fidelity(probe, cases, window, reference: str = "same", reference_warm: int 
     finally:
         probe_mod.WARM_CALLS = warm
     reference_spin(probe, "same")
-    print(f"fidelity: pipeline on with the probe's spin rule and {warm} warm-up call(s); off (one step after "
-          f"another) with the {reference!r} rule ({sorted({r['timing']['rule'] for r in runs['off1'].values() if r.get('timing')})}"
+    print(f"fidelity: {TOGGLE} on with the probe's spin rule and {warm} warm-up call(s); off with the "
+          f"{reference!r} rule ({sorted({r['timing']['rule'] for r in runs['off1'].values() if r.get('timing')})}"
           f" recorded) and {warm if reference_warm is None else reference_warm} warm-up call(s); {per_mode} runs of each")
     keys = [k for k in runs["on1"] if all(not runs[n][k].get("error") and runs[n][k].get("time_us") for n in runs)]
     every = range(1, per_mode + 1)
@@ -138,10 +150,10 @@ def fidelity(probe, cases, window, reference: str = "same", reference_warm: int 
         mode, _, which = name.partition(":")
         pick = {"": every, "2": range(1, 3), "odd": every[0::2], "even": every[1::2]}[which]
         return statistics.mean(runs[f"{mode}{i}"][k]["time_us"] for i in pick)
-    pairs = [("on", "off", f"pipeline on vs off, each the mean of its {per_mode} runs")]
+    pairs = [("on", "off", f"{TOGGLE} on vs off, each the mean of its {per_mode} runs")]
     if per_mode > 2:
-        pairs += [("on:2", "off:2", "pipeline on vs off, each the mean of its first two runs (the protocol of --runs 2)")]
-    pairs += [("on1", "off1", "pipeline on vs off, first runs"), ("on2", "off2", "pipeline on vs off, second runs"),
+        pairs += [("on:2", "off:2", f"{TOGGLE} on vs off, each the mean of its first two runs (the protocol of --runs 2)")]
+    pairs += [("on1", "off1", f"{TOGGLE} on vs off, first runs"), ("on2", "off2", f"{TOGGLE} on vs off, second runs"),
               ("off:even", "off:odd", "off vs off (the method's own noise"
                + (", the mean of its odd runs vs that of its even ones)" if per_mode > 2 else ")")),
               ("on:even", "on:odd", "on vs on")]
@@ -202,7 +214,10 @@ def main():
     ap.add_argument("--reference-warm", type=int, metavar="N",
                     help="fidelity: the off runs make N warm-up calls before the logged call (default: the probe's "
                          "WARM_CALLS)")
+    ap.add_argument("--toggle", default="pipeline", help="the probe option the two modes set True and False")
     a = ap.parse_args()
+    global TOGGLE
+    TOGGLE = a.toggle
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Probe
     t = time.time()
