@@ -90,3 +90,64 @@ class Clock:
         if st:
             raise self.error(st, "cuEventElapsedTime")
         return self._ms.value * 1e3
+
+
+CU_MEMHOSTALLOC_DEVICEMAP = 0x02
+CU_STREAM_WAIT_VALUE_GEQ = 0x0   # wait until (int32)(*addr - value) >= 0: a counter that may wrap
+
+
+class Gate:
+    """A counter in pinned host memory the GPU can read, and the driver's stream wait on it
+    (`cuStreamWaitValue32`): `hold(stream)` queues a wait for the next value of the counter and returns the
+    driver's status; `open()` writes that value, and the stream goes on past its wait. The host opens a gate
+    once it has enqueued what follows it, so the GPU cannot begin that work before all of it is queued.
+
+    Every held gate must be opened, or the stream waits for ever (and a host wait on it, with it): `open_all()`
+    opens every gate held so far, for a caller that stops between a hold and its open."""
+
+    def __init__(self, clock: Clock):
+        L = clock.lib
+        vp = ctypes.c_void_p
+        self._wait = getattr(L, "cuStreamWaitValue32_v2", None) or L.cuStreamWaitValue32
+        self._wait.argtypes = [vp, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        L.cuMemHostAlloc.argtypes = [ctypes.POINTER(vp), ctypes.c_size_t, ctypes.c_uint]
+        L.cuMemHostGetDevicePointer_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), vp, ctypes.c_uint]
+        L.cuMemFreeHost.argtypes = [vp]
+        self._clock, self._lib = clock, L
+        self._host = vp()
+        st = L.cuMemHostAlloc(ctypes.byref(self._host), 4, CU_MEMHOSTALLOC_DEVICEMAP)
+        if st:
+            raise clock.error(st, "cuMemHostAlloc")
+        dev = ctypes.c_uint64()
+        st = L.cuMemHostGetDevicePointer_v2(ctypes.byref(dev), self._host, 0)
+        if st:
+            L.cuMemFreeHost(self._host)
+            raise clock.error(st, "cuMemHostGetDevicePointer")
+        self._dev = dev.value
+        self._cell = ctypes.c_uint32.from_address(self._host.value)
+        self._cell.value = 0
+        self.opened = 0   # the counter's value (the gates opened so far)
+        self.held = 0     # the value the last held gate waits for
+
+    def hold(self, stream) -> int:
+        """Queue, on `stream`, a wait for the next gate (the driver's status: 0 is success)."""
+        st = self._wait(stream, self._dev, (self.held + 1) & 0xFFFFFFFF, CU_STREAM_WAIT_VALUE_GEQ)
+        if not st:
+            self.held += 1
+        return st
+
+    def open(self) -> None:
+        """Open the oldest gate still held (the GPU goes on past it)."""
+        self.opened += 1
+        self._cell.value = self.opened & 0xFFFFFFFF
+
+    def open_all(self) -> None:
+        self.opened = self.held
+        self._cell.value = self.opened & 0xFFFFFFFF
+
+    def close(self) -> None:
+        """Free the counter, every gate opened first (call once the GPU has passed them)."""
+        if self._host.value:
+            self.open_all()
+            self._lib.cuMemFreeHost(self._host)
+            self._host = ctypes.c_void_p()
