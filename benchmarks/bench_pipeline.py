@@ -2,7 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
-        [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json] [--toggle gate]
+        [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json] [--toggle prewarm]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -17,8 +17,9 @@ mean of its odd runs against that of its even ones), and whether kernels and log
 often the plan (calls per sample) differs between the runs.
 
 --toggle OPTION compares another of the probe's boolean options (`ProbeOptions`) the same way: its "on" and
-"off" are that option True and False, the pipeline on in both (`--toggle gate`: the timed batches' gates
-against the spin that covers the host's enqueue).
+"off" are that option True and False, the pipeline on in both (`--toggle prewarm`: the prewarm thread on and
+off; bench18_gate_ab.txt compared the timed batches' gates, `ProbeOptions.gate` of the commit that measured
+them, with the spin that covers the host's enqueue).
 """
 import argparse
 import dataclasses

@@ -118,10 +118,6 @@ class ProbeOptions:
                                     # no pinning
     prewarm: bool = True            # with the pipeline: ask each GEMM's heuristic question on a thread ahead of its
                                     # first call (HeuristicPrewarm)
-    gate: bool = True               # each timed batch waits on the GPU until the host has enqueued all of it
-                                    # (`driver.Gate`), behind a spin of SPIN_FLOOR_US; False: the batches run
-                                    # behind one spin sized to cover the host's enqueue (`timing_spin`), and are
-                                    # retaken when it did not
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -133,7 +129,7 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline", "prewarm", "gate"):
+        for name in ("flush_l2", "pipeline", "prewarm"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
@@ -155,9 +151,7 @@ class Timing:
     retaken: dict | None            # the first attempt's evidence when it was retaken (the second's under "second")
     estimate_us: float              # the estimating call (or the samples of a re-time) the plan was sized by
     rule: str = "lead"              # the spin rule of the first attempt
-    gap_limit_us: float | None = None   # the GPU idle allowed per sample (None with an L2 flush or the gate)
-    waited: int | None = None       # gate: batches the GPU reached before the host had opened their gate, the
-                                    # one before them ended (it waited there); None without the gate
+    gap_limit_us: float | None = None   # the GPU idle allowed per sample (None with an L2 flush)
 
     @property
     def min_us(self) -> float:
@@ -168,7 +162,7 @@ class Timing:
         return {"spin_us": self.spin_us and round(self.spin_us, 1), "enqueue_us": round(self.enqueue_us, 1),
                 "attempts": self.attempts, "behind": self.behind, "retaken": self.retaken,
                 "estimate_us": round(self.estimate_us, 2), "rule": self.rule,
-                "gap_limit_us": self.gap_limit_us and round(self.gap_limit_us, 3), "waited": self.waited}
+                "gap_limit_us": self.gap_limit_us and round(self.gap_limit_us, 3)}
 
 
 def raw_record(c: Case) -> dict:
@@ -897,8 +891,6 @@ class _Pending:
     rule: str = "lead"
     enqueue_us: float = 0.0
     behind: int = 0
-    waited: int | None = None
-    gated: bool = False
     attempt: int = 1
     case: Case | None = None   # pipeline: whose flags a retake sets first (the next GEMM's may be set by then)
 
@@ -934,9 +926,6 @@ class Probe:
         self.env = environment(self.lib)
         self.builder = Builder(self.lib)
         self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
-        # the timed batches' gates (ProbeOptions.gate), for the process's life; made once torch has made the
-        # context current (the marker's allocation), as the driver's host allocation needs
-        self.gate = driver.Gate(self.clock)
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if self.options.flush_l2 else None
         self.cycles_per_us = self._calibrate_spin()
         self.event_gap_us = self._calibrate_gap()
@@ -1015,17 +1004,9 @@ class Probe:
         self.torch.cuda._sleep(int(max(us, 1.0) * self.cycles_per_us))
 
     def first_spin(self, host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> tuple[float, str]:
-        """(µs of spin before the first attempt's batches, the rule's name). With the gate (the default),
-        SPIN_FLOOR_US ("gate"): the gates keep the GPU out of each batch until the host has enqueued it. A
-        heavy GEMM, and every GEMM without the gate, gets `timing_spin`: the whole enqueue at least for a
-        heavy one ("heavy"; the GPU's rest before its batches is part of what they measure, and it runs them
-        without gates: a gate the host has opened still costs the GPU 1.5-2 µs between batches, a read of
-        host memory), the host's lead ("lead") for the others."""
-        if heavy:
-            return timing_spin(host_us, once_us, reps, per, True), "heavy"
-        if self.options.gate:
-            return SPIN_FLOOR_US, "gate"
-        return timing_spin(host_us, once_us, reps, per), "lead"
+        """(µs of spin before the first attempt's batches, the rule's name): `timing_spin`, the host's lead
+        ("lead"; the whole enqueue at least for a heavy GEMM: "heavy")."""
+        return timing_spin(host_us, once_us, reps, per, heavy), "heavy" if heavy else "lead"
 
     # timing -----------------------------------------------------------------------------------------------
     def time_gpu(self, fn, reps: int | None = None, key: str = "", heavy: bool = False) -> Timing:
@@ -1096,8 +1077,7 @@ class Probe:
             host = max(host, host_once)
         pool = self._event_pool.get((reps, per > 1))
         events = pool.pop() if pool else _Events(self.clock, reps, per > 1)
-        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy, case=case,
-                     gated=self.options.gate and not flush and not heavy)
+        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy, case=case)
         p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per, heavy)
         self._attempt(p)
         return p
@@ -1109,8 +1089,7 @@ class Probe:
         try:
             if p.spin_us is not None:
                 self.spin(p.spin_us)
-            p.enqueue_us, p.behind, p.waited = self._enqueue(p.fn, p.events, p.reps, p.per,
-                                                             self.gate if p.gated else None)
+            p.enqueue_us, p.behind = self._enqueue(p.fn, p.events, p.reps, p.per)
         finally:
             if prewarm is not None:
                 prewarm.release()
@@ -1123,8 +1102,7 @@ class Probe:
         time_gpu)."""
         t = self._collect(p, None)
         retaken = None
-        while t.gap_us is not None and (t.behind or (not p.gated and t.gap_us > self.gap_limit_us * p.reps)) \
-                and p.attempt < ATTEMPTS:
+        while t.gap_us is not None and (t.gap_us > self.gap_limit_us * p.reps or t.behind) and p.attempt < ATTEMPTS:
             failed = {"spin_us": round(p.spin_us, 1), "enqueue_us": round(p.enqueue_us, 1), "behind": p.behind,
                       "gap_us": round(t.gap_us, 3)}
             if retaken is None:
@@ -1159,19 +1137,10 @@ class Probe:
         gap = None if flush else p.events.gap_us(totals)
         return Timing(statistics.median(times), tuple(times), p.per, statistics.median(firsts), gap, p.spin_us,
                       p.enqueue_us, p.attempt, None if flush else p.behind, retaken, p.once_us, p.rule,
-                      None if flush or p.gated else self.gap_limit_us, p.waited)
+                      None if flush else self.gap_limit_us)
 
-    def _enqueue(self, fn, events: _Events, reps: int, per: int, gate=None) -> tuple[float, int, int | None]:
-        """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued,
-        batches it waited for at their gate: None without one).
-
-        With `gate` (a `driver.Gate`), each batch is queued behind a gate the host opens once it has enqueued
-        the whole batch, so the GPU never runs a batch the host is still enqueueing, whatever the spin before
-        them; for a GEMM shorter than its launch, it waits at each gate (counted before the gate opens: the
-        batch before it had ended) and runs each batch as soon as it is queued. The evidence that the gate
-        held is `behind`: a batch whose start event the GPU had passed before its gate opened (0). Every gate
-        held is opened, whatever fails.
-
+    def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
+        """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued).
         Events are recorded on the stream named once here: without it, each record asks torch for the current
         stream (13.6-15.5 µs of host time per event on the H200 hosts, 4.7 µs on a named stream; a GEMM launch
         takes 24-30); and through the driver (`driver.Clock`), not torch's `Event`."""
@@ -1179,35 +1148,22 @@ class Probe:
         rec, done = clock.record, clock.done
         starts, mids, ends = events.starts, events.mids, events.ends
         st = self._stream()
-        waited = None if gate is None else 0
         h = time.perf_counter()
-        try:
-            for i in range(reps):
-                if flush is not None:
-                    flush.zero_()
-                if gate is not None:
-                    bad = gate.hold(st)
-                    if bad:
-                        raise clock.error(bad, "cuStreamWaitValue32")
-                bad = rec(starts[i], st)
-                fn()
-                if mids:
-                    bad = rec(mids[i], st) or bad
-                    for _ in range(per - 1):
-                        fn()
-                bad = rec(ends[i], st) or bad
-                if bad:
-                    raise clock.error(bad, "cuEventRecord")
-                if flush is None and done(starts[i]):
-                    behind += 1  # the GPU was already in this batch: it may have waited for the host inside it
-                if gate is not None:
-                    if i and done(ends[i - 1]):
-                        waited += 1
-                    gate.open()
-        finally:
-            if gate is not None:
-                gate.open_all()
-        return (time.perf_counter() - h) * 1e6, behind, waited
+        for i in range(reps):
+            if flush is not None:
+                flush.zero_()
+            bad = rec(starts[i], st)
+            fn()
+            if mids:
+                bad = rec(mids[i], st) or bad
+                for _ in range(per - 1):
+                    fn()
+            bad = rec(ends[i], st) or bad
+            if bad:
+                raise clock.error(bad, "cuEventRecord")
+            if flush is None and done(starts[i]):
+                behind += 1  # the GPU was already in this batch: it may have waited for the host inside it
+        return (time.perf_counter() - h) * 1e6, behind
 
     # heuristic cost -----------------------------------------------------------------------------------------
     @staticmethod

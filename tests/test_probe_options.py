@@ -43,10 +43,8 @@ def test_timing_evidence_is_the_raw_records_timing_field():
     assert t.min_us == 9.75
     assert t.evidence() == {"spin_us": 412.3, "enqueue_us": 120.0, "attempts": 2, "behind": 0,
                             "retaken": {"spin_us": 200.0, "enqueue_us": 150.0, "behind": 1, "gap_us": 0.5},
-                            "estimate_us": 17.12, "rule": "lead", "gap_limit_us": 2.123, "waited": None}
+                            "estimate_us": 17.12, "rule": "lead", "gap_limit_us": 2.123}
     assert Timing(1.0, (1.0,), 1, 1.0, None, None, 5.0, 1, None, None, 1.0).evidence()["spin_us"] is None
-    gated = Timing(10.0, (10.0,), 5, 12.0, 80.0, 20.0, 400.0, 1, 0, None, 9.0, "gate", None, 4)
-    assert gated.evidence()["waited"] == 4 and gated.evidence()["gap_limit_us"] is None
 
 
 def test_a_heuristic_companion_that_cannot_start_says_why():
