@@ -152,6 +152,37 @@ def time_graph(probe, G, fn, reps, per, form):
     return statistics.median(times), gap, host, nodes
 
 
+def gemms(probe, preset: str, also: str):
+    """(Case, built GEMM, its timing key) for each GEMM of `preset` and N spread over another preset ("NAME:N"),
+    built under its flags and called twice; cupy's are left out (they run on cupy's stream)."""
+    import torch
+    from cublaslt_probe import sweep
+    from cublaslt_probe.cases import invalid_reason
+    cases = list(sweep.plan(preset).cases)
+    if also:
+        name, _, n = also.partition(":")
+        more = list(sweep.plan(name).cases)
+        step = max(1, len(more) // int(n))
+        cases += more[::step][:int(n)]
+    for c in cases:
+        if invalid_reason(c) or c.backend == "cupy":
+            continue
+        probe.builder.set_flags(c)
+        b = probe.builder.build(c)
+        for _ in range(2):
+            b.fn()
+        torch.cuda.synchronize()
+        yield c, b, f"{c.backend}|{c.op}"
+
+
+def versus(pick, f: str) -> str:
+    """How the mean of method `f`'s rounds compares with the probe's, over the GEMMs' rows `pick`."""
+    d = [statistics.mean(r["res"][f]) / statistics.mean(r["res"]["probe"]) for r in pick]
+    w = sum(abs(x - 1) <= 0.03 for x in d)
+    return (f"  {f} vs probe: within 3 % {w}/{len(d)} ({w / len(d) * 100:.1f} %), median ratio "
+            f"{statistics.median(d):.4f}, p5 {sorted(d)[len(d) // 20]:.4f}, p95 {sorted(d)[len(d) * 19 // 20]:.4f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="quick")
@@ -160,31 +191,15 @@ def main():
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     import torch
-    from cublaslt_probe import sweep
-    from cublaslt_probe.cases import invalid_reason
     from cublaslt_probe.probe import Probe, timing_plan
     stream = torch.cuda.Stream()
     torch.cuda.set_stream(stream)
     probe = Probe(pipeline=False)
     G = Graphs()
-    cases = [c for c in sweep.plan(a.preset).cases]
-    if a.also:
-        name, _, n = a.also.partition(":")
-        more = list(sweep.plan(name).cases)
-        step = max(1, len(more) // int(n))
-        cases += more[::step][:int(n)]
     forms = ("probe", "copies", "captured")
     rows = []
     log = open(a.out, "w") if a.out else None
-    for c in cases:
-        if invalid_reason(c) or c.backend == "cupy":
-            continue
-        probe.builder.set_flags(c)
-        b = probe.builder.build(c)
-        key = f"{c.backend}|{c.op}"
-        for _ in range(2):
-            b.fn()
-        torch.cuda.synchronize()
+    for c, b, key in gemms(probe, a.preset, a.also):
         res = {f: [] for f in forms}
         host = {f: [] for f in forms}
         plan = None
@@ -226,10 +241,7 @@ def main():
             continue
         out.append(f"{label}: {len(pick)} GEMMs")
         for f in ("copies", "captured"):
-            d = [statistics.mean(r["res"][f]) / statistics.mean(r["res"]["probe"]) for r in pick]
-            w = sum(abs(x - 1) <= 0.03 for x in d)
-            out.append(f"  {f} vs probe: within 3 % {w}/{len(d)} ({w / len(d) * 100:.1f} %), median ratio "
-                       f"{statistics.median(d):.4f}, p5 {sorted(d)[len(d) // 20]:.4f}, p95 {sorted(d)[len(d) * 19 // 20]:.4f}")
+            out.append(versus(pick, f))
         d = [statistics.mean(r["res"]["probe"][0::2]) / statistics.mean(r["res"]["probe"][1::2]) for r in pick]
         w = sum(abs(x - 1) <= 0.03 for x in d)
         out.append(f"  probe vs probe (odd vs even rounds): within 3 % {w}/{len(d)} ({w / len(d) * 100:.1f} %)")

@@ -27,6 +27,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_graph_timing import gemms, versus  # noqa: E402  (the same GEMMs, built and warmed alike)
 
 GEQ = 0   # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 
@@ -85,29 +87,13 @@ def main():
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     import torch
-    from cublaslt_probe import sweep
-    from cublaslt_probe.cases import invalid_reason
     from cublaslt_probe.probe import SPIN_FLOOR_US, Probe, _Events, timing_spin
     probe = Probe(pipeline=False)
     gate = Gate(torch)
-    cases = list(sweep.plan(a.preset).cases)
-    if a.also:
-        name, _, n = a.also.partition(":")
-        more = list(sweep.plan(name).cases)
-        step = max(1, len(more) // int(n))
-        cases += more[::step][:int(n)]
     forms = ("probe", "gated", "floor")
     rows = []
     log = open(a.out, "w") if a.out else None
-    for c in cases:
-        if invalid_reason(c) or c.backend == "cupy":
-            continue
-        probe.builder.set_flags(c)
-        b = probe.builder.build(c)
-        key = f"{c.backend}|{c.op}"
-        for _ in range(2):
-            b.fn()
-        torch.cuda.synchronize()
+    for c, b, key in gemms(probe, a.preset, a.also):
         res = {f: [] for f in forms}
         ev = {f: [] for f in forms}
         plan = None
@@ -159,10 +145,7 @@ def main():
             continue
         out.append(f"{label}: {len(pick)} GEMMs")
         for f in forms[1:]:
-            d = [statistics.mean(r["res"][f]) / statistics.mean(r["res"]["probe"]) for r in pick]
-            w = sum(abs(x - 1) <= 0.03 for x in d)
-            out.append(f"  {f} vs probe: within 3 % {w}/{len(d)} ({w / len(d) * 100:.1f} %), median ratio "
-                       f"{statistics.median(d):.4f}, p5 {sorted(d)[len(d) // 20]:.4f}, p95 {sorted(d)[len(d) * 19 // 20]:.4f}")
+            out.append(versus(pick, f))
         for f in forms:
             d = [statistics.mean(r["res"][f][0::2]) / statistics.mean(r["res"][f][1::2]) for r in pick]
             w = sum(abs(x - 1) <= 0.03 for x in d)
