@@ -183,13 +183,26 @@ def versus(pick, f: str) -> str:
             f"{statistics.median(d):.4f}, p5 {sorted(d)[len(d) // 20]:.4f}, p95 {sorted(d)[len(d) * 19 // 20]:.4f}")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="quick")
-    ap.add_argument("--also", default="decode:256", help="PRESET:N: also N GEMMs spread over that preset")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of the three methods per GEMM (even)")
+def arguments(doc: str, methods: str) -> argparse.Namespace:
+    """The command line both benchmarks take (--preset, --also, --rounds, --out), checked: a bad value stops
+    with argparse's one-line error before the GPU is touched."""
+    from cublaslt_probe.kinds import PRESETS
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--preset", default="quick", choices=PRESETS)
+    ap.add_argument("--also", default="decode:256", help="PRESET:N: also N GEMMs spread over that preset ('' for none)")
+    ap.add_argument("--rounds", type=int, default=2, help=f"rounds of {methods} per GEMM (even)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
+    name, _, n = a.also.partition(":")
+    if a.also and (name not in PRESETS or not n.isdigit() or int(n) < 1):
+        ap.error(f"--also {a.also!r}: expected PRESET:N with PRESET one of {', '.join(PRESETS)} and N >= 1")
+    if a.rounds < 2 or a.rounds % 2:
+        ap.error(f"--rounds {a.rounds}: expected an even number, 2 at least")
+    return a
+
+
+def main():
+    a = arguments(__doc__, "the three methods")
     import torch
     from cublaslt_probe.probe import Probe, timing_plan
     stream = torch.cuda.Stream()

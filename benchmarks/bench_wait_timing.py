@@ -19,7 +19,6 @@ against itself (odd rounds against even), and per method the medians of the host
 from the spin's launch to the GPU's end of the last batch (what the pipeline waits for), and the GPU's idle
 time between batches.
 """
-import argparse
 import ctypes
 import os
 import statistics
@@ -28,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_graph_timing import gemms, versus  # noqa: E402  (the same GEMMs, built and warmed alike)
+from bench_graph_timing import arguments, gemms, versus  # noqa: E402  (the same GEMMs, built and warmed alike)
 
 GEQ = 0   # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 
@@ -80,12 +79,7 @@ def time_gated(probe, gate, fn, reps, per, spin_us, events):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="quick")
-    ap.add_argument("--also", default="decode:256", help="PRESET:N: also N GEMMs spread over that preset")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of the methods per GEMM (even)")
-    ap.add_argument("--out", default="")
-    a = ap.parse_args()
+    a = arguments(__doc__, "the methods")
     import torch
     from cublaslt_probe.probe import SPIN_FLOOR_US, Probe, _Events, timing_spin
     probe = Probe(pipeline=False)
