@@ -86,6 +86,23 @@ def part_costs(probe, cases):
     print(f"1. host µs per step ({c.key}, layout {'T' if ta else 'N'}{'T' if tb else 'N'}):")
     for name, fn in rows.items():
         print(f"   {name:<40} {host_us(probe, fn):8.2f}")
+    import contextlib
+    contexts = {"plain": contextlib.nullcontext, "under torch.inference_mode": torch.inference_mode,
+                "under torch.no_grad": torch.no_grad}
+    got = {k: [] for k in contexts}
+    for _ in range(8):   # the three interleaved, 8 rounds: the host's speed drifts within a process
+        for k, ctx in contexts.items():
+            with ctx():
+                got[k].append(host_us(probe, built.fn))
+    for k, v in got.items():
+        print(f"   {'torch.mm ' + k:<40} {statistics.median(v):8.2f}  (8 rounds interleaved: {min(v):.2f}-{max(v):.2f})")
+    if lc is not None:
+        t = time.perf_counter()
+        for _ in range(50):
+            b.set_flags(lc)
+            b.build(lc).close()
+        print(f"   {'lt build (set_flags, LtGemm, heuristic hit)':<40} {(time.perf_counter() - t) * 1e6 / 50:8.2f}")
+        b.set_flags(c)
     t = time.perf_counter()
     for _ in range(200):
         ev[0].elapsed_time(ev[1])
@@ -182,6 +199,39 @@ def part_toggle(probe, cases, n=96):
           f"{per_call_in:.2f}, closed {host_us(probe, gemms[0][1].fn):.2f}")
 
 
+def part_waits(probe, cases, window=128):
+    """The host's waits in the pipeline over `cases`: for the estimating call (`_read_estimate`, queued behind
+    the GEMM in flight and its spin) and for the GEMM in flight (`clock.wait` in `_drain`)."""
+    est, spins = [], [0, 0]
+    read, cov = probe._read_estimate, probe._covered
+
+    def timed_read(q):
+        t = time.perf_counter()
+        probe.clock.wait(q[1])
+        est.append((time.perf_counter() - t) * 1e6)
+        return read(q)
+
+    def counted(need):
+        r = cov(need)
+        spins[r] += 1
+        return r
+    probe._read_estimate, probe._covered = timed_read, counted
+    t = time.perf_counter()
+    recs = []
+    try:
+        for i in range(0, len(cases), window):
+            recs += probe.run_window(cases[i:i + window])
+    finally:
+        del probe._read_estimate, probe._covered
+    wall = time.perf_counter() - t
+    waits = [r["probe_ms"].get("wait", 0.0) * 1e3 for r in recs if r.get("probe_ms")]
+    print(f"4. waits over {len(recs)} GEMMs ({len(recs) / wall:.1f} GEMMs/s, estimate_behind="
+          f"{probe.options.estimate_behind}): estimating call read after a wait of median "
+          f"{statistics.median(est):.1f} µs, mean {statistics.mean(est):.1f} (sum {sum(est) / 1e6:.2f} s); "
+          f"the GEMM in flight waited for median {statistics.median(waits):.1f} µs, mean {statistics.mean(waits):.1f}; "
+          f"estimates queued behind a spin {spins[0]}, behind the batches in flight {spins[1]}")
+
+
 def part_profile(probe, cases, top):
     probe.run_window(cases[:32])   # warm
     prof = cProfile.Profile()
@@ -203,6 +253,8 @@ def main():
     ap.add_argument("--preset", default="decode")
     ap.add_argument("--limit", type=int, default=800)
     ap.add_argument("--top", type=int, default=45)
+    ap.add_argument("--waits", type=int, default=0, help="GEMMs of the preset whose host waits part 4 measures")
+    ap.add_argument("--no-profile", action="store_true", help="leave out part 3 (cProfile)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Probe, ProbeOptions
@@ -211,7 +263,14 @@ def main():
     try:
         part_costs(probe, cases)
         part_toggle(probe, [c for c in cases if c.backend != "lt"])
-        part_profile(probe, cases, a.top)
+        if not a.no_profile:
+            part_profile(probe, cases, a.top)
+        if a.waits:
+            import dataclasses
+            waits = list(sweep.plan(a.preset).cases[:a.waits])
+            for behind in (False, True, False, True):
+                probe.options = dataclasses.replace(probe.options, estimate_behind=behind)
+                part_waits(probe, waits)
     finally:
         probe.close()
 

@@ -2,7 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
-        [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json] [--toggle prewarm]
+        [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json] [--toggle prewarm] [--paired]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -54,20 +54,33 @@ def gpu_us(rec) -> float:
     return rec["time_us"] * ((rec.get("time_us_reps") or 0) * (rec.get("time_calls_per_rep") or 1) + WARM_CALLS + 3)
 
 
-def throughput(probe, cases, window):
+def throughput(probe, cases, window, paired: bool = False):
+    """Windows alternating between the modes (on, off, off, on, ...); `paired`: every window in both modes, the
+    mode that runs it first alternating from window to window (the first run meets the window's new kernels
+    and heuristic questions), so that both modes time the same GEMMs; the wall time of first and second runs
+    is printed apart as well."""
     modes = {True: {"wall": 0.0, "recs": [], "write": 0.0}, False: {"wall": 0.0, "recs": [], "write": 0.0}}
+    turn = {(on, first): 0.0 for on in (True, False) for first in (True, False)}
     sink = open(os.devnull, "w")
     for i, w in enumerate(windows_of(cases, window)):
-        on = (i % 4) in (0, 3)
-        mode(probe, on)
-        t = time.perf_counter()
-        recs = probe.run_window(w)
-        modes[on]["wall"] += time.perf_counter() - t
-        t = time.perf_counter()
-        for r in recs:
-            sink.write(json.dumps({"type": "gemm", **r}) + "\n")
-        modes[on]["write"] += time.perf_counter() - t
-        modes[on]["recs"] += recs
+        order = ((i % 2 == 0, True), (i % 2 == 1, False)) if paired else (((i % 4) in (0, 3), True),)
+        for on, first in order:
+            mode(probe, on)
+            t = time.perf_counter()
+            recs = probe.run_window(w)
+            wall = time.perf_counter() - t
+            modes[on]["wall"] += wall
+            turn[on, first] += wall
+            t = time.perf_counter()
+            for r in recs:
+                sink.write(json.dumps({"type": "gemm", **r}) + "\n")
+            modes[on]["write"] += time.perf_counter() - t
+            modes[on]["recs"] += recs
+    if paired:
+        n = len(modes[True]["recs"]) / 2
+        print(f"paired windows, {TOGGLE} on / off: as the window's first run {n / turn[True, True]:.1f} / "
+              f"{n / turn[False, True]:.1f} GEMMs/s, as its second {n / turn[True, False]:.1f} / "
+              f"{n / turn[False, False]:.1f} (each over half the windows)")
     for on in (False, True):
         m = modes[on]
         recs, wall = m["recs"], m["wall"]
@@ -216,6 +229,7 @@ def main():
                     help="fidelity: the off runs make N warm-up calls before the logged call (default: the probe's "
                          "WARM_CALLS)")
     ap.add_argument("--toggle", default="pipeline", help="the probe option the two modes set True and False")
+    ap.add_argument("--paired", action="store_true", help="throughput: every window in both modes (see throughput)")
     a = ap.parse_args()
     global TOGGLE
     TOGGLE = a.toggle
@@ -229,7 +243,7 @@ def main():
     probe.run_window(cases[-a.warm:])
     if a.limit:
         cases = cases[:a.limit]
-    throughput(probe, cases, a.window)
+    throughput(probe, cases, a.window, a.paired)
     if a.fidelity:
         runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin, a.reference_warm,
                         a.runs)

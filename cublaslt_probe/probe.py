@@ -118,6 +118,9 @@ class ProbeOptions:
                                     # no pinning
     prewarm: bool = True            # with the pipeline: ask each GEMM's heuristic question on a thread ahead of its
                                     # first call (HeuristicPrewarm)
+    estimate_behind: bool = False   # with the pipeline: no spin before an estimating call that the GEMM in flight's
+                                    # batches still cover (`covering_batch`)
+    inference_mode: bool = False    # run windows under torch.inference_mode (no autograd dispatch per call)
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -129,7 +132,7 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline", "prewarm"):
+        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "inference_mode"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
@@ -454,6 +457,16 @@ def estimate_spin(host_us: float) -> float:
     lower); behind three, on 6 and 7, on the same host (bench12_fidelity_estimate_ab*.txt: the first of two
     estimating calls queued behind this spin)."""
     return SPIN_FLOOR_US + 3 * host_us
+
+
+def covering_batch(once_us: float, reps: int, per: int, need_us: float) -> int | None:
+    """The last of `reps` timed batches of `per` calls (of a GEMM whose estimating call took `once_us`) that
+    leaves `need_us` of GPU work or more from its start to the plan's end, at half the estimate per call (the
+    rule of `timing_spin`); None when the whole plan is shorter (pure). While that batch has not started, a call
+    queued behind the plan cannot find the GPU idle for `need_us`: the batches are its spin."""
+    g = max(once_us, 1.0) / 2
+    k = reps - math.ceil(need_us / (per * g))
+    return k if k >= 0 else None
 
 
 def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> float:
@@ -1045,13 +1058,22 @@ class Probe:
         if self.flush is not None:
             self.flush.zero_()
         else:
-            self.spin(estimate_spin(self._host_us.get(key, HOST_US_GUESS)))
+            need = estimate_spin(self._host_us.get(key, HOST_US_GUESS))
+            if not self._covered(need):
+                self.spin(need)
         st, rec = self._stream(), clock.record
         h = time.perf_counter()
         bad = rec(s, st); fn(); bad = rec(e, st) or bad  # noqa: E702
         if bad:
             raise clock.error(bad, "cuEventRecord")
         return s, e, (time.perf_counter() - h) * 1e6
+
+    def _covered(self, need_us: float) -> bool:
+        """(`estimate_behind`) Does the GPU still have `need_us` of the in-flight GEMM's batches ahead of it
+        (`covering_batch` not started)?"""
+        p = self._inflight[3] if self.options.estimate_behind and self._inflight is not None else None
+        k = None if p is None else covering_batch(p.once_us, p.reps, p.per, need_us)
+        return k is not None and not self.clock.done(p.events.starts[k])
 
     def _read_estimate(self, queued: tuple) -> tuple[float, float]:
         s, e, host_once = queued
@@ -1262,7 +1284,8 @@ class Probe:
         was = gc.isenabled()
         gc.disable()
         try:
-            return self._run_window(cases)
+            with self.torch.inference_mode(self.options.inference_mode):
+                return self._run_window(cases)
         finally:
             if was:
                 gc.enable()
