@@ -102,7 +102,9 @@ def throughput(probe, cases, window, paired: bool = False):
         tim = [r["timing"] for r in recs if r.get("timing")]
         print(f"    heuristic (timed in: {', '.join(where)}): miss median {statistics.median(miss):.1f} µs, hit median "
               f"{statistics.median(hit):.2f} µs over {len(miss)} GEMMs; timing retaken {sum(t['attempts'] > 1 for t in tim)}"
-              f", behind after the last attempt {sum(bool(t.get('behind')) for t in tim)}")
+              f", behind after the last attempt {sum(bool(t.get('behind')) for t in tim)}; first spin median "
+              f"{statistics.median(t['spin_us'] for t in tim if t.get('spin_us') is not None):.0f} µs, enqueue median "
+              f"{statistics.median(t['enqueue_us'] for t in tim if t.get('enqueue_us') is not None):.0f} µs")
     return modes
 
 

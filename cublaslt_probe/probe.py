@@ -118,9 +118,10 @@ class ProbeOptions:
                                     # no pinning
     prewarm: bool = True            # with the pipeline: ask each GEMM's heuristic question on a thread ahead of its
                                     # first call (HeuristicPrewarm)
-    estimate_behind: bool = False   # with the pipeline: no spin before an estimating call that the GEMM in flight's
+    estimate_behind: bool = True    # with the pipeline: no spin before an estimating call that the GEMM in flight's
                                     # batches still cover (`covering_batch`)
-    inference_mode: bool = False    # run windows under torch.inference_mode (no autograd dispatch per call)
+    lead_at_estimate: bool = False  # the spin before the timed batches takes the GPU's time per call as the
+                                    # estimate (`timing_spin`'s g_share 1), not half of it
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -132,7 +133,7 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "inference_mode"):
+        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "lead_at_estimate"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
@@ -469,7 +470,8 @@ def covering_batch(once_us: float, reps: int, per: int, need_us: float) -> int |
     return k if k >= 0 else None
 
 
-def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> float:
+def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False,
+                g_share: float = 0.5) -> float:
     """µs of GPU spin to put before `reps` timed batches of `per` calls of a GEMM whose estimating call took
     `once_us` on the GPU, when the host takes `host_us` to enqueue one call (pure; see time_gpu).
 
@@ -491,7 +493,7 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool
     before the lead's): behind the lead's shorter spin, the quick preset's 4096^3 bf16 and fp16 GEMMs ran 3-6 %
     slower than behind the whole enqueue's, in every run (bench11_fidelity_flags_fix.txt); the GPU's rest
     before their batches is part of what they measure."""
-    g = once_us / 2
+    g = once_us * g_share
     lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - g))
     spin = SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
     whole = 2 * enqueue_spin(host_us, reps, per)
@@ -1019,7 +1021,8 @@ class Probe:
     def first_spin(self, host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> tuple[float, str]:
         """(µs of spin before the first attempt's batches, the rule's name): `timing_spin`, the host's lead
         ("lead"; the whole enqueue at least for a heavy GEMM: "heavy")."""
-        return timing_spin(host_us, once_us, reps, per, heavy), "heavy" if heavy else "lead"
+        g_share = 1.0 if self.options.lead_at_estimate else 0.5
+        return timing_spin(host_us, once_us, reps, per, heavy, g_share), "heavy" if heavy else "lead"
 
     # timing -----------------------------------------------------------------------------------------------
     def time_gpu(self, fn, reps: int | None = None, key: str = "", heavy: bool = False) -> Timing:
@@ -1284,8 +1287,7 @@ class Probe:
         was = gc.isenabled()
         gc.disable()
         try:
-            with self.torch.inference_mode(self.options.inference_mode):
-                return self._run_window(cases)
+            return self._run_window(cases)
         finally:
             if was:
                 gc.enable()
