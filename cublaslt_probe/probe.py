@@ -120,8 +120,6 @@ class ProbeOptions:
                                     # first call (HeuristicPrewarm)
     estimate_behind: bool = True    # with the pipeline: no spin before an estimating call that the GEMM in flight's
                                     # batches still cover (`covering_batch`)
-    lead_at_estimate: bool = False  # the spin before the timed batches takes the GPU's time per call as the
-                                    # estimate (`timing_spin`'s g_share 1), not half of it
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -133,7 +131,7 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "lead_at_estimate"):
+        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
@@ -470,8 +468,7 @@ def covering_batch(once_us: float, reps: int, per: int, need_us: float) -> int |
     return k if k >= 0 else None
 
 
-def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False,
-                g_share: float = 0.5) -> float:
+def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> float:
     """µs of GPU spin to put before `reps` timed batches of `per` calls of a GEMM whose estimating call took
     `once_us` on the GPU, when the host takes `host_us` to enqueue one call (pure; see time_gpu).
 
@@ -493,7 +490,7 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool
     before the lead's): behind the lead's shorter spin, the quick preset's 4096^3 bf16 and fp16 GEMMs ran 3-6 %
     slower than behind the whole enqueue's, in every run (bench11_fidelity_flags_fix.txt); the GPU's rest
     before their batches is part of what they measure."""
-    g = once_us * g_share
+    g = once_us / 2
     lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - g))
     spin = SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
     whole = 2 * enqueue_spin(host_us, reps, per)
@@ -1021,8 +1018,7 @@ class Probe:
     def first_spin(self, host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> tuple[float, str]:
         """(µs of spin before the first attempt's batches, the rule's name): `timing_spin`, the host's lead
         ("lead"; the whole enqueue at least for a heavy GEMM: "heavy")."""
-        g_share = 1.0 if self.options.lead_at_estimate else 0.5
-        return timing_spin(host_us, once_us, reps, per, heavy, g_share), "heavy" if heavy else "lead"
+        return timing_spin(host_us, once_us, reps, per, heavy), "heavy" if heavy else "lead"
 
     # timing -----------------------------------------------------------------------------------------------
     def time_gpu(self, fn, reps: int | None = None, key: str = "", heavy: bool = False) -> Timing:
