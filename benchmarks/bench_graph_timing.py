@@ -11,7 +11,11 @@ launch per call either. Two forms, both with the same events, plan and different
 - `copies`: one call captured on the probe's stream, the graph built of its copies (child-graph nodes) and
   the event-record nodes of the plan's batches, instantiated and launched;
 - `captured`: the plan's whole sequence (events recorded as external records, every call) captured, then
-  instantiated and launched: the host still makes every call, but no spin is queued.
+  instantiated and launched: the host still makes every call, but no spin is queued;
+- `launches`: one call captured and instantiated once per GEMM, and the probe's own method (`Probe.time_gpu`:
+  its spin, events, checks and differential samples) timing a launch of that graph in place of the call:
+  one `cuGraphLaunch` per call (a few µs of host time) instead of the library's launch path, every call
+  still a launch of its own on the stream. Its host time per call is learnt under a key of its own.
 
 Per GEMM, the three methods run in turn `--rounds` times (probe, copies, captured, then the reverse order),
 each timed GEMM's median µs kept; printed: how many GEMMs each graph form times within 3 % of the probe's
@@ -152,6 +156,11 @@ def time_graph(probe, G, fn, reps, per, form):
     return statistics.median(times), gap, host, nodes
 
 
+def launcher(launch, e, st):
+    """A zero-argument launch of executable graph `e` on stream `st` (`cuGraphLaunch`)."""
+    return lambda: launch(e, st)
+
+
 def gemms(probe, preset: str, also: str):
     """(Case, built GEMM, its timing key) for each GEMM of `preset` and N spread over another preset ("NAME:N"),
     built under its flags and called twice; cupy's are left out (they run on cupy's stream)."""
@@ -183,16 +192,23 @@ def versus(pick, f: str) -> str:
             f"{statistics.median(d):.4f}, p5 {sorted(d)[len(d) // 20]:.4f}, p95 {sorted(d)[len(d) * 19 // 20]:.4f}")
 
 
-def arguments(doc: str, methods: str) -> argparse.Namespace:
-    """The command line both benchmarks take (--preset, --also, --rounds, --out), checked: a bad value stops
-    with argparse's one-line error before the GPU is touched."""
+def arguments(doc: str, methods: str, forms: tuple = ()) -> argparse.Namespace:
+    """The command line both benchmarks take (--preset, --also, --rounds, --out; --forms, a subset of `forms`
+    starting with the probe's, when given), checked: a bad value stops with argparse's one-line error before
+    the GPU is touched."""
     from cublaslt_probe.kinds import PRESETS
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--preset", default="quick", choices=PRESETS)
     ap.add_argument("--also", default="decode:256", help="PRESET:N: also N GEMMs spread over that preset ('' for none)")
     ap.add_argument("--rounds", type=int, default=2, help=f"rounds of {methods} per GEMM (even)")
     ap.add_argument("--out", default="")
+    if forms:
+        ap.add_argument("--forms", default=",".join(forms), help=f"methods to run, comma-separated, of {forms}")
     a = ap.parse_args()
+    if forms:
+        a.forms = tuple(a.forms.split(","))
+        if a.forms[0] != forms[0] or not set(a.forms) <= set(forms) or len(a.forms) < 2:
+            ap.error(f"--forms {','.join(a.forms)}: expected {forms[0]} first, then some of {', '.join(forms[1:])}")
     name, _, n = a.also.partition(":")
     if a.also and (name not in PRESETS or not n.isdigit() or int(n) < 1):
         ap.error(f"--also {a.also!r}: expected PRESET:N with PRESET one of {', '.join(PRESETS)} and N >= 1")
@@ -202,14 +218,14 @@ def arguments(doc: str, methods: str) -> argparse.Namespace:
 
 
 def main():
-    a = arguments(__doc__, "the three methods")
+    a = arguments(__doc__, "the methods", ("probe", "copies", "captured", "launches"))
     import torch
     from cublaslt_probe.probe import Probe, timing_plan
     stream = torch.cuda.Stream()
     torch.cuda.set_stream(stream)
     probe = Probe(pipeline=False)
     G = Graphs()
-    forms = ("probe", "copies", "captured")
+    forms = a.forms
     rows = []
     log = open(a.out, "w") if a.out else None
     for c, b, key in gemms(probe, a.preset, a.also):
@@ -217,13 +233,19 @@ def main():
         host = {f: [] for f in forms}
         plan = None
         err = None
+        one = None   # launches: (the captured call's graph, its executable graph)
         try:
             for r in range(a.rounds):
                 for f in (forms if r % 2 == 0 else forms[::-1]):
-                    if f == "probe":
-                        t = probe.time_gpu(b.fn, key=key)
+                    if f in ("probe", "launches"):
+                        if f == "launches" and one is None:
+                            g, out = G.capture(probe._stream(), b.fn)
+                            e = G.instantiate(g)
+                            one = (g, e, out, launcher(G.L.cuGraphLaunch, e, probe._stream()))
+                        fn = b.fn if f == "probe" else one[3]
+                        t = probe.time_gpu(fn, key=key if f == "probe" else key + "|graph")
                         res[f].append(t.median_us)
-                        host[f].append({"spin": t.spin_us, "enqueue": t.enqueue_us})
+                        host[f].append({"spin": t.spin_us, "enqueue": t.enqueue_us, "calls per sample": t.calls_per_rep})
                         if plan is None:
                             plan = (len(t.samples_us), t.calls_per_rep)
                     else:
@@ -237,6 +259,9 @@ def main():
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:200]
             torch.cuda.synchronize()
+        if one is not None:
+            G.L.cuGraphExecDestroy(one[1])
+            G.L.cuGraphDestroy(one[0])
         b.close()
         row = {"key": c.key, "plan": plan, "res": res, "host": host, "error": err}
         rows.append(row)
@@ -247,13 +272,13 @@ def main():
             log.write(line + "\n")
     ok = [r for r in rows if not r["error"] and all(len(r["res"][f]) == a.rounds for f in forms)]
     out = []
-    out.append(f"GEMMs timed by all three methods: {len(ok)} of {len(rows)} (errors {sum(bool(r['error']) for r in rows)})")
+    out.append(f"GEMMs timed by all the methods: {len(ok)} of {len(rows)} (errors {sum(bool(r['error']) for r in rows)})")
     for label, pick in (("all", ok), ("one call per sample", [r for r in ok if r["plan"][1] == 1]),
                         ("batches of several calls", [r for r in ok if r["plan"][1] > 1])):
         if not pick:
             continue
         out.append(f"{label}: {len(pick)} GEMMs")
-        for f in ("copies", "captured"):
+        for f in forms[1:]:
             out.append(versus(pick, f))
         d = [statistics.mean(r["res"]["probe"][0::2]) / statistics.mean(r["res"]["probe"][1::2]) for r in pick]
         w = sum(abs(x - 1) <= 0.03 for x in d)
@@ -263,8 +288,9 @@ def main():
             keys = [k for k in hs[0] if k != "nodes"]
             out.append(f"  {f} host µs per GEMM, median: " + ", ".join(
                 f"{k} {statistics.median(h[k] for h in hs if h[k] is not None):.1f}" for k in keys))
-        nodes = [h["nodes"] for r in pick for h in r["host"]["copies"]]
-        out.append(f"  nodes in one captured call: {sorted(set(nodes))}")
+        if "copies" in forms:
+            nodes = [h["nodes"] for r in pick for h in r["host"]["copies"]]
+            out.append(f"  nodes in one captured call: {sorted(set(nodes))}")
     print("\n".join(out))
     if log:
         log.write("\n".join(out) + "\n")

@@ -200,6 +200,15 @@ def fidelity(probe, cases, window, reference: str = "same", reference_warm: int 
                for k in keys)
     print(f"fidelity: same kernels in all runs on {same}/{len(keys)} GEMMs, same log lines on {logs}/{len(keys)}; "
           "errors " + ", ".join(f"{n} {sum(bool(r.get('error')) for r in runs[n].values())}" for n in runs))
+    for k in [k for k in keys if any(runs[n][k].get("kernels") != runs["off1"][k].get("kernels") for n in runs)][:6]:
+        print(f"    kernels differ, {k}: " + "; ".join(
+            f"{n} {[x[:70] for x in runs[n][k].get('kernels') or []]}" for n in runs
+            if n == "off1" or runs[n][k].get("kernels") != runs["off1"][k].get("kernels")))
+    for k in [k for k in keys if any(_lines(runs[n][k].get("log_lines")) != _lines(runs["off1"][k].get("log_lines"))
+                                     for n in runs)][:4]:
+        print(f"    log lines differ, {k}: " + "; ".join(
+            f"{n} {_lines(runs[n][k].get('log_lines'))}" for n in runs
+            if n == "off1" or _lines(runs[n][k].get("log_lines")) != _lines(runs["off1"][k].get("log_lines"))))
     worst = sorted(keys, key=lambda k: -abs(t("on", k) / t("off", k) - 1))[:16]
     for k in worst:
         print(f"    {k:40s} " + "  ".join(

@@ -90,3 +90,66 @@ class Clock:
         if st:
             raise self.error(st, "cuEventElapsedTime")
         return self._ms.value * 1e3
+
+
+CU_STREAM_CAPTURE_MODE_RELAXED = 2   # other threads' calls (the prewarm thread's, the profiler's) are not checked
+
+
+class GraphCall:
+    """One call of a GEMM captured into a CUDA graph (`Graphs.call`): `launch()` queues it again on the stream
+    it was captured on, one `cuGraphLaunch` (a few µs of host time where the library's launch path takes
+    17-35). What the captured call returned (torch's output tensor) is kept alive with the graph, so that no
+    other tensor is given the memory its launches write. `close()` destroys the graph."""
+
+    def __init__(self, graphs: "Graphs", graph, exe, stream, out):
+        self._graphs, self._graph, self._exe, self.out = graphs, graph, exe, out
+        launch = graphs.lib.cuGraphLaunch
+        self.launch = lambda: launch(exe, stream)
+
+    def close(self) -> None:
+        if self._exe is not None:
+            self._graphs.lib.cuGraphExecDestroy(self._exe)
+            self._graphs.lib.cuGraphDestroy(self._graph)
+            self._exe = self._graph = self.out = None
+
+
+class Graphs:
+    """Stream capture of one call on the driver torch loaded (`call`). The stream must not be the legacy default
+    stream (it cannot be captured): the probe runs such windows on a stream of its own."""
+
+    def __init__(self, clock: Clock):
+        L, vp = clock.lib, ctypes.c_void_p
+        L.cuStreamBeginCapture_v2.argtypes = [vp, ctypes.c_int]
+        L.cuStreamEndCapture.argtypes = [vp, ctypes.POINTER(vp)]
+        L.cuGraphInstantiateWithFlags.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_ulonglong]
+        L.cuGraphLaunch.argtypes = [vp, vp]
+        L.cuGraphUpload.argtypes = [vp, vp]
+        L.cuGraphExecDestroy.argtypes = [vp]
+        L.cuGraphDestroy.argtypes = [vp]
+        self.lib, self._clock = L, clock
+
+    def call(self, stream, fn) -> GraphCall:
+        """Capture one call of `fn` on `stream` (relaxed mode), instantiate it and upload it to the GPU on that
+        stream (otherwise its first launch uploads it: a first timed sample would wait for that)."""
+        L = self.lib
+        st = L.cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_RELAXED)
+        if st:
+            raise self._clock.error(st, "cuStreamBeginCapture")
+        g = ctypes.c_void_p()
+        try:
+            out = fn()
+        finally:
+            st = L.cuStreamEndCapture(stream, ctypes.byref(g))
+        if st:
+            raise self._clock.error(st, "cuStreamEndCapture")
+        exe = ctypes.c_void_p()
+        st = L.cuGraphInstantiateWithFlags(ctypes.byref(exe), g, 0)
+        if st:
+            L.cuGraphDestroy(g)
+            raise self._clock.error(st, "cuGraphInstantiate")
+        call = GraphCall(self, g, exe, stream, out)
+        st = L.cuGraphUpload(exe, stream)
+        if st:
+            call.close()
+            raise self._clock.error(st, "cuGraphUpload")
+        return call
