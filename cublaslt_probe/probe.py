@@ -1050,8 +1050,10 @@ class Probe:
         return self._end(self._start(fn, key, *self._estimate(fn, key), reps, heavy))
 
     def _queue_estimate(self, fn, key: str) -> tuple:
-        """Queue one call of `fn` between two events, after a flush or behind a short spin (`estimate_spin`);
-        with the host µs its launch took. `_read_estimate` waits for it."""
+        """Queue one call of `fn` between two events, after a flush or behind a short spin (`estimate_spin`) —
+        or, with `estimate_behind`, behind the in-flight GEMM's batches when they cover that spin (`_covered`:
+        the host then waited 15-24 µs to read it instead of 69-70, bench19_host_costs_waits.txt); with the host
+        µs its launch took. `_read_estimate` waits for it."""
         clock = self.clock
         s, e = self._pair_pool.pop() if self._pair_pool else (clock.event(), clock.event())
         if self.flush is not None:

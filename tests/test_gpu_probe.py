@@ -425,3 +425,51 @@ def test_an_algos_config_is_read_once_and_handed_out_as_a_copy(probe):
         assert got == lib.read_algo_config(a) == cfg
         got["tile"] = "changed"
     assert [lib.algo_config(a) for a in algos] == first
+
+
+def test_an_estimate_goes_without_its_spin_only_while_the_batches_in_flight_cover_it(probe, monkeypatch):
+    """`estimate_behind`: the estimating call is queued without its spin while the batch of the GEMM in flight
+    that covers that spin (`covering_batch`) has not started; with its spin once it has, with nothing in
+    flight, or with the option off. The estimate then reads what it reads behind the spin."""
+    from cublaslt_probe.probe import estimate_spin
+    c = next(c for c in sweep.plan("decode").cases if c.backend == "torch" and c.dtype == "bf16")
+    probe.builder.set_flags(c)
+    b = probe.builder.build(c)
+    key = f"{c.backend}|{c.op}"
+    b.fn()
+    probe.torch.cuda.synchronize()
+    spins = []
+    spin = probe.spin
+    monkeypatch.setattr(probe, "spin", lambda us: (spins.append(us), spin(us)))
+    need = estimate_spin(probe._host_us.get(key, 30.0))
+
+    def in_flight():
+        spin(20_000)   # the batches cannot start for 20 ms
+        p = probe._start(b.fn, key, 20.0, None, None)
+        probe._inflight = (None, c, b, p, None)
+        return p
+    try:
+        p = in_flight()
+        assert probe._covered(need)
+        del spins[:]
+        once, _ = probe._read_estimate(probe._queue_estimate(b.fn, key))
+        assert spins == [], "queued behind the batches in flight, the estimate gets no spin"
+        probe.options = dataclasses.replace(probe.options, estimate_behind=False)
+        probe._end(p)
+        p = in_flight()
+        assert not probe._covered(need)
+        probe.options = dataclasses.replace(probe.options, estimate_behind=True)
+        probe.clock.wait(p.events.ends[-1])
+        assert not probe._covered(need), "the batches have run: nothing covers the estimate"
+        probe._end(p)
+        probe._inflight = None
+        assert not probe._covered(need)
+        del spins[:]
+        alone, _ = probe._read_estimate(probe._queue_estimate(b.fn, key))
+        assert len(spins) == 1 and spins[0] == pytest.approx(estimate_spin(probe._host_us[key]))
+        assert 0.8 < once / alone < 1.25, (once, alone)
+    finally:
+        probe.options = dataclasses.replace(probe.options, estimate_behind=True)
+        probe._inflight = None
+        probe.torch.cuda.synchronize()
+        b.close()

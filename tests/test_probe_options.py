@@ -80,6 +80,9 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
         ProbeOptions(cpu_slot=-1)
     with pytest.raises(OptionError, match="prewarm=1"):
         ProbeOptions(prewarm=1)
+    with pytest.raises(OptionError, match="estimate_behind='yes'"):
+        ProbeOptions(estimate_behind="yes")
+    assert ProbeOptions().estimate_behind is True
 
 
 def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():

@@ -151,3 +151,24 @@ def test_the_estimating_call_is_queued_before_its_spin_ends():
     for host in (5.0, 25.0, 47.0, 160.0):
         assert estimate_spin(host) == SPIN_FLOOR_US + 3 * host
     assert estimate_spin(30.0) > SPIN_FLOOR_US + 2 * 30.0 + 25.0
+
+
+def test_an_estimate_behind_the_batches_in_flight_starts_from_the_last_batch_that_covers_its_spin():
+    """`covering_batch`: the latest of the in-flight plan's batches from whose start the GPU still has the
+    estimating call's spin worth of work (at half the estimate per call, `timing_spin`'s rule); None when the
+    whole plan is shorter, and the estimating call then gets its spin."""
+    from cublaslt_probe.probe import covering_batch, estimate_spin
+    for once in GRID[::7]:
+        reps, per = timing_plan(once)
+        for host in (4.0, 22.0, 35.0, 160.0):
+            need = estimate_spin(host)
+            k = covering_batch(once, reps, per, need)
+            left = (lambda i: (reps - i) * per * max(once, 1.0) / 2)
+            if left(0) < need:
+                assert k is None, (once, reps, per, host)
+            else:
+                assert 0 <= k < reps and left(k) >= need and (k == reps - 1 or left(k + 1) < need), \
+                    (once, reps, per, host, k)
+    # decode's usual plan: 8 batches of 3 calls of a 20 µs GEMM cover a 86 µs spin from the sixth on
+    assert covering_batch(20.0, 8, 3, estimate_spin(22.0)) == 5
+    assert covering_batch(3.0, 5, 5, estimate_spin(22.0)) is None
