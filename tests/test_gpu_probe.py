@@ -465,8 +465,10 @@ def test_an_estimate_goes_without_its_spin_only_while_the_batches_in_flight_cove
         probe._inflight = None
         assert not probe._covered(need)
         del spins[:]
-        alone, _ = probe._read_estimate(probe._queue_estimate(b.fn, key))
-        assert len(spins) == 1 and spins[0] == pytest.approx(estimate_spin(probe._host_us[key]))
+        # behind its spin an estimate can read long now and then (a host stall after the spin: 106 µs for this
+        # 12 µs GEMM in one run on the H200), so the shortest of three is compared
+        alone = min(probe._read_estimate(probe._queue_estimate(b.fn, key))[0] for _ in range(3))
+        assert len(spins) == 3 and spins[0] == pytest.approx(estimate_spin(probe._host_us[key]))
         assert 0.8 < once / alone < 1.25, (once, alone)
     finally:
         probe.options = dataclasses.replace(probe.options, estimate_behind=True)
