@@ -8,7 +8,10 @@ Throughput: the plan's windows run alternately with the pipeline on and off (on,
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
 wall time, the host phases per GEMM, the GEMMs' own GPU time and the overhead beyond it, and the heuristic
 miss/hit µs (timed by the companion process, or in the probe's process). The raw records' JSON lines are
-written as the sweep writes them, and that cost is printed apart.
+written as the sweep writes them, and that cost is printed apart. With --paired every window runs in both modes,
+the first alternating from window to window, so that both modes time the same GEMMs (windows alternating give
+each mode other GEMMs: in bench19_estimate_behind_ab.txt the on windows held more first uses of a kernel); the
+rates of first and second runs are printed apart too.
 
 Fidelity (--fidelity PRESET): every window of that plan runs on and off --runs times each (2: on, off, off,
 on; the order turned from window to window); per GEMM, |time_us on / off - 1| (the mean of each mode's runs,
@@ -19,7 +22,8 @@ often the plan (calls per sample) differs between the runs.
 --toggle OPTION compares another of the probe's boolean options (`ProbeOptions`) the same way: its "on" and
 "off" are that option True and False, the pipeline on in both (`--toggle prewarm`: the prewarm thread on and
 off; bench18_gate_ab.txt compared the timed batches' gates, `ProbeOptions.gate` of the commit that measured
-them, with the spin that covers the host's enqueue).
+them, with the spin that covers the host's enqueue; bench19_*.txt estimate_behind, inference_mode,
+lead_at_estimate and graph_calls). It prints the GEMMs whose kernels or log lines differ between the runs.
 """
 import argparse
 import dataclasses
