@@ -81,7 +81,7 @@ def time_gated(probe, gate, fn, reps, per, spin_us, events):
 def main():
     a = arguments(__doc__, "the methods")
     import torch
-    from cublaslt_probe.probe import SPIN_FLOOR_US, Probe, _Events, timing_spin
+    from cublaslt_probe.probe import SPIN_FLOOR_US, Probe, _Events, gpu_us_per_call, timing_spin
     probe = Probe(pipeline=False)
     gate = Gate(torch)
     forms = ("probe", "gated", "floor")
@@ -112,7 +112,7 @@ def main():
                     if per == 1:
                         lead_spin = timing_spin(host, once, reps, per)   # long GEMMs: the probe's own spin
                     else:   # timing_spin's lead, with neither margin nor slack
-                        lead_spin = SPIN_FLOOR_US + per * host + max(0.0, (reps - 1) * per * (host - once / 2))
+                        lead_spin = SPIN_FLOOR_US + per * host + max(0.0, (reps - 1) * per * (host - gpu_us_per_call(once)))
                     spin = lead_spin if f == "gated" else SPIN_FLOOR_US
                     events = _Events(probe.clock, reps, per > 1)
                     med, gap, enq, wall, behind = time_gated(probe, gate, b.fn, reps, per, spin, events)

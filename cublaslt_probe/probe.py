@@ -458,13 +458,21 @@ def estimate_spin(host_us: float) -> float:
     return SPIN_FLOOR_US + 3 * host_us
 
 
+def gpu_us_per_call(once_us: float) -> float:
+    """The GPU's µs per call of a GEMM whose estimating call took `once_us`, as the spin rules count it (pure):
+    half of it. The estimating call reads long now and then (a 9 µs GEMM read as 17+ µs, seen on the H200, for
+    85 of 6,935 llm GEMMs whose batches then fell behind); counted as the whole estimate, the spin was shorter
+    and on a host-paced host 198 of 4,672 decode GEMMs were retaken against 37
+    (bench19_lead_at_estimate_rejected.txt)."""
+    return max(once_us, 1.0) / 2
+
+
 def covering_batch(once_us: float, reps: int, per: int, need_us: float) -> int | None:
     """The last of `reps` timed batches of `per` calls (of a GEMM whose estimating call took `once_us`) that
-    leaves `need_us` of GPU work or more from its start to the plan's end, at half the estimate per call (the
-    rule of `timing_spin`); None when the whole plan is shorter (pure). While that batch has not started, a call
-    queued behind the plan cannot find the GPU idle for `need_us`: the batches are its spin."""
-    g = max(once_us, 1.0) / 2
-    k = reps - math.ceil(need_us / (per * g))
+    leaves `need_us` of GPU work or more from its start to the plan's end, at `gpu_us_per_call`; None when the
+    whole plan is shorter (pure). While that batch has not started, a call queued behind the plan cannot find
+    the GPU idle for `need_us`: the batches are its spin."""
+    k = reps - math.ceil(need_us / (per * gpu_us_per_call(once_us)))
     return k if k >= 0 else None
 
 
@@ -474,8 +482,7 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool
 
     The GPU must not reach a batch before the host has enqueued all of it (time_gpu checks this on every
     batch). The host finishes batch i at (i + 1) x per x host_us, the GPU reaches it at spin + i x per x g,
-    g its time per call. The estimating call reads long now and then (a 9 µs GEMM read as 17+ µs, seen on
-    the H200, for 85 of 6,935 llm GEMMs whose batches then fell behind), so g is taken as half of it. The spin
+    g its time per call (`gpu_us_per_call`: half the estimate). The spin
     covers the largest lead of the host: nearly all of the enqueue time for a GEMM shorter than its launch,
     only the first batch for a GEMM more than twice as long. Times SPIN_MARGIN, plus SPIN_FLOOR_US and
     SPIN_SLACK_US for a host hiccup.
@@ -490,7 +497,7 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool
     before the lead's): behind the lead's shorter spin, the quick preset's 4096^3 bf16 and fp16 GEMMs ran 3-6 %
     slower than behind the whole enqueue's, in every run (bench11_fidelity_flags_fix.txt); the GPU's rest
     before their batches is part of what they measure."""
-    g = once_us / 2
+    g = gpu_us_per_call(once_us)
     lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - g))
     spin = SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
     whole = 2 * enqueue_spin(host_us, reps, per)
