@@ -15,7 +15,11 @@ launch per call either. Two forms, both with the same events, plan and different
 - `launches`: one call captured and instantiated once per GEMM, and the probe's own method (`Probe.time_gpu`:
   its spin, events, checks and differential samples) timing a launch of that graph in place of the call:
   one `cuGraphLaunch` per call (a few µs of host time) instead of the library's launch path, every call
-  still a launch of its own on the stream. Its host time per call is learnt under a key of its own.
+  still a launch of its own on the stream. Its host time per call is learnt under a key of its own;
+- `replay`: the same, but each call launches what the captured call holds by the driver's own calls, node by
+  node on the stream (`bench_graph_nodes.replayer`: `cuLaunchKernelEx` with each kernel's grid, block, shared
+  memory, parameters and launch attributes, programmatic stream serialization where the library's launch had
+  it; `cuMemsetD*Async` for the memsets): no graph is launched.
 
 Per GEMM, the three methods run in turn `--rounds` times (probe, copies, captured, then the reverse order),
 each timed GEMM's median µs kept; printed: how many GEMMs each graph form times within 3 % of the probe's
@@ -218,7 +222,7 @@ def arguments(doc: str, methods: str, forms: tuple = ()) -> argparse.Namespace:
 
 
 def main():
-    a = arguments(__doc__, "the methods", ("probe", "copies", "captured", "launches"))
+    a = arguments(__doc__, "the methods", ("probe", "copies", "captured", "launches", "replay"))
     import torch
     from cublaslt_probe.probe import Probe, timing_plan
     stream = torch.cuda.Stream()
@@ -233,17 +237,22 @@ def main():
         host = {f: [] for f in forms}
         plan = None
         err = None
-        one = None   # launches: (the captured call's graph, its executable graph)
+        one = None   # launches: (the captured call's graph, its executable graph, its output, the launch)
+        rp = None    # replay: (the captured call's graph, its output, the replay)
         try:
             for r in range(a.rounds):
                 for f in (forms if r % 2 == 0 else forms[::-1]):
-                    if f in ("probe", "launches"):
+                    if f in ("probe", "launches", "replay"):
                         if f == "launches" and one is None:
                             g, out = G.capture(probe._stream(), b.fn)
                             e = G.instantiate(g)
                             one = (g, e, out, launcher(G.L.cuGraphLaunch, e, probe._stream()))
-                        fn = b.fn if f == "probe" else one[3]
-                        t = probe.time_gpu(fn, key=key if f == "probe" else key + "|graph")
+                        if f == "replay" and rp is None:
+                            from bench_graph_nodes import Reader, replayer
+                            g, out = G.capture(probe._stream(), b.fn)
+                            rp = (g, out, replayer(Reader(G.L), g, probe._stream()))
+                        fn = {"probe": b.fn, "launches": one and one[3], "replay": rp and rp[2]}[f]
+                        t = probe.time_gpu(fn, key=key if f == "probe" else f"{key}|{f}")
                         res[f].append(t.median_us)
                         host[f].append({"spin": t.spin_us, "enqueue": t.enqueue_us, "calls per sample": t.calls_per_rep})
                         if plan is None:
@@ -262,6 +271,8 @@ def main():
         if one is not None:
             G.L.cuGraphExecDestroy(one[1])
             G.L.cuGraphDestroy(one[0])
+        if rp is not None:
+            G.L.cuGraphDestroy(rp[0])
         b.close()
         row = {"key": c.key, "plan": plan, "res": res, "host": host, "error": err}
         rows.append(row)
