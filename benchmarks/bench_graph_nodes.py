@@ -137,7 +137,8 @@ def replayer(R, g, stream):
     """A zero-argument callable that launches what graph `g` (one captured library call, kept alive by the
     caller) holds, node by node on `stream`, by the driver's own calls: each kernel by `cuLaunchKernelEx` with
     the node's grid, block, shared memory, parameters and launch attributes, plus programmatic stream
-    serialization where a programmatic edge leads to it; each memset by `cuMemsetD*Async`. Raises on a node
+    serialization where a programmatic edge leads to it (its parameters as the library passed them: an array of
+pointers, or a packed buffer in `extra`); each memset by `cuMemsetD*Async`. Raises on a node
     it cannot replay."""
     L, vp = R.L, ctypes.c_void_p
     L.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), vp, vp, vp]
@@ -156,8 +157,8 @@ def replayer(R, g, stream):
         if t.value == 0:
             p = KernelParams()
             st = R.params(node, ctypes.byref(p))
-            if st or p.extra:
-                raise RuntimeError(f"kernel node {i}: params status {st}, extra {p.extra}")
+            if st:
+                raise RuntimeError(f"kernel node {i}: params status {st}")
             attrs = []
             val = (ctypes.c_ubyte * 64)()
             for aid in ATTRS:
@@ -177,7 +178,8 @@ def replayer(R, g, stream):
                                p.sharedMemBytes, stream, arr, len(attrs))
             f = p.func or p.kern
             keep += [arr, cfg]
-            steps.append((L.cuLaunchKernelEx, (ctypes.byref(cfg), f, p.kernelParams, None)))
+            # the parameters as the library gave them: an array of pointers, or a packed buffer (`extra`)
+            steps.append((L.cuLaunchKernelEx, (ctypes.byref(cfg), f, p.kernelParams, p.extra)))
         elif t.value == 2:
             m = MemsetParams()
             st = L.cuGraphMemsetNodeGetParams(node, ctypes.byref(m))
