@@ -196,6 +196,31 @@ def versus(pick, f: str) -> str:
             f"{statistics.median(d):.4f}, p5 {sorted(d)[len(d) // 20]:.4f}, p95 {sorted(d)[len(d) * 19 // 20]:.4f}")
 
 
+def turns(forms, rounds: int):
+    """The methods in turn for each of `rounds` rounds, the order reversed every other round."""
+    for r in range(rounds):
+        yield from (forms if r % 2 == 0 else forms[::-1])
+
+
+def row_line(key: str, plan, res: dict, forms, err, log) -> None:
+    """Print (and write to `log`) one GEMM's plan and each method's medians, or its error."""
+    line = f"{key:44s} plan {plan} " + "  ".join(f"{f} " + ",".join(f"{x:.2f}" for x in res[f]) for f in forms) \
+        + (f"  ERROR {err}" if err else "")
+    print(line)
+    if log:
+        log.write(line + "\n")
+
+
+def picks(rows: list, forms, rounds: int) -> tuple[list, list]:
+    """(the summary's first line, [(label, rows)]): the GEMMs every method timed every round, all of them, those
+    timed one call per sample, those timed in batches (the groups that hold any)."""
+    ok = [r for r in rows if not r["error"] and all(len(r["res"][f]) == rounds for f in forms)]
+    head = f"GEMMs timed by all the methods: {len(ok)} of {len(rows)} (errors {sum(bool(r['error']) for r in rows)})"
+    groups = (("all", ok), ("one call per sample", [r for r in ok if r["plan"][1] == 1]),
+              ("batches of several calls", [r for r in ok if r["plan"][1] > 1]))
+    return head, [(label, pick) for label, pick in groups if pick]
+
+
 def arguments(doc: str, methods: str, forms: tuple = ()) -> argparse.Namespace:
     """The command line both benchmarks take (--preset, --also, --rounds, --out; --forms, a subset of `forms`
     starting with the probe's, when given), checked: a bad value stops with argparse's one-line error before
@@ -211,7 +236,8 @@ def arguments(doc: str, methods: str, forms: tuple = ()) -> argparse.Namespace:
     a = ap.parse_args()
     if forms:
         a.forms = tuple(a.forms.split(","))
-        if a.forms[0] != forms[0] or not set(a.forms) <= set(forms) or len(a.forms) < 2:
+        if a.forms[0] != forms[0] or not set(a.forms) <= set(forms) or len(set(a.forms)) != len(a.forms) \
+                or len(a.forms) < 2:
             ap.error(f"--forms {','.join(a.forms)}: expected {forms[0]} first, then some of {', '.join(forms[1:])}")
     name, _, n = a.also.partition(":")
     if a.also and (name not in PRESETS or not n.isdigit() or int(n) < 1):
@@ -240,31 +266,30 @@ def main():
         one = None   # launches: (the captured call's graph, its executable graph, its output, the launch)
         rp = None    # replay: (the captured call's graph, its output, the replay)
         try:
-            for r in range(a.rounds):
-                for f in (forms if r % 2 == 0 else forms[::-1]):
-                    if f in ("probe", "launches", "replay"):
-                        if f == "launches" and one is None:
-                            g, out = G.capture(probe._stream(), b.fn)
-                            e = G.instantiate(g)
-                            one = (g, e, out, launcher(G.L.cuGraphLaunch, e, probe._stream()))
-                        if f == "replay" and rp is None:
-                            from bench_graph_nodes import Reader, replayer
-                            g, out = G.capture(probe._stream(), b.fn)
-                            rp = (g, out, replayer(Reader(G.L), g, probe._stream()))
-                        fn = {"probe": b.fn, "launches": one and one[3], "replay": rp and rp[2]}[f]
-                        t = probe.time_gpu(fn, key=key if f == "probe" else f"{key}|{f}")
-                        res[f].append(t.median_us)
-                        host[f].append({"spin": t.spin_us, "enqueue": t.enqueue_us, "calls per sample": t.calls_per_rep})
-                        if plan is None:
-                            plan = (len(t.samples_us), t.calls_per_rep)
-                    else:
-                        if plan is None:
-                            once = probe._estimate(b.fn, key)[0]
-                            plan = timing_plan(once, reps=None, max_reps=probe.options.reps,
-                                               budget_ms=probe.options.budget_ms)
-                        med, gap, h, nodes = time_graph(probe, G, b.fn, plan[0], plan[1], f)
-                        res[f].append(med)
-                        host[f].append({**h, "gap": gap, "nodes": nodes})
+            for f in turns(forms, a.rounds):
+                if f in ("probe", "launches", "replay"):
+                    if f == "launches" and one is None:
+                        g, out = G.capture(probe._stream(), b.fn)
+                        e = G.instantiate(g)
+                        one = (g, e, out, launcher(G.L.cuGraphLaunch, e, probe._stream()))
+                    if f == "replay" and rp is None:
+                        from bench_graph_nodes import Reader, replayer
+                        g, out = G.capture(probe._stream(), b.fn)
+                        rp = (g, out, replayer(Reader(G.L), g, probe._stream()))
+                    fn = {"probe": b.fn, "launches": one and one[3], "replay": rp and rp[2]}[f]
+                    t = probe.time_gpu(fn, key=key if f == "probe" else f"{key}|{f}")
+                    res[f].append(t.median_us)
+                    host[f].append({"spin": t.spin_us, "enqueue": t.enqueue_us, "calls per sample": t.calls_per_rep})
+                    if plan is None:
+                        plan = (len(t.samples_us), t.calls_per_rep)
+                else:
+                    if plan is None:
+                        once = probe._estimate(b.fn, key)[0]
+                        plan = timing_plan(once, reps=None, max_reps=probe.options.reps,
+                                           budget_ms=probe.options.budget_ms)
+                    med, gap, h, nodes = time_graph(probe, G, b.fn, plan[0], plan[1], f)
+                    res[f].append(med)
+                    host[f].append({**h, "gap": gap, "nodes": nodes})
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:200]
             torch.cuda.synchronize()
@@ -274,20 +299,11 @@ def main():
         if rp is not None:
             G.L.cuGraphDestroy(rp[0])
         b.close()
-        row = {"key": c.key, "plan": plan, "res": res, "host": host, "error": err}
-        rows.append(row)
-        line = f"{c.key:44s} plan {plan} " + "  ".join(f"{f} " + ",".join(f"{x:.2f}" for x in res[f]) for f in forms) \
-            + (f"  ERROR {err}" if err else "")
-        print(line)
-        if log:
-            log.write(line + "\n")
-    ok = [r for r in rows if not r["error"] and all(len(r["res"][f]) == a.rounds for f in forms)]
-    out = []
-    out.append(f"GEMMs timed by all the methods: {len(ok)} of {len(rows)} (errors {sum(bool(r['error']) for r in rows)})")
-    for label, pick in (("all", ok), ("one call per sample", [r for r in ok if r["plan"][1] == 1]),
-                        ("batches of several calls", [r for r in ok if r["plan"][1] > 1])):
-        if not pick:
-            continue
+        rows.append({"key": c.key, "plan": plan, "res": res, "host": host, "error": err})
+        row_line(c.key, plan, res, forms, err, log)
+    head, groups = picks(rows, forms, a.rounds)
+    out = [head]
+    for label, pick in groups:
         out.append(f"{label}: {len(pick)} GEMMs")
         for f in forms[1:]:
             out.append(versus(pick, f))

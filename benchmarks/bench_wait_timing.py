@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_graph_timing import arguments, gemms, versus  # noqa: E402  (the same GEMMs, built and warmed alike)
+from bench_graph_timing import arguments, gemms, picks, row_line, turns, versus  # noqa: E402  (the same GEMMs, built and warmed alike)
 
 GEQ = 0   # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 
@@ -93,50 +93,42 @@ def main():
         plan = None
         err = None
         try:
-            for r in range(a.rounds):
-                for f in (forms if r % 2 == 0 else forms[::-1]):
-                    if f == "probe" or plan is None:
-                        t0 = time.perf_counter()
-                        t = probe.time_gpu(b.fn, key=key)
-                        wall = (time.perf_counter() - t0) * 1e6
-                        if plan is None:
-                            plan = (len(t.samples_us), t.calls_per_rep, t.estimate_us)
-                        if f != "probe":
-                            continue
-                        res[f].append(t.median_us)
-                        ev[f].append({"enqueue": t.enqueue_us, "wall": wall, "gap": t.gap_us,
-                                      "spin": t.spin_us, "attempts": t.attempts})
+            for f in turns(forms, a.rounds):
+                if f == "probe" or plan is None:
+                    t0 = time.perf_counter()
+                    t = probe.time_gpu(b.fn, key=key)
+                    wall = (time.perf_counter() - t0) * 1e6
+                    if plan is None:
+                        plan = (len(t.samples_us), t.calls_per_rep, t.estimate_us)
+                    if f != "probe":
                         continue
-                    reps, per, once = plan
-                    host = probe._host_us.get(key, 30.0)
-                    if per == 1:
-                        lead_spin = timing_spin(host, once, reps, per)   # long GEMMs: the probe's own spin
-                    else:   # timing_spin's lead, with neither margin nor slack
-                        lead_spin = SPIN_FLOOR_US + per * host + max(0.0, (reps - 1) * per * (host - gpu_us_per_call(once)))
-                    spin = lead_spin if f == "gated" else SPIN_FLOOR_US
-                    events = _Events(probe.clock, reps, per > 1)
-                    med, gap, enq, wall, behind = time_gated(probe, gate, b.fn, reps, per, spin, events)
-                    for e in events.starts + events.ends + (events.mids or []):
-                        probe.clock.destroy(e)
-                    res[f].append(med)
-                    ev[f].append({"enqueue": enq, "wall": wall, "gap": gap, "spin": spin, "attempts": 1,
-                                  "behind": behind})
+                    res[f].append(t.median_us)
+                    ev[f].append({"enqueue": t.enqueue_us, "wall": wall, "gap": t.gap_us,
+                                  "spin": t.spin_us, "attempts": t.attempts})
+                    continue
+                reps, per, once = plan
+                host = probe._host_us.get(key, 30.0)
+                if per == 1:
+                    lead_spin = timing_spin(host, once, reps, per)   # long GEMMs: the probe's own spin
+                else:   # timing_spin's lead, with neither margin nor slack
+                    lead_spin = SPIN_FLOOR_US + per * host + max(0.0, (reps - 1) * per * (host - gpu_us_per_call(once)))
+                spin = lead_spin if f == "gated" else SPIN_FLOOR_US
+                events = _Events(probe.clock, reps, per > 1)
+                med, gap, enq, wall, behind = time_gated(probe, gate, b.fn, reps, per, spin, events)
+                for e in events.starts + events.ends + (events.mids or []):
+                    probe.clock.destroy(e)
+                res[f].append(med)
+                ev[f].append({"enqueue": enq, "wall": wall, "gap": gap, "spin": spin, "attempts": 1,
+                              "behind": behind})
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:200]
             torch.cuda.synchronize()
         b.close()
         rows.append({"key": c.key, "plan": plan, "res": res, "ev": ev, "error": err})
-        line = f"{c.key:44s} plan {plan and plan[:2]} " + "  ".join(
-            f"{f} " + ",".join(f"{x:.2f}" for x in res[f]) for f in forms) + (f"  ERROR {err}" if err else "")
-        print(line)
-        if log:
-            log.write(line + "\n")
-    ok = [r for r in rows if not r["error"] and all(len(r["res"][f]) == a.rounds for f in forms)]
-    out = [f"GEMMs timed by every method: {len(ok)} of {len(rows)} (errors {sum(bool(r['error']) for r in rows)})"]
-    for label, pick in (("all", ok), ("one call per sample", [r for r in ok if r["plan"][1] == 1]),
-                        ("batches of several calls", [r for r in ok if r["plan"][1] > 1])):
-        if not pick:
-            continue
+        row_line(c.key, plan and plan[:2], res, forms, err, log)
+    head, groups = picks(rows, forms, a.rounds)
+    out = [head]
+    for label, pick in groups:
         out.append(f"{label}: {len(pick)} GEMMs")
         for f in forms[1:]:
             out.append(versus(pick, f))
