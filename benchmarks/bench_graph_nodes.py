@@ -9,8 +9,8 @@ depends on what the library launches: this captures one call of each GEMM (as `b
 and prints its nodes in order — kernels with their grid, block, dynamic shared memory and the launch attributes
 a graph keeps for them (cluster dimension, cooperative, priority, memory sync domain), memsets — and the edges
 between them with their type (a programmatic edge is a launch with programmatic stream serialization, which a
-replay would have to ask for too). Then how many GEMMs hold each shape of graph. --rounds is accepted for the
-shared command line and ignored.
+replay would have to ask for too: `driver.Graphs.replay` does). Then how many GEMMs hold each shape of graph.
+--rounds is accepted for the shared command line and ignored.
 """
 import collections
 import ctypes
@@ -20,23 +20,14 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_graph_timing import Graphs, arguments, gemms  # noqa: E402  (the same GEMMs, captured alike)
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from cublaslt_probe.driver import EdgeData, KernelParams  # noqa: E402  (the driver's structures: one home)
+
 NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "wait_event",
               7: "event_record", 10: "mem_alloc", 11: "mem_free", 12: "batch_mem_op", 13: "conditional"}
 ATTRS = {1: "access_policy", 2: "cooperative", 4: "cluster", 5: "cluster_policy", 8: "priority", 9: "mem_sync_map",
-         10: "mem_sync_domain", 11: "preferred_cluster", 14: "smem_carveout"}   # CUlaunchAttributeID
+         10: "mem_sync_domain", 11: "preferred_cluster", 14: "smem_carveout"}   # driver.NODE_ATTRS, named
 EDGE_TYPES = {0: "default", 1: "programmatic"}
-
-
-class KernelParams(ctypes.Structure):   # CUDA_KERNEL_NODE_PARAMS_v2
-    _fields_ = [("func", ctypes.c_void_p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
-                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint),
-                ("blockDimZ", ctypes.c_uint), ("sharedMemBytes", ctypes.c_uint), ("kernelParams", ctypes.c_void_p),
-                ("extra", ctypes.c_void_p), ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
-
-
-class EdgeData(ctypes.Structure):       # CUgraphEdgeData
-    _fields_ = [("from_port", ctypes.c_ubyte), ("to_port", ctypes.c_ubyte), ("type", ctypes.c_ubyte),
-                ("reserved", ctypes.c_ubyte * 5)]
 
 
 class Reader:
@@ -112,93 +103,6 @@ class Reader:
         d = (EdgeData * n.value)()
         self.edges(g, a, b, d, ctypes.byref(n))
         return [f"{index[a[i]]}->{index[b[i]]} {EDGE_TYPES.get(d[i].type, d[i].type)}" for i in range(n.value)]
-
-
-class LaunchAttr(ctypes.Structure):   # CUlaunchAttribute: the id, padding to 8 bytes, a 64-byte value
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_ubyte * 4), ("value", ctypes.c_ubyte * 64)]
-
-
-class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(LaunchAttr)), ("numAttrs", ctypes.c_uint)]
-
-
-class MemsetParams(ctypes.Structure):  # CUDA_MEMSET_NODE_PARAMS
-    _fields_ = [("dst", ctypes.c_uint64), ("pitch", ctypes.c_size_t), ("value", ctypes.c_uint),
-                ("elementSize", ctypes.c_uint), ("width", ctypes.c_size_t), ("height", ctypes.c_size_t)]
-
-
-PROGRAMMATIC_STREAM_SERIALIZATION = 6   # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-
-
-def replayer(R, g, stream):
-    """A zero-argument callable that launches what graph `g` (one captured library call, kept alive by the
-    caller) holds, node by node on `stream`, by the driver's own calls: each kernel by `cuLaunchKernelEx` with
-    the node's grid, block, shared memory, parameters and launch attributes, plus programmatic stream
-    serialization where a programmatic edge leads to it (its parameters as the library passed them: an array of
-pointers, or a packed buffer in `extra`); each memset by `cuMemsetD*Async`. Raises on a node
-    it cannot replay."""
-    L, vp = R.L, ctypes.c_void_p
-    L.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), vp, vp, vp]
-    L.cuGraphMemsetNodeGetParams.argtypes = [vp, ctypes.POINTER(MemsetParams)]
-    for name, t in (("cuMemsetD8Async", ctypes.c_ubyte), ("cuMemsetD16Async", ctypes.c_ushort),
-                    ("cuMemsetD32Async", ctypes.c_uint)):
-        getattr(L, name).argtypes = [ctypes.c_uint64, t, ctypes.c_size_t, vp]
-    stream = stream.value if isinstance(stream, ctypes.c_void_p) else stream
-    nodes = R.nodes(g)
-    index = {n: i for i, n in enumerate(nodes)}
-    programmatic = {int(e.split("->")[1].split(" ")[0]) for e in R.edge_list(g, index) if e.endswith("programmatic")}
-    steps, keep = [], []
-    for i, node in enumerate(nodes):
-        t = ctypes.c_int(-1)
-        L.cuGraphNodeGetType(node, ctypes.byref(t))
-        if t.value == 0:
-            p = KernelParams()
-            st = R.params(node, ctypes.byref(p))
-            if st:
-                raise RuntimeError(f"kernel node {i}: params status {st}")
-            attrs = []
-            val = (ctypes.c_ubyte * 64)()
-            for aid in ATTRS:
-                ctypes.memset(val, 0, 64)
-                if R.attr(node, aid, ctypes.byref(val)) == 0 and any(val):
-                    a = LaunchAttr()
-                    a.id = aid
-                    ctypes.memmove(a.value, val, 64)
-                    attrs.append(a)
-            if i in programmatic:
-                a = LaunchAttr()
-                a.id = PROGRAMMATIC_STREAM_SERIALIZATION
-                a.value[0] = 1
-                attrs.append(a)
-            arr = (LaunchAttr * max(1, len(attrs)))(*attrs)
-            cfg = LaunchConfig(p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
-                               p.sharedMemBytes, stream, arr, len(attrs))
-            f = p.func or p.kern
-            keep += [arr, cfg]
-            # the parameters as the library gave them: an array of pointers, or a packed buffer (`extra`)
-            steps.append((L.cuLaunchKernelEx, (ctypes.byref(cfg), f, p.kernelParams, p.extra)))
-        elif t.value == 2:
-            m = MemsetParams()
-            st = L.cuGraphMemsetNodeGetParams(node, ctypes.byref(m))
-            if st or m.height != 1 or m.elementSize not in (1, 2, 4):
-                raise RuntimeError(f"memset node {i}: status {st}, height {m.height}, element {m.elementSize}")
-            fn = {1: L.cuMemsetD8Async, 2: L.cuMemsetD16Async, 4: L.cuMemsetD32Async}[m.elementSize]
-            steps.append((fn, (m.dst, m.value, m.width, stream)))
-        else:
-            raise RuntimeError(f"node {i}: a {NODE_TYPES.get(t.value, t.value)} node is not replayed")
-
-    for fn, args in steps:   # once, checked: a launch the driver refuses stops here
-        st = fn(*args)
-        if st:
-            raise RuntimeError(f"{fn.__name__} failed: status {st}")
-
-    def run(steps=tuple(steps), keep=keep):
-        for fn, args in steps:
-            fn(*args)
-    return run
 
 
 def main():

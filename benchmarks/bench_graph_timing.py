@@ -17,7 +17,7 @@ launch per call either. Two forms, both with the same events, plan and different
   one `cuGraphLaunch` per call (a few µs of host time) instead of the library's launch path, every call
   still a launch of its own on the stream. Its host time per call is learnt under a key of its own;
 - `replay`: the same, but each call launches what the captured call holds by the driver's own calls, node by
-  node on the stream (`bench_graph_nodes.replayer`: `cuLaunchKernelEx` with each kernel's grid, block, shared
+  node on the stream (`driver.Graphs.replay`: `cuLaunchKernelEx` with each kernel's grid, block, shared
   memory, parameters and launch attributes, programmatic stream serialization where the library's launch had
   it; `cuMemsetD*Async` for the memsets): no graph is launched.
 
@@ -264,7 +264,7 @@ def main():
         plan = None
         err = None
         one = None   # launches: (the captured call's graph, its executable graph, its output, the launch)
-        rp = None    # replay: (the captured call's graph, its output, the replay)
+        rp = None    # replay: the captured call's replay (driver.Replay)
         try:
             for f in turns(forms, a.rounds):
                 if f in ("probe", "launches", "replay"):
@@ -273,10 +273,8 @@ def main():
                         e = G.instantiate(g)
                         one = (g, e, out, launcher(G.L.cuGraphLaunch, e, probe._stream()))
                     if f == "replay" and rp is None:
-                        from bench_graph_nodes import Reader, replayer
-                        g, out = G.capture(probe._stream(), b.fn)
-                        rp = (g, out, replayer(Reader(G.L), g, probe._stream()))
-                    fn = {"probe": b.fn, "launches": one and one[3], "replay": rp and rp[2]}[f]
+                        rp = probe.graphs.replay(probe._stream(), b.fn)
+                    fn = {"probe": b.fn, "launches": one and one[3], "replay": rp and rp.launch}[f]
                     t = probe.time_gpu(fn, key=key if f == "probe" else f"{key}|{f}")
                     res[f].append(t.median_us)
                     host[f].append({"spin": t.spin_us, "enqueue": t.enqueue_us, "calls per sample": t.calls_per_rep})
@@ -297,7 +295,7 @@ def main():
             G.L.cuGraphExecDestroy(one[1])
             G.L.cuGraphDestroy(one[0])
         if rp is not None:
-            G.L.cuGraphDestroy(rp[0])
+            rp.close()
         b.close()
         rows.append({"key": c.key, "plan": plan, "res": res, "host": host, "error": err})
         row_line(c.key, plan, res, forms, err, log)
