@@ -29,7 +29,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -183,6 +182,7 @@ def fidelity(probe, cases, window, reference: str = "same", reference_warm: int 
               f"({sum(x <= 3 for x in d) / len(d) * 100:.1f} %), median |Δ| {statistics.median(d):.2f} %, "
               f"max {max(d):.1f} %")
     from cublaslt_probe.cases import Case
+    from cublaslt_probe.logs import without_pointers
     from cublaslt_probe.probe import is_heavy
     for label, part in (("run one step after another in both modes (heavy_us >= HEAVY_US)",
                          [k for k in keys if is_heavy(Case.from_key(k))]),
@@ -200,30 +200,24 @@ def fidelity(probe, cases, window, reference: str = "same", reference_warm: int 
           f"{sum(max(runs[n][k]['timing']['estimate_us'] for n in runs) <= 1.1 * min(runs[n][k]['timing']['estimate_us'] for n in runs) for k in keys)}"
           f"/{len(keys)}")
     same = sum(all(runs[n][k].get("kernels") == runs["off1"][k].get("kernels") for n in runs) for k in keys)
-    logs = sum(all(_lines(runs[n][k].get("log_lines")) == _lines(runs["off1"][k].get("log_lines")) for n in runs)
-               for k in keys)
+    def lines(n, k):
+        return without_pointers(runs[n][k].get("log_lines"))
+    logs = sum(all(lines(n, k) == lines("off1", k) for n in runs) for k in keys)
     print(f"fidelity: same kernels in all runs on {same}/{len(keys)} GEMMs, same log lines on {logs}/{len(keys)}; "
           "errors " + ", ".join(f"{n} {sum(bool(r.get('error')) for r in runs[n].values())}" for n in runs))
     for k in [k for k in keys if any(runs[n][k].get("kernels") != runs["off1"][k].get("kernels") for n in runs)][:6]:
         print(f"    kernels differ, {k}: " + "; ".join(
             f"{n} {[x[:70] for x in runs[n][k].get('kernels') or []]}" for n in runs
             if n == "off1" or runs[n][k].get("kernels") != runs["off1"][k].get("kernels")))
-    for k in [k for k in keys if any(_lines(runs[n][k].get("log_lines")) != _lines(runs["off1"][k].get("log_lines"))
-                                     for n in runs)][:4]:
+    for k in [k for k in keys if any(lines(n, k) != lines("off1", k) for n in runs)][:4]:
         print(f"    log lines differ, {k}: " + "; ".join(
-            f"{n} {_lines(runs[n][k].get('log_lines'))}" for n in runs
-            if n == "off1" or _lines(runs[n][k].get("log_lines")) != _lines(runs["off1"][k].get("log_lines"))))
+            f"{n} {lines(n, k)}" for n in runs if n == "off1" or lines(n, k) != lines("off1", k)))
     worst = sorted(keys, key=lambda k: -abs(t("on", k) / t("off", k) - 1))[:16]
     for k in worst:
         print(f"    {k:40s} " + "  ".join(
             f"{n} {runs[n][k]['time_us']:8.2f} ({runs[n][k]['time_calls_per_rep']}/s, a{runs[n][k]['timing']['attempts']}, "
             f"est {runs[n][k]['timing']['estimate_us']:.0f})" for n in runs))
     return runs
-
-
-def _lines(lines):
-    """Log lines without their time stamp and pointers (which differ from call to call)."""
-    return [re.sub(r"^\[[^]]*\]|0X[0-9A-F]+", "", x) for x in lines or []]
 
 
 def main():

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from cublaslt_probe.logs import ParseStats, parse_cublas_log, parse_line, parse_log, short_dtype
+from cublaslt_probe.logs import FIELD_NAMES, ParseStats, parse_cublas_log, parse_line, parse_log, short_dtype
 from cublaslt_probe.logs.record import LEGACY_LETTERS
 
 from conftest import FIXTURES
@@ -214,3 +214,25 @@ def test_cublas_api_log_gemms_match_manifest():
         assert (c.a_type, c.b_type, c.c_type, c.compute_type) == (ab, ab, ab, compute)
         assert c.value("lda") == 4096 and c.value("algo") == "CUBLAS_GEMM_DEFAULT_TENSOR_OP"
         assert c.info["MathMode"] == "CUBLAS_DEFAULT_MATH" and c.time.startswith("2026-")
+
+
+@pytest.mark.parametrize("log,on_other_buffers", [("fp8_linear", False), ("gpt2_train", True),
+                                                  ("llama_prefill", True)])
+def test_without_pointers_makes_the_lines_of_one_gemm_on_any_buffers_alike(log, on_other_buffers):
+    """A captured program's trace lines without their time stamps and pointers (upper- and lower-case hex, as in
+    fp8's scale pointers) read alike exactly when the parser's records of them hold the same fields."""
+    from cublaslt_probe.logs import without_pointers
+    path = FIXTURES / "programs" / log / "cublaslt.log"
+    text = path.read_text().splitlines()
+    recs = [r for r in parse_log(str(path)) if r.kind == "trace"]
+    assert recs
+    fields = [f for f in FIELD_NAMES if f not in ("line", "time", "file", "message", "extra")]
+    lines = without_pointers([text[r.line - 1] for r in recs])
+    assert not any(re.search(r"0[xX][0-9a-fA-F]|\[\d{4}-", x) for x in lines), lines[:3]
+    same = defaultdict(set)
+    for r, x in zip(recs, lines):
+        same[tuple(getattr(r, f) for f in fields)].add(x)
+    assert all(len(v) == 1 for v in same.values()), [v for v in same.values() if len(v) > 1][:2]
+    assert len(set(lines)) == len(same)
+    # the logs with a GEMM run on two sets of buffers: fewer lines alike than distinct lines
+    assert (len(set(lines)) < len({text[r.line - 1][21:] for r in recs})) == on_other_buffers

@@ -36,6 +36,7 @@ _MATMUL_FN = re.compile(r"cublasLt[A-Z]*Matmul")
 # A pointer value: cuBLASLt prints addresses as 0X7F0118000000 (and NULL pointers as 0X0).
 _PTR_SPLIT = re.compile(r"=(0[Xx][0-9A-Fa-f]+)(?=[\s\]]|\Z)")
 _PTR_VALUE = re.compile(r"0[Xx][0-9A-Fa-f]+")
+_STAMP = re.compile(r"\A\[\d{4}-\d\d-\d\d [^]]*\]")   # a line's time stamp (`without_pointers`)
 
 _CACHE_MAX = 4096
 _HEAD = 21  # len("[2026-11-30 03:21:52]")
@@ -643,3 +644,10 @@ def load_logs(sources: Iterable[Source], *, api: bool = False) -> tuple[list[Log
     """All records of several logs (see `parse_logs`) and the `ParseStats` of the parse."""
     st = ParseStats()
     return list(parse_logs(sources, api=api, stats=st)), st
+
+
+def without_pointers(lines) -> list:
+    """Log lines without their time stamp and pointer values (``0X7F...``, ``0x7f...``): what one call's lines
+    say on any buffers, to compare the lines of the same GEMM from run to run."""
+    return [_PTR_VALUE.sub("", _STAMP.sub("", line, count=1)) for line in lines or []]
+
