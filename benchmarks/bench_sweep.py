@@ -181,7 +181,8 @@ def main():
                          "GEMM in flight's flags set only for a retake, operands by one `as_strided` each, lt "
                          "algo configs kept by algo (A/B in one process)")
     ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
-    ap.add_argument("--replay-calls", action="store_true", help="the probe with ProbeOptions.replay_calls")
+    ap.add_argument("--library-calls", action="store_true",
+                    help="the probe with ProbeOptions.replay_calls off (the timed calls made by the library)")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
     ap.add_argument("--spin-rule", default="lead", choices=SPIN_RULES,
@@ -197,7 +198,7 @@ def main():
     t_init = time.time()
     builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
     probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps,
-                                                  cpu_slot=0, prewarm=not a.no_prewarm, replay_calls=a.replay_calls))
+                                                  cpu_slot=0, prewarm=not a.no_prewarm, replay_calls=not a.library_calls))
     print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
     cases = sweep.plan(a.preset).cases
     if a.limit:

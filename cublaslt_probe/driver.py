@@ -136,18 +136,29 @@ class Replay:
     the node's grid, block, shared memory, parameters (an array of pointers, or the packed buffer the library
     passed) and launch attributes, with programmatic stream serialization where a programmatic edge leads to it
     (the library's programmatic dependent launch), and each memset by `cuMemsetD*Async`: the launches the library
-    made, for a few µs of host time each where its launch path takes 17-35. The graph is kept (its nodes own the
-    parameters), and what the captured call returned (torch's output tensor), so that no other tensor is given
-    the memory the launches write. `close()` destroys the graph."""
+    made, for a few µs of host time each where its launch path takes 17-35; each launch's status is checked. The
+    graph is kept (its nodes own the parameters), and what the captured call returned (torch's output tensor), so
+    that no other tensor is given the memory the launches write. `close()` destroys the graph."""
 
-    def __init__(self, graphs: "Graphs", graph, steps: list, keep: list, out):
+    def __init__(self, graphs: "Graphs", graph, steps: list, keep: list, out, kinds: tuple):
         self._graphs, self._graph, self._keep, self.out = graphs, graph, keep, out
+        self.kinds = kinds   # what each launch is: "memset", "kernel", or "programmatic kernel" (behind a
+                             # programmatic edge: launched with programmatic stream serialization)
         steps = tuple(steps)
 
         def launch():
             for fn, args in steps:
-                fn(*args)
+                st = fn(*args)
+                if st:   # a launch the driver refused: raised, never timed as a GEMM
+                    raise graphs._clock.error(st, fn.__name__)
         self.launch = launch
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the captured call's output, which the replay keeps alive (a window's memory budget counts
+        them)."""
+        o = self.out
+        return o.element_size() * o.numel() if hasattr(o, "element_size") else 0
 
     def close(self) -> None:
         if self._graph is not None:
@@ -212,15 +223,15 @@ class Graphs:
         return {index[b[i]] for i in range(n.value) if d[i].type == EDGE_PROGRAMMATIC}
 
     def replay(self, stream, fn) -> Replay:
-        """Capture one call of `fn` on `stream` and make its replay (`Replay`); launched once here, each launch's
-        status checked. A node neither a kernel nor a one-row memset raises `CaptureError`."""
+        """Capture one call of `fn` on `stream` and make its replay (`Replay`). A node neither a kernel nor a
+        one-row memset raises `CaptureError`."""
         L = self.lib
         g, out = self.capture(stream, fn)
         try:
             sv = stream.value if isinstance(stream, ctypes.c_void_p) else stream
             nodes = self._nodes(g)
             programmatic = self._programmatic(g, {n: i for i, n in enumerate(nodes)})
-            steps, keep = [], []
+            steps, keep, kinds = [], [], []
             val = (ctypes.c_ubyte * 64)()
             for i, node in enumerate(nodes):
                 t = ctypes.c_int(-1)
@@ -246,6 +257,7 @@ class Graphs:
                                        p.sharedMemBytes, sv, arr, len(attrs))
                     keep += [arr, cfg]
                     steps.append((L.cuLaunchKernelEx, (ctypes.byref(cfg), p.func or p.kern, p.kernelParams, p.extra)))
+                    kinds.append("programmatic kernel" if i in programmatic else "kernel")
                 elif t.value == NODE_MEMSET:
                     m = MemsetParams()
                     st = L.cuGraphMemsetNodeGetParams(node, ctypes.byref(m))
@@ -254,13 +266,10 @@ class Graphs:
                     if m.height != 1 or m.elementSize not in self._memset:
                         raise CaptureError(f"a memset of {m.height} rows of {m.elementSize}-byte elements is not replayed")
                     steps.append((self._memset[m.elementSize], (m.dst, m.value, m.width, sv)))
+                    kinds.append("memset")
                 else:
                     raise CaptureError(f"a graph node of type {t.value} is not replayed")
-            for f, args in steps:
-                st = f(*args)
-                if st:
-                    raise self._clock.error(st, f.__name__)
         except Exception:
             L.cuGraphDestroy(g)
             raise
-        return Replay(self, g, steps, keep, out)
+        return Replay(self, g, steps, keep, out, tuple(kinds))

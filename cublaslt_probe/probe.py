@@ -123,8 +123,9 @@ class ProbeOptions:
                                     # first call (HeuristicPrewarm)
     estimate_behind: bool = True    # with the pipeline: no spin before an estimating call that the GEMM in flight's
                                     # batches still cover (`covering_batch`)
-    replay_calls: bool = False      # time the library's launches for a call replayed by the driver's own calls
-                                    # (`driver.Replay`) in place of its launch path; windows on a stream of the probe's
+    replay_calls: bool = True       # time the library's launches for a call replayed by the driver's own calls
+                                    # (`driver.Replay`) in place of its launch path, for GEMMs not heavy and not
+                                    # cupy's (`Probe._replayed`); windows on a stream of the probe's
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -541,7 +542,7 @@ def enqueue_spin(host_us: float, reps: int, per: int) -> float:
 
 
 def _nbytes(objs) -> int:
-    """Bytes of the operands `objs` (a window's memory budget counts them). A view of the builder's operand
+    """Bytes of the operands `objs` (a window's memory budget counts them, and the outputs replays keep). A view of the builder's operand
     pool counts its own size, as the fresh tensor it replaced did: the budget cuts windows where it did before
     (the test of a cut relies on it), though the views hold no memory of their own."""
     n = 0
@@ -1334,8 +1335,11 @@ class Probe:
         ratio 1.0000; the library's launches against themselves 410), for 151 µs of host time to enqueue a
         GEMM's timed calls against 403 (bench19_replay_timing.txt). Not for the cupy backend: cupy refuses a
         cuBLAS call while its stream is captured ("calling cuBLAS API during stream capture is currently
-        unsupported")."""
-        if not self.options.replay_calls or c.backend == "cupy":
+        unsupported"). Nor for a heavy GEMM (`is_heavy`): its GPU time outlasts the library's launches, which
+        then pace nothing, and its capture would cost host time and keep a large output alive for nothing (on
+        the llm preset, every fourth GEMM, replaying all of them gained nothing in the timing phase, 19.35 s
+        against 19.31, and the captures took 0.16 s)."""
+        if not self.options.replay_calls or c.backend == "cupy" or is_heavy(c):
             return b
         r = self.graphs.replay(self._stream(), b.fn)
         return dataclasses.replace(b, fn=r.launch, keep=b.keep + (r,), replay=True)
@@ -1387,6 +1391,7 @@ class Probe:
                 b, held = self._build(c, built, held)
                 if pipeline:
                     est, b = self._prepare(c, b, rec, ph, t)
+                    held += _nbytes(b.keep[-1:]) if b.replay else 0   # the replay's output (`_replayed`)
                     self._drain(built)
                     t = time.perf_counter()
                     self.builder.set_flags(c)
@@ -1398,6 +1403,7 @@ class Probe:
                 else:
                     self._drain(built)   # (pipeline) a heavy GEMM: prepared on a GPU that has finished, see above
                     t, b = self._capture(c, b, rec, ph, t)
+                    held += _nbytes(b.keep[-1:]) if b.replay else 0
                     built.append((rec, c, b))
             except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on
                 rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]

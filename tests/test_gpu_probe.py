@@ -7,6 +7,7 @@ import pytest
 
 from cublaslt_probe import dataset, sweep
 from cublaslt_probe.cases import Case
+from cublaslt_probe.logs import without_pointers
 
 pytestmark = pytest.mark.gpu
 
@@ -135,7 +136,7 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
     devs, miss_on, miss_off = [], [], []
     for k, r in on.items():
         assert r["kernels"] == off[k]["kernels"], k
-        assert _lines(r["log_lines"]) == _lines(off[k]["log_lines"]), k
+        assert without_pointers(r["log_lines"]) == without_pointers(off[k]["log_lines"]), k
         assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= r["timing"]["gap_limit_us"], \
             (k, r["timing"])
         # pipelined, unless its arithmetic is heavy: then one step after another in both modes
@@ -157,11 +158,6 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
     # 150-260 µs, so a ratio of two medians jumps between them.
     ratio = statistics.median(a / b for a, b in zip(miss_on, miss_off))
     assert 1 / 3 < ratio < 3.0, (ratio, miss_on, miss_off)
-
-
-def _lines(lines):
-    """Log lines without their time stamp and pointers (which differ from call to call)."""
-    return [re.sub(r"^\[[^]]*\]|0X[0-9A-F]+", "", x) for x in lines]
 
 
 def test_the_sweep_command_builds_its_dataset_in_processes_started_before_the_probe(tmp_path):
@@ -353,12 +349,15 @@ def test_the_lt_backends_operands_are_disjoint_views_of_the_builders_buffers(pro
         built.close()
 
 
-def test_a_retaken_gemm_in_flight_runs_under_its_own_flags(probe, monkeypatch):
+@pytest.mark.parametrize("replay", [False, True])
+def test_a_retaken_gemm_in_flight_runs_under_its_own_flags(probe, monkeypatch, replay):
     """With the pipeline, the next GEMM's flags are set by the time the samples of the GEMM in flight are read;
     a retake (here every attempt fails its evidence) must set that GEMM's own flags again before it runs it.
     Every call of every GEMM (warm-up, logged, estimating, timed, retaken, profiled) is checked against its
-    case's flags as torch reads them at the call."""
-    from cublaslt_probe.probe import ATTEMPTS, Built
+    case's flags as torch reads them at the call. With `replay_calls` the library is called for the warm-up,
+    logged and estimating calls and the capture; the timed, retaken and profiled calls launch what the capture
+    holds, whatever the flags."""
+    from cublaslt_probe.probe import ATTEMPTS, WARM_CALLS, Built
     torch, b = probe.torch, probe.builder
     cases = [Case("torch", "mm", "fp32", "NN", 16, 1024, 1024), Case("torch-lt", "mm", "tf32", "NN", 16, 1024, 1024),
              Case("torch", "mm", "fp32", "NT", 16, 1024, 1024), Case("torch-lt", "mm", "tf32", "NT", 16, 1024, 1024)]
@@ -376,12 +375,15 @@ def test_a_retaken_gemm_in_flight_runs_under_its_own_flags(probe, monkeypatch):
         return Built(call, built.keep, built.lt_config, built.lt_waves)
     monkeypatch.setattr(b, "build", watched_build)
     monkeypatch.setattr(probe, "gap_limit_us", -1.0)   # no attempt's evidence passes
+    monkeypatch.setattr(probe, "options", dataclasses.replace(probe.options, replay_calls=replay))
     recs = probe.run_window(cases)
     assert all("wait" in r["probe_ms"] for r in recs)   # each was in flight while the next one was prepared
     assert all(r["timing"]["attempts"] == ATTEMPTS for r in recs), [r["timing"] for r in recs]
     want = {c.key: (c.dtype == "tf32", "cublaslt" if c.backend == "torch-lt" else "cublas") for c in cases}
     wrong = [s for s in seen if s[1:] != want[s[0]]]
-    assert not wrong and len(seen) > 4 * 3 * 10, wrong[:5]
+    assert not wrong, wrong[:5]
+    assert len(seen) == 4 * (WARM_CALLS + 3) if replay else len(seen) > 4 * 3 * 10, len(seen)
+    assert {r["timing"]["launch"] for r in recs} == {"replay" if replay else "library"}
 
 
 def test_set_flags_reads_torchs_flags_before_it_skips_a_set(probe):
@@ -475,3 +477,98 @@ def test_an_estimate_goes_without_its_spin_only_while_the_batches_in_flight_cove
         probe._inflight = None
         probe.torch.cuda.synchronize()
         b.close()
+
+
+def test_replayed_calls_time_what_the_librarys_launches_time(probe):
+    """`replay_calls`: the same window with the timed calls replayed by the driver (`driver.Replay`) and made by
+    the library, each twice, alternating, with the pipeline on and with it off: the same kernels and log lines,
+    each record says how its calls were launched (cupy's and heavy GEMMs' stay the library's), the timing
+    evidence holds, the times agree within the method's noise, and the replay enqueues the timed calls in less
+    host time."""
+    from cublaslt_probe.probe import is_heavy
+    quick = sweep.plan("quick").cases
+    cases = [c for c in quick if c.backend != "cupy"][4::8][:20] + [c for c in quick if c.backend == "cupy"][::7]
+    assert {c.backend for c in cases} == {"torch", "torch-lt", "lt", "cupy"} and any(c.op == "scaled_mm" for c in cases)
+    assert any(is_heavy(c) for c in cases) and not all(is_heavy(c) for c in cases)
+    runs = {True: [], False: []}
+    options = probe.options
+    try:
+        for pipeline in (True, False):
+            for on in (True, False, False, True):
+                probe.options = dataclasses.replace(probe.options, replay_calls=on, pipeline=pipeline)
+                runs[on].append({r["key"]: r for r in probe.run_window(cases)})
+    finally:
+        probe.options = options
+    devs, enq = [], []
+    for i in range(4):
+        on, off = runs[True][i], runs[False][i]
+        assert all(not r["error"] for r in [*on.values(), *off.values()]), \
+            [r["error"] for r in [*on.values(), *off.values()] if r["error"]]
+        for k, r in on.items():
+            lib = Case.from_key(k).backend == "cupy" or is_heavy(Case.from_key(k))
+            assert r["timing"]["launch"] == ("library" if lib else "replay"), (k, r["timing"])
+            assert off[k]["timing"]["launch"] == "library", k
+            assert r["kernels"] == off[k]["kernels"], k
+            assert without_pointers(r["log_lines"]) == without_pointers(off[k]["log_lines"]), k
+            assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= r["timing"]["gap_limit_us"], \
+                (k, r["timing"])
+            if i % 2 == 0:   # each mode's two runs (per pipeline mode) averaged
+                t_on = (r["time_us"] + runs[True][i + 1][k]["time_us"]) / 2
+                t_off = (off[k]["time_us"] + runs[False][i + 1][k]["time_us"]) / 2
+                devs.append(abs(t_on / t_off - 1))
+            if not lib:
+                enq.append(r["timing"]["enqueue_us"] / r["time_calls_per_rep"] / r["time_us_reps"]
+                           / (off[k]["timing"]["enqueue_us"] / off[k]["time_calls_per_rep"] / off[k]["time_us_reps"]))
+    assert sorted(devs)[len(devs) // 2] < 0.03, sorted(devs)
+    assert statistics.median(enq) < 0.8, sorted(enq)
+
+
+def test_a_replay_computes_what_the_librarys_call_computes(probe):
+    """`driver.Graphs.replay` on the quick preset's GEMMs (all but cupy's, which cannot be captured): the replay,
+    launched into an output filled with NaN, writes what the library's own call wrote, for each form the
+    library's launches take (a memset before the kernel, a split-K kernel and the reduce behind its programmatic
+    edge, one kernel)."""
+    t = probe.torch
+    kinds = set()
+    with probe._on_own_stream():
+        for c in [c for c in sweep.plan("quick").cases if c.backend != "cupy"][::3]:
+            probe.builder.set_flags(c)
+            b = probe.builder.build(c)
+            try:
+                out = b.fn()
+                got = b.keep[0].D if c.backend == "lt" else None   # the lt backend writes D in place
+                want = (got if got is not None else out).clone()
+                r = probe.graphs.replay(probe._stream(), b.fn)
+                try:
+                    dst = got if got is not None else r.out
+                    dst.fill_(float("nan"))
+                    r.launch()
+                    t.cuda.synchronize()
+                    kinds.add(r.kinds)
+                    t.testing.assert_close(dst.float(), want.float(), rtol=2e-3, atol=2e-3, msg=c.key)
+                finally:
+                    r.close()
+            finally:
+                b.close()
+    assert {("memset", "kernel"), ("kernel", "programmatic kernel"), ("kernel",)} <= kinds, kinds
+
+
+def test_a_windows_memory_budget_counts_the_outputs_replays_keep(probe, monkeypatch):
+    """With `replay_calls` each GEMM's replay keeps its captured output alive until the window ends: the budget
+    counts it, so GEMMs with small operands and a large output cut the window where, their calls made by the
+    library (outputs freed call by call), they do not."""
+    cases = [Case("torch", "mm", "bf16", "NN", 8192, 8192 + 64 * i, 64) for i in range(4)]   # 1 MB in, 128 out
+    finished = []
+    finish = probe._finish
+    monkeypatch.setattr(probe, "_finish", lambda built: (built and finished.append(len(built)), finish(built)))
+    options = probe.options
+    try:
+        for on in (False, True):
+            probe.options = dataclasses.replace(options, replay_calls=on, mem_budget=100 << 20)
+            del finished[:]
+            recs = probe.run_window(cases)
+            assert all(not r["error"] and r["kernels"] for r in recs), [r["error"] for r in recs]
+            assert {r["timing"]["launch"] for r in recs} == {"replay" if on else "library"}
+            assert finished == ([1, 1, 1, 1] if on else [4]), (on, finished)
+    finally:
+        probe.options = options
