@@ -191,7 +191,8 @@ class Graphs:
         self.lib, self._clock = L, clock
 
     def capture(self, stream, fn):
-        """The graph of one call of `fn` on `stream` (relaxed mode), and what the call returned."""
+        """The graph of one call of `fn` on `stream` (relaxed mode), and what the call returned. A call that
+        refuses to be captured raises `CaptureError`."""
         L = self.lib
         st = L.cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_RELAXED)
         if st:
@@ -199,8 +200,12 @@ class Graphs:
         g = ctypes.c_void_p()
         try:
             out = fn()
-        finally:
-            st = L.cuStreamEndCapture(stream, ctypes.byref(g))
+        except Exception as e:
+            L.cuStreamEndCapture(stream, ctypes.byref(g))
+            if g.value:
+                L.cuGraphDestroy(g)
+            raise CaptureError(f"the call cannot be captured: {type(e).__name__}: {e}") from e
+        st = L.cuStreamEndCapture(stream, ctypes.byref(g))
         if st:
             raise self._clock.error(st, "cuStreamEndCapture")
         return g, out

@@ -181,7 +181,7 @@ def raw_record(c: Case) -> dict:
             "lt_config": None, "lt_waves": None, "error": None}
 
 
-def _fill_timing(rec: dict, t: Timing, launch: str = "library") -> None:
+def _fill_timing(rec: dict, t: Timing, b: "Built | None" = None) -> None:
     rec["time_us"] = t.median_us
     rec["time_us_reps"] = len(t.samples_us)
     rec["time_us_min"] = t.min_us
@@ -189,7 +189,9 @@ def _fill_timing(rec: dict, t: Timing, launch: str = "library") -> None:
     rec["time_calls_per_rep"] = t.calls_per_rep
     rec["time_us_first"] = t.first_us
     rec["timing"] = t.evidence()
-    rec["timing"]["launch"] = launch   # "replay": the timed calls were the library's launches replayed (driver.Replay)
+    rec["timing"]["launch"] = b.launch if b else "library"   # "replay": the library's launches replayed
+    if b and b.replay_refused:
+        rec["timing"]["replay_refused"] = b.replay_refused   # why this GEMM's calls are the library's own
 
 
 # --- one cuBLASLt GEMM ----------------------------------------------------------------------------------------
@@ -314,6 +316,7 @@ class Built:
     lt_config: dict | None = None   # lt backend: the config of the algo it runs
     lt_waves: float | None = None
     replay: bool = False  # fn replays the library's launches for one call (ProbeOptions.replay_calls)
+    replay_refused: str | None = None   # why its call could not be replayed (`Probe._replayed`)
 
     @property
     def launch(self) -> str:
@@ -1338,10 +1341,15 @@ class Probe:
         unsupported"). Nor for a heavy GEMM (`is_heavy`): its GPU time outlasts the library's launches, which
         then pace nothing, and its capture would cost host time and keep a large output alive for nothing (on
         the llm preset, every fourth GEMM, replaying all of them gained nothing in the timing phase, 19.35 s
-        against 19.31, and the captures took 0.16 s)."""
+        against 19.31, and the captures took 0.16 s). A call that cannot be captured, or whose graph holds a
+        node the replay does not make (`CaptureError`), keeps the library's launches; the raw record says why
+        (`timing.replay_refused`)."""
         if not self.options.replay_calls or c.backend == "cupy" or is_heavy(c):
             return b
-        r = self.graphs.replay(self._stream(), b.fn)
+        try:
+            r = self.graphs.replay(self._stream(), b.fn)
+        except CaptureError as e:   # a call the replay cannot make: timed as the library makes it, and why
+            return dataclasses.replace(b, replay_refused=str(e)[:200])
         return dataclasses.replace(b, fn=r.launch, keep=b.keep + (r,), replay=True)
 
     def _run_window(self, cases: list[Case]) -> list[dict]:
@@ -1454,7 +1462,7 @@ class Probe:
         t = _lap(ph, "log", t)
         est = self._estimate(b.fn, self._key(c, b))   # the library's call sizes the plan (`_replayed`)
         b = self._replayed(c, b)
-        _fill_timing(rec, self._end(self._start(b.fn, self._key(c, b), *est, None, is_heavy(c))), b.launch)
+        _fill_timing(rec, self._end(self._start(b.fn, self._key(c, b), *est, None, is_heavy(c))), b)
         t = _lap(ph, "time", t)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
         return t, b
@@ -1489,7 +1497,7 @@ class Probe:
         try:
             self.clock.wait(pending.events.ends[-1])
             ph["wait"] = round((time.perf_counter() - t) * 1e3, 3)
-            _fill_timing(rec, self._end(pending), b.launch)
+            _fill_timing(rec, self._end(pending), b)
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
             self.torch.cuda.synchronize()

@@ -572,3 +572,38 @@ def test_a_windows_memory_budget_counts_the_outputs_replays_keep(probe, monkeypa
             assert finished == ([1, 1, 1, 1] if on else [4]), (on, finished)
     finally:
         probe.options = options
+
+
+def test_a_call_the_replay_cannot_make_keeps_the_librarys_launches_and_says_why(probe, monkeypatch):
+    """A GEMM whose call also copies memory (a graph node the replay does not make) is timed through the
+    library's launch path, with the reason in its raw record, and the window's other GEMMs are replayed."""
+    from cublaslt_probe.probe import Built
+    cases = [Case("torch", "mm", "bf16", "NT", 16, 4096, 4096), Case("torch", "mm", "fp16", "NT", 16, 4096, 4096)]
+    torch, build = probe.torch, probe.builder.build
+    x, y = torch.zeros(1 << 20, device="cuda"), torch.ones(1 << 20, device="cuda")
+
+    def copying_build(c):
+        b = build(c)
+        if c.dtype != "bf16":
+            return b
+        fn = b.fn
+        return Built(lambda: (fn(), x.copy_(y))[0], b.keep, b.lt_config, b.lt_waves)
+    monkeypatch.setattr(probe.builder, "build", copying_build)
+    recs = {r["key"]: r for r in probe.run_window(cases)}
+    copying, plain = recs[cases[0].key], recs[cases[1].key]
+    assert not copying["error"] and copying["kernels"] and copying["time_us"] > 0, copying["error"]
+    assert copying["timing"]["launch"] == "library"
+    assert "node of type 1 is not replayed" in copying["timing"]["replay_refused"], copying["timing"]
+    assert plain["timing"]["launch"] == "replay" and "replay_refused" not in plain["timing"]
+    # a call that refuses capture (it waits for its stream) is refused as well, with its error
+    with probe._on_own_stream():
+        b = build(cases[1])
+        try:
+            sync = torch.cuda.current_stream().synchronize
+            refused = probe._replayed(cases[1], Built(lambda: (b.fn(), sync())[0], b.keep))
+            assert not refused.replay and "cannot be captured" in refused.replay_refused, refused.replay_refused
+            out = b.fn()   # the stream is usable after the refused capture
+            torch.cuda.synchronize()
+            assert out.isfinite().all()
+        finally:
+            b.close()
