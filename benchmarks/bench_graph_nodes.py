@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_graph_timing import Graphs, arguments, gemms  # noqa: E402  (the same GEMMs, captured alike)
+from bench_graph_timing import arguments, gemms  # noqa: E402  (the same GEMMs)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from cublaslt_probe.driver import EdgeData, KernelParams  # noqa: E402  (the driver's structures: one home)
@@ -36,7 +36,6 @@ class Reader:
     def __init__(self, L):
         vp, P = ctypes.c_void_p, ctypes.POINTER
         self.L = L
-        L.cuGraphGetNodes.argtypes = [vp, P(vp), P(ctypes.c_size_t)]
         L.cuGraphNodeGetType.argtypes = [vp, P(ctypes.c_int)]
         self.params = getattr(L, "cuGraphKernelNodeGetParams_v2", None)
         if self.params is not None:
@@ -54,13 +53,6 @@ class Reader:
         if self.edges is None:   # the header of 13 names the second cuGraphGetEdges
             self.edges = L.cuGraphGetEdges
         self.edges.argtypes = [vp, P(vp), P(vp), P(EdgeData), P(ctypes.c_size_t)] if self.edge_data else None
-
-    def nodes(self, g) -> list:
-        n = ctypes.c_size_t(0)
-        self.L.cuGraphGetNodes(g, None, ctypes.byref(n))
-        arr = (ctypes.c_void_p * n.value)()
-        self.L.cuGraphGetNodes(g, arr, ctypes.byref(n))
-        return [arr[i] for i in range(n.value)]
 
     def describe(self, node) -> str:
         t = ctypes.c_int(-1)
@@ -112,17 +104,16 @@ def main():
     stream = torch.cuda.Stream()
     torch.cuda.set_stream(stream)
     probe = Probe(pipeline=False)
-    G = Graphs()
-    R = Reader(G.L)
+    R = Reader(probe.graphs.lib)
     shapes = collections.Counter()
     for c, b, _ in gemms(probe, a.preset, a.also):
         try:
-            g, out = G.capture(probe._stream(), b.fn)
-            nodes = R.nodes(g)
+            g, out = probe.graphs.capture(probe._stream(), b.fn)
+            nodes = probe.graphs.nodes(g)
             index = {n: i for i, n in enumerate(nodes)}
             desc = [R.describe(n) for n in nodes]
             edges = R.edge_list(g, index)
-            G.L.cuGraphDestroy(g)
+            probe.graphs.lib.cuGraphDestroy(g)
             del out
         except Exception as e:  # noqa: BLE001
             desc, edges = [f"ERROR {type(e).__name__}: {e}"[:200]], []

@@ -37,19 +37,17 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-RELAXED = 2            # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' calls are not checked
 RECORD_EXTERNAL = 1    # CU_EVENT_RECORD_EXTERNAL: a captured record is an event-record node
 
 
 class Graphs:
-    """The driver's graph calls, on the libcuda torch loaded."""
+    """The driver's calls to build, instantiate and launch a graph, on the libcuda torch loaded (capture and
+    node listing are the probe's: `probe.graphs`, `driver.Graphs`)."""
 
     def __init__(self):
         L = ctypes.CDLL("libcuda.so.1", mode=getattr(os, "RTLD_NOLOAD", 0))
         vp, P = ctypes.c_void_p, ctypes.POINTER
         self.L = L
-        L.cuStreamBeginCapture_v2.argtypes = [vp, ctypes.c_int]
-        L.cuStreamEndCapture.argtypes = [vp, P(vp)]
         L.cuGraphCreate.argtypes = [P(vp), ctypes.c_uint]
         L.cuGraphAddEventRecordNode.argtypes = [P(vp), vp, P(vp), ctypes.c_size_t, vp]
         L.cuGraphAddChildGraphNode.argtypes = [P(vp), vp, P(vp), ctypes.c_size_t, vp]
@@ -58,7 +56,6 @@ class Graphs:
         L.cuGraphExecDestroy.argtypes = [vp]
         L.cuGraphDestroy.argtypes = [vp]
         L.cuEventRecordWithFlags.argtypes = [vp, vp, ctypes.c_uint]
-        L.cuGraphGetNodes.argtypes = [vp, P(vp), P(ctypes.c_size_t)]
         L.cuGetErrorName.argtypes = [ctypes.c_int, P(ctypes.c_char_p)]
 
     def check(self, st, what):
@@ -66,22 +63,6 @@ class Graphs:
             name = ctypes.c_char_p()
             self.L.cuGetErrorName(st, ctypes.byref(name))
             raise RuntimeError(f"{what}: {(name.value or b'').decode() or st}")
-
-    def capture(self, stream, body):
-        """The graph of what `body()` queues on `stream`, and what body returned (kept alive with the graph)."""
-        g = ctypes.c_void_p()
-        self.check(self.L.cuStreamBeginCapture_v2(stream, RELAXED), "cuStreamBeginCapture")
-        try:
-            out = body()
-        finally:
-            st = self.L.cuStreamEndCapture(stream, ctypes.byref(g))
-        self.check(st, "cuStreamEndCapture")
-        return g, out
-
-    def nodes(self, g) -> int:
-        n = ctypes.c_size_t(0)
-        self.check(self.L.cuGraphGetNodes(g, None, ctypes.byref(n)), "cuGraphGetNodes")
-        return n.value
 
     def copies(self, child, events, reps, per):
         """A graph of `reps` batches of `per` copies of `child`, bracketed by the plan's events (start, mid after
@@ -122,7 +103,7 @@ def time_graph(probe, G, fn, reps, per, form):
     keep = []
     child = None
     if form == "copies":
-        child, out = G.capture(st, fn)
+        child, out = probe.graphs.capture(st, fn)
         keep.append(out)
         t1 = time.perf_counter()
         g = G.copies(child, events, reps, per)
@@ -138,7 +119,7 @@ def time_graph(probe, G, fn, reps, per, form):
                     keep.append(fn())
                 rec(events.ends[i], st, RECORD_EXTERNAL)
         t1 = time.perf_counter()
-        g, _ = G.capture(st, body)
+        g, _ = probe.graphs.capture(st, body)
     t2 = time.perf_counter()
     e = G.instantiate(g)
     t3 = time.perf_counter()
@@ -147,7 +128,7 @@ def time_graph(probe, G, fn, reps, per, form):
     clock.wait(events.ends[-1])
     totals, firsts, times = events.samples(per)
     gap = events.gap_us(totals)
-    nodes = G.nodes(child) if child is not None else None
+    nodes = len(probe.graphs.nodes(child)) if child is not None else None
     G.L.cuGraphExecDestroy(e)
     G.L.cuGraphDestroy(g)
     if child is not None:
@@ -269,7 +250,7 @@ def main():
             for f in turns(forms, a.rounds):
                 if f in ("probe", "launches", "replay"):
                     if f == "launches" and one is None:
-                        g, out = G.capture(probe._stream(), b.fn)
+                        g, out = probe.graphs.capture(probe._stream(), b.fn)
                         e = G.instantiate(g)
                         one = (g, e, out, launcher(G.L.cuGraphLaunch, e, probe._stream()))
                     if f == "replay" and rp is None:

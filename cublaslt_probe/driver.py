@@ -210,7 +210,8 @@ class Graphs:
             raise self._clock.error(st, "cuStreamEndCapture")
         return g, out
 
-    def _nodes(self, g) -> list:
+    def nodes(self, g) -> list:
+        """The nodes of graph `g`, in the order the driver lists them (the order they were captured in)."""
         n = ctypes.c_size_t(0)
         self.lib.cuGraphGetNodes(g, None, ctypes.byref(n))
         arr = (ctypes.c_void_p * n.value)()
@@ -234,7 +235,7 @@ class Graphs:
         g, out = self.capture(stream, fn)
         try:
             sv = stream.value if isinstance(stream, ctypes.c_void_p) else stream
-            nodes = self._nodes(g)
+            nodes = self.nodes(g)
             programmatic = self._programmatic(g, {n: i for i, n in enumerate(nodes)})
             steps, keep, kinds = [], [], []
             val = (ctypes.c_ubyte * 64)()
