@@ -83,6 +83,9 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
     with pytest.raises(OptionError, match="estimate_behind='yes'"):
         ProbeOptions(estimate_behind="yes")
     assert ProbeOptions().estimate_behind is True
+    with pytest.raises(OptionError, match="replay_calls=0"):
+        ProbeOptions(replay_calls=0)
+    assert ProbeOptions().replay_calls is True
 
 
 def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():
