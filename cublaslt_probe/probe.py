@@ -181,7 +181,7 @@ def raw_record(c: Case) -> dict:
             "lt_config": None, "lt_waves": None, "error": None}
 
 
-def _fill_timing(rec: dict, t: Timing, b: "Built | None" = None) -> None:
+def _fill_timing(rec: dict, t: Timing, b: "Built") -> None:
     rec["time_us"] = t.median_us
     rec["time_us_reps"] = len(t.samples_us)
     rec["time_us_min"] = t.min_us
@@ -189,8 +189,8 @@ def _fill_timing(rec: dict, t: Timing, b: "Built | None" = None) -> None:
     rec["time_calls_per_rep"] = t.calls_per_rep
     rec["time_us_first"] = t.first_us
     rec["timing"] = t.evidence()
-    rec["timing"]["launch"] = b.launch if b else "library"   # "replay": the library's launches replayed
-    if b and b.replay_refused:
+    rec["timing"]["launch"] = b.launch   # "replay": the library's launches replayed
+    if b.replay_refused:
         rec["timing"]["replay_refused"] = b.replay_refused   # why this GEMM's calls are the library's own
 
 
@@ -545,9 +545,10 @@ def enqueue_spin(host_us: float, reps: int, per: int) -> float:
 
 
 def _nbytes(objs) -> int:
-    """Bytes of the operands `objs` (a window's memory budget counts them, and the outputs replays keep). A view of the builder's operand
-    pool counts its own size, as the fresh tensor it replaced did: the budget cuts windows where it did before
-    (the test of a cut relies on it), though the views hold no memory of their own."""
+    """Bytes of the operands `objs` (a window's memory budget counts them, and the outputs replays keep). A
+    view of the builder's operand pool counts its own size, as the fresh tensor it replaced did: the budget
+    cuts windows where it did before (the test of a cut relies on it), though the views hold no memory of
+    their own."""
     n = 0
     for o in objs:
         if hasattr(o, "element_size") and hasattr(o, "numel"):
