@@ -70,9 +70,20 @@ def part_costs(probe, cases):
                    "lt launch, converted per call (lt.run)":
                        lambda: g.mm.run(algo, ptrs[0], ptrs[1], ptrs[2], ptrs[3], g.p.workspace_bytes, g.stream)}
         b.set_flags(c)
+    logger = probe.logger
+
+    def logged(fn):   # a call made as the probe makes its logged call (`Probe.logged_call`, no wait)
+        def call():
+            logger.set_level(2)
+            fn()
+            logger.set_level(0)
+        return call
+    logged_rows = {f"{name}, logged (logger at level 2 around it)": logged(fn)
+                   for name, fn in [(f"torch.mm {c.key}", built.fn), *list(lt_rows.items())[:1]]}
     rows = {
         f"torch.mm {c.key}": built.fn,
         **lt_rows,
+        **logged_rows,
         "event.record(stream)": lambda: ev[0].record(st),
         "driver event record(stream) (probe.clock)": lambda: clock.record(dv[0], dst),
         "driver event done (probe.clock)": lambda: clock.done(dv[1]),
@@ -84,8 +95,11 @@ def part_costs(probe, cases):
         "empty python call": lambda: None,
     }
     print(f"1. host µs per step ({c.key}, layout {'T' if ta else 'N'}{'T' if tb else 'N'}):")
+    logger.take()
     for name, fn in rows.items():
         print(f"   {name:<40} {host_us(probe, fn):8.2f}")
+        if name in logged_rows:
+            print(f"   {'   log lines per call':<40} {len(logger.take()) / 1000:8.2f}")   # host_us: 5 x 200 calls
     import contextlib
     contexts = {"plain": contextlib.nullcontext, "under torch.inference_mode": torch.inference_mode,
                 "under torch.no_grad": torch.no_grad}

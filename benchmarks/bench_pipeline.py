@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
-    PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--fidelity quick]
+    PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--every 1] [--warm-all] [--fidelity quick]
         [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json] [--toggle prewarm] [--paired]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
@@ -11,7 +11,8 @@ miss/hit µs (timed by the companion process, or in the probe's process). The ra
 written as the sweep writes them, and that cost is printed apart. With --paired every window runs in both modes,
 the first alternating from window to window, so that both modes time the same GEMMs (windows alternating give
 each mode other GEMMs: in bench19_estimate_behind_ab.txt the on windows held more first uses of a kernel); the
-rates of first and second runs are printed apart too.
+rates of first and second runs are printed apart too. The window that runs a GEMM first meets its kernels' module
+loads; with --warm-all every GEMM has run once before, and the modes differ in nothing else.
 
 Fidelity (--fidelity PRESET): every window of that plan runs on and off --runs times each (2: on, off, off,
 on; the order turned from window to window); per GEMM, |time_us on / off - 1| (the mean of each mode's runs,
@@ -50,11 +51,13 @@ def windows_of(cases, size):
 
 def gpu_us(rec) -> float:
     """µs the GEMM's own kernels ran in all its calls: timed samples, the warm-up (`WARM_CALLS`), the logged
-    call, the estimate, the profiled call (a re-time's extra samples are left out)."""
+    call, the estimate (the logged call itself when its record says it sized the plan: `logged_estimate`), the
+    profiled call (a re-time's extra samples are left out)."""
     from cublaslt_probe.probe import WARM_CALLS
     if rec.get("error") or rec.get("time_us") is None:
         return 0.0
-    return rec["time_us"] * ((rec.get("time_us_reps") or 0) * (rec.get("time_calls_per_rep") or 1) + WARM_CALLS + 3)
+    own = 2 if (rec.get("timing") or {}).get("sized_by") == "logged call" else 3
+    return rec["time_us"] * ((rec.get("time_us_reps") or 0) * (rec.get("time_calls_per_rep") or 1) + WARM_CALLS + own)
 
 
 def throughput(probe, cases, window, paired: bool = False):
@@ -224,6 +227,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="decode")
     ap.add_argument("--limit", type=int, default=1200, help="the first N GEMMs of the plan (0: all)")
+    ap.add_argument("--every", type=int, default=1, metavar="K", help="throughput: every K-th of those GEMMs")
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--fidelity", default="", metavar="PRESET", help="also compare the modes GEMM by GEMM on this preset")
     ap.add_argument("--reference-spin", default="same", choices=("same", "lead-only", "enqueue"),
@@ -233,6 +237,9 @@ def main():
     ap.add_argument("--save", help="write every fidelity run's records (key, time_us, calls per sample, attempts) "
                                    "to this JSON file")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
+    ap.add_argument("--warm-all", action="store_true",
+                    help="throughput: run every measured GEMM once first, not counted, so that neither mode meets a "
+                         "kernel new to the process (its module load) or a heuristic question new to it")
     ap.add_argument("--runs", type=int, default=2, help="fidelity: runs of each mode per window (even)")
     ap.add_argument("--reference-warm", type=int, metavar="N",
                     help="fidelity: the off runs make N warm-up calls before the logged call (default: the probe's "
@@ -252,6 +259,12 @@ def main():
     probe.run_window(cases[-a.warm:])
     if a.limit:
         cases = cases[:a.limit]
+    cases = cases[::a.every]
+    if a.warm_all:
+        t = time.time()
+        for w in windows_of(cases, a.window):
+            probe.run_window(w)
+        print(f"warm-up: every measured GEMM run once, {time.time() - t:.1f} s")
     throughput(probe, cases, a.window, a.paired)
     if a.fidelity:
         runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin, a.reference_warm,

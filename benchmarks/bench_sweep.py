@@ -284,6 +284,8 @@ def main():
         print("garbage collector, windows alternating (each from its start to the next window's, the last window "
               "left out): " + "; ".join(
             f"{'on' if m else 'off'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n, _) in ab_modes.items() if n))
+    print("  host µs per call at the sweep's end, by what the spins learn it for (`Probe._host_us`): " +
+          ", ".join(f"{k} {v:.0f}" for k, v in sorted(probe._host_us.items())))
     print(f"spin rule: {a.spin_rule}" + (f"; every {a.every}-th GEMM of the plan" if a.every > 1 else ""))
     print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
           f"= {len(df) / wall:.1f} GEMMs/s (full capture)")

@@ -57,6 +57,7 @@ SINGLE_US = 200.0                # GEMMs this long run one call per timing sampl
 GAP_US_PER_REP = 2.0             # GPU idle between batches above this (or above the calibrated event gap plus
 GAP_SLACK_US = 0.75              # this, on a GPU whose events cost more): the spin was too short
 HOST_US_GUESS = 30.0             # host µs to enqueue one call before the first enqueue loop of a backend and op
+LOGGED_HOST_US_GUESS = 120.0     # ... and one logged call before the first of them (`Probe._logged_estimate`)
 CHEAP_SPIN = 0.1                 # a spin costing at most this share of the samples' GPU time covers the whole
                                  # enqueue, twice (timing_spin)
 ATTEMPTS = 3                     # timing attempts at most: a retake, and another when the host stalled through it
@@ -126,6 +127,8 @@ class ProbeOptions:
     replay_calls: bool = True       # time the library's launches for a call replayed by the driver's own calls
                                     # (`driver.Replay`) in place of its launch path, for GEMMs not heavy and not
                                     # cupy's (`Probe._replayed`); windows on a stream of the probe's
+    logged_estimate: bool = True    # a GEMM run one step after another (heavy ones, or every GEMM without the
+                                    # pipeline): its logged call is its estimating call too (`Probe._capture`)
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -137,7 +140,7 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "replay_calls"):
+        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "replay_calls", "logged_estimate"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
@@ -160,6 +163,8 @@ class Timing:
     estimate_us: float              # the estimating call (or the samples of a re-time) the plan was sized by
     rule: str = "lead"              # the spin rule of the first attempt
     gap_limit_us: float | None = None   # the GPU idle allowed per sample (None with an L2 flush)
+    sized_by: str = "estimating call"   # what `estimate_us` is: "estimating call", "logged call" (`_capture`) or
+                                        # "samples" (a re-time)
 
     @property
     def min_us(self) -> float:
@@ -169,7 +174,7 @@ class Timing:
         """The raw record's `timing` field."""
         return {"spin_us": self.spin_us and round(self.spin_us, 1), "enqueue_us": round(self.enqueue_us, 1),
                 "attempts": self.attempts, "behind": self.behind, "retaken": self.retaken,
-                "estimate_us": round(self.estimate_us, 2), "rule": self.rule,
+                "estimate_us": round(self.estimate_us, 2), "sized_by": self.sized_by, "rule": self.rule,
                 "gap_limit_us": self.gap_limit_us and round(self.gap_limit_us, 3)}
 
 
@@ -463,15 +468,21 @@ def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None,
     return max(1, reps), per
 
 
-def estimate_spin(host_us: float) -> float:
+def estimate_spin(host_us: float, logged_us: float | None = None) -> float:
     """µs of GPU spin before the estimating call, when the host takes `host_us` to enqueue one call (pure): room
     for the call and its two events, three calls' worth, plus SPIN_FLOOR_US. The estimate sizes the plan, and
     a host that has not queued the call when the spin ends makes it read long. Behind two calls' worth, the
     quick preset's 136 pipelined GEMMs were timed in batches of another size in one of four runs on 30 and
     13 of them (a GEMM of about 10 µs read as 17+ µs goes in batches of 3 instead of 5, which read 3-8 %
     lower); behind three, on 6 and 7, on the same host (bench12_fidelity_estimate_ab*.txt: the first of two
-    estimating calls queued behind this spin)."""
-    return SPIN_FLOOR_US + 3 * host_us
+    estimating calls queued behind this spin). A logged call that is the estimating call (`logged_estimate`),
+    whose host time is `logged_us` with the logger's lines, gets that once and two calls' worth more: what
+    the logger adds is the library writing one line, not a launch that can stall (on the llm preset a logged
+    call took 34-75 µs by backend and op, against 18-33 µs for a call; 66-164 against 21-71 on a slower host:
+    bench21_llm_every4*.txt)."""
+    if logged_us is None:
+        return SPIN_FLOOR_US + 3 * host_us
+    return SPIN_FLOOR_US + 2 * host_us + max(logged_us, host_us)
 
 
 def gpu_us_per_call(once_us: float) -> float:
@@ -928,7 +939,8 @@ class _Pending:
     enqueue_us: float = 0.0
     behind: int = 0
     attempt: int = 1
-    case: Case | None = None   # pipeline: whose flags a retake sets first (the next GEMM's may be set by then)
+    case: Case | None = None   # whose flags a retake sets first (in the pipeline the next GEMM's may be set by then)
+    sized_by: str = "estimating call"   # the call whose GPU time `once_us` is (Timing.sized_by)
 
 
 # --- the probe ------------------------------------------------------------------------------------------------
@@ -1075,17 +1087,21 @@ class Probe:
         fixes the number of samples; by default the options' `budget_ms` sets it, at most their `reps`."""
         return self._end(self._start(fn, key, *self._estimate(fn, key), reps, heavy))
 
-    def _queue_estimate(self, fn, key: str) -> tuple:
+    def _queue_estimate(self, fn, key: str, logged: bool = False) -> tuple:
         """Queue one call of `fn` between two events, after a flush or behind a short spin (`estimate_spin`) —
         or, with `estimate_behind`, behind the in-flight GEMM's batches when they cover that spin (`_covered`:
         the host then waited 15-24 µs to read it instead of 69-70, bench19_host_costs_waits.txt); with the host
-        µs its launch took. `_read_estimate` waits for it."""
+        µs its launch took. `_read_estimate` waits for it. A `logged` call (`_logged_estimate`) is queued behind
+        the spin even after a flush: the host writes its log line before it launches the GEMM. The spin covers
+        the host time per call of `key` the last enqueue loop took, and for a `logged` call the last logged
+        call's of `key` as well (HOST_US_GUESS, LOGGED_HOST_US_GUESS before the first)."""
         clock = self.clock
         s, e = self._pair_pool.pop() if self._pair_pool else (clock.event(), clock.event())
         if self.flush is not None:
             self.flush.zero_()
-        else:
-            need = estimate_spin(self._host_us.get(key, HOST_US_GUESS))
+        if self.flush is None or logged:
+            host = self._host_us.get(key, HOST_US_GUESS)
+            need = estimate_spin(host, self._host_us.get(f"{key}|logged", LOGGED_HOST_US_GUESS) if logged else None)
             if not self._covered(need):
                 self.spin(need)
         st, rec = self._stream(), clock.record
@@ -1093,7 +1109,10 @@ class Probe:
         bad = rec(s, st); fn(); bad = rec(e, st) or bad  # noqa: E702
         if bad:
             raise clock.error(bad, "cuEventRecord")
-        return s, e, (time.perf_counter() - h) * 1e6
+        host_us = (time.perf_counter() - h) * 1e6
+        if logged:
+            self._host_us[f"{key}|logged"] = host_us
+        return s, e, host_us
 
     def _covered(self, need_us: float) -> bool:
         """(`estimate_behind`) Does the GPU still have `need_us` of the in-flight GEMM's batches ahead of it
@@ -1113,8 +1132,22 @@ class Probe:
         """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
         return self._read_estimate(self._queue_estimate(fn, key))
 
+    def _logged_estimate(self, fn, key: str) -> tuple[list[str], tuple[float, float]]:
+        """(`logged_estimate`) One call of `fn` that is both the logged call (`logged_call`) and the estimating
+        call (`_estimate`): (its log lines, (GPU µs, host µs)). Its spin covers a logged call's host time, the
+        logger's lines included (`_queue_estimate`), so that its events bracket the GEMM, not the host writing
+        the log."""
+        self.logger.take()
+        self.logger.set_level(2)
+        try:
+            queued = self._queue_estimate(fn, key, logged=True)
+        finally:
+            self.logger.set_level(0)
+        est = self._read_estimate(queued)
+        return self.lt_lines(self.logger.take()), est
+
     def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None,
-               heavy: bool = False, case: Case | None = None) -> "_Pending":
+               heavy: bool = False, case: Case | None = None, sized_by: str = "estimating call") -> "_Pending":
         """Queue the first attempt of the timing plan sized by `once_us`; `_end` waits for it and checks it."""
         flush = self.flush is not None
         host = self._host_us.get(key, HOST_US_GUESS)
@@ -1126,7 +1159,7 @@ class Probe:
             host = max(host, host_once)
         pool = self._event_pool.get((reps, per > 1))
         events = pool.pop() if pool else _Events(self.clock, reps, per > 1)
-        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy, case=case)
+        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy, case=case, sized_by=sized_by)
         p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per, heavy)
         self._attempt(p)
         return p
@@ -1170,7 +1203,7 @@ class Probe:
             # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
             # them, with no second estimate that could read long again
             self._own_flags(p)
-            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked, p.heavy, p.case))
+            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked, p.heavy, p.case, "samples"))
         return t
 
     def _own_flags(self, p: "_Pending") -> None:
@@ -1186,7 +1219,7 @@ class Probe:
         gap = None if flush else p.events.gap_us(totals)
         return Timing(statistics.median(times), tuple(times), p.per, statistics.median(firsts), gap, p.spin_us,
                       p.enqueue_us, p.attempt, None if flush else p.behind, retaken, p.once_us, p.rule,
-                      None if flush else self.gap_limit_us)
+                      None if flush else self.gap_limit_us, p.sized_by)
 
     def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
         """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued).
@@ -1396,6 +1429,7 @@ class Probe:
             ph = rec["probe_ms"] = {}
             t = time.perf_counter()
             pipeline = self.options.pipeline and not is_heavy(c)
+            b = None   # this GEMM's, until the GEMM in flight or the window's list holds it
             try:
                 b, held = self._build(c, built, held)
                 if pipeline:
@@ -1404,19 +1438,26 @@ class Probe:
                     self._drain(built)
                     t = time.perf_counter()
                     self.builder.set_flags(c)
-                    self._inflight = (rec, c, b, self._start(b.fn, self._key(c, b),
-                                                             *self._read_estimate(est), None, case=c), ph)
+                    pending = self._start(b.fn, self._key(c, b), *self._read_estimate(est), None, case=c)
+                    self._inflight, b = (rec, c, b, pending, ph), None
                     ph["time"] = round((time.perf_counter() - t) * 1e3, 3)
-                    if self._inflight[3].per == 1:
+                    if pending.per == 1:
                         self._drain(built)   # a long GEMM: the next one is prepared on an idle GPU (see above)
                 else:
                     self._drain(built)   # (pipeline) a heavy GEMM: prepared on a GPU that has finished, see above
-                    t, b = self._capture(c, b, rec, ph, t)
+                    est, b, t = self._capture(c, b, rec, ph, t)
                     held += _nbytes(b.keep[-1:]) if b.replay else 0
+                    sized_by = "logged call" if self.options.logged_estimate else "estimating call"
+                    _fill_timing(rec, self._end(self._start(b.fn, self._key(c, b), *est, None, is_heavy(c),
+                                                            case=c, sized_by=sized_by)), b)
+                    t = _lap(ph, "time", t)
                     built.append((rec, c, b))
+                    b = None
             except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on
                 rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
                 self.torch.cuda.synchronize()
+                if b is not None:
+                    b.close()   # its lt descriptors, its replay's graph
                 self._drain(built)
                 if "out of memory" in str(e):
                     self._finish(built)
@@ -1451,22 +1492,37 @@ class Probe:
             self.builder.set_flags(c)  # ... so this GEMM's flags are set again (seen: tf32/Lt leaking)
         return b, held + nbytes
 
-    def _capture(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> float:
-        """Warm-up, one logged call, the timing; fills `rec` and the phase times `ph`. Under the flags of `c`:
-        a retake of the GEMM in flight, while `_drain` waits for it, sets that GEMM's (`_own_flags`)."""
+    def _capture(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
+        """One step after another: the warm-up, the logged call and the estimating call of `c` (one call, both,
+        with `logged_estimate`: `_logged_estimate`), then its replay (`_replayed`); fills `rec` and the phase
+        times `ph`. Returns (the estimate: GPU µs, host µs of a call; the Built to time; the phase clock). Under
+        the flags of `c`: a retake of the GEMM in flight, while `_drain` waits for it, sets that GEMM's
+        (`_own_flags`).
+
+        With `logged_estimate` the host µs of a call (what the spin before a long GEMM's samples covers,
+        `_start`) is the lesser of the warm-up call's and the logged call's: the logged call's alone holds the
+        logger's line, and the warm-up call's a module load when it met a new kernel. Taken from the logged
+        call alone, the llm preset's timing spins grew by 88 µs (median; bench21_logged_estimate_ab_v2.txt)."""
         self.builder.set_flags(c)
+        h = time.perf_counter()
         for _ in range(WARM_CALLS):
             b.fn()
-        self.torch.cuda.synchronize()
-        t = _lap(ph, "build_warm", t)
-        rec["log_lines"] = self.logged_call(b.fn)
-        t = _lap(ph, "log", t)
-        est = self._estimate(b.fn, self._key(c, b))   # the library's call sizes the plan (`_replayed`)
+        warm_host = (time.perf_counter() - h) * 1e6 / max(WARM_CALLS, 1)
+        key = self._key(c, b)
+        if self.options.logged_estimate:
+            t = _lap(ph, "build_warm", t)   # the warm-up's GPU time runs on behind the estimate's spin
+            rec["log_lines"], (once, logged_host) = self._logged_estimate(b.fn, key)
+            est = once, min(warm_host, logged_host)
+            t = _lap(ph, "log", t)
+        else:
+            self.torch.cuda.synchronize()
+            t = _lap(ph, "build_warm", t)
+            rec["log_lines"] = self.logged_call(b.fn)
+            t = _lap(ph, "log", t)
+            est = self._estimate(b.fn, key)   # the library's call sizes the plan (`_replayed`)
         b = self._replayed(c, b)
-        _fill_timing(rec, self._end(self._start(b.fn, self._key(c, b), *est, None, is_heavy(c))), b)
-        t = _lap(ph, "time", t)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
-        return t, b
+        return est, b, t
 
     @staticmethod
     def _key(c: Case, b: Built) -> str:

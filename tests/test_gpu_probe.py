@@ -607,3 +607,123 @@ def test_a_call_the_replay_cannot_make_keeps_the_librarys_launches_and_says_why(
             assert out.isfinite().all()
         finally:
             b.close()
+
+
+def _counting_build(probe, monkeypatch):
+    """The builder's GEMMs with their library calls counted by key (the replay's timed calls are not the
+    library's: only its capture is counted)."""
+    from cublaslt_probe.probe import Built
+    calls, build = {}, probe.builder.build
+
+    def counting(c):
+        b = build(c)
+        fn = b.fn
+
+        def counted():
+            calls[c.key] = calls.get(c.key, 0) + 1
+            return fn()
+        return Built(counted, b.keep, b.lt_config, b.lt_waves)
+    monkeypatch.setattr(probe.builder, "build", counting)
+    return calls
+
+
+def test_a_gemm_run_one_step_after_another_is_sized_by_its_logged_call(probe, monkeypatch):
+    """`logged_estimate`: a GEMM run one step after another (heavy ones in the pipeline; every GEMM without it)
+    makes one library call fewer, its logged call sizing its plan: the same kernels, log lines and plans, an
+    estimate that reads what the estimating call reads (the spin covers the host writing the log, so the
+    events bracket the GEMM alone), and times within the method's noise."""
+    from cublaslt_probe.probe import WARM_CALLS, is_heavy
+    quick = sweep.plan("quick").cases
+    heavy = [c for c in quick if is_heavy(c) and c.backend != "cupy"][::4]
+    light = [c for c in quick if not is_heavy(c) and c.backend != "cupy"][::9]
+    assert len(heavy) >= 10 and len(light) >= 10
+    calls = _counting_build(probe, monkeypatch)
+    runs, counts = {True: [], False: []}, {True: [], False: []}
+    options = probe.options
+    try:
+        for on in (True, False, False, True):
+            calls.clear()
+            recs = []
+            for pipeline, cases in ((True, heavy), (False, light)):
+                probe.options = dataclasses.replace(options, logged_estimate=on, pipeline=pipeline)
+                recs += probe.run_window(cases)
+            runs[on].append({r["key"]: r for r in recs})
+            counts[on].append(dict(calls))
+    finally:
+        probe.options = options
+    devs, est, compared = [], [], 0
+    for i in range(2):
+        on, off, n_on, n_off = runs[True][i], runs[False][i], counts[True][i], counts[False][i]
+        assert all(not r["error"] for r in [*on.values(), *off.values()]), \
+            [r["error"] for r in [*on.values(), *off.values()] if r["error"]]
+        for k, r in on.items():
+            o = off[k]
+            assert r["timing"]["sized_by"] in ("logged call", "samples") and \
+                o["timing"]["sized_by"] in ("estimating call", "samples"), (k, r["timing"], o["timing"])
+            assert r["kernels"] == o["kernels"], k
+            assert without_pointers(r["log_lines"]) == without_pointers(o["log_lines"]), k
+            assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= r["timing"]["gap_limit_us"], \
+                (k, r["timing"])
+            est.append(r["timing"]["estimate_us"] / o["timing"]["estimate_us"])
+            plan = (r["time_us_reps"], r["time_calls_per_rep"], r["timing"]["attempts"], r["timing"]["sized_by"])
+            if plan[:3] == (o["time_us_reps"], o["time_calls_per_rep"], o["timing"]["attempts"]) \
+                    and plan[2] == 1 and plan[3] != "samples":
+                # warm-up, logged call, samples and the profiled call; with the replay, its capture instead of
+                # the samples and the profiled call (their launches are the replay's)
+                timed = 1 if r["timing"]["launch"] == "replay" else r["time_us_reps"] * r["time_calls_per_rep"] + 1
+                assert n_on[k] == WARM_CALLS + 1 + timed and n_off[k] == n_on[k] + 1, (k, n_on[k], n_off[k], timed)
+                compared += 1
+            if i == 0:   # each mode's two runs averaged
+                t_on = (r["time_us"] + runs[True][1][k]["time_us"]) / 2
+                t_off = (o["time_us"] + runs[False][1][k]["time_us"]) / 2
+                devs.append(abs(t_on / t_off - 1))
+    n = len(est)
+    assert compared >= 0.8 * n, (compared, n)
+    assert 0.97 < statistics.median(est) < 1.03, sorted(est)
+    assert sum(0.9 < x < 1.1 for x in est) >= 0.9 * n, sorted(est)
+    assert sorted(devs)[len(devs) // 2] < 0.03, sorted(devs)
+
+
+def test_a_gemm_that_fails_once_built_is_closed(probe, monkeypatch):
+    """A GEMM that fails after it was built, before the GEMM in flight or the window's list holds it, becomes an
+    error row and what it holds is closed (an lt GEMM's descriptors, a replay's graph); the window's other
+    GEMMs run."""
+    from cublaslt_probe.probe import Built
+    build, replayed, start = probe.builder.build, probe._replayed, probe._start
+    failing = {"torch|mm|bf16|NT|16|4096|1024|1", "lt|mm|bf16|NT|16|4096|1024|1", "torch|mm|bf16|NT|4096|4096|4096|1"}
+    cases = [Case.from_key(k) for k in sorted(failing)] + [Case("torch", "mm", "fp16", "NT", 16, 4096, 1024)]
+    made, closed = {}, []
+
+    class Watch:   # kept by the GEMM: says when its Built is closed
+        def __init__(self, key):
+            self.key = key
+
+        def close(self):
+            closed.append(self.key)
+
+    def watched_build(c):
+        b = build(c)
+        return Built(b.fn, b.keep + (Watch(c.key),), b.lt_config, b.lt_waves)
+
+    def watched_replay(c, b):
+        made[c.key] = out = replayed(c, b)
+        return out
+
+    def failing_start(fn, key, *a, case=None, **kw):
+        if case.key in failing:
+            raise RuntimeError(f"injected: {case.key}")
+        return start(fn, key, *a, case=case, **kw)
+    monkeypatch.setattr(probe.builder, "build", watched_build)
+    monkeypatch.setattr(probe, "_replayed", watched_replay)
+    monkeypatch.setattr(probe, "_start", failing_start)
+    recs = {r["key"]: r for r in probe.run_window(cases)}
+    for k in failing:
+        assert recs[k]["error"] == f"RuntimeError: injected: {k}", recs[k]
+        assert closed.count(k) == 1, (k, closed)
+    good = cases[-1].key
+    assert not recs[good]["error"] and recs[good]["kernels"], recs[good]
+    assert closed.count(good) == 1   # closed once, after the window's profile
+    replays = [x for k in failing for x in made[k].keep if hasattr(x, "nbytes") and hasattr(x, "launch")]
+    assert replays and all(r._graph is None for r in replays), replays
+    lt = made["lt|mm|bf16|NT|16|4096|1024|1"].keep[0]
+    assert lt.mm._objs == [], "the lt GEMM's descriptors were not destroyed"

@@ -43,8 +43,11 @@ def test_timing_evidence_is_the_raw_records_timing_field():
     assert t.min_us == 9.75
     assert t.evidence() == {"spin_us": 412.3, "enqueue_us": 120.0, "attempts": 2, "behind": 0,
                             "retaken": {"spin_us": 200.0, "enqueue_us": 150.0, "behind": 1, "gap_us": 0.5},
-                            "estimate_us": 17.12, "rule": "lead", "gap_limit_us": 2.123}
-    assert Timing(1.0, (1.0,), 1, 1.0, None, None, 5.0, 1, None, None, 1.0).evidence()["spin_us"] is None
+                            "estimate_us": 17.12, "sized_by": "estimating call", "rule": "lead", "gap_limit_us": 2.123}
+    plain = Timing(1.0, (1.0,), 1, 1.0, None, None, 5.0, 1, None, None, 1.0).evidence()
+    assert plain["spin_us"] is None and plain["sized_by"] == "estimating call"
+    assert Timing(1.0, (1.0,), 1, 1.0, None, None, 5.0, 1, None, None, 1.0,
+                  sized_by="logged call").evidence()["sized_by"] == "logged call"
 
 
 def test_a_heuristic_companion_that_cannot_start_says_why():
@@ -86,6 +89,9 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
     with pytest.raises(OptionError, match="replay_calls=0"):
         ProbeOptions(replay_calls=0)
     assert ProbeOptions().replay_calls is True
+    with pytest.raises(OptionError, match="logged_estimate=None"):
+        ProbeOptions(logged_estimate=None)
+    assert ProbeOptions().logged_estimate is True
 
 
 def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():

@@ -153,6 +153,17 @@ def test_the_estimating_call_is_queued_before_its_spin_ends():
     assert estimate_spin(30.0) > SPIN_FLOOR_US + 2 * 30.0 + 25.0
 
 
+def test_a_logged_estimating_call_is_queued_before_its_spin_ends():
+    """A logged call that is the estimating call (`logged_estimate`) gets its own host time, the logger's line
+    included, and two calls' worth more: more than a plain call's spin, less than three logged calls' worth."""
+    from cublaslt_probe.probe import estimate_spin
+    for host, logged in ((35.0, 116.0), (21.0, 66.0), (71.0, 164.0)):
+        spin = estimate_spin(host, logged)
+        assert spin == SPIN_FLOOR_US + 2 * host + logged
+        assert estimate_spin(host) < spin < estimate_spin(logged)
+    assert estimate_spin(40.0, 10.0) == estimate_spin(40.0)   # never less than a plain call's
+
+
 def test_an_estimate_behind_the_batches_in_flight_starts_from_the_last_batch_that_covers_its_spin():
     """`covering_batch`: the latest of the in-flight plan's batches from whose start the GPU still has the
     estimating call's spin worth of work (at half the estimate per call, `timing_spin`'s rule); None when the
