@@ -127,7 +127,8 @@ class ProbeOptions:
     replay_calls: bool = True       # time the library's launches for a call replayed by the driver's own calls
                                     # (`driver.Replay`) in place of its launch path, for GEMMs not heavy and not
                                     # cupy's (`Probe._replayed`); windows on a stream of the probe's
-    logged_estimate: bool = True    # a GEMM's logged call is its estimating call too (`Probe._logged_estimate`)
+    logged_estimate: bool = True    # a GEMM run one step after another (heavy ones, or every GEMM without the
+                                    # pipeline): its logged call is its estimating call too (`Probe._capture`)
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -1131,18 +1132,19 @@ class Probe:
         """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
         return self._read_estimate(self._queue_estimate(fn, key))
 
-    def _logged_estimate(self, fn, key: str) -> tuple[list[str], tuple]:
+    def _logged_estimate(self, fn, key: str) -> tuple[list[str], tuple[float, float]]:
         """(`logged_estimate`) One call of `fn` that is both the logged call (`logged_call`) and the estimating
-        call (`_queue_estimate`): (its log lines, the queued estimate, which `_read_estimate` waits for). Its
-        spin covers a logged call's host time, the logger's line included, so that its events bracket the GEMM,
-        not the host writing the log."""
+        call (`_estimate`): (its log lines, (GPU µs, host µs)). Its spin covers a logged call's host time, the
+        logger's lines included (`_queue_estimate`), so that its events bracket the GEMM, not the host writing
+        the log."""
         self.logger.take()
         self.logger.set_level(2)
         try:
             queued = self._queue_estimate(fn, key, logged=True)
         finally:
             self.logger.set_level(0)
-        return self.lt_lines(self.logger.take()), queued
+        est = self._read_estimate(queued)
+        return self.lt_lines(self.logger.take()), est
 
     def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None,
                heavy: bool = False, case: Case | None = None, sized_by: str = "estimating call") -> "_Pending":
@@ -1427,7 +1429,6 @@ class Probe:
             ph = rec["probe_ms"] = {}
             t = time.perf_counter()
             pipeline = self.options.pipeline and not is_heavy(c)
-            sized_by = "logged call" if self.options.logged_estimate else "estimating call"
             b = None   # this GEMM's, until the GEMM in flight or the window's list holds it
             try:
                 b, held = self._build(c, built, held)
@@ -1437,8 +1438,7 @@ class Probe:
                     self._drain(built)
                     t = time.perf_counter()
                     self.builder.set_flags(c)
-                    pending = self._start(b.fn, self._key(c, b), *self._read_estimate(est), None, case=c,
-                                          sized_by=sized_by)
+                    pending = self._start(b.fn, self._key(c, b), *self._read_estimate(est), None, case=c)
                     self._inflight, b = (rec, c, b, pending, ph), None
                     ph["time"] = round((time.perf_counter() - t) * 1e3, 3)
                     if pending.per == 1:
@@ -1447,6 +1447,7 @@ class Probe:
                     self._drain(built)   # (pipeline) a heavy GEMM: prepared on a GPU that has finished, see above
                     est, b, t = self._capture(c, b, rec, ph, t)
                     held += _nbytes(b.keep[-1:]) if b.replay else 0
+                    sized_by = "logged call" if self.options.logged_estimate else "estimating call"
                     _fill_timing(rec, self._end(self._start(b.fn, self._key(c, b), *est, None, is_heavy(c),
                                                             case=c, sized_by=sized_by)), b)
                     t = _lap(ph, "time", t)
@@ -1510,8 +1511,7 @@ class Probe:
         key = self._key(c, b)
         if self.options.logged_estimate:
             t = _lap(ph, "build_warm", t)   # the warm-up's GPU time runs on behind the estimate's spin
-            rec["log_lines"], queued = self._logged_estimate(b.fn, key)
-            once, logged_host = self._read_estimate(queued)
+            rec["log_lines"], (once, logged_host) = self._logged_estimate(b.fn, key)
             est = once, min(warm_host, logged_host)
             t = _lap(ph, "log", t)
         else:
@@ -1530,24 +1530,14 @@ class Probe:
         return f"{c.backend}|{c.op}|replay" if b.replay else f"{c.backend}|{c.op}"
 
     def _prepare(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
-        """Pipeline: the warm-up, the logged call and the estimating call of `c` (one call, both, with
-        `logged_estimate`), queued behind whatever the GPU is running (no wait), then its replay (`_replayed`);
-        fills `rec` and `ph`; returns the queued estimate (its host µs, with `logged_estimate`, the lesser of
-        the warm-up call's and the logged call's, as `_capture` takes it) and the Built to time."""
-        h = time.perf_counter()
+        """Pipeline: the warm-up, the logged call and the estimating call of `c`, queued behind whatever the
+        GPU is running (no wait); fills `rec` and `ph`; returns the queued estimate."""
         for _ in range(WARM_CALLS):
             b.fn()
-        warm_host = (time.perf_counter() - h) * 1e6 / max(WARM_CALLS, 1)
         t = _lap(ph, "build_warm", t)
-        key = self._key(c, b)   # the library's calls size the plan (`_replayed`)
-        if self.options.logged_estimate:
-            rec["log_lines"], (s, e, logged_host) = self._logged_estimate(b.fn, key)
-            est = s, e, min(warm_host, logged_host)
-            t = _lap(ph, "log", t)
-        else:
-            rec["log_lines"] = self.logged_call(b.fn, sync=False)
-            t = _lap(ph, "log", t)
-            est = self._queue_estimate(b.fn, key)
+        rec["log_lines"] = self.logged_call(b.fn, sync=False)
+        t = _lap(ph, "log", t)
+        est = self._queue_estimate(b.fn, self._key(c, b))   # the library's call sizes the plan (`_replayed`)
         b = self._replayed(c, b)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
         _lap(ph, "estimate", t)
