@@ -87,6 +87,25 @@ def first_kernels(recs, mode_of):
               f"others {len(o)}, median {statistics.median(o) if o else 0:.3f}, sum {sum(o) / 1e3:.2f} s")
 
 
+def overhead_parts(recs) -> tuple[float, float, int]:
+    """Two parts of a sweep's overhead beyond its GEMMs' own GPU time, from the raw records (s): the GPU spins
+    before the timed samples (every attempt's, `timing.spin_us` and the retaken ones'), and the first uses of
+    kernels (`meets_new_kernel`: the build and warm-up phase of each GEMM that met a kernel new to the process,
+    less the median of the others' — the module load, which waits for the GPU to go idle); and how many GEMMs
+    met one."""
+    spins = 0.0
+    for r in recs:
+        t = r.get("timing") or {}
+        failed = t.get("retaken") or {}
+        spins += sum(x.get("spin_us") or 0.0 for x in (t, failed, failed.get("second") or {}))
+    flags, _ = meets_new_kernel(recs)
+    warm = [(r["probe_ms"].get("build_warm", 0.0), new) for r, new in zip(recs, flags) if r.get("probe_ms")]
+    others = [w for w, new in warm if not new]
+    base = statistics.median(others) if others else 0.0
+    first = sum(max(0.0, w - base) for w, new in warm if new)
+    return spins / 1e6, first / 1e3, sum(new for _, new in warm)
+
+
 def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False):
     """An A/B's rates (`names`: the new mode, the old) and, per mode, its GEMMs' retakes, host enqueue and
     probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows."""
@@ -291,6 +310,11 @@ def main():
           f"= {len(df) / wall:.1f} GEMMs/s (full capture)")
     print(f"  GPU time in the GEMMs themselves ≈ {gpu_s:.1f} s; overhead beyond it ≈ "
           f"{(wall - gpu_s) / len(df) * 1e3:.2f} ms per GEMM")
+    spins_s, first_s, met = overhead_parts(recs)
+    print(f"    of the overhead's {wall - gpu_s:.2f} s: the spins before the timed samples {spins_s:.2f} s; the first "
+          f"uses of kernels ≈ {first_s:.2f} s ({met} GEMMs met a kernel new to the process: their build and warm-up "
+          f"beyond the others' median); the rest {wall - gpu_s - spins_s - first_s:.2f} s (the estimates' spins, "
+          "the host's gaps between steps, the windows' ends, the raw file and the dataset)")
     small = ok[(ok.time_us < 100)]
     small_keys = set(small.key)
     small_ph = [r["probe_ms"] for r in recs if r.get("key") in small_keys and r.get("probe_ms")]
