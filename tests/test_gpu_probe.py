@@ -118,6 +118,26 @@ def test_a_window_cut_by_memory_keeps_each_gemms_flags(probe):
     assert df.consistent.dropna().all()
 
 
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_the_gemm_that_cuts_a_window_leaves_the_others_capture_out_of_its_build(probe, pipeline):
+    """A GEMM that cuts its window (memory budget) first finishes the GEMMs before it: their kernel capture
+    is theirs (`profile_share`), not this GEMM's build phase. The first GEMM's profiled call runs about 20
+    ms (fp32 8192^3, no tf32); the small GEMMs after it have met their kernels already."""
+    small = [Case("torch", "mm", "bf16", "NN", 64, 1024, 1024), Case("lt", "mm", "bf16", "NN", 64, 1024, 1024)]
+    long_ = Case("torch", "mm", "fp32", "NN", 8192, 8192, 8192)
+    options = probe.options
+    probe.options = dataclasses.replace(options, mem_budget=1, pipeline=pipeline)  # every GEMM cuts the window
+    try:
+        probe.run_window(small)   # their kernels loaded, their questions asked
+        recs = probe.run_window([long_] + small)
+    finally:
+        probe.options = options
+    assert all(r["error"] is None for r in recs), [r["error"] for r in recs]
+    session_ms = recs[0]["probe_ms"]["profile_share"]   # the first window held one GEMM: its whole capture
+    assert session_ms > 15, recs[0]["probe_ms"]
+    for r in recs[1:]:
+        assert r["probe_ms"]["build_warm"] < session_ms / 2, (r["key"], r["probe_ms"], session_ms)
 def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
     """The same window with the pipeline on (the default: each GEMM prepared while the GPU times the one before,
     the heuristic timed by the companion process) and off, twice each, alternating: the same kernels and log
