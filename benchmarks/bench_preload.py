@@ -20,6 +20,12 @@ milliseconds more than the second.
 GPU runs a long GEMM (fp32 8192^3, about 20 ms) queued just before: how long the capture took, and whether the
 long GEMM had finished by the time it returned. A load that overlaps the GPU's work takes as long as on an
 idle GPU and returns before the long GEMM ends; one that waits for the GPU returns after it.
+
+--parallel T: 2N more GEMMs of distinct questions (N = --gemms, none of the GEMMs above), on an idle GPU: N
+captured by T threads at once (each its own non-blocking stream), then the other N one after another (the GEMMs
+interleaved between the two sets; the second set meets the kernels the first loaded, which favours it), first
+thing in the process; each set's wall time, and each GEMM's first call afterwards, which is short where the
+capture loaded its kernel. Do several threads' loads overlap, or does the driver take them one at a time?
 """
 import argparse
 import ctypes
@@ -36,6 +42,7 @@ def main():
     ap.add_argument("--preset", default="llm")
     ap.add_argument("--gemms", type=int, default=150)
     ap.add_argument("--overlap", type=int, default=20)
+    ap.add_argument("--parallel", type=int, default=0, metavar="T")
     a = ap.parse_args()
     from cublaslt_probe import lt, sweep
     from cublaslt_probe.probe import Probe, ProbeOptions, prewarm_problem
@@ -52,7 +59,7 @@ def main():
     assert cu.cuStreamCreate(ctypes.byref(side), 1) == 0   # CU_STREAM_NON_BLOCKING
     at = torch.empty(4096, dtype=torch.uint8, device="cuda").data_ptr()
 
-    def capture(c):
+    def capture(c, side=side):
         """Ask `c`'s question and capture a call of the answer's algo; raises on failure."""
         p = prewarm_problem(c, sms)
         with lt.LtMatmul(probe.lib, p) as mm:
@@ -82,12 +89,16 @@ def main():
             cases.append(c)
     step = max(1, len(cases) // a.gemms)
     others = cases[step // 2::step][:a.overlap]   # between the GEMMs taken below: other questions
+    third = max(1, step // 4)   # --parallel: a quarter and three quarters of the way between them
+    spread = [x for pair in zip(cases[third::step], cases[step - third::step]) for x in pair] if a.parallel else []
     cases = cases[::step][:a.gemms]
     print(f"{a.preset}: {len(seen)} distinct heuristic questions; {len(cases)} GEMMs taken (every {step}-th)")
 
+    failed = []
+    if spread:
+        parallel_loads(probe, capture, cu, spread[:2 * a.gemms], a.parallel, failed)
     groups = ("ask", "capture")
     out = {g: {"pre": [], "first": [], "second": [], "extra": []} for g in groups}
-    failed = []
     for i, c in enumerate(cases):
         g = groups[i % 2]
         try:
@@ -156,6 +167,67 @@ def main():
               f"of them returning after the long GEMM had finished: {sum(d for t, d in took if t > 1.0)}")
         print(f"failed: {len(failed)}" + "".join(f"\n  {f}" for f in failed[:10]))
     probe.close()
+
+
+def parallel_loads(probe, capture, cu, gemms, threads, failed):
+    """--parallel: `gemms` (two interleaved sets) captured by `threads` threads at once, then the other set one
+    after another; the wall time of each, and the first calls of each set's GEMMs afterwards."""
+    import ctypes
+    from concurrent.futures import ThreadPoolExecutor
+    torch = probe.torch
+    together, serial = gemms[0::2], gemms[1::2]
+    sides = []
+    for _ in range(threads):
+        s = ctypes.c_void_p()
+        assert cu.cuStreamCreate(ctypes.byref(s), 1) == 0
+        sides.append(s)
+    local = __import__("threading").local()
+    slots = iter(range(threads))
+
+    def one(c, main=False):
+        if not main and not hasattr(local, "side"):
+            local.side = sides[next(slots)]
+        try:
+            capture(c) if main else capture(c, local.side)
+        except Exception as e:  # noqa: BLE001
+            failed.append(f"parallel {c.key}: {e}")
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda _: time.sleep(0.01), range(threads)))   # the threads started before the clock
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        list(pool.map(one, together))
+        par = (time.perf_counter() - t) * 1e3
+        torch.cuda.synchronize()
+        each = []
+        t = time.perf_counter()
+        for c in serial:
+            one(c, main=True)
+            each.append(time.perf_counter())
+        ser = (each[-1] - t) * 1e3 if each else 0.0
+        loads = sum(b - a > 1e-3 for a, b in zip([t] + each, each))
+    firsts = {}
+    for name, group in (("serial", serial), ("parallel", together)):
+        firsts[name] = []
+        for c in group:
+            try:
+                b = probe.builder.build(c)
+            except Exception as e:  # noqa: BLE001
+                failed.append(f"build {c.key}: {e}")
+                continue
+            probe.builder.set_flags(c)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            b.fn()
+            firsts[name].append((time.perf_counter() - t) * 1e3)
+            torch.cuda.synchronize()
+            b.close()
+    print(f"parallel loads: {len(together)} GEMMs captured by {threads} threads at once in {par:.1f} ms "
+          f"({par / max(1, len(together)):.2f} ms each); {len(serial)} others one after another in {ser:.1f} ms "
+          f"({ser / max(1, len(serial)):.2f} ms each; {loads} of them over 1 ms)")
+    for name, xs in firsts.items():
+        if xs:
+            print(f"  then the first call of each: {name} set median {statistics.median(xs):.3f} ms, over 1 ms on "
+                  f"{sum(x > 1.0 for x in xs)} of {len(xs)}")
 
 
 if __name__ == "__main__":
