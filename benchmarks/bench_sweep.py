@@ -106,6 +106,37 @@ def overhead_parts(recs) -> tuple[float, float, int]:
     return spins / 1e6, first / 1e3, sum(new for _, new in warm)
 
 
+def idle_by_class(recs, first_flags):
+    """By kind of GEMM (light, pipelined; heavy under 1 ms; heavy of 1 ms or more, `probe.is_heavy`): how many,
+    the wall time of their steps (build and warm-up, logged call, estimate, timing, wait: `probe_ms` less the
+    kernel capture), their GPU time in those steps (`gpu_us` less the profiled call), the difference, and of it
+    the timing spins and the first uses of kernels (build and warm-up beyond the kind's median for those that met
+    a new kernel, `first_flags`). Light GEMMs' steps overlap the GEMM in flight: theirs is an upper bound."""
+    from cublaslt_probe.cases import Case
+    from cublaslt_probe.probe import is_heavy
+    kinds = {}
+    for r, new in zip(recs, first_flags):
+        ph = r.get("probe_ms")
+        if not ph or r.get("error") or r.get("time_us") is None:
+            continue
+        c = Case(r["backend"], r["op"], r["dtype"], r["layout"], r["m"], r["n"], r["k"], r["batch"])
+        kind = ("heavy, 1 ms or more" if r["time_us"] >= 1000 else "heavy, under 1 ms") if is_heavy(c) else "light"
+        t = r.get("timing") or {}
+        failed = t.get("retaken") or {}
+        kinds.setdefault(kind, []).append((
+            sum(v for k, v in ph.items() if k not in ("profile_share", "heuristic_share", "candidates")) / 1e3,
+            (gpu_us(r) - r["time_us"]) / 1e6,
+            sum(x.get("spin_us") or 0.0 for x in (t, failed, failed.get("second") or {})) / 1e6,
+            ph.get("build_warm", 0.0), new))
+    for kind, rows in kinds.items():
+        base = statistics.median([w for *_, w, new in rows if not new] or [0.0])
+        first = sum(max(0.0, w - base) for *_, w, new in rows if new) / 1e3
+        wall, gpu, spins = (sum(x[i] for x in rows) for i in range(3))
+        print(f"      {kind}: {len(rows)} GEMMs, their steps {wall:.2f} s for {gpu:.2f} s of GPU time: {wall - gpu:.2f} s "
+              f"beyond, of which timing spins {spins:.2f} s, first uses of kernels {first:.2f} s "
+              f"({sum(x[-1] for x in rows)} GEMMs), the rest {wall - gpu - spins - first:.2f} s")
+
+
 def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False):
     """An A/B's rates (`names`: the new mode, the old) and, per mode, its GEMMs' retakes, host enqueue and
     probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows."""
@@ -265,6 +296,16 @@ def main():
             windows.append(time.perf_counter() - t)
             return out
         probe.run_window = timed_window
+        sessions = []   # the kernel capture's profiler sessions: (GEMMs, wall s)
+        profile = probe.profile
+
+        def timed_profile(calls):
+            t = time.perf_counter()
+            try:
+                return profile(calls)
+            finally:
+                sessions.append((len(calls), time.perf_counter() - t))
+        probe.profile = timed_profile
         prof = None
         if a.cprofile:
             import cProfile
@@ -315,6 +356,13 @@ def main():
           f"uses of kernels ≈ {first_s:.2f} s ({met} GEMMs met a kernel new to the process: their build and warm-up "
           f"beyond the others' median); the rest {wall - gpu_s - spins_s - first_s:.2f} s (the estimates' spins, "
           "the host's gaps between steps, the windows' ends, the raw file and the dataset)")
+    idle_by_class(recs, meets_new_kernel(recs)[0])
+    cap_s = sum(w for _, w in sessions)
+    cap_gpu = sum(sum(r.get("kernel_us") or ()) for r in recs) / 1e6
+    print(f"    the kernel capture (one profiler session a window, `Probe.profile`): {len(sessions)} sessions over "
+          f"{sum(n for n, _ in sessions)} GEMMs, {cap_s:.2f} s, of which the profiled calls' kernels {cap_gpu:.2f} s "
+          f"(counted in the GEMMs' GPU time): {cap_s - cap_gpu:.2f} s beyond, "
+          f"{(cap_s - cap_gpu) / max(1, len(sessions)) * 1e3:.1f} ms a session")
     small = ok[(ok.time_us < 100)]
     small_keys = set(small.key)
     small_ph = [r["probe_ms"] for r in recs if r.get("key") in small_keys and r.get("probe_ms")]
