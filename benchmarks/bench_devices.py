@@ -95,6 +95,7 @@ def main():
                                                           "alternate with this one's")
     ap.add_argument("--pairs", type=int, default=2, help="with --base-tree: how many times the two alternate")
     ap.add_argument("--shard", default=None, help="with --base-tree: `sweep --shard I/N` on one GPU instead")
+    ap.add_argument("--keep", default=None, metavar="DIR", help="copy each run's raw parts into DIR (runN.*)")
     a = ap.parse_args()
     for cmd in (["nvidia-smi", "topo", "-m"], ["lscpu"]):
         try:
@@ -115,6 +116,12 @@ def main():
         for i, (devs, tree, label) in enumerate(steps):
             r = run(a.preset, devs, os.path.join(d, f"run{i}.parquet"), tree)
             r["label"] = label
+            if a.keep:
+                import glob
+                import shutil
+                os.makedirs(a.keep, exist_ok=True)
+                for path in glob.glob(os.path.join(d, f"run{i}.*raw.jsonl")):
+                    shutil.copy(path, a.keep)
             runs.append(r)
             print(f"[{label}] --devices {devs}: {r['gemms']} GEMMs; workers " +
                   ", ".join(f"{n} in {s:.2f} s" for n, s in r["workers"]) +
