@@ -975,6 +975,7 @@ class Probe:
         self.logger = lt.Logger(self.lib)
         self.env = environment(self.lib)
         self.builder = Builder(self.lib)
+        setup = self._library_setup()
         self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if self.options.flush_l2 else None
         self.cycles_per_us = self._calibrate_spin()
@@ -982,6 +983,7 @@ class Probe:
         self.gap_limit_us = max(GAP_US_PER_REP, self.event_gap_us + GAP_SLACK_US)
         self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
         self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
+        setup.join()
         self._prewarm = None
         if self.options.pipeline and self.options.prewarm:
             self._prewarm_sms = props.multi_processor_count
@@ -1000,6 +1002,23 @@ class Probe:
         if self._prewarm is not None:
             self._prewarm.close()
             self._prewarm = None
+
+    def _library_setup(self):
+        """cuBLASLt's one-time set-up, which the process's first heuristic question pays whichever path asks it
+        (torch's bf16 call 90-97 ms to its return, the lt backend's first build and call 146 ms, against 2-5 ms
+        for a later GEMM's new kernel; after this set-up, torch's first bf16 call took 21 ms:
+        bench22_first_gemm.txt), asked on a thread of its own while this one calibrates: start-up, not the
+        first GEMM's build and warm-up (each `--devices` worker paid it there). It does not cover the first
+        fp32 call through torch's cuBLAS path (90 ms) nor cupy's first GEMM (0.39 s), each a set-up of its
+        own. Returns the started thread; a question refused leaves the set-up to the first GEMM."""
+        import threading
+
+        def ask():
+            with contextlib.suppress(Exception):
+                self._ask_library(lt_problem(Case("lt", "mm", "bf16", "NN", 16, 16, 16), CUBLAS_WORKSPACE))
+        t = threading.Thread(target=ask, name="cublaslt-setup", daemon=True)
+        t.start()
+        return t
 
     def _ask_library(self, p) -> None:
         """The prewarm thread's question: `p` asked of this process's cuBLASLt (its answer is cached there)."""

@@ -198,6 +198,23 @@ def test_the_sweep_command_builds_its_dataset_in_processes_started_before_the_pr
     assert sorted(df.m) == list(range(1, 41)) and df.algo_id.notna().all() and df.log_matches_case.all()
 
 
+def test_the_librarys_one_time_set_up_is_paid_in_the_probes_start_up():
+    """cuBLASLt's first heuristic question in a process pays the library's one-time set-up (90-146 ms on the
+    H200); the probe asks one while it starts. A fresh process, without the pipeline's helpers (its first GEMM
+    asks its own question): that GEMM's build and warm-up hold its own costs only (its kernel's load, 2-5 ms)."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json\nfrom cublaslt_probe.cases import Case\nfrom cublaslt_probe.probe import Probe\n"
+            "p = Probe(pipeline=False)\n"
+            "r = p.run_window([Case('torch', 'mm', 'bf16', 'NT', 1, 4096, 4096)])[0]\n"
+            "print(json.dumps([r['error'], r['probe_ms']]))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    error, phases = json.loads(p.stdout.strip().splitlines()[-1])
+    assert error is None and phases["build_warm"] < 40, phases
+
+
 def test_the_garbage_collector_is_off_in_a_window_and_back_on_after(probe):
     import gc
     seen = []
