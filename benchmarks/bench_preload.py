@@ -101,13 +101,9 @@ def main():
     out = {g: {"pre": [], "first": [], "second": [], "extra": []} for g in groups}
     for i, c in enumerate(cases):
         g = groups[i % 2]
-        try:
-            b = probe.builder.build(c)
-        except Exception as e:  # noqa: BLE001
-            failed.append(f"build {c.key}: {e}")
+        b = ready(probe, c, failed)
+        if b is None:
             continue
-        probe.builder.set_flags(c)
-        torch.cuda.synchronize()
         t = time.perf_counter()
         try:
             if g == "capture":
@@ -169,6 +165,18 @@ def main():
     probe.close()
 
 
+def ready(probe, c, failed):
+    """`c` built under its flags on an idle GPU, or None (the failure added to `failed`)."""
+    try:
+        b = probe.builder.build(c)
+    except Exception as e:  # noqa: BLE001
+        failed.append(f"build {c.key}: {e}")
+        return None
+    probe.builder.set_flags(c)
+    probe.torch.cuda.synchronize()
+    return b
+
+
 def parallel_loads(probe, capture, cu, gemms, threads, failed):
     """--parallel: `gemms` (two interleaved sets) captured by `threads` threads at once, then the other set one
     after another; the wall time of each, and the first calls of each set's GEMMs afterwards."""
@@ -209,13 +217,9 @@ def parallel_loads(probe, capture, cu, gemms, threads, failed):
     for name, group in (("serial", serial), ("parallel", together)):
         firsts[name] = []
         for c in group:
-            try:
-                b = probe.builder.build(c)
-            except Exception as e:  # noqa: BLE001
-                failed.append(f"build {c.key}: {e}")
+            b = ready(probe, c, failed)
+            if b is None:
                 continue
-            probe.builder.set_flags(c)
-            torch.cuda.synchronize()
             t = time.perf_counter()
             b.fn()
             firsts[name].append((time.perf_counter() - t) * 1e3)
