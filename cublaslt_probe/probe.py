@@ -1502,9 +1502,9 @@ class Probe:
         """Build `c` under its flags; when the window's GEMMs would pass the memory budget, finish them first.
         Returns the built GEMM, the bytes the window now holds, and the seconds spent finishing the others
         (the caller leaves them out of this GEMM's build phase: the finished GEMMs' records hold them as
-        `wait` and `profile_share`; counted in both, they made the llm preset's first uses of kernels read
-        0.19 s longer in bench_sweep.py, a window's kernel capture sitting in the build of a GEMM that met a
-        new kernel)."""
+        `wait` and `profile_share`; counted in both, 34 builds of the llm preset's every fourth GEMM held 2.55
+        s of other GEMMs' kernel capture, and bench_sweep.py's first uses of kernels read 2.15 s for 1.96:
+        bench22_llm_every4_slow_host.txt)."""
         self.builder.set_flags(c)
         b = self.builder.build(c)
         nbytes = _nbytes(b.keep)
