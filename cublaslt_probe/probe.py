@@ -1502,7 +1502,7 @@ class Probe:
         """Build `c` under its flags; when the window's GEMMs would pass the memory budget, finish them first.
         Returns the built GEMM, the bytes the window now holds, and the seconds spent finishing the others
         (the caller leaves them out of this GEMM's build phase: the finished GEMMs' records hold them as
-        `wait` and `profile_share`; counted in both, 34 builds of the llm preset's every fourth GEMM held 2.55
+        `wait` and `profile_share`; counted in both, 30 builds of the llm preset's every fourth GEMM held 2.45
         s of other GEMMs' kernel capture, and bench_sweep.py's first uses of kernels read 2.15 s for 1.96:
         bench22_llm_every4_slow_host.txt)."""
         self.builder.set_flags(c)
