@@ -87,31 +87,38 @@ def first_kernels(recs, mode_of):
               f"others {len(o)}, median {statistics.median(o) if o else 0:.3f}, sum {sum(o) / 1e3:.2f} s")
 
 
-def overhead_parts(recs) -> tuple[float, float, int]:
-    """Two parts of a sweep's overhead beyond its GEMMs' own GPU time, from the raw records (s): the GPU spins
-    before the timed samples (every attempt's, `timing.spin_us` and the retaken ones'), and the first uses of
-    kernels (`meets_new_kernel`: the build and warm-up phase of each GEMM that met a kernel new to the process,
-    less the median of the others' — the module load, which waits for the GPU to go idle); and how many GEMMs
-    met one."""
-    spins = 0.0
-    for r in recs:
-        t = r.get("timing") or {}
-        failed = t.get("retaken") or {}
-        spins += sum(x.get("spin_us") or 0.0 for x in (t, failed, failed.get("second") or {}))
-    flags, _ = meets_new_kernel(recs)
-    warm = [(r["probe_ms"].get("build_warm", 0.0), new) for r, new in zip(recs, flags) if r.get("probe_ms")]
+def spin_us(r) -> float:
+    """The GPU spins before a raw record's timed samples, every attempt's (`timing.spin_us` and the retaken
+    ones'), µs."""
+    t = r.get("timing") or {}
+    failed = t.get("retaken") or {}
+    return sum(x.get("spin_us") or 0.0 for x in (t, failed, failed.get("second") or {}))
+
+
+def first_uses_s(warm) -> float:
+    """The first uses of kernels, s, from (build and warm-up ms, met a kernel new to the process) pairs: what
+    those that met one spent beyond the median of the others (the module load, which waits for the GPU to go
+    idle)."""
     others = [w for w, new in warm if not new]
     base = statistics.median(others) if others else 0.0
-    first = sum(max(0.0, w - base) for w, new in warm if new)
-    return spins / 1e6, first / 1e3, sum(new for _, new in warm)
+    return sum(max(0.0, w - base) for w, new in warm if new) / 1e3
+
+
+def overhead_parts(recs) -> tuple[float, float, int]:
+    """Two parts of a sweep's overhead beyond its GEMMs' own GPU time, from the raw records (s): the GPU spins
+    before the timed samples (`spin_us`), and the first uses of kernels (`meets_new_kernel`, `first_uses_s`);
+    and how many GEMMs met a new kernel."""
+    flags, _ = meets_new_kernel(recs)
+    warm = [(r["probe_ms"].get("build_warm", 0.0), new) for r, new in zip(recs, flags) if r.get("probe_ms")]
+    return sum(spin_us(r) for r in recs) / 1e6, first_uses_s(warm), sum(new for _, new in warm)
 
 
 def idle_by_class(recs, first_flags):
     """By kind of GEMM (light, pipelined; heavy under 1 ms; heavy of 1 ms or more, `probe.is_heavy`): how many,
     the wall time of their steps (build and warm-up, logged call, estimate, timing, wait: `probe_ms` less the
     kernel capture), their GPU time in those steps (`gpu_us` less the profiled call), the difference, and of it
-    the timing spins and the first uses of kernels (build and warm-up beyond the kind's median for those that met
-    a new kernel, `first_flags`). Light GEMMs' steps overlap the GEMM in flight: theirs is an upper bound."""
+    the timing spins (`spin_us`) and the first uses of kernels (`first_uses_s` within the kind; `first_flags`).
+    Light GEMMs' steps overlap the GEMM in flight: theirs is an upper bound."""
     from cublaslt_probe.cases import Case
     from cublaslt_probe.probe import is_heavy
     kinds = {}
@@ -121,16 +128,11 @@ def idle_by_class(recs, first_flags):
             continue
         c = Case(r["backend"], r["op"], r["dtype"], r["layout"], r["m"], r["n"], r["k"], r["batch"])
         kind = ("heavy, 1 ms or more" if r["time_us"] >= 1000 else "heavy, under 1 ms") if is_heavy(c) else "light"
-        t = r.get("timing") or {}
-        failed = t.get("retaken") or {}
         kinds.setdefault(kind, []).append((
             sum(v for k, v in ph.items() if k not in ("profile_share", "heuristic_share", "candidates")) / 1e3,
-            (gpu_us(r) - r["time_us"]) / 1e6,
-            sum(x.get("spin_us") or 0.0 for x in (t, failed, failed.get("second") or {})) / 1e6,
-            ph.get("build_warm", 0.0), new))
+            (gpu_us(r) - r["time_us"]) / 1e6, spin_us(r) / 1e6, ph.get("build_warm", 0.0), new))
     for kind, rows in kinds.items():
-        base = statistics.median([w for *_, w, new in rows if not new] or [0.0])
-        first = sum(max(0.0, w - base) for *_, w, new in rows if new) / 1e3
+        first = first_uses_s([(w, new) for *_, w, new in rows])
         wall, gpu, spins = (sum(x[i] for x in rows) for i in range(3))
         print(f"      {kind}: {len(rows)} GEMMs, their steps {wall:.2f} s for {gpu:.2f} s of GPU time: {wall - gpu:.2f} s "
               f"beyond, of which timing spins {spins:.2f} s, first uses of kernels {first:.2f} s "
