@@ -1465,9 +1465,8 @@ class Probe:
                         self._drain(built)   # a long GEMM: the next one is prepared on an idle GPU (see above)
                 else:
                     self._drain(built)   # (pipeline) a heavy GEMM: prepared on a GPU that has finished, see above
-                    est, b, t = self._capture(c, b, rec, ph, t)
+                    est, sized_by, b, t = self._capture(c, b, rec, ph, t)
                     held += _nbytes(b.keep[-1:]) if b.replay else 0
-                    sized_by = "logged call" if self.options.logged_estimate else "estimating call"
                     _fill_timing(rec, self._end(self._start(b.fn, self._key(c, b), *est, None, is_heavy(c),
                                                             case=c, sized_by=sized_by)), b)
                     t = _lap(ph, "time", t)
@@ -1522,7 +1521,8 @@ class Probe:
     def _capture(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
         """One step after another: the warm-up, the logged call and the estimating call of `c` (one call, both,
         with `logged_estimate`: `_logged_estimate`), then its replay (`_replayed`); fills `rec` and the phase
-        times `ph`. Returns (the estimate: GPU µs, host µs of a call; the Built to time; the phase clock). Under
+        times `ph`. Returns (the estimate: GPU µs, host µs of a call; the call that made it, `Timing.sized_by`;
+        the Built to time; the phase clock). Under
         the flags of `c`: a retake of the GEMM in flight, while `_drain` waits for it, sets that GEMM's
         (`_own_flags`).
 
@@ -1539,17 +1539,17 @@ class Probe:
         if self.options.logged_estimate:
             t = _lap(ph, "build_warm", t)   # the warm-up's GPU time runs on behind the estimate's spin
             rec["log_lines"], (once, logged_host) = self._logged_estimate(b.fn, key)
-            est = once, min(warm_host, logged_host)
+            est, sized_by = (once, min(warm_host, logged_host)), "logged call"
             t = _lap(ph, "log", t)
         else:
             self.torch.cuda.synchronize()
             t = _lap(ph, "build_warm", t)
             rec["log_lines"] = self.logged_call(b.fn)
             t = _lap(ph, "log", t)
-            est = self._estimate(b.fn, key)   # the library's call sizes the plan (`_replayed`)
+            est, sized_by = self._estimate(b.fn, key), "estimating call"   # the library's call (`_replayed`)
         b = self._replayed(c, b)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
-        return est, b, t
+        return est, sized_by, b, t
 
     @staticmethod
     def _key(c: Case, b: Built) -> str:
