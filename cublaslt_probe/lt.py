@@ -437,6 +437,23 @@ def measure_heuristics(lib: "LtLibrary", problems: list, reps: int = 5) -> list[
     return out
 
 
+def set_up(lib: "LtLibrary", dtypes=None) -> list[str]:
+    """Pay the library's one-time set-ups now: one small heuristic question per dtype (`DTYPE_SPEC`; those of
+    `dtypes` when given). The first question of each type pays a set-up of its own whichever path asks it: after
+    bf16's, torch's first fp16 call took 87-101 ms to return against 2.2-2.7 ms for a later GEMM whose kernel
+    was new to the process (benchmarks/bench_first_gemm.py, bench23_first_gemm.txt). Nothing is launched and
+    no kernel is loaded. Returns the dtypes whose question the library refused (their set-up is left to their
+    first GEMM)."""
+    refused = []
+    for d in dtypes or DTYPE_SPEC:
+        try:
+            with LtMatmul(lib, Problem(16, 16, 16, dtype=d, trans_a="T")) as mm:
+                mm.heuristic(1)
+        except Exception:  # noqa: BLE001  (a type this library does not offer)
+            refused.append(d)
+    return refused
+
+
 def serve_heuristics(conn, cpu: int | None = None) -> None:
     """The heuristic companion's loop (a process of its own, started by the probe): load cuBLASLt as torch
     does, then answer requests until told to stop. A request is (ident, Problem, reps); the requests waiting
@@ -452,6 +469,7 @@ def serve_heuristics(conn, cpu: int | None = None) -> None:
             os.sched_setaffinity(0, {cpu})
         ensure_loaded()
         lib = LtLibrary()
+        set_up(lib)   # the library's set-ups before "ready": the probe's start-up waits for it, not its first window
         conn.send(("ready", lib.path))
     except Exception as e:  # noqa: BLE001
         conn.send(("failed", f"{type(e).__name__}: {e}"[:300]))

@@ -751,7 +751,8 @@ class HeuristicCompanion:
         self.asked: set = set()       # questions asked and not yet collected
         self.answers: dict = {}       # key -> (miss_us, hit_us, error, busy_s)
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Wait until the companion has loaded its library and paid its set-ups (`lt.set_up`)."""
         if self.ready is not None:
             return
         if not self.conn.poll(self.START_S):
@@ -776,7 +777,7 @@ class HeuristicCompanion:
     def ask(self, key: tuple, problem, reps: int) -> None:
         if key in self.asked:
             return
-        self._wait_ready()
+        self.wait_ready()
         self._drain(False)   # read what is answered first, so that neither side blocks on a full pipe
         try:
             self.conn.send((key, problem, reps))
@@ -984,6 +985,11 @@ class Probe:
         self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
         self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
         setup.join()
+        if self._companion is not None:
+            try:   # its start and its library's set-ups are start-up too, not the first window's end
+                self._companion.wait_ready()
+            except CaptureError as e:
+                self._drop_companion(e)
         self._prewarm = None
         if self.options.pipeline and self.options.prewarm:
             self._prewarm_sms = props.multi_processor_count
@@ -1004,19 +1010,18 @@ class Probe:
             self._prewarm = None
 
     def _library_setup(self):
-        """cuBLASLt's one-time set-up, which the process's first heuristic question pays whichever path asks it
-        (torch's bf16 call 90-97 ms to its return, the lt backend's first build and call 146 ms, against 2-5 ms
-        for a later GEMM's new kernel; after this set-up, torch's first bf16 call took 21 ms:
-        bench22_first_gemm.txt), asked on a thread of its own while this one calibrates: start-up, not the
-        first GEMM's build and warm-up (each `--devices` worker paid it there). It does not cover the first
-        fp32 call through torch's cuBLAS path (90 ms) nor cupy's first GEMM (0.39 s), each a set-up of its
-        own. Returns the started thread; a question refused leaves the set-up to the first GEMM."""
+        """cuBLASLt's one-time set-ups (`lt.set_up`: one per type), which the process's first heuristic question
+        of each type pays whichever path asks it (torch's first bf16 call 90-97 ms to its return, the lt
+        backend's first build and call 146 ms, torch's first fp16 call after that 87-101 ms, against 2-5 ms for a
+        later GEMM's new kernel: bench22_first_gemm.txt, bench23_first_gemm.txt), asked on a thread of its own
+        while this one calibrates: start-up, not the first GEMMs' build and warm-up (each `--devices` worker paid
+        them there; in the sweep the prewarm thread met the next type's first, and the probe's first timed
+        batches waited for it to be answered: the decode preset's first GEMM took 97 ms to time, 1.0 ms once
+        the set-ups were asked here: bench23_decode.txt). Returns the started thread."""
         import threading
 
-        def ask():
-            with contextlib.suppress(Exception):
-                self._ask_library(lt_problem(Case("lt", "mm", "bf16", "NN", 16, 16, 16), CUBLAS_WORKSPACE))
-        t = threading.Thread(target=ask, name="cublaslt-setup", daemon=True)
+        from cublaslt_probe import lt
+        t = threading.Thread(target=lt.set_up, args=(self.lib,), name="cublaslt-setup", daemon=True)
         t.start()
         return t
 
