@@ -349,6 +349,9 @@ class Builder:
         self.ws = torch.empty(CUBLAS_WORKSPACE, dtype=torch.uint8, device="cuda")
         self._pools: dict[str, object] = {}   # dtype -> a 1-D buffer of random values the operands are views of
         self._blas: dict[str, object] = {}    # set_flags: library name -> torch's value for it
+        for dtype in _TORCH_DT:   # each type's pool made in the probe's start-up, with the first uses of the
+            self._pool(dtype, 1)  # fill and of its conversion (a process's first build took 12-27 ms, now 0.6-0.8:
+                                  # bench22_first_gemm.txt, bench23_first_gemm.txt)
 
     def _pool(self, dtype: str, numel: int):
         """The random buffer of `dtype` with at least `numel` elements: grown (doubled at least) when too small;
