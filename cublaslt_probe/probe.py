@@ -129,6 +129,8 @@ class ProbeOptions:
                                     # cupy's (`Probe._replayed`); windows on a stream of the probe's
     logged_estimate: bool = True    # a GEMM run one step after another (heavy ones, or every GEMM without the
                                     # pipeline): its logged call is its estimating call too (`Probe._capture`)
+    pooled_cupy: bool = True        # cupy's operands are views of the builder's random pool, as torch's are, not
+                                    # fresh random arrays (`Builder._cupy`)
 
     def __post_init__(self):
         ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
@@ -140,7 +142,8 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "replay_calls", "logged_estimate"):
+        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "replay_calls", "logged_estimate",
+                     "pooled_cupy"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
@@ -396,11 +399,11 @@ class Builder:
             if want is None or cuda.preferred_blas_library() != want:
                 self._blas[name] = cuda.preferred_blas_library(name)   # returns the library now preferred
 
-    def build(self, c: Case) -> Built:
+    def build(self, c: Case, pooled_cupy: bool = True) -> Built:
         if c.backend in ("torch", "torch-lt"):
             return self._torch(c)
         if c.backend == "cupy":
-            return self._cupy(c)
+            return self._cupy(c, pooled_cupy)
         if c.backend == "lt":
             return self._lt(c)
         raise CaptureError(f"unknown backend {c.backend!r}")
@@ -425,9 +428,21 @@ class Builder:
         a, b = self._operands(c.dtype, (c.m, c.k, ta, 1), (c.k, c.n, tb, 1))
         return Built(lambda: t.mm(a, b), (a, b))
 
-    def _cupy(self, c: Case) -> Built:
+    def _cupy(self, c: Case, pooled: bool = True) -> Built:
+        """cupy's GEMM of `c`. Its operands are views of the pool torch's are taken from (`_operands`), made
+        cupy arrays without a copy (`__cuda_array_interface__`, version 2: no stream to wait for; 0.14 ms while
+        the GPU ran a spin) and laid out as fresh arrays are; not `pooled`, fresh random arrays (each GEMM then
+        paid a random fill and a conversion per operand; a process's first cupy GEMM took 267 ms to build and
+        120 ms to return, against 0.6 ms and 1.4-7.9 ms from the pool: bench22_first_gemm.txt,
+        bench23_first_gemm.txt). The quick preset's 28 cupy GEMMs, both ways in one process, four runs each:
+        26 within 3 %, the same kernels (bench23_cupy_pool_ab.txt)."""
         import cupy as cp
         dt = {"fp32": cp.float32, "fp16": cp.float16}[c.dtype]
+        if pooled:
+            a, b = self._operands(c.dtype, (c.m, c.k, c.layout[0] == "T", c.batch),
+                                  (c.k, c.n, c.layout[1] == "T", c.batch))
+            a, b = cp.asarray(a), cp.asarray(b)
+            return Built(lambda: cp.matmul(a, b), (a, b))
 
         def operand(rows, cols, transposed):
             shape = (cols, rows) if transposed else (rows, cols)
@@ -1513,7 +1528,7 @@ class Probe:
         s of other GEMMs' kernel capture, and bench_sweep.py's first uses of kernels read 2.15 s for 1.96:
         bench22_llm_every4_slow_host.txt)."""
         self.builder.set_flags(c)
-        b = self.builder.build(c)
+        b = self.builder.build(c, self.options.pooled_cupy)
         nbytes = _nbytes(b.keep)
         finished = 0.0
         if (built or self._inflight) and held + nbytes > self.options.mem_budget:
