@@ -225,9 +225,9 @@ def test_the_companion_is_ready_when_the_probe_is(probe):
 
 
 def test_cupy_operands_from_the_pool_are_laid_out_as_fresh_arrays(probe):
-    """cupy's operands are views of the builder's pool (`Builder._cupy`): in every layout, and batched, its GEMM
-    gives what torch's product of the same values gives, and its log line shows the transposes a fresh array's
-    call shows."""
+    """cupy's operands are views of the builder's pool (`Builder._cupy`, the probe's default): in every layout,
+    and batched, its GEMM gives what torch's product of the same values gives, and its log line shows the
+    transposes a fresh array's call shows."""
     import re
     torch = probe.torch
 
@@ -237,7 +237,9 @@ def test_cupy_operands_from_the_pool_are_laid_out_as_fresh_arrays(probe):
     for op, layout, m, n, k, batch in [("mm", lo, 24, 40, 56, 1) for lo in ("NN", "NT", "TN", "TT")] + \
                                      [("bmm", "TN", 16, 24, 32, 3)]:
         c = Case("cupy", op, "fp32", layout, m, n, k, batch)
-        pooled, fresh = probe.builder.build(c), probe.builder.build(c, pooled_cupy=False)
+        pooled, fresh = probe.builder.build(c, probe.options.pooled_cupy), probe.builder.build(c, pooled_cupy=False)
+        pool = probe.builder._pools["fp32"]
+        assert all(pool.data_ptr() <= x.data.ptr < pool.data_ptr() + pool.nbytes for x in pooled.keep)
         a, b = (torch.as_tensor(x, device="cuda") for x in pooled.keep)
         assert tuple(a.shape[-2:]) == (m, k) and tuple(b.shape[-2:]) == (k, n)
         for x, y in zip(pooled.keep, fresh.keep):
@@ -434,8 +436,8 @@ def test_a_retaken_gemm_in_flight_runs_under_its_own_flags(probe, monkeypatch, r
     seen = []
     build = b.build
 
-    def watched_build(c):
-        built = build(c)
+    def watched_build(c, *a):
+        built = build(c, *a)
         fn = built.fn
 
         def call():
@@ -652,8 +654,8 @@ def test_a_call_the_replay_cannot_make_keeps_the_librarys_launches_and_says_why(
     torch, build = probe.torch, probe.builder.build
     x, y = torch.zeros(1 << 20, device="cuda"), torch.ones(1 << 20, device="cuda")
 
-    def copying_build(c):
-        b = build(c)
+    def copying_build(c, *a):
+        b = build(c, *a)
         if c.dtype != "bf16":
             return b
         fn = b.fn
@@ -685,8 +687,8 @@ def _counting_build(probe, monkeypatch):
     from cublaslt_probe.probe import Built
     calls, build = {}, probe.builder.build
 
-    def counting(c):
-        b = build(c)
+    def counting(c, *a):
+        b = build(c, *a)
         fn = b.fn
 
         def counted():
@@ -771,8 +773,8 @@ def test_a_gemm_that_fails_once_built_is_closed(probe, monkeypatch):
         def close(self):
             closed.append(self.key)
 
-    def watched_build(c):
-        b = build(c)
+    def watched_build(c, *a):
+        b = build(c, *a)
         return Built(b.fn, b.keep + (Watch(c.key),), b.lt_config, b.lt_waves)
 
     def watched_replay(c, b):
