@@ -3,6 +3,7 @@
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--every 1] [--warm-all] [--fidelity quick]
         [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json] [--toggle prewarm] [--paired]
+        [--backends cupy]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
 sees the same host state and GPU temperature), one probe, one process; per mode, GEMMs/s over the windows'
@@ -245,6 +246,7 @@ def main():
                     help="fidelity: the off runs make N warm-up calls before the logged call (default: the probe's "
                          "WARM_CALLS)")
     ap.add_argument("--toggle", default="pipeline", help="the probe option the two modes set True and False")
+    ap.add_argument("--backends", default="", help="throughput: only the plan's GEMMs of these backends (comma-separated)")
     ap.add_argument("--paired", action="store_true", help="throughput: every window in both modes (see throughput)")
     a = ap.parse_args()
     global TOGGLE
@@ -255,7 +257,7 @@ def main():
     probe = Probe(cpu_slot=0)
     print(f"probe start-up: {time.time() - t:.2f} s; event gap {probe.event_gap_us:.2f} µs per sample, "
           f"allowed {probe.gap_limit_us:.2f}")
-    cases = list(sweep.plan(a.preset).cases)
+    cases = list(sweep.plan(a.preset, backends=a.backends.split(",") if a.backends else None).cases)
     probe.run_window(cases[-a.warm:])
     if a.limit:
         cases = cases[:a.limit]
