@@ -434,8 +434,9 @@ class Builder:
         the GPU ran a spin) and laid out as fresh arrays are; not `pooled`, fresh random arrays (each GEMM then
         paid a random fill and a conversion per operand; a process's first cupy GEMM took 267 ms to build and
         120 ms to return, against 0.6 ms and 1.4-7.9 ms from the pool: bench22_first_gemm.txt,
-        bench23_first_gemm.txt). The quick preset's 28 cupy GEMMs, both ways in one process, four runs each:
-        26 within 3 %, the same kernels (bench23_cupy_pool_ab.txt)."""
+        bench23_first_gemm.txt). The llm preset's every fourth cupy GEMM, both ways in one process: 3.67 s
+        against 5.29 s, 2.01 against 9.88 ms per GEMM beyond their GPU time; the quick preset's 28 cupy GEMMs,
+        four runs each way: 26 within 3 %, the same kernels (bench23_cupy_pool_ab.txt)."""
         import cupy as cp
         dt = {"fp32": cp.float32, "fp16": cp.float16}[c.dtype]
         if pooled:
@@ -1035,7 +1036,7 @@ class Probe:
         while this one calibrates: start-up, not the first GEMMs' build and warm-up (each `--devices` worker paid
         them there; in the sweep the prewarm thread met the next type's first, and the probe's first timed
         batches waited for it to be answered: the decode preset's first GEMM took 97 ms to time, 1.0 ms once
-        the set-ups were asked here: bench23_decode.txt). Returns the started thread."""
+        the set-ups were asked here: bench23_devices0.txt). Returns the started thread."""
         import threading
 
         from cublaslt_probe import lt
