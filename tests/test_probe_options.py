@@ -92,6 +92,9 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
     with pytest.raises(OptionError, match="logged_estimate=None"):
         ProbeOptions(logged_estimate=None)
     assert ProbeOptions().logged_estimate is True
+    with pytest.raises(OptionError, match="pooled_cupy='no'"):
+        ProbeOptions(pooled_cupy="no")
+    assert ProbeOptions().pooled_cupy is True
 
 
 def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():
