@@ -142,8 +142,7 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
-        for name in ("flush_l2", "pipeline", "prewarm", "estimate_behind", "replay_calls", "logged_estimate",
-                     "pooled_cupy"):
+        for name in (f.name for f in dataclasses.fields(self) if f.type in ("bool", bool)):   # every switch
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
 
