@@ -1,6 +1,7 @@
 """The probe's typed interface on the CPU: options checked when made, the raw record and the timing evidence."""
 import dataclasses
 import os
+import re
 
 import pytest
 
@@ -81,20 +82,11 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
     assert cpu_cores(0, [5, 13, 6, 14], smt) is None      # two cores only
     with pytest.raises(OptionError, match="cpu_slot=-1"):
         ProbeOptions(cpu_slot=-1)
-    with pytest.raises(OptionError, match="prewarm=1"):
-        ProbeOptions(prewarm=1)
-    with pytest.raises(OptionError, match="estimate_behind='yes'"):
-        ProbeOptions(estimate_behind="yes")
-    assert ProbeOptions().estimate_behind is True
-    with pytest.raises(OptionError, match="replay_calls=0"):
-        ProbeOptions(replay_calls=0)
-    assert ProbeOptions().replay_calls is True
-    with pytest.raises(OptionError, match="logged_estimate=None"):
-        ProbeOptions(logged_estimate=None)
-    assert ProbeOptions().logged_estimate is True
-    with pytest.raises(OptionError, match="pooled_cupy='no'"):
-        ProbeOptions(pooled_cupy="no")
-    assert ProbeOptions().pooled_cupy is True
+    for name, bad in (("prewarm", 1), ("estimate_behind", "yes"), ("replay_calls", 0), ("logged_estimate", None),
+                      ("pooled_cupy", "no")):
+        with pytest.raises(OptionError, match=re.escape(f"{name}={bad!r}")):
+            ProbeOptions(**{name: bad})
+        assert getattr(ProbeOptions(), name) is True
 
 
 def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():
