@@ -502,8 +502,10 @@ class Builder:
         return Built(g.call(algo), (g,), self.lib.algo_config(algo), float(res[0].wavesCount))
 
 
-FP16_GROUPED = ("torch's fp16 grouped GEMM is its fallback, one cuBLAS GEMM per group after reading the offsets "
-                "on the host (a synchronisation in every call), which a stream capture refuses")
+GROUPED_REPLAY = ("torch's grouped GEMM takes its prepare kernel's argument buffer (the groups' pointers and sizes) "
+                  "from the caching allocator in each call, so replayed launches would use a buffer freed after "
+                  "the capture (a replay stopped on the prepare kernel's device-side assertion); the fp16 one is "
+                  "the fallback, one cuBLAS GEMM per group after reading the offsets on the host")
 
 
 # --- timing: pure rules -----------------------------------------------------------------------------------------
@@ -1458,12 +1460,11 @@ class Probe:
         the llm preset, every fourth GEMM, replaying all of them gained nothing in the timing phase, 19.35 s
         against 19.31, and the captures took 0.16 s). A call that cannot be captured, or whose graph holds a
         node the replay does not make (`CaptureError`), keeps the library's launches; the raw record says why
-        (`timing.replay_refused`). An fp16 grouped GEMM is not captured at all (`FP16_GROUPED`): its offsets are
-        read on the host inside the call."""
+        (`timing.replay_refused`). A grouped GEMM is not captured at all (`GROUPED_REPLAY`)."""
         if not self.options.replay_calls or c.backend == "cupy" or is_heavy(c):
             return b
-        if c.grouped and c.dtype == "fp16":
-            return dataclasses.replace(b, replay_refused=FP16_GROUPED)
+        if c.grouped:
+            return dataclasses.replace(b, replay_refused=GROUPED_REPLAY)
         try:
             r = self.graphs.replay(self._stream(), b.fn)
         except CaptureError as e:   # a call the replay cannot make: timed as the library makes it, and why

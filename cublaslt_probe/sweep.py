@@ -417,7 +417,7 @@ MOE_MODELS = [
     ("deepseek-v3-ep8", 7168, 2048, 32, 1),
     ("gpt-oss-120b", 2880, 2880, 128, 4),
 ]
-MOE_TOKENS = [16, 128, 1024, 4096]
+MOE_TOKENS = [16, 128, 2048, 8192]
 
 
 def moe_groups() -> list[dict]:
