@@ -108,12 +108,13 @@ def test_capture_records_the_group_sizes_of_every_grouped_call(tmp_path):
     recs = read_group_sizes(tmp_path / "run")
     with gzip.open(tmp_path / "run" / runfiles.TRACE_FILE, "rt") as f:
         events = json.load(f)["traceEvents"]
-    steps = sorted((e for e in events if e.get("name", "").startswith(runfiles.STEP_PREFIX)), key=lambda e: e["ts"])
+    steps = sorted((e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(runfiles.STEP_PREFIX)),
+                   key=lambda e: e["ts"])
     grouped = sorted((e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::_grouped_mm"),
                      key=lambda e: e["ts"])
     calls = [e for e in grouped if e["tid"] == steps[0]["tid"]]   # the program's; backward's run on autograd's thread
     assert len(recs) == len(calls) == 2 * 2   # per step: gate+up and down
-    assert len(grouped) == 2 * 6              # each once: 2 forward, 4 backward per step
+    assert len(grouped) == 2 * 5   # each once: per step 2 forward, 3 backward (x needs no gradient: no dA of gate+up)
     for s, st in enumerate(steps):
         inside = [e for e in calls if st["ts"] <= e["ts"] <= st["ts"] + st["dur"]]
         mine = [r for r in recs if r["step"] == s]
