@@ -21,7 +21,7 @@ from cublaslt_probe.kinds import BACKENDS, DTYPES, GROUPED_OPS, LAYOUTS, OPS, SC
 from cublaslt_probe.kinds import FP8_DTYPES as FP8
 
 __all__ = ["BACKENDS", "OPS", "DTYPES", "LAYOUTS", "FP8", "GROUPED_OPS", "Case", "invalid_reason", "group_sizes",
-           "sizes_summary", "sizes_code", "ALIGN_ROWS"]
+           "sizes_summary", "sizes_code", "ALIGN_ROWS", "PAD_ROWS", "grouped_alternatives"]
 
 ALIGN_ROWS = 8   # a group whose row count is not a multiple of this is counted as unaligned (`sizes_summary`)
 
@@ -213,3 +213,33 @@ def sizes_summary(sizes: list[int]) -> dict:
     return {"groups": len(sizes), "rows": sum(sizes), "min": min(sizes), "max": max(sizes), "mean": round(mean, 3),
             "empty": sum(1 for s in sizes if s == 0), "unaligned": sum(1 for s in sizes if s % ALIGN_ROWS),
             "imbalance": round(max(sizes) / mean, 3) if mean else None}
+
+
+PAD_ROWS = (8, 16, 64, 128)   # the multiples `grouped_alternatives` pads every group's rows up to
+
+
+def grouped_alternatives(c: Case) -> dict[str, Case]:
+    """The same expert work as grouped GEMM `c` (2-D x 3-D) done other ways, by name (pure):
+    - "original": `c` with its sizes written out (`sizes=...`);
+    - "pad8" ... "pad128": every group's rows padded up to a multiple of `PAD_ROWS` (empty groups stay empty;
+      the padding rows are extra rows of A, computed and thrown away);
+    - "balanced": the same rows split evenly ("uniform"): what a router that balances its experts gives;
+    - "bmm_padded": every group padded to the largest one, as one batched GEMM (`torch.bmm`, groups x max rows);
+    - "fp8": the same sizes through `scaled_grouped_mm` (for bf16 and fp16 GEMMs of layout NT).
+    One GEMM per group (a loop of `torch.mm`) is not a Case: `probe.time_grouped_alternatives` times it."""
+    if not c.grouped or c.sizes == "batched":
+        raise ValueError(f"{c.key}: alternatives are for a 2-D x 3-D grouped GEMM")
+    sizes = c.group_sizes()
+
+    def explicit(rows: list[int], op: str = c.op, dtype: str = c.dtype) -> Case:
+        return Case(c.backend, op, dtype, c.layout, sum(rows), c.n, c.k, 1, c.groups,
+                    sizes_code(rows))
+    out = {"original": explicit(sizes)}
+    for p in PAD_ROWS:
+        out[f"pad{p}"] = explicit([-(-s // p) * p for s in sizes])
+    out["balanced"] = Case(c.backend, c.op, c.dtype, c.layout, c.m, c.n, c.k, 1, c.groups, "uniform")
+    if c.groups > 1:
+        out["bmm_padded"] = Case(c.backend, "bmm", c.dtype, c.layout, max(max(sizes), 1), c.n, c.k, c.groups)
+    if c.op == "grouped_mm" and c.layout == "NT":
+        out["fp8"] = explicit(sizes, "scaled_grouped_mm", "fp8")
+    return out

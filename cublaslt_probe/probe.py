@@ -1735,3 +1735,46 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
                 row["kernels"] = [n for n, _ in kernels]
                 row["kernel_us"] = [d for _, d in kernels]
     return out
+
+
+# --- grouped GEMM alternatives --------------------------------------------------------------------------------
+def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
+    """Grouped GEMM `c` and its alternatives (`cases.grouped_alternatives`: padded groups, balanced groups, one
+    batched GEMM padded to the largest group, fp8), each run through `probe.run_window` as any GEMM is, and one
+    `torch.mm` per non-empty group (the eager experts' loop), timed with `probe.time_gpu` and checked against
+    the grouped GEMM's own output on the same operands (`max_rel_diff`). One row per variant: its name, key,
+    rows computed, median µs, µs saved against the original (positive: faster), kernels, error."""
+    from cublaslt_probe.cases import grouped_alternatives
+    torch = probe.torch
+    alts = grouped_alternatives(c)
+    recs = probe.run_window(list(alts.values()))
+    rows = []
+    for name, alt, r in zip(alts, alts.values(), recs):
+        rows.append({"variant": name, "key": r["key"], "rows": alt.m * alt.batch, "time_us": r["time_us"],
+                     "kernels": r["kernels"], "group_summary": r.get("group_summary"), "error": r["error"]})
+    b = probe.builder.build(alts["original"])
+    try:
+        a, w = b.keep[0], b.keep[1]
+        parts, at = [], 0
+        for g, n in enumerate(alts["original"].group_sizes()):
+            if n:
+                parts.append((a[at:at + n], w[g]))
+            at += n
+        loop = {"variant": "mm_per_group", "key": None, "rows": c.m, "group_summary": None, "error": None}
+        try:
+            fn = (lambda: [torch.mm(x, y) for x, y in parts])
+            ref = b.fn().float()
+            got = torch.cat([o.float() for o in fn()])
+            loop["max_rel_diff"] = float(((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item())
+            loop["time_us"] = probe.time_gpu(fn, key="torch|mm_per_group").median_us
+            loop["kernels"] = [k for k, _ in probe.profile([fn])[0]]
+        except Exception as e:  # noqa: BLE001  the other variants' rows stand
+            loop.update(time_us=None, kernels=[], error=f"{type(e).__name__}: {e}"[:300])
+            torch.cuda.synchronize()
+        rows.append(loop)
+    finally:
+        b.close()
+    base = rows[0]["time_us"]
+    for r in rows:
+        r["saved_us"] = round(base - r["time_us"], 1) if base and r["time_us"] else None
+    return rows

@@ -1,6 +1,6 @@
 """Capture the MoE fixtures and measure the group-size recording's cost (run on the GPU machine).
 
-    PYTHONPATH=. python3 scripts/capture_moe.py --out OUT [--skip-sweep]
+    PYTHONPATH=. python3 scripts/capture_moe.py --out OUT [--skip-sweep] [--only-alternatives]
 
 Writes, under OUT:
 - moe_sweep.raw.jsonl (and .parquet): `cublaslt-probe sweep --preset moe`, the grouped GEMMs of the moe preset;
@@ -8,6 +8,9 @@ Writes, under OUT:
   a Mixtral-8x7B-shaped MoE layer stack (1 layer, 8 experts, top 2) training step (forward and backward) at
   1 x 2048 tokens, and a Qwen3-MoE-30B-A3B-shaped one (1 layer, 128 experts, top 8) forward at 1 x 2048 tokens,
   built from configs with random weights, experts through `torch._grouped_mm`;
+- alternatives.json: `probe.time_grouped_alternatives` for the Qwen3-MoE gate+up GEMM (16,384 routed rows,
+  2048 -> 1536, 128 experts) with random top-8 routing, skewed (zipf 1) and the sizes the captured Qwen3 step's
+  router gave, and the Mixtral gate+up GEMM (4,096 rows, 4096 -> 28672, 8 experts) with its captured sizes;
 - overhead.json: the recording's cost, A/B in one process: captures of the Mixtral step with and without
   group sizes, alternating, ROUNDS rounds of STEPS steps each; per round the grouped GEMM kernels' own GPU time
   per step (their CUPTI durations in the trace) and the steps' wall times, and the counts of grouped calls
@@ -113,13 +116,47 @@ def overhead(out: str, model, step) -> dict:
     return {"rounds": rounds, "summary": summary}
 
 
+def alternatives(out: str, info: dict) -> None:
+    from cublaslt_probe.cases import Case, sizes_code
+    from cublaslt_probe.probe import Probe, time_grouped_alternatives
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
+    recorded = {}
+    for name in ("qwen3_moe", "mixtral_train"):
+        recs = read_group_sizes(os.path.join(out, name)) or read_group_sizes(os.path.join(here, name))
+        recorded[name] = sizes_code(recs[0]["sizes"])
+    cases = {
+        "qwen3 gate_up, random top-8": Case("torch", "grouped_mm", "bf16", "NT", 16384, 1536, 2048, 1, 128,
+                                            "seed=0,top_k=8"),
+        "qwen3 gate_up, skewed (zipf 1)": Case("torch", "grouped_mm", "bf16", "NT", 16384, 1536, 2048, 1, 128,
+                                               "zipf=1"),
+        "qwen3 gate_up, captured router": Case("torch", "grouped_mm", "bf16", "NT", 16384, 1536, 2048, 1, 128,
+                                               recorded["qwen3_moe"]),
+        "mixtral gate_up, captured router": Case("torch", "grouped_mm", "bf16", "NT", 4096, 28672, 4096, 1, 8,
+                                                 recorded["mixtral_train"]),
+    }
+    res = {}
+    with Probe() as probe:
+        for label, c in cases.items():
+            rows = time_grouped_alternatives(probe, c)
+            res[label] = [{k: v for k, v in r.items() if k != "kernels"} | {"kernels": [k[:120] for k in r["kernels"][:3]],
+                          "n_kernels": len(r["kernels"])} for r in rows]
+            print(label, [(r["variant"], r["time_us"] and round(r["time_us"], 1)) for r in rows], flush=True)
+    with open(os.path.join(out, "alternatives.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    info["alternatives"] = {k: {r["variant"]: r["time_us"] and round(r["time_us"], 1) for r in v} for k, v in res.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--only-alternatives", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     info = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
+    if args.only_alternatives:
+        alternatives(args.out, info)
+        return
     if not args.skip_sweep:
         t = time.perf_counter()
         r = subprocess.run([sys.executable, "-m", "cublaslt_probe", "sweep", "--preset", "moe", "--no-progress",
@@ -144,6 +181,7 @@ def main() -> None:
             info["overhead"] = ov["summary"]
         del model, step
         torch.cuda.empty_cache()
+    alternatives(args.out, info)
     print(json.dumps(info, indent=1))
     with open(os.path.join(args.out, "capture_moe.json"), "w") as f:
         json.dump(info, f, indent=1)

@@ -138,3 +138,17 @@ def test_capture_without_group_sizes_writes_none(tmp_path):
             layer(x[None])
     assert read_group_sizes(tmp_path / "run") is None
     assert json.loads((tmp_path / "run" / runfiles.ENV_FILE).read_text())["capture"]["group_sizes_calls"] is None
+
+
+def test_grouped_alternatives_run_and_the_loop_matches(probe):
+    """The alternatives of a routed grouped GEMM all run; one mm per group gives the grouped GEMM's output."""
+    from cublaslt_probe.probe import time_grouped_alternatives
+    rows = time_grouped_alternatives(probe, CASES[0])
+    by = {r["variant"]: r for r in rows}
+    assert list(by) == ["original", "pad8", "pad16", "pad64", "pad128", "balanced", "bmm_padded", "fp8",
+                        "mm_per_group"]
+    assert all(r["error"] is None and r["time_us"] > 0 and r["kernels"] for r in rows), rows
+    assert by["original"]["rows"] == 1000 < by["pad8"]["rows"] <= by["pad128"]["rows"]
+    assert by["pad8"]["group_summary"]["unaligned"] == 0 and by["original"]["saved_us"] == 0
+    assert by["mm_per_group"]["max_rel_diff"] < 0.01
+    assert sum(1 for k in by["mm_per_group"]["kernels"] if "nvjet" in k or "gemm" in k) >= G - 1

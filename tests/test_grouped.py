@@ -202,3 +202,24 @@ def test_a_run_without_group_sizes_says_unknown_and_a_bad_line_is_named(fixtures
     (run / runfiles.GROUP_SIZES_FILE).write_text("\n".join(lines[:2] + [lines[2][:40]] + lines[3:]) + "\n")
     with pytest.raises(CaptureError, match=r"group_sizes.jsonl:3: not a group sizes record"):
         read_group_sizes(run)
+
+
+def test_grouped_alternatives_do_the_same_expert_work_other_ways(fixtures):
+    """From the sizes a captured Qwen3-MoE router gave: padded groups are multiples of their pad and never
+    smaller, balanced groups split the same rows evenly, the batched GEMM holds every group at the largest size."""
+    from cublaslt_probe.cases import grouped_alternatives
+    sizes = read_group_sizes(fixtures / "moe" / "qwen3_moe")[0]["sizes"]
+    c = Case("torch", "grouped_mm", "bf16", "NT", sum(sizes), 1536, 2048, 1, len(sizes), sizes_code(sizes))
+    alts = grouped_alternatives(c)
+    assert list(alts) == ["original", "pad8", "pad16", "pad64", "pad128", "balanced", "bmm_padded", "fp8"]
+    assert all(invalid_reason(a) is None for a in alts.values())
+    assert alts["original"].group_sizes() == sizes
+    for p in (8, 16, 64, 128):
+        padded = alts[f"pad{p}"].group_sizes()
+        assert all(x % p == 0 and x >= s and x - s < p for x, s in zip(padded, sizes))
+    assert sizes_summary(alts["balanced"].group_sizes())["imbalance"] < sizes_summary(sizes)["imbalance"]
+    bmm = alts["bmm_padded"]
+    assert (bmm.op, bmm.batch, bmm.m) == ("bmm", len(sizes), max(sizes))
+    assert alts["fp8"].op == "scaled_grouped_mm" and alts["fp8"].group_sizes() == sizes
+    with pytest.raises(ValueError, match="2-D x 3-D"):
+        grouped_alternatives(Case("torch", "grouped_mm", "bf16", "NT", 8, 8, 8, 2, 2, "batched"))
