@@ -15,6 +15,7 @@ form (`sizes` = "batched") A is [groups, m, k], every group m rows, batch = grou
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 from cublaslt_probe.kinds import BACKENDS, DTYPES, GROUPED_OPS, LAYOUTS, OPS, SCALED_OPS
@@ -171,7 +172,21 @@ def group_sizes(code: str, m: int, groups: int, batch: int = 1) -> list[int]:
       experts gives;
     - "seed=N,top_k=K": m/K tokens, each routed to K distinct groups drawn at random (numpy's PCG64 seeded N),
       the rows a uniform top-K router gives;
-    - "sizes=a,b,...": these, which must add up to m, one per group."""
+    - "sizes=a,b,...": these, which must add up to m, one per group.
+    Made once per (code, m, groups, batch) in a process (`_sizes`: the plan checks every Case, the record and
+    the builder ask again)."""
+    return list(_sizes(code, m, groups, batch))
+
+
+ROUTE_TOKENS = 1 << 15   # tokens routed at a time for "seed=" sizes (a tokens x groups block of random numbers)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sizes(code: str, m: int, groups: int, batch: int) -> tuple[int, ...]:
+    return tuple(_make_sizes(code, m, groups, batch))
+
+
+def _make_sizes(code: str, m: int, groups: int, batch: int) -> list[int]:
     if code == "batched":
         return [m] * groups
     if code.startswith("sizes="):
@@ -197,10 +212,15 @@ def group_sizes(code: str, m: int, groups: int, batch: int = 1) -> list[int]:
         seed, top = int(f["seed"]), int(f.get("top_k", 1))
         if m % top or top > groups:
             raise ValueError(f"group sizes {code}: m = {m} rows are not tokens x top_k {top} over {groups} groups")
-        tokens = m // top
         rng = np.random.Generator(np.random.PCG64(seed))
-        chosen = np.argsort(rng.random((tokens, groups)), axis=1)[:, :top]
-        return np.bincount(chosen.ravel(), minlength=groups).tolist()
+        counts = np.zeros(groups, dtype=np.int64)
+        left = m // top
+        while left:   # in blocks: the generator's stream, hence the sizes, are those of one tokens x groups draw
+            n = min(left, ROUTE_TOKENS)
+            chosen = np.argsort(rng.random((n, groups)), axis=1)[:, :top]
+            counts += np.bincount(chosen.ravel(), minlength=groups)
+            left -= n
+        return counts.tolist()
     raise ValueError(f"unknown group sizes code {code!r}")
 
 

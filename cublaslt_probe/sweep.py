@@ -304,7 +304,9 @@ def _grouped_block(gi: int, g: dict, shapes, ops, dts, lays, bes, skipped: Count
     if "batch" in g or (shapes[:, 3] != 1).any():
         raise SpecError(f"group {gi}: grouped GEMMs take `groups` and `group_sizes`, not a batch")
     raw = g.get("group_sizes", "uniform")
-    if isinstance(raw, list) and raw and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
+    if isinstance(raw, list) and not raw:
+        raise SpecError(f"group {gi}: group_sizes is empty; give \"uniform\" or the sizes to plan")
+    if isinstance(raw, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
         raw = [raw]   # one explicit list of row counts
     try:
         codes = list(dict.fromkeys(sizes_code(x) for x in (raw if isinstance(raw, list) else [raw])))

@@ -74,6 +74,8 @@ def test_a_grouped_spec_plans_the_right_gemms_on_the_cpu(tmp_path):
     ({"ops": ["grouped_mm"], "shapes": [[8, 8, 8, 2]], "groups": 2}, "not a batch"),
     ({"ops": ["grouped_mm"], "shapes": [[8, 8, 8]], "groups": 2, "group_sizes": "skewed"}, "use \"uniform\""),
     ({"ops": ["grouped_mm"], "shapes": [[8, 8, 8]], "groups": 2, "group_sizes": {"zipf": -1}}, "from 0 to 8"),
+    ({"ops": ["grouped_mm"], "shapes": [[8, 8, 8]], "groups": 2, "group_sizes": []}, "group_sizes is empty"),
+    ({"ops": ["grouped_mm"], "shapes": [[8, 8, 8]], "groups": 0}, "no positive values"),
     ({"ops": ["grouped_mm"], "shapes": [[8, 8, 8]], "group_sizes": [3, 4]}, "every shape's m = 7"),
     ({"ops": ["grouped_mm"], "shapes": [[7, 8, 8]], "groups": 3, "group_sizes": [3, 4]}, "groups = 2"),
 ])
@@ -223,3 +225,18 @@ def test_grouped_alternatives_do_the_same_expert_work_other_ways(fixtures):
     assert alts["fp8"].op == "scaled_grouped_mm" and alts["fp8"].group_sizes() == sizes
     with pytest.raises(ValueError, match="2-D x 3-D"):
         grouped_alternatives(Case("torch", "grouped_mm", "bf16", "NT", 8, 8, 8, 2, 2, "batched"))
+
+
+def test_random_routing_in_blocks_gives_the_sizes_the_gpu_measured(fixtures, monkeypatch):
+    """Routing tokens a block at a time (memory bounded for any m) draws the same random stream as one draw:
+    the sizes of the H200's records come out of blocks of 100 tokens too."""
+    from cublaslt_probe import cases
+    monkeypatch.setattr(cases, "ROUTE_TOKENS", 100)
+    cases._sizes.cache_clear()
+    try:
+        recs = [r for r in _raw(fixtures) if r["sizes"].startswith("seed=") and r["m"] > 1000]
+        assert len(recs) >= 10
+        for r in recs:
+            assert cases.group_sizes(r["sizes"], r["m"], r["groups"]) == r["group_sizes"]
+    finally:
+        cases._sizes.cache_clear()
