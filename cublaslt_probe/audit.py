@@ -940,7 +940,7 @@ def stall_lines(a: Audit) -> list[str]:
     for r in a.stalls.to_dict("records"):
         c = cause(r)
         out.append(f"host stall: {r['host_us'] / 1e3:,.1f} ms/step in {r['op']}"
-                   + (f" ({r['module']})" if r.get("module") else "") + f" for {r['gpu_us']:,.1f} µs of its kernels"
+                   + (f" ({r['module']})" if not _na(r.get("module")) else "") + f" for {r['gpu_us']:,.1f} µs of its kernels"
                    f" — {c['cause']}; change: {c['change']}")
     return out
 
