@@ -1274,18 +1274,22 @@ def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, A
         figs["gemms"] = fig
     curves = [g for g in (measure or {}).get("gemms") or [] if g.get("whatifs") and g.get("original_us")][:4]
     if curves:
-        fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3), squeeze=False)
+        # against the elements added (0: the original), so that every dim shares an axis and its ticks stay
+        # short integers however large the padded value is
+        from matplotlib.ticker import MaxNLocator
+        fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3), squeeze=False, layout="constrained")
         for ax, g in zip(axes[0], curves):
             k = g.get("key") or {}
             for dim in ("m", "n", "k"):
                 pts = sorted((w["value"], w["time_us"]) for w in g["whatifs"]
-                             if w.get("dim") == dim and w.get("time_us"))
+                             if w.get("dim") == dim and w.get("time_us") and k.get(dim) is not None)
                 if pts:
-                    ax.plot([k.get(dim)] + [p[0] for p in pts], [g["original_us"]] + [p[1] for p in pts], "o-",
-                            label=f"pad {dim}")
+                    ax.plot([0] + [p[0] - k[dim] for p in pts], [g["original_us"]] + [p[1] for p in pts], "o-",
+                            label=f"pad {dim} from {k[dim]}")
             ax.axhline(g["original_us"], color="grey", lw=0.8)
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
             ax.set_title(f"{k.get('m')}×{k.get('n')}×{k.get('k')} {k.get('dtype')}", fontsize=9)
-            ax.set_xlabel("padded value")
+            ax.set_xlabel("elements added")
             ax.set_ylabel("µs")
             ax.legend(fontsize=7)
         figs["whatifs"] = fig

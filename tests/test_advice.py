@@ -11,7 +11,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.audit import ADVICE_KEYS, advice, advice_lines, audit
+from cublaslt_probe.audit import ADVICE_KEYS, advice, advice_lines, audit, figures
 from cublaslt_probe.cli import main
 
 from conftest import FIXTURES
@@ -206,3 +206,22 @@ def test_advice_text_has_no_nan_or_negative_number(name, tmp_path):
     adv = r.stdout[r.stdout.index("advice (measured):"):]
     assert "nan" not in adv.lower()
     assert not re.search(r"(?<![\w×.])-\d", adv), adv
+
+
+@pytest.mark.parametrize("name", ["gpt2_train", "odd_linear", "llama_decode"])
+def test_whatif_plot_ticks_are_integers_that_do_not_touch(name, audits):
+    """The what-if curves are drawn against the elements added: short integer ticks, well apart, whatever
+    the padded value (GPT-2's 50257 → 50304 wrote 5-digit labels almost touching; 4095 → 4096 wrote 4095.2)."""
+    fig = figures(audits[name], _measure(name))["whatifs"]
+    fig.set_dpi(100)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box = ax.get_window_extent(r)
+        labels = [(t.get_text(), t.get_window_extent(r)) for t in ax.get_xticklabels()
+                  if t.get_text() and box.x0 - 1 <= (t.get_window_extent(r).x0 + t.get_window_extent(r).x1) / 2
+                  <= box.x1 + 1]
+        assert len(labels) >= 2
+        assert all(re.fullmatch(r"−?\d+", s) for s, _ in labels), [s for s, _ in labels]
+        height = labels[0][1].height
+        assert all(b.x0 - a.x1 >= 2 * height for (_, a), (_, b) in zip(labels, labels[1:]))
