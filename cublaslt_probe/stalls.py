@@ -31,7 +31,7 @@ def _modules(detail, op_rows: np.ndarray) -> list[str | None]:
     out: list[str | None] = [None] * len(op_rows)
     if rng is None or not len(rng) or not len(op_rows):
         return out
-    mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX)]
+    mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX, na=False)]
     if not len(mods):
         return out
     ops = detail.ops.loc[op_rows]
