@@ -988,12 +988,12 @@ def _pad_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem
             beaten = [v for v in values if res[v]["beat"]]
             if beaten:
                 v = beaten[0]
-                quiet.append(_quiet(f"pad {old} → {v}{in_mod}: no net saving over the {len(res[v]['done'])} "
-                                    f"measured GEMMs with {old} ({-res[v]['net']:,.1f} µs/step slower)"
-                                    if res[v]["net"] <= 0 else
-                                    f"pad {old} → {v}{in_mod}: {res[v]['net']:,.1f} µs/step saved over the "
-                                    f"{len(res[v]['done'])} measured GEMMs with {old}, under 3 % of their time; "
-                                    "no advice", "no_gain", module))
+                net, n = res[v]["net"], len(res[v]["done"])
+                quiet.append(_quiet(f"pad {old} → {v}{in_mod}: no net saving over the {n} measured GEMM"
+                                    f"{'s' if n != 1 else ''} with {old} ("
+                                    + (f"{-net:,.1f} µs/step slower" if net <= 0 else
+                                       f"{net:,.1f} µs/step saved, under 3 % of their time") + "); no advice",
+                                    "no_gain", module))
             continue
         best = max(res[v]["net"] for v in ok)
         pick = min(v for v in ok if res[v]["net"] >= best * (1 - MIN_GAIN))

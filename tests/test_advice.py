@@ -166,6 +166,42 @@ def test_a_padding_beyond_noise_of_the_best_is_not_advised_and_slower_gemms_subt
     assert "k=50304" not in pad["evidence"]
 
 
+def test_a_padding_names_the_gemms_of_its_module_it_changes_unmeasured(audits):
+    """GPT-2's lm_head with its grad-weight GEMM (k = 50257) measured without what-ifs: the padding still
+    changes it, so the item counts it out of the saving and names it in evidence and risk."""
+    a, m = audits["gpt2_train"], _measure("gpt2_train")
+    _gemm(m, "lm_head", layout="NN")["whatifs"] = []
+    (pad,) = [it for it in advice(a.rows, m, a.step_gpu_us) if it["kind"] == "pad"]
+    assert pad["what"].startswith("pad the vocabulary 50257 → 50264")
+    assert pad["saving_us"] == pytest.approx(_pad(m, "lm_head", 50257, 50264))
+    assert len(pad["gemms"]) == 2
+    assert "1 GEMM it pads at 50264 was not measured" in pad["evidence"]
+    assert "lm_head bwd aten::mm 4096×768×50257" in pad["evidence"]
+    assert "1 GEMM it pads at 50264" in pad["risk"]
+
+
+def test_a_padding_that_slows_the_other_gemms_of_its_module_is_not_advised(audits):
+    """GPT-2's lm_head with only its grad-input GEMM faster when padded and the two others 2 ms slower: the
+    padding changes all three, so it nets a loss at every value and is not advised; a quiet line says so."""
+    a, m = audits["gpt2_train"], _measure("gpt2_train")
+    for g in m["gemms"]:
+        for w in g.get("whatifs") or []:
+            if g["module"] == "lm_head" and w["dim"] != "m":
+                w["time_us"] = g["original_us"] + 2000.0
+    items = advice(a.rows, m, a.step_gpu_us)
+    assert not [it for it in items if it["kind"] == "pad"]
+    net = _pad(m, "lm_head", 50257, 50264)
+    assert net < 0
+    (q,) = [it for it in items if it["what"].startswith("pad 50257 → 50264 in lm_head")]
+    assert q["what"] == (f"pad 50257 → 50264 in lm_head: no net saving over the 3 measured GEMMs with 50257 "
+                         f"({-net:,.1f} µs/step slower); no advice")
+    # the two pins left change different GEMMs: they add up
+    pins = [it for it in items if it["saving_us"] > 0]
+    assert [it["kind"] for it in pins] == ["pin", "pin"] and all(it["excludes"] == [] for it in pins)
+    total = sum(it["saving_us"] for it in pins)
+    assert f"items 1 and 2 exclude no other: together they save {total:,.1f} µs/step" in _lines(a, items)
+
+
 # ------------------------------------------------------------------------------------------ exclusion
 def test_items_that_change_one_gemm_say_they_exclude_each_other(audits):
     """GPT-2: the padding of lm_head and the two pinned algos for its unpadded GEMMs change the same GEMMs:
