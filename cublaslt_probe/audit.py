@@ -32,6 +32,7 @@ import pandas as pd
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.grouped import GROUPED_COLUMNS
 from cublaslt_probe.kinds import TILE_CLUSTER, decoded_columns
 from cublaslt_probe.trace import TRACE_SCHEMA
 from cublaslt_probe.trace import PY_MODULE_PREFIX
@@ -100,6 +101,7 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
                                "null when they could not be rebuilt"),
     "input_dims": TRACE_SCHEMA["input_dims"],
     "input_strides": TRACE_SCHEMA["input_strides"],
+    **GROUPED_COLUMNS,   # group sizes and the grouped roofline's waves (`grouped.join_sizes`)
 }
 AUDIT_COLUMNS = list(AUDIT_SCHEMA)
 # The keys every jsonl row carries in this order (the rest follow).
@@ -405,6 +407,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
     `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
     ``evidence: observed`` (`coldstart.apply_observed`)."""
+    from cublaslt_probe.grouped import join_sizes
     from cublaslt_probe.stalls import host_stalls
     from cublaslt_probe.trace import read_chrome_trace, timeline_frame
     files = resolve(path, log_path)
@@ -440,6 +443,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     G = _fold_helpers(G)
     log_groups = _log_groups(files["log"], notes) if files["log"] else {}
     df, no_shape, no_shape_us = _rows(G, det, steps, step_gpu, log_groups, rates, sms, gpu_arch)
+    df = join_sizes(df, path, env, rates, sms, notes)   # grouped rows: recorded or assumed sizes, their roofline
     gemm_us = float(G["dur"].sum()) / steps
     # ---- what cannot be shown
     if len(G) and not any(k[1] is not None for k in det.op_keys):
@@ -1016,10 +1020,107 @@ def _pad_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem
     return items, quiet
 
 
+GROUPED_WORDS = {
+    "balanced": "balance the router's load over the {groups} experts{in_mod} (advice for the router, not the GEMM)",
+    "mm_per_group": "run the experts{in_mod} one GEMM per expert (transformers: config._experts_implementation = "
+                    "\"eager\")",
+    "bmm_padded": "run the experts{in_mod} as one torch.bmm, every expert padded to the largest group",
+    "batched_mm": "run the experts{in_mod} with transformers' config._experts_implementation = \"batched_mm\" "
+                  "(each row's expert weights gathered, one bmm)",
+    "fp8": "run the expert GEMMs{in_mod} in fp8 (torch._scaled_grouped_mm, row-wise scales)",
+}
+GROUPED_RISK = {
+    "balanced": "a router change (auxiliary load-balancing loss, capacity): which tokens each expert sees changes, "
+                "hence the model's quality; measured as the same rows split evenly",
+    "mm_per_group": "a Python loop over the experts: one launch per expert hit and a host synchronisation to find "
+                    "them (outside the GEMM time measured here)",
+    "bmm_padded": "a custom experts forward (none of transformers' implementations); its time follows the largest "
+                  "group: a more skewed routing makes it slower",
+    "batched_mm": "memory: the gathered weights (rows x n x k) are made every call",
+    "fp8": "the expert weights quantized to fp8 and the activations per row each call (the quantization's own "
+           "time not measured); model accuracy must be checked",
+}
+
+
+def _variant(m: _Measured, name: str) -> dict | None:
+    return next((v for v in m.g.get("grouped") or [] if v.get("variant") == name and v.get("time_us")), None)
+
+
+def _grouped_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem], list[AdviceItem]]:
+    """Advice for grouped GEMMs (`measure.measure_grouped`). The experts of one module share their routing:
+    padding the groups, balancing the router, another experts implementation or fp8 changes every grouped
+    GEMM of the module with those groups, so each variant nets them all with their sign and names those not
+    measured (a weight gradient's). Of the paddings that pay, the smallest multiple within `MIN_GAIN` of the
+    best is advised. Every item changes the same GEMMs: they exclude each other. Items resting on sizes that
+    were assumed say so."""
+    by_mod: dict[tuple, list[_Measured]] = {}
+    for m in ms:
+        if m.g.get("grouped"):
+            gk = (m.module, (m.g.get("key") or {}).get("groups")) if m.module else (None, m.i)
+            by_mod.setdefault(gk, []).append(m)
+    items, quiet = [], []
+    for (module, _), members in by_mod.items():
+        groups = (members[0].g.get("key") or {}).get("groups")
+        in_mod = f" in {module}" if module else f" of {members[0].label}"
+        seen = {r for m in members for r in m.rows}
+        mod_rows = [int(i) for i, r in zip(rows.index, rows.to_dict("records"))
+                    if module and not _na(r["module"]) and r["module"] == module and not _na(r["groups"])
+                    and int(r["groups"]) == int(groups or 0) and int(i) not in seen]
+        ev_un, risk_un = _not_measured(rows, mod_rows, "changes")
+        assumed = any(m.g.get("sizes_source") == "assumed" for m in members)
+        tag = " [group sizes assumed equal: none recorded]" if assumed else ""
+        touches = frozenset().union(*(m.ids for m in members)) | frozenset(("row", r) for r in mod_rows)
+        base = sum(m.orig * m.calls for m in members)
+
+        def net_of(name: str):
+            done = [(m, v, *m.change(name, v["time_us"], v.get("kernel"), named=module is None))
+                    for m in members for v in [_variant(m, name)] if v]
+            return done, sum(d for *_, d, _ in done)
+        names = sorted({v["variant"] for m in members for v in m.g.get("grouped") or []} - {"original"})
+        res = {n: net_of(n) for n in names}
+        pays = {n: r for n, r in res.items() if r[0] and r[1] > MIN_GAIN * base}
+        pads = [n for n in pays if n.startswith("pad")]
+        if pads:
+            best = max(pays[n][1] for n in pads)
+            keep = min((n for n in pads if pays[n][1] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
+            pays = {n: r for n, r in pays.items() if not n.startswith("pad") or n == keep}
+        for name, (done, net) in pays.items():
+            if name.startswith("pad"):
+                mult = int(name[3:])
+                what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
+                extra = [(m, v["rows"] - m.g["grouped"][0]["rows"]) for m, v, *_ in done]
+                mem = sum(x * ((m.g.get("key") or {}).get("k") or 0) * 2 for m, x in extra)
+                risk = (f"{extra[0][1]:,} zero rows added per call ({100 * extra[0][1] / max(1, extra[0][0].g['grouped'][0]['rows']):.1f} %"
+                        f" more rows; about {mem / 2**20:,.1f} MiB more input per step's measured calls); the experts' "
+                        "forward must place each expert's rows at a multiple of "
+                        f"{mult} (the offsets of the padded sizes) and drop the zero rows after")
+                also = [f"×{n[3:]} {'saves' if res[n][1] > 0 else 'costs'} {abs(res[n][1]):,.1f} µs/step" for n in names
+                        if n.startswith("pad") and n != name]
+            else:
+                what = GROUPED_WORDS.get(name, f"{name}{{in_mod}}").format(groups=groups, in_mod=in_mod)
+                risk, also = GROUPED_RISK.get(name, ""), []
+                if name == "bmm_padded":
+                    pad_rows = [v["rows"] - m.g["grouped"][0]["rows"] for m, v, *_ in done]
+                    risk += f"; {pad_rows[0]:,} padding rows per call"
+            tol = "tolerance_fp8" if name == "fp8" else "tolerance"
+            nums = list(dict.fromkeys(_numerics_risk({**m.g, "tolerance": m.g.get(tol)}, name) for m, *_ in done))
+            items.append(AdviceItem(
+                "grouped", what + tag, module, net,
+                "; ".join(e for *_, e in done) + (f"; also measured: {', '.join(also)}" if also else "")
+                + (f"; {ev_un}" if ev_un else "") + tag,
+                "; ".join([risk] + nums) + (f"; {risk_un}" if risk_un else ""), [m.label for m, *_ in done],
+                touches, frozenset(m.i for m, _, d, _ in done if d > 0)))
+        if not pays:
+            quiet.append(_quiet(f"grouped GEMMs{in_mod}: no alternative beats the original by 3 % over the "
+                                f"{len(members)} measured; no advice{tag}", "no_gain", module,
+                                gemms=[m.label for m in members]))
+    return items, quiet
+
+
 def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) -> list[dict]:
     """Ranked advice from saved measurements (`measure.measure_gemms`' result) against the audit rows.
 
-    Each item (keys `ADVICE_KEYS`): ``what`` to change, ``kind`` (pad | path | workspace | pin; quiet:
+    Each item (keys `ADVICE_KEYS`): ``what`` to change, ``kind`` (pad | path | workspace | pin | grouped; quiet:
     at_floor | no_gain | not_measured), ``module``, ``saving_us`` per step (per-call change × calls per step,
     netted over every measured GEMM the change moves), ``saving_pct`` of the step's GPU time, ``evidence``
     (the numbers, and the GEMMs it changes that were not measured), ``risk`` (numerics, memory, what was not
@@ -1032,7 +1133,8 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
     ms, not_measured = _measured_gemms(rows, measure)
     switch, switch_quiet = _switch_items(rows, ms)
     pads, pad_quiet = _pad_items(rows, ms)
-    items = sorted(_pin_items(ms) + switch + pads, key=lambda x: -x.saving_us)
+    grouped, grouped_quiet = _grouped_items(rows, ms)
+    items = sorted(_pin_items(ms) + switch + pads + grouped, key=lambda x: -x.saving_us)
     for a, x in enumerate(items):
         x.excludes = [b + 1 for b, y in enumerate(items) if b != a and x.clashes(y)]
     helped = {i for x in items for i in x.helped}
@@ -1061,7 +1163,8 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
                             f"original {m.orig:.1f} µs" + (f", floor {float(floor.iloc[0]):.1f} µs" if len(floor)
                                                            else ""), [m.label]))
     quiet = not_measured + quiet
-    return [x.as_dict(step) for x in items] + [q.as_dict(step) for q in quiet + switch_quiet + pad_quiet]
+    return [x.as_dict(step) for x in items] + [q.as_dict(step) for q in quiet + switch_quiet + pad_quiet
+                                               + grouped_quiet]
 
 
 def advice_total(items: list[dict]) -> tuple[list[int], float, float | None]:
@@ -1099,6 +1202,8 @@ def flags(r: dict) -> str:
         out.append("split-K")
     if not _na(r["log_consistent"]) and not r["log_consistent"]:
         out.append("kernel≠log")
+    if not _na(r.get("sizes_source")) and r["sizes_source"] == "assumed":
+        out.append("sizes-assumed")
     return " ".join(out)
 
 
@@ -1198,6 +1303,55 @@ def advice_lines(items: list[dict]) -> list[str]:
     return out + [f"- {q}" for q in quiet]
 
 
+GROUPED_TABLE = ("variant", "rows", "µs", "vs original", "numerics", "kernel")
+
+
+def grouped_tables(measure: dict | None) -> list[tuple[str, list[list[str]]]]:
+    """For each measured grouped GEMM: a title (the GEMM, its module and sizes, recorded or assumed) and one
+    row per variant (`GROUPED_TABLE`): rows computed, µs, change against the original, max rel. error
+    against it, the main kernel; transformers' experts implementations named beside the variant that runs
+    as they do."""
+    from cublaslt_probe.evidence import main_kernel
+    from cublaslt_probe.names import decode
+    out = []
+    for g in (measure or {}).get("gemms") or []:
+        vs = g.get("grouped")
+        if not vs:
+            continue
+        s = g.get("group_summary") or {}
+        impl = {v: k for k, v in (g.get("implementations") or {}).items()}
+        title = (f"{_label(g.get('key') or {})}" + (f" ({g['module']}" + (f" {g['pass']}" if g.get("pass") else "")
+                                                   + ")" if g.get("module") else "")
+                 + f": {s.get('groups')} groups of {s.get('min')}–{s.get('max')} rows (mean {s.get('mean')}, "
+                 f"{s.get('unaligned')} not a multiple of 8, max/mean {s.get('imbalance')}), sizes "
+                 f"{g.get('sizes_source') or 'recorded'}")
+        base = vs[0].get("time_us")
+        body = []
+        for v in vs:
+            t = v.get("time_us")
+            num = (g.get("numerics") or {}).get(v["variant"])
+            k = main_kernel(v.get("kernels")) if v.get("kernels") else None
+            name = v["variant"] + (f" (experts_implementation {impl[v['variant']]})" if v["variant"] in impl else "")
+            body.append([name, f"{v['rows']:,}" if v.get("rows") is not None else "",
+                         f"{t:,.1f}" if t else "not run",
+                         (f"{100 * (t - base) / base:+.1f} %" if t and base and v["variant"] != "original" else "")
+                         or (v.get("not_run") or v.get("error") or "" if not t else ""),
+                         "" if num is None else f"{num:.2g}",
+                         (decode(k).short or k[:40]) if k else ""])
+        out.append((title, body))
+    return out
+
+
+def grouped_lines(measure: dict | None) -> list[str]:
+    """`grouped_tables` as text."""
+    from cublaslt_probe.cli._common import render_table
+    out = []
+    for title, body in grouped_tables(measure):
+        out += [title, render_table(list(GROUPED_TABLE), body, {"rows", "µs", "vs original", "numerics"},
+                                    caps={"kernel": 40, "vs original": 90}).rstrip("\n")]
+    return out
+
+
 def chain(r: dict, g: dict | None = None) -> list[str]:
     """The evidence for one row, in order (explain's chain, from the trace, the log and the measurement)."""
     def v(x, fmt=""):
@@ -1219,6 +1373,13 @@ def chain(r: dict, g: dict | None = None) -> list[str]:
     out.append(f"{v(r['calls'], 'g')} calls/step, {v(r['mean_us'], ',.2f')} µs each = {v(r['tflops'], '.1f')} "
                f"TFLOP/s = {v(r['pct_peak'], '.1f')} % of peak; floor {v(r['floor_us'], ',.2f')} µs "
                f"({v(r['bound'])}-bound), {v(r['floor_ratio'], '.2f')}× the floor; {v(r['waves'], '.2f')} waves")
+    if not _na(r.get("sizes_source")):
+        out.append(f"group sizes ({r['sizes_source']}): {v(r['groups'])} groups of {v(r['group_min'])}–"
+                   f"{v(r['group_max'])} rows (mean {v(r['group_mean'], '.1f')}), {v(r['group_empty'])} empty, "
+                   f"{v(r['group_unaligned'])} not a multiple of 8, max/mean {v(r['group_imbalance'], '.2f')}"
+                   + (f", {v(r['group_routings'])} routings" if not _na(r["group_routings"]) and r["group_routings"] > 1
+                      else "") + f"; waves {v(r['group_waves'], '.2f')} (the largest group "
+                   f"{v(r['largest_group_waves'], '.2f')}); the floor counts each expert's weights once")
     if not _na(r["align_fallback"]) and r["align_fallback"]:
         out.append(f"alignment fallback: {r['misaligned']} not a multiple of 16 bytes, kernel {r['arch']}")
     elif not _na(r["misaligned"]):
@@ -1226,6 +1387,10 @@ def chain(r: dict, g: dict | None = None) -> list[str]:
     if g is not None:
         if g.get("skipped") or g.get("error"):
             out.append(f"not measured: {g.get('skipped') or g.get('error')}")
+        elif g.get("grouped"):
+            out.append(f"measured: original {v(g.get('original_us'), ',.1f')} µs with the {g.get('sizes_source')} "
+                       "group sizes; " + ", ".join(f"{x['variant']} {x['time_us']:,.1f}" for x in g["grouped"][1:]
+                                                   if x.get("time_us")) + " µs")
         else:
             reg = g.get("regret") or {}
             out.append(f"measured: original {v(g.get('original_us'), ',.1f')} µs on its path; heuristic regret "
@@ -1348,6 +1513,11 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
         parts.append(f"<details{' open' if i < 3 else ''}><summary><b>{e(row_label(r))}</b> {e(str(r['pass'] or ''))} "
                      f"{e(str(r['op']))} {r['m']}×{r['n']}×{r['k']}: {r['gpu_us']:,.1f} µs/step</summary><ol>"
                      + "".join(f"<li>{e(x)}</li>" for x in chain(r, g)) + "</ol>")
+        if g and g.get("grouped"):
+            for title, body in grouped_tables({"gemms": [g]}):
+                parts.append(f"<h4>{e(title)}</h4><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in GROUPED_TABLE)
+                             + "</tr>" + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
+                                                 for row in body) + "</table>")
         if g and not (g.get("skipped") or g.get("error")):
             for name, cols in (("candidates", ("rank", "algo", "kernel", "time_us", "ok_numerics")),
                                ("paths", ("path", "workspace", "kernel", "time_us")),
