@@ -1046,13 +1046,32 @@ def _variant(m: _Measured, name: str) -> dict | None:
     return next((v for v in m.g.get("grouped") or [] if v.get("variant") == name and v.get("time_us")), None)
 
 
+def _short_kernel(k) -> str | None:
+    """A kernel as advice names it: its decoded short form (a CUTLASS template's mangled name is pages long)."""
+    from cublaslt_probe.names import decode
+    return (decode(k).short or k) if isinstance(k, str) and k else None
+
+
+def _grouped_numerics(done: list, name: str) -> str:
+    """One line for the numerics of variant `name` over the GEMMs measured with it (the worst of them)."""
+    tol_key = "tolerance_fp8" if name == "fp8" else "tolerance"
+    got = [((m.g.get("numerics") or {}).get(name), m.g.get(tol_key)) for m, *_ in done]
+    if any(x is None for x, _ in got):
+        return "numerics not compared" + ("" if name == "balanced" else " for every GEMM")
+    worst, tol = max(got, key=lambda xt: xt[0])
+    if tol is not None and any(t is not None and x > t for x, t in got):
+        return f"numerics differ: max rel. error {worst:.2g} > tolerance {tol:.2g}"
+    return f"numerics agree (max rel. error {worst:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
+
+
 def _grouped_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem], list[AdviceItem]]:
     """Advice for grouped GEMMs (`measure.measure_grouped`). The experts of one module share their routing:
     padding the groups, balancing the router, another experts implementation or fp8 changes every grouped
-    GEMM of the module with those groups, so each variant nets them all with their sign and names those not
-    measured (a weight gradient's). Of the paddings that pay, the smallest multiple within `MIN_GAIN` of the
-    best is advised. Every item changes the same GEMMs: they exclude each other. Items resting on sizes that
-    were assumed say so."""
+    GEMM of the module with those groups, so each variant nets the GEMMs measured with it, with their sign,
+    and names the module's grouped GEMMs it changes that were not (a weight gradient's; a layout fp8 is not
+    measured in). A variant is advised when its net beats those GEMMs' time by `MIN_GAIN`; of the paddings,
+    the smallest multiple within `MIN_GAIN` of the best (a quiet line when none pays). Every item changes the
+    same GEMMs: they exclude each other. Items resting on sizes that were assumed say so."""
     by_mod: dict[tuple, list[_Measured]] = {}
     for m in ms:
         if m.g.get("grouped"):
@@ -1062,54 +1081,62 @@ def _grouped_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[Advice
     for (module, _), members in by_mod.items():
         groups = (members[0].g.get("key") or {}).get("groups")
         in_mod = f" in {module}" if module else f" of {members[0].label}"
-        seen = {r for m in members for r in m.rows}
-        mod_rows = [int(i) for i, r in zip(rows.index, rows.to_dict("records"))
+        mod_rows = {int(i) for i, r in zip(rows.index, rows.to_dict("records"))
                     if module and not _na(r["module"]) and r["module"] == module and not _na(r["groups"])
-                    and int(r["groups"]) == int(groups or 0) and int(i) not in seen]
-        ev_un, risk_un = _not_measured(rows, mod_rows, "changes")
+                    and int(r["groups"]) == int(groups or 0)} | {r for m in members for r in m.rows}
         assumed = any(m.g.get("sizes_source") == "assumed" for m in members)
         tag = " [group sizes assumed equal: none recorded]" if assumed else ""
         touches = frozenset().union(*(m.ids for m in members)) | frozenset(("row", r) for r in mod_rows)
-        base = sum(m.orig * m.calls for m in members)
 
         def net_of(name: str):
-            done = [(m, v, *m.change(name, v["time_us"], v.get("kernel"), named=module is None))
+            done = [(m, v, *m.change(name, v["time_us"], _short_kernel(v.get("kernel")), named=module is None))
                     for m in members for v in [_variant(m, name)] if v]
-            return done, sum(d for *_, d, _ in done)
-        names = sorted({v["variant"] for m in members for v in m.g.get("grouped") or []} - {"original"})
+            base = sum(m.orig * m.calls for m, *_ in done)
+            net = sum(d for *_, d, _ in done)
+            return {"done": done, "net": net, "ok": bool(done) and net > MIN_GAIN * base}
+        names = list(dict.fromkeys(v["variant"] for m in members for v in m.g.get("grouped") or []
+                                   if v["variant"] != "original"))
         res = {n: net_of(n) for n in names}
-        pays = {n: r for n, r in res.items() if r[0] and r[1] > MIN_GAIN * base}
-        pads = [n for n in pays if n.startswith("pad")]
-        if pads:
-            best = max(pays[n][1] for n in pads)
-            keep = min((n for n in pads if pays[n][1] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
-            pays = {n: r for n, r in pays.items() if not n.startswith("pad") or n == keep}
-        for name, (done, net) in pays.items():
+        pays = [n for n in names if res[n]["ok"]]
+        pads = [n for n in names if n.startswith("pad")]
+        ok_pads = [n for n in pads if n in pays]
+        if ok_pads:
+            best = max(res[n]["net"] for n in ok_pads)
+            keep = min((n for n in ok_pads if res[n]["net"] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
+            pays = [n for n in pays if not n.startswith("pad") or n == keep]
+        elif pads:
+            shown = ", ".join(f"×{n[3:]} {res[n]['net']:+,.1f}" for n in pads if res[n]["done"])
+            quiet.append(_quiet(f"pad each expert's token count{in_mod}: no net saving (µs/step saved per multiple: "
+                                f"{shown}); no advice{tag}", "no_gain", module))
+        for name in pays:
+            done, net = res[name]["done"], res[name]["net"]
+            seen = {r for m, *_ in done for r in m.rows}
+            ev_un, risk_un = _not_measured(rows, sorted(mod_rows - seen), "changes")
             if name.startswith("pad"):
                 mult = int(name[3:])
                 what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
-                extra = [(m, v["rows"] - m.g["grouped"][0]["rows"]) for m, v, *_ in done]
-                mem = sum(x * ((m.g.get("key") or {}).get("k") or 0) * 2 for m, x in extra)
-                risk = (f"{extra[0][1]:,} zero rows added per call ({100 * extra[0][1] / max(1, extra[0][0].g['grouped'][0]['rows']):.1f} %"
-                        f" more rows; about {mem / 2**20:,.1f} MiB more input per step's measured calls); the experts' "
-                        "forward must place each expert's rows at a multiple of "
-                        f"{mult} (the offsets of the padded sizes) and drop the zero rows after")
-                also = [f"×{n[3:]} {'saves' if res[n][1] > 0 else 'costs'} {abs(res[n][1]):,.1f} µs/step" for n in names
-                        if n.startswith("pad") and n != name]
+                m0, v0 = done[0][0], done[0][1]
+                rows0 = m0.g["grouped"][0]["rows"]
+                extra = v0["rows"] - rows0
+                k0 = m0.g.get("key") or {}
+                mib = extra * ((k0.get("k") or 0) + (k0.get("n") or 0)) * 2 / 2**20
+                risk = (f"{extra:,} zero rows per call ({100 * extra / max(1, rows0):.1f} % more rows: about "
+                        f"{mib:,.1f} MiB more input and output in {m0.label}); the experts' forward must place each "
+                        f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and drop the zero rows "
+                        "after")
+                also = [f"×{n[3:]} {'saves' if res[n]['net'] > 0 else 'costs'} {abs(res[n]['net']):,.1f} µs/step"
+                        for n in pads if n != name and res[n]["done"]]
             else:
-                what = GROUPED_WORDS.get(name, f"{name}{{in_mod}}").format(groups=groups, in_mod=in_mod)
+                what = GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name)
                 risk, also = GROUPED_RISK.get(name, ""), []
                 if name == "bmm_padded":
-                    pad_rows = [v["rows"] - m.g["grouped"][0]["rows"] for m, v, *_ in done]
-                    risk += f"; {pad_rows[0]:,} padding rows per call"
-            tol = "tolerance_fp8" if name == "fp8" else "tolerance"
-            nums = list(dict.fromkeys(_numerics_risk({**m.g, "tolerance": m.g.get(tol)}, name) for m, *_ in done))
+                    risk += f"; {done[0][1]['rows'] - done[0][0].g['grouped'][0]['rows']:,} padding rows per call"
             items.append(AdviceItem(
                 "grouped", what + tag, module, net,
                 "; ".join(e for *_, e in done) + (f"; also measured: {', '.join(also)}" if also else "")
                 + (f"; {ev_un}" if ev_un else "") + tag,
-                "; ".join([risk] + nums) + (f"; {risk_un}" if risk_un else ""), [m.label for m, *_ in done],
-                touches, frozenset(m.i for m, _, d, _ in done if d > 0)))
+                "; ".join(x for x in (risk, _grouped_numerics(done, name), risk_un) if x),
+                [m.label for m, *_ in done], touches, frozenset(m.i for m, _, d, _ in done if d > 0)))
         if not pays:
             quiet.append(_quiet(f"grouped GEMMs{in_mod}: no alternative beats the original by 3 % over the "
                                 f"{len(members)} measured; no advice{tag}", "no_gain", module,
@@ -1306,11 +1333,11 @@ def advice_lines(items: list[dict]) -> list[str]:
 GROUPED_TABLE = ("variant", "rows", "µs", "vs original", "numerics", "kernel")
 
 
-def grouped_tables(measure: dict | None) -> list[tuple[str, list[list[str]]]]:
-    """For each measured grouped GEMM: a title (the GEMM, its module and sizes, recorded or assumed) and one
-    row per variant (`GROUPED_TABLE`): rows computed, µs, change against the original, max rel. error
-    against it, the main kernel; transformers' experts implementations named beside the variant that runs
-    as they do."""
+def grouped_tables(measure: dict | None) -> list[tuple[str, list[list[str]], list[str]]]:
+    """For each measured grouped GEMM: a title (the GEMM, its module and sizes, recorded or assumed), one row
+    per variant (`GROUPED_TABLE`: rows computed, µs, change against the original, max rel. error against it,
+    the main kernel; transformers' experts implementations named beside the variant that runs as they do),
+    and a line for each variant not run, saying why."""
     from cublaslt_probe.evidence import main_kernel
     from cublaslt_probe.names import decode
     out = []
@@ -1334,11 +1361,12 @@ def grouped_tables(measure: dict | None) -> list[tuple[str, list[list[str]]]]:
             name = v["variant"] + (f" (experts_implementation {impl[v['variant']]})" if v["variant"] in impl else "")
             body.append([name, f"{v['rows']:,}" if v.get("rows") is not None else "",
                          f"{t:,.1f}" if t else "not run",
-                         (f"{100 * (t - base) / base:+.1f} %" if t and base and v["variant"] != "original" else "")
-                         or (v.get("not_run") or v.get("error") or "" if not t else ""),
+                         f"{100 * (t - base) / base:+.1f} %" if t and base and v["variant"] != "original" else "",
                          "" if num is None else f"{num:.2g}",
                          (decode(k).short or k[:40]) if k else ""])
-        out.append((title, body))
+        notes = [f"{v['variant']} not run: {v.get('not_run') or v.get('error')}" for v in vs
+                 if not v.get("time_us") and (v.get("not_run") or v.get("error"))]
+        out.append((title, body, notes))
     return out
 
 
@@ -1346,9 +1374,9 @@ def grouped_lines(measure: dict | None) -> list[str]:
     """`grouped_tables` as text."""
     from cublaslt_probe.cli._common import render_table
     out = []
-    for title, body in grouped_tables(measure):
+    for title, body, notes in grouped_tables(measure):
         out += [title, render_table(list(GROUPED_TABLE), body, {"rows", "µs", "vs original", "numerics"},
-                                    caps={"kernel": 40, "vs original": 90}).rstrip("\n")]
+                                    caps={"kernel": 40}).rstrip("\n") + "".join(f"\n{x}" for x in notes)]
     return out
 
 
@@ -1514,10 +1542,11 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
                      f"{e(str(r['op']))} {r['m']}×{r['n']}×{r['k']}: {r['gpu_us']:,.1f} µs/step</summary><ol>"
                      + "".join(f"<li>{e(x)}</li>" for x in chain(r, g)) + "</ol>")
         if g and g.get("grouped"):
-            for title, body in grouped_tables({"gemms": [g]}):
+            for title, body, notes in grouped_tables({"gemms": [g]}):
                 parts.append(f"<h4>{e(title)}</h4><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in GROUPED_TABLE)
                              + "</tr>" + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
-                                                 for row in body) + "</table>")
+                                                 for row in body) + "</table>"
+                             + "".join(f"<p>{e(x)}</p>" for x in notes))
         if g and not (g.get("skipped") or g.get("error")):
             for name, cols in (("candidates", ("rank", "algo", "kernel", "time_us", "ok_numerics")),
                                ("paths", ("path", "workspace", "kernel", "time_us")),
