@@ -12,8 +12,9 @@ CPU only, no pandas. `dataset`, `trace`, `explain`, `replay`, `candidates` and `
 """
 from __future__ import annotations
 
-# Families whose kernels do the GEMM itself (split-K reduce, memsets, casts and other helpers do not).
-MAIN_FAMILIES = ("nvjet", "xmma", "cutlass", "cutlass3x", "legacy", "gemv", "gemmSN")
+# Families whose kernels do the GEMM itself (split-K reduce, memsets, casts and other helpers do not; neither does
+# torch's prepare_grouped_gemm_data ahead of its CUTLASS template grouped GEMM).
+MAIN_FAMILIES = ("nvjet", "xmma", "cutlass", "cutlass3x", "cutlass_template", "legacy", "gemv", "gemmSN")
 
 # How each family's name relates to the logged algo (measured on the H200 fixtures, 1,166 GEMMs, see
 # docs/dataset.md): nvjet and cutlass write the log's tile as MxN; xmma's `tilesize` writes it as NxM.

@@ -13,11 +13,13 @@ from typing import Mapping
 # --- what one GEMM of a sweep is (cases.Case) ------------------------------------------------------------
 BACKENDS = ("torch", "torch-lt", "cupy", "lt")     # GPU backends: torch's cuBLAS path, its cuBLASLt path, cupy, lt.py
 TEST_BACKENDS = ("numpy",)                         # the CPU executor that tests the sweep machinery
-OPS = ("mm", "bmm", "addmm", "scaled_mm")
+OPS = ("mm", "bmm", "addmm", "scaled_mm", "grouped_mm", "scaled_grouped_mm")
+GROUPED_OPS = ("grouped_mm", "scaled_grouped_mm")   # torch._grouped_mm, torch._scaled_grouped_mm (cases.Case.groups)
+SCALED_OPS = ("scaled_mm", "scaled_grouped_mm")    # the fp8 ops
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2")
 FP8_DTYPES = ("fp8", "fp8_e5m2")                   # fp8 is e4m3 x e4m3, fp8_e5m2 is e5m2 x e4m3; both write bf16
 LAYOUTS = ("NN", "NT", "TN", "TT")                 # torch view: a T = that operand stored transposed
-PRESETS = ("quick", "llm", "square", "decode", "grid", "regret")
+PRESETS = ("quick", "llm", "square", "decode", "grid", "regret", "moe")
 WINDOW = 128   # GEMMs per sweep window by default: a window's profiler session costs the probe about 3.5 ms
                # whatever it holds, then 0.05-0.08 ms per GEMM (benchmarks/bench_window.py, two-GPU H200 host);
                # windows of 128 against 32, alternating in one process on the decode preset: 581 against 555
@@ -33,7 +35,7 @@ ORDER = MappingProxyType({
     "backend": ("torch", "torch-lt", "lt", "cupy") + TEST_BACKENDS,
     "dtype": DTYPES,
     "layout": LAYOUTS,
-    "op": ("mm", "addmm", "bmm", "scaled_mm"),
+    "op": ("mm", "addmm", "bmm", "scaled_mm", "grouped_mm", "scaled_grouped_mm"),
 })
 
 # --- decoded fields as table columns ----------------------------------------------------------------------

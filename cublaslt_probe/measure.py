@@ -15,11 +15,20 @@ heuristic's candidates):
 - ``numerics``: max relative difference of each path and each padded GEMM (sliced back) against the original's
   output on the same inputs.
 
-GEMMs the probe cannot rebuild (grouped GEMMs, Triton templates, ops it does not know) are listed with the
-reason, not dropped. Imports torch only inside functions (GPU side).
+A grouped GEMM (`aten::_grouped_mm`, `_scaled_grouped_mm`; 2-D x 3-D, its offsets splitting the rows) is measured
+with the group sizes the audit joined to it (``sizes_source``: recorded, or assumed equal) through
+`probe.time_grouped_alternatives` (``grouped``: the original, every group padded to 8, 16, 64, 128 rows,
+balanced sizes, one `torch.mm` per group, all groups padded to the largest as one `torch.bmm`, fp8) plus
+transformers' `batched_mm` experts forward (`batched_mm_variant`), with each variant's numerics against the
+original on the same operands (`_grouped_numerics`); ``implementations`` maps transformers'
+`config._experts_implementation` values to the variants that run as they do (`EXPERTS_IMPLEMENTATIONS`).
+
+GEMMs the probe cannot rebuild (a weight gradient's grouped GEMM, whose offsets split k; Triton templates, ops it
+does not know) are listed with the reason, not dropped. Imports torch only inside functions (GPU side).
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -33,6 +42,11 @@ PAD_MULTIPLES = (8, 16, 64, 128)
 PATHS = ("torch", "torch-lt", "lt")   # cuBLAS 32 MiB, torch's cuBLASLt 1 MiB, cuBLASLt 32 MiB
 TORCH_OPS = {"aten::mm": "mm", "aten::matmul": "mm", "aten::addmm": "addmm", "aten::_addmm_activation": "addmm",
              "aten::linear": "addmm", "aten::bmm": "bmm", "aten::baddbmm": "bmm", "aten::_scaled_mm": "scaled_mm"}
+GROUPED_TORCH_OPS = {"aten::_grouped_mm": "grouped_mm", "aten::_scaled_grouped_mm": "scaled_grouped_mm"}
+# transformers 5.x `config._experts_implementation` -> the variant that runs its expert GEMMs as it does
+# ("deepgemm" runs DeepGEMM's kernels, which the probe does not build)
+EXPERTS_IMPLEMENTATIONS = {"grouped_mm": "original", "eager": "mm_per_group", "batched_mm": "batched_mm"}
+BATCHED_MM_CAP = 8 << 30   # bytes of per-row gathered weights up to which transformers' batched_mm is timed
 _DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "tf32": "tf32", "fp8": "fp8", "fp8_e4m3": "fp8",
            "fp8_e5m2": "fp8_e5m2"}
 
@@ -58,12 +72,19 @@ def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | No
         op = "bmm"
     backend = g.get("backend")
     if backend not in ("torch", "torch-lt"):
-        # the joined log line says which path ran: cublasLtMatmul is torch's Lt path, the typed wrappers
-        # (cublasLtTSTMatmul, ...) are its cuBLAS path; without a log line, torch's default (cuBLAS)
-        backend = "torch-lt" if g.get("log_function") == "cublasLtMatmul" else "torch"
+        # the joined log line says which path ran; without a log line, torch's default (cuBLAS)
+        backend = path_of(g.get("log_function")) or "torch"
     c = Case(backend, op, dtype, g["layout"], int(g["m"]), int(g["n"]), int(g["k"]), batch)
     why = invalid_reason(c)
     return (None, why) if why else (c, None)
+
+
+def path_of(log_function) -> str | None:
+    """The torch path a logged GEMM took: ``torch-lt`` for cublasLtMatmul (torch's cuBLASLt path), ``torch``
+    for a typed wrapper (cublasLtTSTMatmul, ...: its cuBLAS path); None without a logged function."""
+    if not isinstance(log_function, str) or not log_function:
+        return None
+    return "torch-lt" if log_function == "cublasLtMatmul" else "torch"
 
 
 def pad_values(v: int) -> list[tuple[int, int]]:
@@ -151,6 +172,160 @@ def _numerics(probe, c: Case, alts: list[tuple[str, Case]]) -> dict:
     return out
 
 
+def grouped_case_of(g: dict) -> tuple[Case | None, str | None]:
+    """The probe Case of one audited grouped GEMM (a dict with op, dtype, layout, m, n, k, batch, groups,
+    group_dim and the audit's ``group_sizes``, a JSON list; equal sizes without it), or why there is none."""
+    from cublaslt_probe.cases import group_sizes, sizes_code
+    op = GROUPED_TORCH_OPS.get(g.get("op") or "")
+    if op is None:
+        return None, f"op {g.get('op')!r} is not a grouped GEMM"
+    if int(g.get("batch") or 1) > 1:
+        return None, "a 3-D x 3-D grouped GEMM: its groups are equal, there are no sizes to change"
+    if g.get("group_dim") != "m":
+        return None, (f"its offsets split {g.get('group_dim') or 'an unknown dimension'} (a weight gradient's "
+                      "grouped GEMM): the probe rebuilds grouped GEMMs whose offsets split the rows (m)")
+    dtype = _DTYPES.get(g.get("dtype") or "")
+    if None in (g.get("m"), g.get("n"), g.get("k"), g.get("groups")) or not g.get("layout") or dtype is None:
+        return None, "the trace gives no shapes, strides or dtype for it (record_shapes=True rebuilds them)"
+    m, groups = int(g["m"]), int(g["groups"])
+    try:
+        sizes = json.loads(g["group_sizes"]) if g.get("group_sizes") else group_sizes("uniform", m, groups)
+        c = Case("torch", op, dtype, g["layout"], m, int(g["n"]), int(g["k"]), 1, groups, sizes_code(sizes))
+    except (TypeError, ValueError) as e:
+        return None, f"its group sizes cannot be used: {e}"
+    why = invalid_reason(c)
+    return (None, why) if why else (c, None)
+
+
+def batched_mm_variant(probe, c: Case, a, w) -> dict:
+    """transformers' `batched_mm` experts forward for grouped GEMM `c` on the grouped GEMM's own operands (A
+    [m, k] in group order, B [groups, k, n]): each row's expert weights gathered (``W[expert_ids]``) and one
+    `torch.bmm` of m products of one row, timed with the gather as transformers runs it. Not run when the
+    gathered weights exceed `BATCHED_MM_CAP` (``not_run`` says how much they would take)."""
+    torch = probe.torch
+    row = {"variant": "batched_mm", "key": None, "rows": c.m, "group_summary": None, "error": None,
+           "time_us": None, "kernels": []}
+    need = c.m * c.n * c.k * a.element_size()
+    if need > BATCHED_MM_CAP:
+        row["not_run"] = (f"it gathers each row's expert weights: {c.m:,} x {c.n:,} x {c.k:,} = {need / 2**30:,.1f} "
+                          f"GiB (run up to {BATCHED_MM_CAP / 2**30:g} GiB)")
+        return row
+    ids = torch.repeat_interleave(torch.arange(c.groups, device="cuda"),
+                                  torch.tensor(c.group_sizes(), device="cuda"))
+    wt = w.transpose(-1, -2)            # [groups, n, k]: the weights as transformers stores them
+    try:
+        fn = (lambda: torch.bmm(wt[ids], a.unsqueeze(-1)))
+        row["time_us"] = probe.time_gpu(fn, key="torch|batched_mm").median_us
+        row["kernels"] = [k for k, _ in probe.profile([fn])[0]]
+        row["output"] = fn().squeeze(-1)
+    except Exception as e:  # noqa: BLE001  the other variants stand
+        row.update(time_us=None, error=f"{type(e).__name__}: {e}"[:300])
+        torch.cuda.synchronize()
+    return row
+
+
+def _grouped_numerics(probe, alts: dict, a, w, offs, ref, extra: dict) -> dict:
+    """Max |y - y0| / max |y0| against the grouped GEMM's output `ref` on its own operands: every group
+    padded with zero rows (the real rows read back), all groups padded to the largest in one `torch.bmm`, fp8
+    (row-wise scales from each row's and each expert column's max), and the outputs already made
+    (`extra`: name -> output in group order). Balanced sizes are another routing: not compared."""
+    torch = probe.torch
+    sizes = alts["original"].group_sizes()
+    starts = [0]
+    for x in sizes:
+        starts.append(starts[-1] + x)
+    scale = ref.abs().max().clamp_min(1e-30)
+    out: dict[str, float | None] = {}
+
+    def rel(y) -> float:
+        return float(((y.float() - ref).abs().max() / scale).item())
+
+    def put(name, make):
+        try:
+            out[name] = rel(make())
+        except Exception as e:  # noqa: BLE001
+            out[name] = None
+            log.info("numerics of %s failed: %s", name, e)
+    for name, alt in alts.items():
+        if name.startswith("pad"):
+            def padded(alt=alt):
+                ps = alt.group_sizes()
+                pst = [0]
+                for x in ps:
+                    pst.append(pst[-1] + x)
+                idx = torch.cat([torch.arange(pst[g], pst[g] + n, device="cuda") for g, n in enumerate(sizes)])
+                ap = torch.zeros(alt.m, a.shape[1], device="cuda", dtype=a.dtype)
+                ap[idx] = a
+                po = torch.tensor(pst[1:], dtype=torch.int32, device="cuda")
+                return torch._grouped_mm(ap, w, offs=po)[idx]
+            put(name, padded)
+        elif name == "bmm_padded":
+            def bmm():
+                big = max(sizes)
+                ab = torch.zeros(len(sizes), big, a.shape[1], device="cuda", dtype=a.dtype)
+                for g, n in enumerate(sizes):
+                    ab[g, :n] = a[starts[g]:starts[g] + n]
+                y = torch.bmm(ab, w)
+                return torch.cat([y[g, :n] for g, n in enumerate(sizes)])
+            put(name, bmm)
+        elif name == "fp8":
+            def fp8():
+                f8 = torch.float8_e4m3fn
+                top = torch.finfo(f8).max
+                sa = (a.float().abs().amax(dim=1) / top).clamp_min(1e-12)
+                sb = (w.float().abs().amax(dim=1) / top).clamp_min(1e-12)          # [groups, n]
+                a8 = (a.float() / sa[:, None]).to(f8)
+                w8 = (w.float() / sb[:, None, :]).to(f8).transpose(-1, -2).contiguous().transpose(-1, -2)
+                return torch._scaled_grouped_mm(a8, w8, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+            put(name, fp8)
+    for name, y in extra.items():
+        put(name, lambda y=y: y)
+    return out
+
+
+def measure_grouped(probe, g: dict) -> dict:
+    """One grouped GEMM's alternatives (the module doc): ``original`` and ``original_us``, ``grouped`` (the
+    variants, `probe.time_grouped_alternatives` and `batched_mm_variant`), ``sizes_source`` and
+    ``group_summary`` (the sizes measured), ``implementations``, ``numerics`` and ``tolerance`` (the original
+    dtype's; fp8's for the fp8 variant, ``tolerance_fp8``); or ``skipped`` with the reason."""
+    from cublaslt_probe import candidates as cand
+    from cublaslt_probe.cases import grouped_alternatives, sizes_summary
+    from cublaslt_probe.probe import time_grouped_alternatives
+    c, why = grouped_case_of(g)
+    if c is None:
+        return {"skipped": why}
+    src = g.get("sizes_source") or ("recorded" if g.get("group_sizes") else "assumed")
+    out = {"case": c.key, "sizes_source": src, "group_summary": sizes_summary(c.group_sizes())}
+    variants = time_grouped_alternatives(probe, c)
+    alts = grouped_alternatives(c)
+    b = probe.builder.build(alts["original"])
+    try:
+        a, w, offs = b.keep[0], b.keep[1], b.keep[2]
+        ref = b.fn().float()
+        bm = batched_mm_variant(probe, c, a, w) if c.op == "grouped_mm" else None
+        extra = {}
+        if bm is not None:
+            y = bm.pop("output", None)
+            if y is not None:
+                extra["batched_mm"] = y
+            bm["saved_us"] = (round(variants[0]["time_us"] - bm["time_us"], 1)
+                              if variants[0]["time_us"] and bm["time_us"] else None)
+            variants.append(bm)
+        num = _grouped_numerics(probe, alts, a, w, offs, ref, extra)
+    finally:
+        b.close()
+    for v in variants:
+        if v["variant"] == "mm_per_group":
+            num["mm_per_group"] = v.pop("max_rel_diff", None)
+        v["kernel"] = _row(v)["kernel"]
+    first = variants[0]
+    out.update(original=_row(first), original_us=first["time_us"], grouped=variants,
+               implementations={k: v for k, v in EXPERTS_IMPLEMENTATIONS.items()
+                                if any(x["variant"] == v for x in variants)},
+               numerics=num, tolerance=cand.tolerance(c.dtype), tolerance_fp8=cand.tolerance("fp8"))
+    return out
+
+
 def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32: bool = False,
                   probe=None, whatifs: bool = True) -> dict:
     """Measure the alternatives of each GEMM in `gemms` (dicts as `case_of` takes them, with any extra keys —
@@ -163,7 +338,17 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
     for g in gemms:
         t0 = time.perf_counter()
         entry = {"key": {k: g.get(k) for k in ("op", "dtype", "layout", "m", "n", "k", "batch", "groups")},
-                 **{k: g[k] for k in ("module", "pass", "calls", "kernel", "gpu_us", "backend", "log_function") if k in g}}
+                 **{k: g[k] for k in ("module", "pass", "calls", "kernel", "gpu_us", "backend", "log_function",
+                                       "group_dim", "sizes_source") if k in g}}
+        if g.get("op") in GROUPED_TORCH_OPS:
+            try:
+                entry.update(measure_grouped(probe, g))
+            except Exception as e:  # noqa: BLE001  one GEMM that cannot run is reported, the others go on
+                entry["error"] = f"{type(e).__name__}: {e}"[:300]
+            entry["seconds"] = round(time.perf_counter() - t0, 3)
+            results.append(entry)
+            log.info("measured grouped %s in %.2f s", entry.get("case") or entry["key"], entry["seconds"])
+            continue
         c, why = case_of(g, allow_tf32=allow_tf32)
         if c is None:
             entry["skipped"] = why

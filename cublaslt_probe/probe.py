@@ -39,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from cublaslt_probe.cases import Case, invalid_reason
+from cublaslt_probe.cases import Case, invalid_reason, sizes_summary
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
 from cublaslt_probe.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
 from cublaslt_probe.kinds import PEAKS
@@ -182,10 +182,18 @@ class Timing:
 
 def raw_record(c: Case) -> dict:
     """The raw record of one Case before it runs: its identity, both views, and every measured field empty.
-    `Probe.run_window` fills it; docs/dataset.md lists what the dataset reads from it."""
-    return {"key": c.key, **c.as_dict(), **c.blas, "kernels": [], "kernel_us": [], "log_lines": [],
-            "time_us": None, "time_us_reps": 0, "heuristic_miss_us": None, "heuristic_hit_us": None,
-            "lt_config": None, "lt_waves": None, "error": None}
+    `Probe.run_window` fills it; docs/dataset.md lists what the dataset reads from it. A grouped GEMM's also
+    holds the rows of each group (`group_sizes`) and their summary (`group_summary`, `cases.sizes_summary`);
+    its heuristic fields stay empty: torch's grouped GEMM asks cuBLASLt no heuristic question."""
+    rec = {"key": c.key, **c.as_dict(), **c.blas, "kernels": [], "kernel_us": [], "log_lines": [],
+           "time_us": None, "time_us_reps": 0, "heuristic_miss_us": None, "heuristic_hit_us": None,
+           "lt_config": None, "lt_waves": None, "error": None}
+    if not c.groups:   # a dense GEMM's record holds no grouped fields
+        del rec["groups"], rec["sizes"]
+    if c.grouped and invalid_reason(c) is None:
+        rec["group_sizes"] = c.group_sizes()
+        rec["group_summary"] = sizes_summary(rec["group_sizes"])
+    return rec
 
 
 def _fill_timing(rec: dict, t: Timing, b: "Built") -> None:
@@ -410,6 +418,8 @@ class Builder:
     def _torch(self, c: Case) -> Built:
         t = self.torch
         ta, tb = c.layout[0] == "T", c.layout[1] == "T"
+        if c.grouped:
+            return self._grouped(c, tb)
         if c.op == "scaled_mm":
             if c.dtype == "fp8":
                 a, b = self._operands("fp8", (c.m, c.k, ta, 1), (c.k, c.n, tb, 1))
@@ -426,6 +436,31 @@ class Builder:
             return Built(lambda: t.addmm(bias, a, b), (a, b, bias))
         a, b = self._operands(c.dtype, (c.m, c.k, ta, 1), (c.k, c.n, tb, 1))
         return Built(lambda: t.mm(a, b), (a, b))
+
+    def _grouped(self, c: Case, tb: bool) -> Built:
+        """torch's grouped GEMM of `c`: `torch._grouped_mm` (bf16, fp16) or `torch._scaled_grouped_mm` (fp8,
+        unit row-wise scales: A's one per row, B's one per group and column, the shapes torch asks for), with B
+        [groups, k, n] (stored [groups, n, k] and transposed for layout NT, as an MoE layer's weights are) and
+        A [m, k] split by int32 offsets, the cumulative group sizes on the GPU (made here, not per call); in
+        the batched form A is [groups, m, k] and there are no offsets."""
+        t = self.torch
+        batched = c.sizes == "batched"
+        a, b = self._operands(c.dtype, (c.m, c.k, False, c.groups if batched else 1), (c.k, c.n, tb, c.groups))
+        if c.groups == 1:   # a batch of one is a plain matrix in the pool's views (`operand_view`)
+            a, b = (a.unsqueeze(0) if batched else a), b.unsqueeze(0)
+        if batched:
+            return Built(lambda: t._grouped_mm(a, b), (a, b))
+        ends, run = [], 0
+        for x in c.group_sizes():
+            run += x
+            ends.append(run)
+        offs = t.tensor(ends, dtype=t.int32, device="cuda")
+        if c.op == "scaled_grouped_mm":
+            sa = t.ones(c.m, device="cuda", dtype=t.float32)
+            sb = t.ones(c.groups, c.n, device="cuda", dtype=t.float32)
+            return Built(lambda: t._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=t.bfloat16),
+                         (a, b, sa, sb, offs))
+        return Built(lambda: t._grouped_mm(a, b, offs=offs), (a, b, offs))
 
     def _cupy(self, c: Case, pooled: bool = True) -> Built:
         """cupy's GEMM of `c`. Its operands are views of the pool torch's are taken from (`_operands`), made
@@ -465,6 +500,12 @@ class Builder:
             raise CaptureError(f"cuBLASLt heuristic returned no algo for {c.key}")
         algo = res[0].algo
         return Built(g.call(algo), (g,), self.lib.algo_config(algo), float(res[0].wavesCount))
+
+
+GROUPED_REPLAY = ("torch's grouped GEMM takes its prepare kernel's argument buffer (the groups' pointers and sizes) "
+                  "from the caching allocator in each call, so replayed launches would use a buffer freed after "
+                  "the capture (a replay stopped on the prepare kernel's device-side assertion); the fp16 one is "
+                  "the fallback, one cuBLAS GEMM per group after reading the offsets on the host")
 
 
 # --- timing: pure rules -----------------------------------------------------------------------------------------
@@ -1419,9 +1460,11 @@ class Probe:
         the llm preset, every fourth GEMM, replaying all of them gained nothing in the timing phase, 19.35 s
         against 19.31, and the captures took 0.16 s). A call that cannot be captured, or whose graph holds a
         node the replay does not make (`CaptureError`), keeps the library's launches; the raw record says why
-        (`timing.replay_refused`)."""
+        (`timing.replay_refused`). A grouped GEMM is not captured at all (`GROUPED_REPLAY`)."""
         if not self.options.replay_calls or c.backend == "cupy" or is_heavy(c):
             return b
+        if c.grouped:
+            return dataclasses.replace(b, replay_refused=GROUPED_REPLAY)
         try:
             r = self.graphs.replay(self._stream(), b.fn)
         except CaptureError as e:   # a call the replay cannot make: timed as the library makes it, and why
@@ -1451,7 +1494,7 @@ class Probe:
         held = 0
         companion = []   # the window's questions for the companion, asked once the prewarm thread is done
         if self.options.pipeline:
-            companion = [c for c in cases if not invalid_reason(c)]
+            companion = [c for c in cases if not invalid_reason(c) and not c.grouped]   # (no heuristic question)
             if self._prewarm is not None:   # the first calls' questions, asked ahead of them on another core
                 self._prewarm.ask([prewarm_problem(c, self._prewarm_sms) for c in companion])
         for c in cases:
@@ -1507,7 +1550,8 @@ class Probe:
                     self.builder.release_pools()
                     self.torch.cuda.empty_cache()
                 continue
-            heur.append((rec, c))
+            if not c.grouped:   # torch's grouped GEMM asks cuBLASLt no heuristic question
+                heur.append((rec, c))
             if not pipeline and self.options.candidates and c.backend == "lt":
                 self._add_candidates(c, rec, ph, t)
         self._drain(built)
@@ -1691,3 +1735,46 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
                 row["kernels"] = [n for n, _ in kernels]
                 row["kernel_us"] = [d for _, d in kernels]
     return out
+
+
+# --- grouped GEMM alternatives --------------------------------------------------------------------------------
+def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
+    """Grouped GEMM `c` and its alternatives (`cases.grouped_alternatives`: padded groups, balanced groups, one
+    batched GEMM padded to the largest group, fp8), each run through `probe.run_window` as any GEMM is, and one
+    `torch.mm` per non-empty group (the eager experts' loop), timed with `probe.time_gpu` and checked against
+    the grouped GEMM's own output on the same operands (`max_rel_diff`). One row per variant: its name, key,
+    rows computed, median µs, µs saved against the original (positive: faster), kernels, error."""
+    from cublaslt_probe.cases import grouped_alternatives
+    torch = probe.torch
+    alts = grouped_alternatives(c)
+    recs = probe.run_window(list(alts.values()))
+    rows = []
+    for name, alt, r in zip(alts, alts.values(), recs):
+        rows.append({"variant": name, "key": r["key"], "rows": alt.m * alt.batch, "time_us": r["time_us"],
+                     "kernels": r["kernels"], "group_summary": r.get("group_summary"), "error": r["error"]})
+    b = probe.builder.build(alts["original"])
+    try:
+        a, w = b.keep[0], b.keep[1]
+        parts, at = [], 0
+        for g, n in enumerate(alts["original"].group_sizes()):
+            if n:
+                parts.append((a[at:at + n], w[g]))
+            at += n
+        loop = {"variant": "mm_per_group", "key": None, "rows": c.m, "group_summary": None, "error": None}
+        try:
+            fn = (lambda: [torch.mm(x, y) for x, y in parts])
+            ref = b.fn().float()
+            got = torch.cat([o.float() for o in fn()])
+            loop["max_rel_diff"] = float(((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item())
+            loop["time_us"] = probe.time_gpu(fn, key="torch|mm_per_group").median_us
+            loop["kernels"] = [k for k, _ in probe.profile([fn])[0]]
+        except Exception as e:  # noqa: BLE001  the other variants' rows stand
+            loop.update(time_us=None, kernels=[], error=f"{type(e).__name__}: {e}"[:300])
+            torch.cuda.synchronize()
+        rows.append(loop)
+    finally:
+        b.close()
+    base = rows[0]["time_us"]
+    for r in rows:
+        r["saved_us"] = round(base - r["time_us"], 1) if base and r["time_us"] else None
+    return rows

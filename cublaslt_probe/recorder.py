@@ -13,7 +13,9 @@ records, in one go and in one process:
 - a profiler range around each module's forward, named by its qualified name (``model.layers.3.mlp``), so that
   every kernel can be attributed to a layer; backward kernels are attributed later through the autograd
   sequence numbers the profiler records (see `runfiles`);
-- the environment (GPU, driver, CUDA, cuBLAS, torch) and the capture's own facts, in ``env.json``.
+- the environment (GPU, driver, CUDA, cuBLAS, torch) and the capture's own facts, in ``env.json``;
+- the group sizes of every grouped GEMM the program calls (``torch._grouped_mm``, ``F.grouped_mm`` and the fp8
+  forms), in ``group_sizes.jsonl`` (`GroupSizes`): the offsets are a device tensor the trace does not hold.
 
 With ``model=None`` every module that runs is ranged through torch's global module hooks and named by its class
 and the order in which it was first seen (``LlamaMLP_0``), as ``with_modules`` traces name them.
@@ -36,14 +38,169 @@ from cublaslt_probe import runfiles
 from cublaslt_probe.errors import CaptureError
 
 LOG_LEVEL = 2  # one Trace line per cuBLASLt matmul, with its algo
+# The Python entry points of torch's grouped GEMMs the recorder wraps (`GroupSizes`): module, attribute, the aten op
+# the trace names the call by, and where the offsets sit among the positional arguments (None: keyword only).
+GROUPED_ENTRIES = (("torch", "_grouped_mm", "aten::_grouped_mm", 2),
+                   ("torch.nn.functional", "grouped_mm", "aten::_grouped_mm", 2),
+                   ("torch", "_scaled_grouped_mm", "aten::_scaled_grouped_mm", 4),
+                   ("torch.nn.functional", "scaled_grouped_mm", "aten::_scaled_grouped_mm", None))
+PINNED_INTS = 1 << 16   # int32 offsets a pinned buffer of the recorder holds (another is added when it is full)
+
+
+def _group_dim(a: list, b: list) -> str | None:
+    """The dimension a grouped GEMM's offsets split, from its operands' dims (torch's convention, as
+    `trace.problem_of` reads it): 2-D x 3-D splits m, 3-D x 2-D n, 2-D x 2-D k; 3-D x 3-D is a batch (None)."""
+    return {(2, 3): "m", (3, 2): "n", (2, 2): "k"}.get((len(a), len(b)))
+
+
+def sizes_from_offsets(ends: list[int]) -> list[int]:
+    """The rows (or columns) of each group from torch's offsets, the cumulative ends of the groups (pure)."""
+    return [e - s for s, e in zip([0] + ends[:-1], ends)]
+
+
+class GroupSizes:
+    """Records the group sizes of each grouped GEMM the program calls while a capture is open, without a host
+    synchronisation inside the step. `install()` wraps torch's Python entry points (`GROUPED_ENTRIES`:
+    `torch._grouped_mm`, `torch.nn.functional.grouped_mm` and their fp8 forms); a call goes on unchanged, then
+    a non-blocking copy of its offsets into pinned host memory is queued on the current stream (the op's);
+    `flush()`, after the step has been synchronised, reads them; `uninstall()` puts the entry points back. A
+    3-D x 3-D call has no offsets: its groups are its batch. No other op is touched, and the trace holds each
+    call once, as without the recorder.
+
+    What it does not see: the calls the autograd engine makes in backward (C++, past the Python entry points;
+    they split the same rows as the forward call they differentiate, whose record they can be joined to
+    through the trace's autograd sequence numbers), calls made through `torch.ops.aten` directly, and calls
+    inside a `torch.compile`d graph (there the wrapper is traced, and its copy breaks the graph).
+
+    Each call becomes one record: `step` (None outside `Capture.step`), `call` (its place among the step's
+    recorded grouped calls, 0 first), `op` (the trace's name), the dims of A, B and the offsets as the trace's
+    "Input Dims" give them, `group_dim`, `groups`, `sizes` and their summary (`cases.sizes_summary`)."""
+
+    def __init__(self, torch):
+        import threading
+        self.torch = torch
+        self.records: list[dict] = []
+        self.step: int | None = None
+        self._calls: dict = {}            # step -> grouped calls seen in it
+        self._chunks = [torch.empty(PINNED_INTS, dtype=torch.int32, pin_memory=True)]
+        self._used = 0                    # ints used in the last chunk
+        self._pending: list[tuple] = []   # (record, chunk, start, n) copied, not read yet
+        self._saved: list[tuple] = []     # (module, attribute, original) while installed
+        self._inside = threading.local()  # a wrapped entry calling another (F.grouped_mm -> torch._grouped_mm)
+
+    def install(self) -> None:
+        import importlib
+        for mod_name, attr, op, at in GROUPED_ENTRIES:
+            mod = importlib.import_module(mod_name)
+            orig = getattr(mod, attr, None)
+            if orig is None:
+                continue
+            self._saved.append((mod, attr, orig))
+            setattr(mod, attr, self._wrap(orig, op, at))
+
+    def uninstall(self) -> None:
+        for mod, attr, orig in reversed(self._saved):
+            setattr(mod, attr, orig)
+        self._saved.clear()
+
+    def _wrap(self, orig, op: str, at: int | None):
+        import functools
+        inside = self._inside
+
+        @functools.wraps(orig)
+        def grouped(*args, **kwargs):
+            if getattr(inside, "on", False):
+                return orig(*args, **kwargs)
+            inside.on = True
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                inside.on = False
+            offs = kwargs.get("offs", args[at] if at is not None and len(args) > at else None)
+            self.see(op, args[0], args[1] if len(args) > 1 else kwargs.get("mat_b"), offs)
+            return out
+        return grouped
+
+    def see(self, op: str, a, b, offs) -> None:
+        torch = self.torch
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            return
+        da, db = list(a.shape), list(b.shape)
+        n = self._calls.get(self.step, 0)
+        self._calls[self.step] = n + 1
+        rec = {"step": self.step, "call": n, "op": op, "a": da, "b": db,
+               "offs": list(offs.shape) if isinstance(offs, torch.Tensor) else None, "group_dim": _group_dim(da, db)}
+        self.records.append(rec)
+        if not isinstance(offs, torch.Tensor) or offs.dim() != 1:   # 3-D x 3-D: a batch of equal GEMMs
+            rec["sizes"] = [da[-2]] * da[0] if len(da) == 3 and len(db) == 3 else []
+            self._summarise(rec)
+            return
+        k = offs.numel()
+        if self._used + k > self._chunks[-1].numel():
+            self._chunks.append(torch.empty(max(PINNED_INTS, k), dtype=torch.int32, pin_memory=True))
+            self._used = 0
+        chunk = self._chunks[-1]
+        chunk[self._used:self._used + k].copy_(offs, non_blocking=True)
+        self._pending.append((rec, chunk, self._used, k))
+        self._used += k
+
+    def flush(self) -> None:
+        """Read the offsets copied so far (call it once the GPU has finished them: after a synchronisation)."""
+        for rec, chunk, start, k in self._pending:
+            rec["sizes"] = sizes_from_offsets(chunk[start:start + k].tolist())
+            self._summarise(rec)
+        self._pending.clear()
+        # every chunk read: the last is used again from its start
+        self._chunks = self._chunks[-1:]
+        self._used = 0
+
+    @staticmethod
+    def _summarise(rec: dict) -> dict:
+        from cublaslt_probe.cases import sizes_summary
+        rec["groups"] = len(rec["sizes"])
+        rec["summary"] = sizes_summary(rec["sizes"])
+        return rec
+
+    def write(self, path) -> int:
+        """The records as JSON lines at `path`; returns how many."""
+        with open(path, "w") as f:
+            for r in self.records:
+                f.write(json.dumps(r, separators=(",", ":")) + "\n")
+        return len(self.records)
+
+
+def read_group_sizes(run_dir: str | os.PathLike) -> list[dict] | None:
+    """The group sizes records of a run folder (`GroupSizes`), in call order; None when the folder has no
+    ``group_sizes.jsonl`` (a capture made without recording them: the sizes are unknown). A line that is not
+    a record raises CaptureError naming the file and line."""
+    path = Path(run_dir) / runfiles.GROUP_SIZES_FILE
+    if not path.exists():
+        return None
+    out = []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                ok = isinstance(r, dict) and isinstance(r.get("sizes"), list) and "op" in r and "call" in r
+            except ValueError:
+                ok = False
+            if not ok:
+                raise CaptureError(f"{path}:{i}: not a group sizes record; capture the run again "
+                                   "(cublaslt_probe.capture records them)")
+            out.append(r)
+    return out
 
 
 class Capture:
     """An open capture; `step()` marks one step of the program (optional: without it the stretch is one step)."""
 
     def __init__(self, run_dir: str | os.PathLike, model=None, *, with_modules: bool = False,
-                 log: bool = True, label: str | None = None):
+                 log: bool = True, label: str | None = None, group_sizes: bool = True):
         self.run_dir = Path(run_dir)
+        self.group_sizes = group_sizes
+        self._sizes: GroupSizes | None = None
         self.model = model
         self.with_modules = with_modules
         self.log = log
@@ -119,10 +276,18 @@ class Capture:
         """One step of the program: a profiler range, and its wall time (the GPU synchronised at the end)."""
         torch = self._torch
         t0 = time.perf_counter()
-        with torch.autograd.profiler.record_function(runfiles.STEP_PREFIX + str(self.steps)):
-            yield self.steps
+        if self._sizes is not None:
+            self._sizes.step = self.steps
+        try:
+            with torch.autograd.profiler.record_function(runfiles.STEP_PREFIX + str(self.steps)):
+                yield self.steps
+        finally:
+            if self._sizes is not None:
+                self._sizes.step = None
         torch.cuda.synchronize()
         self.step_wall_s.append(time.perf_counter() - t0)
+        if self._sizes is not None:
+            self._sizes.flush()   # after the synchronisation: the copies are done
         self.steps += 1
 
     # --- open / close --------------------------------------------------------------------------------------
@@ -139,6 +304,9 @@ class Capture:
         self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
                              with_modules=self.with_modules)
         self._hook_modules()
+        if self.group_sizes:
+            self._sizes = GroupSizes(torch)
+            self._sizes.install()
         torch.cuda.synchronize()
         self._prof.__enter__()
         if self._logger is not None:
@@ -152,6 +320,9 @@ class Capture:
         try:
             torch.cuda.synchronize()
         finally:
+            if self._sizes is not None:
+                self._sizes.uninstall()
+                self._sizes.flush()
             if self._logger is not None:
                 self._logger.set_level(0)
             self._prof.__exit__(exc_type, exc, tb)
@@ -175,6 +346,9 @@ class Capture:
             text = lt.Logger.render(self._logger.take())
             lines = len(text)
             (self.run_dir / runfiles.LOG_FILE).write_text("".join(t + "\n" for t in text))
+        sizes = None
+        if self._sizes is not None:
+            sizes = self._sizes.write(self.run_dir / runfiles.GROUP_SIZES_FILE)
         torch = self._torch
         env = environment(self._lib)
         env["capture"] = {
@@ -185,6 +359,7 @@ class Capture:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._t0)),
             "log_level": LOG_LEVEL if self._logger is not None else 0,
             "log_lines": lines,
+            "group_sizes_calls": sizes,   # grouped GEMM calls recorded (None: not recorded, sizes unknown)
             "module_naming": "qualified" if self.model is not None else "class_order",
             "modules": self.modules,
             "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
@@ -194,12 +369,14 @@ class Capture:
 
 
 def capture(run_dir: str | os.PathLike, model=None, *, with_modules: bool = False, log: bool = True,
-            label: str | None = None) -> Capture:
-    """A context manager that records the program run inside it into `run_dir` (see the module doc)."""
+            label: str | None = None, group_sizes: bool = True) -> Capture:
+    """A context manager that records the program run inside it into `run_dir` (see the module doc);
+    `group_sizes=False` records no group sizes and leaves torch's grouped GEMM entry points as they are
+    (`GroupSizes`)."""
     if model is not None and not hasattr(model, "named_modules"):
         raise CaptureError(f"capture: model={type(model).__name__} is not a torch.nn.Module; pass the module "
                            "whose layers should name the kernels, or model=None")
-    return Capture(run_dir, model, with_modules=with_modules, log=log, label=label)
+    return Capture(run_dir, model, with_modules=with_modules, log=log, label=label, group_sizes=group_sizes)
 
 
 def run_script(run_dir: str | os.PathLike, argv: list[str], *, label: str | None = None) -> None:

@@ -5,6 +5,9 @@ A run folder holds one profiled stretch of a user's program (one or more steps):
 - ``trace.json.gz``: the torch.profiler Chrome trace (``record_shapes=True``), gzip.
 - ``cublaslt.log``: the cuBLASLt level-2 log of the same process over the same stretch, in the library's own
   line format (one ``[Trace]`` line per cuBLASLt matmul, with its algo).
+- ``group_sizes.jsonl``: the group sizes of every grouped GEMM call (``aten::_grouped_mm``,
+  ``aten::_scaled_grouped_mm``) the stretch made, one JSON record a call (`recorder.GroupSizes`), keyed by step,
+  the call's place among the step's grouped calls, the op and its operands' dims.
 - ``env.json``: the environment (GPU, SM count, driver, CUDA, cuBLAS, torch) and the capture's own facts
   (``steps``, the module names recorded, the options used).
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 TRACE_FILE = "trace.json.gz"
 LOG_FILE = "cublaslt.log"
 ENV_FILE = "env.json"
+GROUP_SIZES_FILE = "group_sizes.jsonl"
 
 MODULE_PREFIX = "cublaslt_probe.module:"
 STEP_PREFIX = "cublaslt_probe.step:"

@@ -14,6 +14,18 @@ file is TOML (`.toml`) or JSON (`.json`) with the same structure (see docs/sweep
     k = [4096]
     # or: shapes = [[16, 4096, 4096], [128, 4096, 4096, 8]]   (m, n, k[, batch])
 
+A group of grouped GEMMs (ops grouped_mm, scaled_grouped_mm) adds `groups` (an int or a list) and `group_sizes`
+("uniform", "batched", {zipf = S}, {seed = N, top_k = K}, a list of row counts, or a list of these); its
+shapes' m is the rows of all groups together (see `cases`):
+
+    [[group]]
+    ops = ["grouped_mm"]
+    dtypes = ["bf16"]
+    layouts = ["NT"]
+    shapes = [[16384, 1536, 2048]]
+    groups = 128
+    group_sizes = ["uniform", {seed = 0, top_k = 8}, {zipf = 1.0}]
+
 Combinations a product makes that cannot run (fp8 outside scaled_mm, bf16 on cupy, ...) are left out of the
 plan and counted by reason, so the plan says what it skipped and why; nothing fails mid-sweep for that.
 """
@@ -31,7 +43,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cublaslt_probe.cases import BACKENDS, DTYPES, LAYOUTS, OPS, Case, invalid_reason
+from cublaslt_probe.cases import BACKENDS, DTYPES, GROUPED_OPS, LAYOUTS, OPS, Case, invalid_reason, sizes_code
 from cublaslt_probe.errors import SpecError
 from cublaslt_probe.kinds import ENV_MATCH, PRESETS, TEST_BACKENDS, WINDOW
 
@@ -96,11 +108,13 @@ def _choice(g: dict, key: str, allowed, default):
 # --- the plan: columns, a Case made when one is read ---------------------------------------------------------
 NAMES = {"backend": BACKENDS + TEST_BACKENDS, "op": OPS, "dtype": DTYPES, "layout": LAYOUTS}
 SIZES = ("m", "n", "k", "batch")
+GROUPED = ("groups", "sizes")   # columns a plan with grouped GEMMs has: int32 groups, sizes codes (str objects)
 
 
 class Cases(Sequence):
-    """A plan's GEMMs as columns (numpy: int8 codes into `NAMES` for the four names, int32 sizes); reading one
-    makes its `Case`. Slicing gives another `Cases` over views (a shard costs nothing)."""
+    """A plan's GEMMs as columns (numpy: int8 codes into `NAMES` for the four names, int32 sizes, and for a plan
+    holding grouped GEMMs the `GROUPED` columns); reading one makes its `Case`. Slicing gives another `Cases`
+    over views (a shard costs nothing)."""
 
     __slots__ = ("cols",)
 
@@ -114,11 +128,13 @@ class Cases(Sequence):
         if isinstance(i, slice):
             return Cases({f: a[i] for f, a in self.cols.items()})
         c = self.cols
-        return Case(*(NAMES[f][c[f][i]] for f in NAMES), *(int(c[f][i]) for f in SIZES))
+        grouped = (int(c["groups"][i]), c["sizes"][i]) if "groups" in c else ()
+        return Case(*(NAMES[f][c[f][i]] for f in NAMES), *(int(c[f][i]) for f in SIZES), *grouped)
 
     def __iter__(self):
         names = [[NAMES[f][x] for x in self.cols[f].tolist()] for f in NAMES]
-        for row in zip(*names, *(self.cols[f].tolist() for f in SIZES)):
+        grouped = [self.cols[f].tolist() for f in GROUPED if f in self.cols]
+        for row in zip(*names, *(self.cols[f].tolist() for f in SIZES), *grouped):
             yield Case(*row)
 
     def keys(self) -> list[str]:
@@ -132,7 +148,10 @@ class Cases(Sequence):
         for i in range(0, len(self), rows):
             s = slice(i, i + rows)
             prefix = prefixes[_combo_code(c["backend"][s], c["op"][s], c["dtype"][s], c["layout"][s])].tolist()
-            yield [f"{p}{m}|{n}|{k}|{b}" for p, m, n, k, b in zip(prefix, *(c[f][s].tolist() for f in SIZES))]
+            keys = [f"{p}{m}|{n}|{k}|{b}" for p, m, n, k, b in zip(prefix, *(c[f][s].tolist() for f in SIZES))]
+            if "groups" in c:   # a grouped GEMM's key ends with its groups and sizes (`Case.key`)
+                keys = [f"{x}|{g}|{z}" if g else x for x, g, z in zip(keys, c["groups"][s].tolist(), c["sizes"][s])]
+            yield keys
 
 
 def _combo_code(backend, op, dtype, layout):
@@ -201,7 +220,8 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
         groups = [groups]
     blocks, skipped, repeats = [], Counter(), False
     for gi, g in enumerate(groups):
-        unknown = set(g) - {"backends", "ops", "dtypes", "layouts", "m", "n", "k", "batch", "shapes"}
+        unknown = set(g) - {"backends", "ops", "dtypes", "layouts", "m", "n", "k", "batch", "shapes", "groups",
+                            "group_sizes"}
         if unknown:
             raise SpecError(f"group {gi}: unknown keys {sorted(unknown)}")
         bes = _choice(g, "backends", NAMES["backend"], ["torch"])
@@ -227,6 +247,12 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
             grid = np.meshgrid(*(np.array(a, dtype=np.int64) for a in axes), indexing="ij")
             shapes = np.stack([x.ravel() for x in grid], axis=1)
         if not len(shapes):
+            continue
+        if any(op in GROUPED_OPS for op in ops) or "groups" in g or "group_sizes" in g:
+            block = _grouped_block(gi, g, shapes, ops, dts, lays, bes, skipped)
+            if block is not None:
+                blocks.append(block)
+                repeats = True
             continue
         combos = []   # the valid combinations, in product order
         for op, dt, lay, be in itertools.product(ops, dts, lays, bes):
@@ -257,18 +283,81 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
     elif len(blocks) == 1 and not repeats:   # one product of distinct shapes: nothing repeats
         cols = blocks[0]
     else:
-        cols = {f: np.concatenate([b.pop(f) for b in blocks]) for f in (*NAMES, *SIZES)}
+        if any("groups" in b for b in blocks):   # dense blocks get no groups, grouped ones keep theirs
+            for b in blocks:
+                b.setdefault("groups", np.zeros(len(b["m"]), dtype=np.int32))
+                b.setdefault("sizes", np.full(len(b["m"]), "", dtype=object))
+        cols = {f: np.concatenate([b.pop(f) for b in blocks]) for f in (*NAMES, *SIZES, *GROUPED) if f in blocks[0]}
         cols = _first_of_each(cols)
     return Plan(spec.get("name", "spec"), Cases(cols), skipped, spec=spec, backends=backends)
+
+
+def _grouped_block(gi: int, g: dict, shapes, ops, dts, lays, bes, skipped: Counter) -> dict | None:
+    """The columns of a group of grouped GEMMs: shapes x groups x group_sizes x op x dtype x layout x backend,
+    each shape's m the rows of all groups together; in the batched (3-D x 3-D) form the Case's m is the rows
+    of one group and its batch the groups (`cases`). Combinations that cannot run are counted in `skipped`."""
+    import numpy as np
+    dense = [op for op in ops if op not in GROUPED_OPS]
+    if dense:
+        raise SpecError(f"group {gi}: ops {dense} are not grouped: put grouped ops ({', '.join(GROUPED_OPS)}) "
+                        "in a [[group]] of their own")
+    if "batch" in g or (shapes[:, 3] != 1).any():
+        raise SpecError(f"group {gi}: grouped GEMMs take `groups` and `group_sizes`, not a batch")
+    raw = g.get("group_sizes", "uniform")
+    if isinstance(raw, list) and not raw:
+        raise SpecError(f"group {gi}: group_sizes is empty; give \"uniform\" or the sizes to plan")
+    if isinstance(raw, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
+        raw = [raw]   # one explicit list of row counts
+    try:
+        codes = list(dict.fromkeys(sizes_code(x) for x in (raw if isinstance(raw, list) else [raw])))
+    except ValueError as e:
+        raise SpecError(f"group {gi}: {e}") from e
+    explicit = [c for c in codes if c.startswith("sizes=")]
+    if "groups" in g:
+        groups = expand_axis(g["groups"], "groups")
+    elif explicit and len(codes) == 1:
+        groups = [len(explicit[0].split(","))]
+    else:
+        raise SpecError(f"group {gi}: grouped GEMMs need `groups` (an int or a list): the number of experts")
+    for c in explicit:
+        n = len(c.split(","))
+        rows = sum(int(x) for x in c[len("sizes="):].split(","))
+        if groups != [n] or any(int(m) != rows for m in shapes[:, 0]):
+            raise SpecError(f"group {gi}: group_sizes {c[6:46]}...: {n} groups of {rows} rows in all, so the "
+                            f"group needs groups = {n} and every shape's m = {rows}")
+    rows = []
+    for (m, n, k, _), ng, code, op, dt, lay, be in itertools.product(
+            shapes.tolist(), groups, codes, ops, dts, lays, bes):
+        batched = code == "batched"
+        if batched and m % ng:
+            skipped[f"batched group_sizes need m a multiple of groups (m {m}, groups {ng})"] += 1
+            continue
+        c = Case(be, op, dt, lay, m // ng if batched else m, n, k, ng if batched else 1, ng, code)
+        why = invalid_reason(c) if be != "numpy" else numpy_invalid(c)
+        if why:
+            skipped[why.split(": ", 1)[-1]] += 1
+            continue
+        rows.append(c)
+    if not rows:
+        return None
+    if max(max(c.m, c.n, c.k, c.groups) for c in rows) > np.iinfo(np.int32).max:
+        raise SpecError(f"group {gi}: sizes above {np.iinfo(np.int32).max} cannot run")
+    cols = {f: np.array([NAMES[f].index(getattr(c, f)) for c in rows], dtype=np.int8) for f in NAMES}
+    cols.update({f: np.array([getattr(c, f) for c in rows], dtype=np.int32) for f in (*SIZES, "groups")})
+    cols["sizes"] = np.array([c.sizes for c in rows], dtype=object)
+    return cols
 
 
 def _first_of_each(cols: dict) -> dict:
     """Drop repeated GEMMs, keeping each one's first place."""
     import numpy as np
     code = _combo_code(cols["backend"], cols["op"], cols["dtype"], cols["layout"])
-    order = np.lexsort((cols["batch"], cols["k"], cols["n"], cols["m"], code))   # stable: first place first
+    extra = ()
+    if "groups" in cols:   # grouped GEMMs differ in groups and sizes too (the codes as integers)
+        extra = (cols["groups"], np.unique(cols["sizes"].astype(str), return_inverse=True)[1])
+    order = np.lexsort((*extra, cols["batch"], cols["k"], cols["n"], cols["m"], code))   # stable: first place first
     same = np.ones(len(order) - 1, dtype=bool) if len(order) else np.zeros(0, dtype=bool)
-    for a in (code, cols["m"], cols["n"], cols["k"], cols["batch"]):
+    for a in (code, cols["m"], cols["n"], cols["k"], cols["batch"], *extra):
         s = a[order]
         same &= s[1:] == s[:-1]
     if not same.any():
@@ -319,6 +408,32 @@ def llm_weights() -> list[tuple[int, int]]:
     for _, h, inter, qkv, vocab in LLM_MODELS:
         w += [(qkv, h), (h, h), (2 * inter, h), (h, inter), (vocab, h)]
     return sorted(set(w))
+
+
+# (name, hidden, expert intermediate, experts on one GPU, top-k routed rows per token on one GPU): the expert
+# GEMMs of open MoE models as one GPU runs them. DeepSeek-V3's 256 routed experts (top-8) are served with
+# expert parallelism: one of 8 ranks holds 32 of them and gets, on average, one routed row per token.
+MOE_MODELS = [
+    ("mixtral-8x7b", 4096, 14336, 8, 2),
+    ("qwen3-moe-30b-a3b", 2048, 768, 128, 8),
+    ("deepseek-v3-ep8", 7168, 2048, 32, 1),
+    ("gpt-oss-120b", 2880, 2880, 128, 4),
+]
+MOE_TOKENS = [16, 128, 2048, 8192]
+
+
+def moe_groups() -> list[dict]:
+    """The moe preset's groups: for each model, its two expert GEMMs (gate+up: n = 2 x intermediate, k = hidden;
+    down: n = hidden, k = intermediate) at MOE_TOKENS tokens (m = tokens x top-k rows), in bf16 with uniform,
+    random top-k and skewed group sizes, the 3-D x 3-D form, and fp8 with random routing."""
+    out = []
+    for _, h, inter, experts, top in MOE_MODELS:
+        shapes = [[t * top, n, k] for t in MOE_TOKENS for n, k in ((2 * inter, h), (h, inter))]
+        base = {"backends": ["torch"], "layouts": ["NT"], "shapes": shapes, "groups": experts}
+        out.append({**base, "ops": ["grouped_mm"], "dtypes": ["bf16"],
+                    "group_sizes": ["uniform", {"seed": 0, "top_k": top}, {"zipf": 1.0}, "batched"]})
+        out.append({**base, "ops": ["scaled_grouped_mm"], "dtypes": ["fp8"], "group_sizes": [{"seed": 0, "top_k": top}]})
+    return out
 
 
 def preset(name: str) -> dict:
@@ -380,6 +495,8 @@ def preset(name: str) -> dict:
             {"backends": ["torch", "lt"], "ops": ["scaled_mm"], "dtypes": ["fp8"], "layouts": ["NT"],
              "m": {"range": [16, 256, 16]}, "n": [4096, 14336], "k": [4096]},
         ]}
+    if name == "moe":   # mixture-of-experts expert GEMMs (grouped): see MOE_MODELS
+        return {"name": "moe", "group": moe_groups()}
     raise SpecError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
 
 

@@ -18,8 +18,8 @@ FORMATS = ("table", "jsonl", "csv", "parquet")
 _RIGHT = {"share", "calls", "gpu_us", "m", "n", "k", "groups", "pct_peak", "floor_ratio", "waves"}
 
 
-def audit_table(a, rows, total: int, items: list | None) -> str:
-    from cublaslt_probe.audit import TABLE_COLUMNS, advice_lines, summary_lines, table_rows
+def audit_table(a, rows, total: int, items: list | None, meas: dict | None = None) -> str:
+    from cublaslt_probe.audit import TABLE_COLUMNS, advice_lines, grouped_lines, summary_lines, table_rows
     head = "\n".join(summary_lines(a)) + "\n"
     if not len(a.rows):
         return head + "no GEMM kernels in the steps of this trace\n"
@@ -29,6 +29,7 @@ def audit_table(a, rows, total: int, items: list | None) -> str:
         body += f"… {total - len(rows):,} more rows (--top 0 shows all)\n"
     if items is not None:
         body += "\nadvice (measured):\n" + ("\n".join(advice_lines(items)) or "none") + "\n"
+        body += "".join(f"\n{x}" if i % 2 == 0 else f"\n{x}\n" for i, x in enumerate(grouped_lines(meas)))
     return head + body
 
 
@@ -129,7 +130,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     n = top if top is not None else (25 if fmt == "table" else 0)
     shown = rows.head(n) if n else rows
     if fmt == "table":
-        write_frame(shown, fmt, output, lambda: audit_table(a, shown, total, items))
+        write_frame(shown, fmt, output, lambda: audit_table(a, shown, total, items, meas))
     else:
         write_frame(jsonl_frame(shown), fmt, output)
         for line in a.notes:

@@ -1,0 +1,224 @@
+"""Grouped GEMM rows in `audit`: the run folder's recorded group sizes joined to them (or equal sizes assumed),
+the grouped roofline, and the advice `--from` renders from the H200's saved measurements of the two MoE
+captures (tests/fixtures/moe/measure, PROVENANCE there). Expected values come from the recording and the
+measurement files themselves, never from the code under test; changed copies are made in tmp_path.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from cublaslt_probe import runfiles
+from cublaslt_probe.audit import advice, audit, gpu_rates, table_rows
+from cublaslt_probe.cases import sizes_summary
+from cublaslt_probe.cli import main
+from cublaslt_probe.recorder import read_group_sizes
+
+from conftest import FIXTURES
+
+MOE = FIXTURES / "moe"
+EXPERTS = "model.layers.*.mlp.experts"
+
+
+def _grouped(a):
+    return a.rows[a.rows["groups"].notna()]
+
+
+def _measure(name):
+    return json.loads((MOE / "measure" / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name, rows", [("qwen3_moe", 2), ("mixtral_train", 6)])
+def test_recorded_sizes_join_every_grouped_row(name, rows):
+    """Forward rows by their operands' dims, backward rows (the data gradient splitting m, the weight gradient
+    splitting k) through the forward rows of their module: all carry the recorded split and its summary."""
+    recs = read_group_sizes(MOE / name)
+    sizes = recs[0]["sizes"]
+    assert all(r["sizes"] == sizes for r in recs)      # one routing in these steps
+    g = _grouped(audit(MOE / name))
+    assert len(g) == rows and set(g["pass"]) == ({"fwd"} if rows == 2 else {"fwd", "bwd"})
+    want = sizes_summary(sizes)
+    for r in g.to_dict("records"):
+        assert r["sizes_source"] == "recorded" and json.loads(r["group_sizes"]) == sizes, r["pass"]
+        assert (r["group_min"], r["group_max"], r["group_mean"], r["group_empty"], r["group_unaligned"],
+                r["group_imbalance"], r["group_routings"]) == (want["min"], want["max"], want["mean"], want["empty"],
+                                                               want["unaligned"], want["imbalance"], 1)
+    if name == "mixtral_train":
+        assert set(g["group_dim"]) == {"m", "k"}
+
+
+def test_the_grouped_floor_reads_each_live_experts_weights_once(tmp_path):
+    """Qwen3's gate+up GEMM is memory-bound once its 128 experts' weights count: its floor is the bytes of the
+    real rows, every expert's weights and the output over HBM; an expert left without rows (its rows moved to
+    another in a changed recording) takes its weights out of the floor."""
+    a = audit(MOE / "qwen3_moe")
+    r = _grouped(a).iloc[0]
+    _, bw, _ = gpu_rates(a.gpu)
+    m, n, k = 16384, 1536, 2048
+    assert (int(r["m"]), int(r["n"]), int(r["k"])) == (m, n, k)
+    assert r["floor_us"] == pytest.approx((m * k + 128 * k * n + m * n) * 2 / (bw * 1e12) * 1e6)
+    assert r["bound"] == "memory" and r["floor_ratio"] == pytest.approx(r["mean_us"] / r["floor_us"])
+    assert r["group_waves"] == pytest.approx(sum(-(-s // int(r["tile_m"])) for s in json.loads(r["group_sizes"]))
+                                             * -(-n // int(r["tile_n"])) / 132)
+    run = tmp_path / "run"
+    shutil.copytree(MOE / "qwen3_moe", run)
+    recs = read_group_sizes(run)
+    for x in recs:
+        x["sizes"][1] += x["sizes"][0]
+        x["sizes"][0] = 0
+    (run / runfiles.GROUP_SIZES_FILE).write_text("".join(json.dumps(x) + "\n" for x in recs))
+    r2 = _grouped(audit(run)).iloc[0]
+    assert r2["group_empty"] == 1 and r2["group_max"] == max(recs[0]["sizes"])
+    assert r["floor_us"] - r2["floor_us"] == pytest.approx(k * n * 2 / (bw * 1e12) * 1e6)
+
+
+def test_calls_that_split_differently_keep_the_median_routing(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(MOE / "qwen3_moe", run)
+    recs = read_group_sizes(run)
+    for x in recs:
+        if x["step"] == 1:     # the second step's router sends 40 more rows to expert 0, 40 fewer to expert 1
+            x["sizes"][0] += 40
+            x["sizes"][1] -= 40
+    (run / runfiles.GROUP_SIZES_FILE).write_text("".join(json.dumps(x) + "\n" for x in recs))
+    g = _grouped(audit(run))
+    assert list(g["group_routings"]) == [2, 2]
+    calm = min((x["sizes"] for x in recs), key=lambda s: sizes_summary(s)["imbalance"])
+    assert all(json.loads(s) == calm for s in g["group_sizes"])
+
+
+@pytest.mark.parametrize("how, why", [("bare", "a bare trace"), ("no file", "no group_sizes.jsonl"),
+                                      ("not recorded", "captured without recording them")])
+def test_without_a_recording_sizes_are_assumed_equal_and_say_so(tmp_path, how, why):
+    run = tmp_path / "run"
+    shutil.copytree(MOE / "qwen3_moe", run)
+    (run / runfiles.GROUP_SIZES_FILE).unlink()
+    if how == "not recorded":
+        env = json.loads((run / runfiles.ENV_FILE).read_text())
+        env["capture"]["group_sizes_calls"] = None
+        (run / runfiles.ENV_FILE).write_text(json.dumps(env))
+    a = audit(run / runfiles.TRACE_FILE if how == "bare" else run)
+    g = _grouped(a)
+    assert set(g["sizes_source"]) == {"assumed"}
+    assert all(json.loads(s) == [128] * 128 for s in g["group_sizes"])
+    assert any(why in n and "equal sizes assumed" in n for n in a.notes), a.notes
+    flags = [row[-1] for row, r in zip(table_rows(a.rows), a.rows.to_dict("records")) if not pd_na(r["groups"])]
+    assert flags == ["sizes-assumed"] * 2
+
+
+def pd_na(v):
+    import pandas as pd
+    return pd.isna(v)
+
+
+def test_a_damaged_recording_is_an_error_naming_the_line(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(MOE / "qwen3_moe", run)
+    lines = (run / runfiles.GROUP_SIZES_FILE).read_text().splitlines()
+    (run / runfiles.GROUP_SIZES_FILE).write_text("\n".join([lines[0], lines[1][:30]] + lines[2:]) + "\n")
+    r = CliRunner().invoke(main, ["audit", str(run)])
+    assert r.exit_code == 1 and "group_sizes.jsonl:2: not a group sizes record" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_measure_rebuilds_the_grouped_gemms_it_can():
+    """The forward and data-gradient rows become probe Cases with the recorded sizes; the weight gradient's
+    (offsets along k) and an unrecorded row's equal sizes are handled as the measurement module says."""
+    from cublaslt_probe.cli._common import clean
+    from cublaslt_probe.measure import grouped_case_of
+    sizes = read_group_sizes(MOE / "mixtral_train")[0]["sizes"]
+    rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(audit(MOE / "mixtral_train")).to_dict("records")]
+    for r in rows:
+        c, why = grouped_case_of(r)
+        if r["group_dim"] == "k":
+            assert c is None and "split k" in why
+        else:
+            assert c.group_sizes() == sizes and (c.m, c.n, c.k) == (r["m"], r["n"], r["k"]) and c.layout == r["layout"]
+    c, _ = grouped_case_of({**rows[1], "group_sizes": None})
+    assert c.group_sizes() == [512] * 8
+
+
+def _items(name):
+    a = audit(MOE / name)
+    return a, advice(a.rows, _measure(name), a.step_gpu_us)
+
+
+def _saving(meas, variant):
+    """µs/step the variant saves over the measured grouped GEMMs that have it, from the file alone."""
+    out = 0.0
+    for g in meas["gemms"]:
+        for v in g.get("grouped") or []:
+            if v["variant"] == variant and v["time_us"]:
+                out += (g["original_us"] - v["time_us"]) * g["calls"]
+    return out
+
+
+def test_qwen3_advice_pads_to_8_and_says_the_router_item_is_for_the_router():
+    a, items = _items("qwen3_moe")
+    meas = _measure("qwen3_moe")
+    grouped = [it for it in items if it["kind"] == "grouped"]
+    assert [it["what"].split(" in ")[0] for it in grouped] == [
+        "run the experts", "run the expert GEMMs", "balance the router's load over the 128 experts",
+        "pad each expert's token count to a multiple of 8"]
+    pad = grouped[-1]
+    assert pad["what"] == f"pad each expert's token count to a multiple of 8 in {EXPERTS}"
+    assert pad["saving_us"] == pytest.approx(_saving(meas, "pad8"))
+    # ×16 saves within 3 % of ×8 here: the smaller padding is advised, the other named
+    assert _saving(meas, "pad16") <= _saving(meas, "pad8") * 1.03 and "×16 saves" in pad["evidence"]
+    assert "zero rows per call" in pad["risk"] and "numerics agree" in pad["risk"]
+    router = next(it for it in grouped if "router" in it["what"])
+    assert "advice for the router, not the GEMM" in router["what"]
+    assert router["saving_us"] == pytest.approx(_saving(meas, "balanced"))
+    for it in grouped:     # all change the same expert GEMMs: each excludes every other grouped item
+        n = items.index(it) + 1
+        assert set(it["excludes"]) >= {items.index(x) + 1 for x in grouped} - {n}
+    fp8 = next(it for it in grouped if "fp8" in it["what"])
+    assert "numerics agree (max rel. error 0.039 ≤ 0.05)" in fp8["risk"]
+
+
+def test_mixtral_advice_balances_the_router_and_pads_nothing():
+    a, items = _items("mixtral_train")
+    meas = _measure("mixtral_train")
+    grouped = [it for it in items if it["kind"] == "grouped"]
+    assert "router" in grouped[0]["what"] and grouped[0]["saving_us"] == pytest.approx(_saving(meas, "balanced"))
+    assert not any(it["what"].startswith("pad each expert") for it in grouped)
+    quiet = [it["what"] for it in items if it["saving_us"] <= 0]
+    assert any(q.startswith(f"pad each expert's token count in {EXPERTS}: no net saving") for q in quiet)
+    # the weight gradients (offsets along k) are named as not measured in every grouped item
+    assert all("2 GEMMs it changes" in it["risk"] or "4 GEMMs it changes" in it["risk"] for it in grouped)
+    fp8 = next(it for it in grouped if "fp8" in it["what"])
+    assert "4 GEMMs it changes" in fp8["risk"]     # fp8 was measured in layout NT only: the NN ones are named
+    assert sum(it["kind"] == "not_measured" for it in items) == 2
+
+
+def test_advice_says_assumed_when_the_measured_sizes_were(tmp_path):
+    meas = _measure("qwen3_moe")
+    for g in meas["gemms"]:
+        if g.get("grouped"):
+            g["sizes_source"] = "assumed"
+    a = audit(MOE / "qwen3_moe")
+    grouped = [it for it in advice(a.rows, meas, a.step_gpu_us) if it["kind"] == "grouped"]
+    assert grouped and all(it["what"].endswith("[group sizes assumed equal: none recorded]") for it in grouped)
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral_train"])
+def test_from_renders_the_variants_table_and_the_advice(tmp_path, name):
+    meas = _measure(name)
+    html = tmp_path / "a.html"
+    r = CliRunner().invoke(main, ["audit", str(MOE / name), "--from", str(MOE / "measure" / f"{name}.json"),
+                                  "--html", str(html)])
+    assert r.exit_code == 0, r.output
+    out = r.output
+    for g in meas["gemms"]:
+        for v in g.get("grouped") or []:
+            if v["time_us"]:
+                assert f"{v['time_us']:,.1f}" in out
+    assert "original (experts_implementation grouped_mm)" in out and "mm_per_group (experts_implementation eager)" in out
+    assert "batched_mm not run: it gathers each row's expert weights" in out
+    assert not re.search(r"\bnan\b", out, re.I)
+    page = html.read_text()
+    assert "original (experts_implementation grouped_mm)" in page and "group sizes (recorded)" in page
