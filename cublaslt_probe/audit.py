@@ -163,14 +163,86 @@ def resolve(path: str | os.PathLike, log_path: str | os.PathLike | None = None) 
     return {"trace": p, "log": Path(log_path) if log_path else None, "env": None}
 
 
+def _count(v) -> int | None:
+    """A positive count from an int, an integral float or a string of digits; None otherwise."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v.strip())
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return v if isinstance(v, int) and v > 0 else None
+
+
+def _cc(v) -> str | None:
+    """A compute capability as ``"9.0"`` from ``"9.0"``, ``9.0`` or ``9``; None otherwise."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
+        v = f"{float(v):.1f}"
+    if isinstance(v, str) and re.fullmatch(r"\d{1,2}(\.\d)?", v.strip()):
+        return v.strip() if "." in v else f"{v.strip()}.0"
+    return None
+
+
+def _text(v) -> str | None:
+    return v.strip() if isinstance(v, str) and v.strip() else None
+
+
+def _flag(v) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
+# The env.json fields audit reads: (the check that makes one usable (None: not usable), what it expects).
+ENV_FIELDS = {"gpu": (_text, "a name"), "sm_count": (_count, "a count"), "cc": (_cc, 'like "9.0"')}
+CAPTURE_FIELDS = {"steps": (_count, "a count"), "allow_tf32": (_flag, "true or false")}
+
+
 def _read_env(path: Path | None, notes: list[str]) -> dict:
+    """env.json as a dict whose fields audit reads (`ENV_FIELDS`, ``capture`` `CAPTURE_FIELDS`) are usable:
+    each is checked on its own, a usable one is kept (``"sm_count": "132"`` as 132, ``"cc": 9.0`` as
+    ``"9.0"``) and an unusable one is left out with a note, so one bad field costs only itself. A file that
+    is not a JSON object is left out whole, with a note."""
     if path is None:
         return {}
     try:
-        return json.loads(path.read_text())
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError) as e:
         notes.append(f"{path}: unreadable environment ({e}); GPU facts come from the trace")
         return {}
+    if not isinstance(doc, dict):
+        notes.append(f"{path}: not a JSON object (a {type(doc).__name__}): left out; GPU facts come from the trace")
+        return {}
+    env, bad = dict(doc), []
+    _check_fields(env, ENV_FIELDS, "", bad)
+    cap = env.get("capture")
+    if isinstance(cap, dict):
+        env["capture"] = cap = dict(cap)
+        _check_fields(cap, CAPTURE_FIELDS, "capture.", bad)
+    elif cap is not None:
+        bad.append(f"capture={_short(env.pop('capture'))} (expected an object)")
+    if bad:
+        notes.append(f"{path}: unusable field(s) left out: {'; '.join(bad)}")
+    return env
+
+
+def _check_fields(d: dict, fields: dict, prefix: str, bad: list[str]) -> None:
+    """Replace each of `fields` in `d` by its checked value; drop (and list in `bad`) the unusable ones."""
+    for k, (check, expected) in fields.items():
+        if d.get(k) is not None:
+            v = check(d[k])
+            if v is None:
+                bad.append(f"{prefix}{k}={_short(d.pop(k))} (expected {expected})")
+            else:
+                d[k] = v
+
+
+def _short(v, n: int = 40) -> str:
+    """A field's value as a note quotes it: JSON, cut to `n` characters; a non-finite number by its kind."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "(not a finite number)"
+    t = json.dumps(v, default=str)
+    return t if len(t) <= n else t[:n - 1] + "…"
 
 
 # --------------------------------------------------------------------------- rates
@@ -355,7 +427,8 @@ def _arch_num(arch: str | None) -> int | None:
 
 
 def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -> None:
-    """flops, tflops, % of peak, roofline floor, waves, alignment fallback of one row (in place)."""
+    """flops, tflops, % of peak, roofline floor, waves, alignment fallback of one row (in place), with the
+    rates (`gpu_rates`), SM count and architecture of the GPU it ran on."""
     from cublaslt_probe.evidence import logged_tile
     m, n, k, b = row.get("m"), row.get("n"), row.get("k"), row.get("batch") or 1
     dt = row.get("dtype")
@@ -424,10 +497,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
             + ([f"{st.bad_events:,} malformed events skipped"] if st.bad_events else [])
             + ([f"{st.bad_durations:,} kernel or copy events without a numeric dur (0 µs)"] if st.bad_durations
                else [])))
-    gpu, sms, gpu_arch = _gpu_facts(env, s, notes)
-    rates = gpu_rates(gpu)
-    if rates[0] is None:
-        notes.append(f"no peak rates for GPU {gpu or '(not recorded)'}: floor_us and pct_peak cannot be shown")
+    facts, devices = _gpu_facts(env, s.meta, notes)
+    env = _with_facts(env, facts)
     L, steps = _in_steps(det, env, notes)
     per_name: dict[str, list] = {}
     for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
@@ -439,7 +510,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     G, attribution = _attribute(L[L["kind"] > 0].copy(), det)   # GEMM-kind launches (and orphan reduces)
     G = _fold_helpers(G)
     log_groups = _log_groups(files["log"], notes) if files["log"] else {}
-    df, no_shape, no_shape_us = _rows(G, det, steps, step_gpu, log_groups, rates, sms, gpu_arch)
+    G, judges = _judges(G, facts, devices, notes)
+    df, no_shape, no_shape_us = _rows(G, det, steps, step_gpu, log_groups, judges)
     gemm_us = float(G["dur"].sum()) / steps
     # ---- what cannot be shown
     if len(G) and not any(k[1] is not None for k in det.op_keys):
@@ -458,25 +530,117 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     else:
         df = df.assign(evidence=pd.array(["name"] * len(df), dtype="string"))
     return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
-                 gpu=gpu, attribution=attribution, notes=notes,
+                 gpu=facts.name, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
                  stalls=host_stalls(det, steps), observed=observed, partial=partial)
 
 
-def _gpu_facts(env: dict, s, notes: list[str]) -> tuple[str | None, int | None, int | None]:
-    """(GPU name, SM count, architecture number like 90) from env.json, else the trace's deviceProperties."""
-    gpu_env, gpu_trace = env.get("gpu"), s.device
-    gpu = gpu_env or gpu_trace
-    if gpu_env and gpu_trace and gpu_env not in gpu_trace:
-        notes.append(f"env.json says {gpu_env} but the trace was taken on {gpu_trace}: rates are the trace's GPU")
-        gpu = gpu_trace
-    props = (s.meta.get("deviceProperties") or [{}])[0]
-    props = props if isinstance(props, dict) else {}
-    sms = env.get("sm_count") or props.get("numSms")
-    cc = env.get("cc") or (f"{props['computeMajor']}.{props.get('computeMinor', 0)}"
-                           if props.get("computeMajor") is not None else None)
-    arch = int(cc.replace(".", "")) if cc and cc.replace(".", "").isdigit() else None
-    return gpu, sms, arch
+@dataclass(frozen=True)
+class GpuFacts:
+    """What audit uses of one GPU: its name (peak rates), SM count (waves), compute capability like ``"9.0"``
+    (an older-architecture kernel is an alignment fallback)."""
+
+    name: str | None = None
+    sms: int | None = None
+    cc: str | None = None
+
+    @property
+    def arch(self) -> int | None:
+        return int(self.cc.replace(".", "")) if self.cc else None
+
+    def describe(self) -> str:
+        extra = [f"{self.sms} SMs" if self.sms else "", f"cc {self.cc}" if self.cc else ""]
+        return (self.name or "an unnamed GPU") + (f" ({', '.join(x for x in extra if x)})" if any(extra) else "")
+
+
+def _same_gpu(a: str, b: str) -> bool:
+    def norm(x):
+        x = x.strip().casefold()
+        return x[len("nvidia "):] if x.startswith("nvidia ") else x
+    return norm(a) == norm(b)
+
+
+def _trace_devices(meta: dict) -> dict[int, GpuFacts]:
+    """The trace's GPUs by device id (Kineto's ``deviceProperties``: a list, or one object); fields of
+    another type are left out."""
+    props = meta.get("deviceProperties")
+    props = [props] if isinstance(props, dict) else props if isinstance(props, list) else []
+    out: dict[int, GpuFacts] = {}
+    for i, p in enumerate(props):
+        if not isinstance(p, dict):
+            continue
+        did = p.get("id")
+        major, minor = _count(p.get("computeMajor")), p.get("computeMinor", 0)
+        cc = _cc(f"{major}.{minor}") if major and type(minor) is int and 0 <= minor <= 9 else None
+        out[did if type(did) is int else i] = GpuFacts(_text(p.get("name")), _count(p.get("numSms")), cc)
+    return out
+
+
+def _gpu_facts(env: dict, meta: dict, notes: list[str]) -> tuple[GpuFacts, dict[int, GpuFacts]]:
+    """The run's GPU facts, and each trace device's.
+
+    The trace's ``deviceProperties`` describe the GPUs that ran the trace, so they win where env.json (written
+    by the capture, or copied from another run) disagrees; env.json fills in what the trace does not record
+    when it names the same GPU or the trace names none. A trace of several kinds of GPU has no single facts:
+    each launch is judged with its own device's (the run's facts then hold the names only)."""
+    devs = _trace_devices(meta)
+    e = GpuFacts(env.get("gpu"), env.get("sm_count"), env.get("cc"))
+    kinds = list(dict.fromkeys(devs.values()))
+    if not kinds:
+        return e, {}
+    if len(kinds) > 1:
+        notes.append(f"the trace holds {len(kinds)} kinds of GPU ("
+                     + "; ".join(f"device {d}: {f.describe()}" for d, f in sorted(devs.items()))
+                     + "): each GEMM is judged with the peaks and SM count of the device it ran on")
+        return GpuFacts(", ".join(dict.fromkeys(f.name for f in kinds if f.name)) or None), devs
+    t = kinds[0]
+    same = not t.name or not e.name or _same_gpu(t.name, e.name)
+    fields = (("name", "GPU"), ("sms", "SM count"), ("cc", "compute capability"))
+    differ = [label for f, label in fields if getattr(e, f) is not None and getattr(t, f) is not None
+              and getattr(e, f) != getattr(t, f) and not (f == "name" and same)]
+    if not same:
+        differ = [label for _, label in fields]
+    filled = {f: getattr(e, f) for f, _ in fields if getattr(t, f) is None and getattr(e, f) is not None} \
+        if same and not differ else {}
+    facts = GpuFacts(**{f: getattr(t, f) if getattr(t, f) is not None else filled.get(f) for f, _ in fields})
+    if differ:
+        from_trace = [label for f, label in fields if getattr(t, f) is not None]
+        notes.append(f"env.json says {e.describe()} but the trace's deviceProperties record {t.describe()}: "
+                     f"peaks, waves and alignment use the trace's {', '.join(from_trace)}"
+                     + ("" if same else " and nothing of env.json's (another GPU's)"))
+    return facts, {d: facts for d in devs}
+
+
+def _with_facts(env: dict, facts: GpuFacts) -> dict:
+    """env.json's fields with the GPU facts the audit uses in place of its own (`_gpu_facts`)."""
+    out = dict(env)
+    for key, v in (("gpu", facts.name), ("sm_count", facts.sms), ("cc", facts.cc)):
+        if v is None:
+            out.pop(key, None)
+        else:
+            out[key] = v
+    return out
+
+
+def _judges(G: pd.DataFrame, facts: GpuFacts, devices: dict[int, GpuFacts], notes: list[str]
+            ) -> tuple[pd.DataFrame, list[tuple]]:
+    """Each launch's kind of GPU (column ``judge``) and, per kind, the (rates, SM count, architecture) its rows
+    are judged with: the run's facts, or with several kinds of GPU in the trace its launch's device's."""
+    kinds = list(dict.fromkeys(devices.values())) if len(set(devices.values())) > 1 else [facts]
+    judge = np.zeros(len(G), dtype=np.int64)
+    if len(kinds) > 1:
+        dev = G["device"].to_numpy() if "device" in G.columns else np.full(len(G), -1)
+        judge = np.array([kinds.index(devices[d]) if d in devices else len(kinds) for d in dev.tolist()],
+                         dtype=np.int64)
+        kinds.append(GpuFacts())                  # a device the trace does not describe
+    out = []
+    for k in kinds:
+        rates = gpu_rates(k.name)
+        if rates[0] is None and (judge == len(out)).any():
+            notes.append(f"no peak rates for GPU {k.name or '(not recorded)'}: floor_us and pct_peak cannot be "
+                         "shown" + (" for its GEMMs" if len(kinds) > 1 else ""))
+        out.append((rates, k.sms, k.arch))
+    return G.assign(judge=judge), out
 
 
 def _in_steps(det, env: dict, notes: list[str]) -> tuple[pd.DataFrame, int]:
@@ -486,7 +650,7 @@ def _in_steps(det, env: dict, notes: list[str]) -> tuple[pd.DataFrame, int]:
     if not len(steps_r) and len(rng):
         steps_r = rng[rng["name"].str.startswith("ProfilerStep#")]
     if not len(steps_r):
-        if not env:
+        if not env.get("capture"):
             notes.append("no step ranges in the trace: the whole trace counts as one step")
         return L, int((env.get("capture") or {}).get("steps") or 1)
     inside = _contained(steps_r["ts"].to_numpy(), steps_r["end"].to_numpy(), L["t_launch"].to_numpy()) >= 0
@@ -524,8 +688,11 @@ def _attribute(G: pd.DataFrame, det) -> tuple[pd.DataFrame, str]:
                                   dtype=bool, count=len(ops))
             ev_rows = np.flatnonzero(is_eval)
             rn = op_row[need]
-            inner = _innermost(o_ts[ev_rows], ops["end"].to_numpy()[ev_rows], o_tid[ev_rows], o_ts[rn], o_tid[rn])
-            seq = np.where(inner >= 0, o_seq[ev_rows[np.maximum(inner, 0)]], -1)
+            seq = np.full(len(rn), -1, dtype=np.int64)
+            if len(ev_rows):                  # a forward-only trace has no autograd nodes
+                inner = _innermost(o_ts[ev_rows], ops["end"].to_numpy()[ev_rows], o_tid[ev_rows], o_ts[rn],
+                                   o_tid[rn])
+                seq = np.where(inner >= 0, o_seq[ev_rows[np.maximum(inner, 0)]], -1)
             wanted = np.unique(seq[seq >= 0])
             if len(wanted):
                 fwd = np.flatnonzero(np.isin(o_seq, wanted) & ~is_eval)
@@ -539,10 +706,11 @@ def _attribute(G: pd.DataFrame, det) -> tuple[pd.DataFrame, str]:
                 module[idx[hit]] = got[hit].astype(np.int64)
                 bwd[idx[seq >= 0]] = True
     names = _module_names(mods, prefix, attribution)
-    G["module_full"] = [names[i] if i >= 0 else None for i in module]
+    full = [names[i] if i >= 0 else None for i in module]
+    G["module_full"] = full
     G["pass"] = np.where(module >= 0, np.where(bwd, "bwd", "fwd"), None)
     G["key"] = np.where(op_row >= 0, ops["key"].to_numpy()[np.maximum(op_row, 0)] if len(ops) else -1, -1)
-    G["module"] = [collapse(x) if x is not None else None for x in G["module_full"]]
+    G["module"] = [None if x is None else collapse(x) for x in full]      # the list: a column holds NaN
     return G, attribution
 
 
@@ -563,17 +731,18 @@ def _module_names(mods: pd.DataFrame, prefix: str, attribution: str) -> list[str
     return out
 
 
-def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, rates: tuple, sms, gpu_arch
+def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, judges: list[tuple]
           ) -> tuple[pd.DataFrame, int, float]:
-    """One row per (module, pass, op record, kernel): the `AUDIT_SCHEMA` frame, largest first; and how many
-    rows (and how much time) have no shape."""
+    """One row per (module, pass, op record, kernel, kind of GPU): the `AUDIT_SCHEMA` frame, largest first;
+    and how many rows (and how much time) have no shape. ``judges[G.judge]``: (rates, SM count, architecture)
+    of the GPU a launch ran on (`_judges`)."""
     from cublaslt_probe.names import decode
     from cublaslt_probe.trace import classify, op_key_json, problem_of
-    agg = G.groupby(["module", "pass", "key", "name"], dropna=False, sort=False).agg(
+    agg = G.groupby(["module", "pass", "key", "name", "judge"], dropna=False, sort=False).agg(
         count=("dur", "size"), total=("dur", "sum"), reduce=("reduce_us", "sum"), helper=("helper_us", "sum"),
         instances=("module_full", "nunique"))
     rows, no_shape, no_shape_us = [], 0, 0.0
-    for (mod, pas, key, name), a in zip(agg.index, agg.itertuples(index=False)):
+    for (mod, pas, key, name, judge), a in zip(agg.index, agg.itertuples(index=False)):
         kernel = det.names[name]
         kn = decode(kernel)
         op, dims, types, strides = op_key_json(det.op_keys[int(key)]) if key >= 0 else (None,) * 4
@@ -601,7 +770,7 @@ def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, r
         _join_log(row, kn, log_groups, steps)
         if row.get("algo_split_k") and row["algo_split_k"] > 1:
             row["split_k"] = True
-        _judge(row, kn, rates, sms, gpu_arch)
+        _judge(row, kn, *judges[judge])
         rows.append(row)
     df = _coerce(pd.DataFrame(rows, columns=AUDIT_COLUMNS))
     df = df.sort_values(["gpu_us", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)
@@ -643,7 +812,7 @@ def _coerce(df: pd.DataFrame) -> pd.DataFrame:
         if dt == "category":
             df[col] = df[col].astype("string").astype("category")
         elif dt in ("Int64", "boolean"):
-            df[col] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+            df[col] = pd.array([None if _na(v) else v
                                 for v in df[col].tolist()], dtype=dt)
         else:
             df[col] = df[col].astype(dt)

@@ -1,0 +1,175 @@
+"""`audit` on real run folders changed the way real files differ (issue 36): other profiler settings, env.json
+of another type or another GPU, steps written twice or nested, launch records dropped, a log of another
+process. Each test copies a committed H200 capture of tests/fixtures/programs to tmp_path, changes it, and
+compares the audit with the unchanged capture's or with a plain json.load of the changed trace.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from cublaslt_probe import runfiles
+from cublaslt_probe.audit import audit, collapse
+from cublaslt_probe.cli import main
+from cublaslt_probe.names import decode
+
+from conftest import FIXTURES
+
+PROGRAMS = FIXTURES / "programs"
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")
+NAN = re.compile(r"\bnan\b", re.IGNORECASE)
+
+
+def run_copy(tmp_path, program: str, trace=None, env=None, log=None):
+    """A copy of the run folder `program` in tmp_path: `trace(doc)` changes the trace's JSON in place,
+    `env(doc)` returns the env.json document to write (any JSON value), `log(text)` the log's text."""
+    dst = tmp_path / program
+    shutil.copytree(PROGRAMS / program, dst)
+    if trace is not None:
+        with gzip.open(dst / runfiles.TRACE_FILE, "rt") as f:
+            doc = json.load(f)
+        trace(doc)
+        with gzip.open(dst / runfiles.TRACE_FILE, "wt") as f:
+            json.dump(doc, f)
+    if env is not None:
+        doc = json.loads((dst / runfiles.ENV_FILE).read_text())
+        (dst / runfiles.ENV_FILE).write_text(json.dumps(env(doc)))
+    if log is not None:
+        (dst / runfiles.LOG_FILE).write_text(log((dst / runfiles.LOG_FILE).read_text()))
+    return dst
+
+
+def cli(*args):
+    return CliRunner().invoke(main, ["audit", *map(str, args)])
+
+
+def assert_readable(run):
+    """The table and the jsonl of `run` print, and no `nan` in either (rows, notes)."""
+    for fmt in ("table", "jsonl"):
+        r = cli(run, "--top", "0", "-f", fmt)
+        assert r.exit_code == 0, r.output
+        assert "internal error" not in r.output
+        lines = [x for x in r.output.splitlines() if not x.startswith("host stall:")]   # stalls.py's own
+        assert not [x for x in lines if NAN.search(x)], fmt
+
+
+def gemm_us_by_ext(doc) -> dict[int, float]:
+    """GEMM-kind kernel time by External id, read with json.load."""
+    out: dict[int, float] = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and decode(e["name"]).kind == "gemm":
+            x = e["args"].get("External id")
+            out[x] = out.get(x, 0.0) + e["dur"]
+    return out
+
+
+def same_rows(a, b, cols=("gpu_us", "calls", "share", "pct_peak", "floor_us", "waves", "align_fallback")):
+    """The two audits' rows agree on every per-step and per-row figure (row order as sorted by the audit)."""
+    ka = a.rows[["module", "pass", "op", "m", "n", "k", "kernel", *cols]].reset_index(drop=True)
+    kb = b.rows[["module", "pass", "op", "m", "n", "k", "kernel", *cols]].reset_index(drop=True)
+    pd.testing.assert_frame_equal(ka, kb, check_exact=False, rtol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def base():
+    cache: dict = {}
+
+    def get(program):
+        if program not in cache:
+            cache[program] = audit(PROGRAMS / program)
+        return cache[program]
+    return get
+
+
+# ------------------------------------------------------------------------------------------ crashes
+def _drop_modules_around_first(op_name):
+    def mutate(doc):
+        evs = doc["traceEvents"]
+        op = next(e for e in evs if e.get("cat") == "cpu_op" and e["name"] == op_name)
+        doc["_op_ext"] = op["args"]["External id"]
+        doc["traceEvents"] = [e for e in evs if not (
+            e.get("cat") == "user_annotation" and e["name"].startswith(runfiles.MODULE_PREFIX)
+            and e["ts"] <= op["ts"] <= e["ts"] + e["dur"])]
+    return mutate
+
+
+def test_forward_only_gemm_outside_every_module(tmp_path, base):
+    """A forward-only trace (no autograd nodes) where one GEMM op lies outside every module range: that op's
+    kernels form the row without a module, every other GEMM keeps its module, the time adds up."""
+    run = run_copy(tmp_path, "llama_decode", trace=_drop_modules_around_first("aten::mm"))
+    with gzip.open(run / runfiles.TRACE_FILE, "rt") as f:
+        doc = json.load(f)
+    a, b = audit(run), base("llama_decode")
+    no_mod = a.rows[a.rows.module.isna()]
+    assert len(no_mod) == 1 and no_mod.op.iloc[0] == "aten::mm" and pd.isna(no_mod["pass"].iloc[0])
+    assert no_mod.gpu_us.iloc[0] == pytest.approx(gemm_us_by_ext(doc)[doc["_op_ext"]] / a.steps)
+    assert a.rows.gpu_us.sum() == pytest.approx(b.rows.gpu_us.sum())
+    assert a.rows.module.notna().sum() == len(a.rows) - 1
+    assert_readable(run)
+
+
+def test_training_step_without_sequence_numbers(tmp_path, base):
+    """A training trace without ``Sequence number`` (another profiler setting): the backward GEMMs have no
+    module (pandas 3 holds the missing module as NaN), the forward ones keep theirs; the time adds up."""
+    def mutate(doc):
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "cpu_op":
+                e["args"].pop("Sequence number", None)
+    run = run_copy(tmp_path, "gpt2_train", trace=mutate)
+    a, b = audit(run), base("gpt2_train")
+    assert a.rows.gpu_us.sum() == pytest.approx(b.rows.gpu_us.sum())
+    fwd = b.rows[b.rows["pass"] == "fwd"].gpu_us.sum()
+    assert a.rows[a.rows.module.notna()].gpu_us.sum() == pytest.approx(fwd)
+    assert a.rows.module.isna().any() and (a.rows.module.isna() == a.rows["pass"].isna()).all()
+    assert_readable(run)
+
+
+ODD_ENVS = {
+    "a list": lambda e: [e],
+    "a string": lambda e: "NVIDIA H200",
+    "null": lambda e: None,
+    "fields of other types": lambda e: {**e, "cc": 9.0, "sm_count": "132", "gpu": 5},
+    "capture not an object": lambda e: {**e, "capture": ["steps", 2]},
+    "capture fields of other types": lambda e: {**e, "capture": {**e["capture"], "steps": "two",
+                                                                  "allow_tf32": "false"}},
+    "numbers out of range": lambda e: {**e, "sm_count": -1, "cc": float("nan")},
+}
+
+
+@pytest.mark.parametrize("kind", list(ODD_ENVS))
+def test_env_of_another_shape(tmp_path, base, kind):
+    """env.json valid JSON but not an object, or fields of another type: each field is checked on its own,
+    the usable ones kept (``"sm_count": "132"`` is 132), the rest named in a note; the rows are the
+    unchanged run's."""
+    run = run_copy(tmp_path, "odd_linear", env=ODD_ENVS[kind])
+    a = audit(run)
+    same_rows(a, base("odd_linear"))
+    assert a.env.get("sm_count") == 132 and a.env.get("cc") == "9.0" and a.gpu == "NVIDIA H200"
+    assert a.steps == 2
+    env_notes = [n for n in a.notes if runfiles.ENV_FILE in n]
+    assert len(env_notes) == 1
+    if kind == "fields of other types":
+        assert "gpu=5" in env_notes[0] and "sm_count" not in env_notes[0] and "cc=" not in env_notes[0]
+    assert_readable(run)
+
+
+# ------------------------------------------------------------------------------------------ GPU facts
+def test_env_of_another_gpu_changes_nothing(tmp_path, base):
+    """env.json of an H100 (114 SMs) and of an older architecture next to an H200 trace: waves, alignment
+    fallbacks and peaks are the H200's (the trace's deviceProperties), and the note says where each came
+    from."""
+    for env in ({"gpu": "NVIDIA H100 80GB HBM3", "sm_count": 114, "cc": "9.0"},
+                {"gpu": "NVIDIA H200", "sm_count": 66, "cc": "10.0"}):
+        run = run_copy(tmp_path / env["cc"], "llama_decode", env=lambda e, env=env: {**e, **env})
+        a = audit(run)
+        same_rows(a, base("llama_decode"))
+        assert a.env["sm_count"] == 132 and a.env["cc"] == "9.0" and a.gpu == "NVIDIA H200"
+        note = next(n for n in a.notes if n.startswith("env.json says"))
+        assert "132 SMs" in note and f"{env['sm_count']} SMs" in note and "SM count" in note
+        assert ("nothing of env.json" in note) == (env["gpu"] != "NVIDIA H200")
