@@ -111,8 +111,7 @@ BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e5m2": 1, "f
 OUT_BYTES = {"fp8": 2, "fp8_e5m2": 2}          # fp8 GEMMs write bf16
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
 NEAR_FLOOR = 1.10                              # within 10 % of the floor: nothing left to win
-_CLASS_N = re.compile(r"_\d+$")
-_CLASS_NAME = re.compile(r"^[A-Z]\w*_\d+$")
+_CLASS_ORDER = re.compile(r"(\w*[^\W\d]\w*?)_\d+")   # <class>_<order>: a class of any script, then digits
 
 
 def _na(v) -> bool:
@@ -314,11 +313,33 @@ def _range_parents(r_ts, r_end, r_tid) -> np.ndarray:
     return out
 
 
-def collapse(name: str) -> str:
-    """Repeated layers as one: ``model.layers.3.mlp`` -> ``model.layers.*.mlp``; class-and-order names
-    ``Model_0.LlamaMLP_3`` (global hooks, ``nn.Module:`` ranges) -> ``Model_*.LlamaMLP_*``."""
-    return ".".join("*" if p.isdigit() else _CLASS_N.sub("_*", p) if _CLASS_NAME.match(p) else p
-                    for p in name.split("."))
+def collapse(name: str, class_order: bool | None = None) -> str:
+    """Repeated layers as one module name.
+
+    - An attribute path (``module_naming`` qualified: ``model.layers.3.mlp``): a component that is all
+      digits is a container's index and becomes ``*`` (``model.layers.*.mlp``); nothing else changes, since
+      ``conv_1``, ``mlp_3`` or ``conv2d_1x1`` are attributes a model names on purpose.
+    - Class-and-order names (``class_order``: global hooks, ``nn.Module:`` ranges, ``Model_0.LlamaMLP_3``):
+      every component is ``<class>_<order>``, and the order becomes ``*`` whatever the class's name
+      (``_LoRALinear_3``, ``mlp_3``, ``Modèle_0`` -> ``_LoRALinear_*``, ``mlp_*``, ``Modèle_*``).
+
+    `class_order` None decides from the name: class-and-order when every component is ``<class>_<digits>``
+    (`audit` decides once per trace, from all its module names, `_class_order`)."""
+    parts = name.split(".")
+    if class_order is None:
+        class_order = all(_CLASS_ORDER.fullmatch(p) for p in parts)
+    if class_order:
+        return ".".join("*" if p.isdigit() else _CLASS_ORDER.sub(r"\1_*", p) if _CLASS_ORDER.fullmatch(p) else p
+                        for p in parts)
+    return ".".join("*" if p.isdigit() else p for p in parts)
+
+
+def _class_order(names: list[str], naming: str | None) -> bool:
+    """Whether a trace's module names are class-and-order names: as the capture recorded
+    (``module_naming``), else when every component of every name is ``<class>_<digits>``."""
+    if naming in ("class_order", "qualified"):
+        return naming == "class_order"
+    return bool(names) and all(_CLASS_ORDER.fullmatch(p) for n in names for p in n.split("."))
 
 
 # --------------------------------------------------------------------------- log join
@@ -507,7 +528,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     timeline = timeline_frame(per_name, total_us)
     timeline["total_us"] = timeline["total_us"] / steps
     step_gpu = total_us / steps
-    G, attribution = _attribute(L[L["kind"] > 0].copy(), det)   # GEMM-kind launches (and orphan reduces)
+    G, attribution = _attribute(L[L["kind"] > 0].copy(), det, (env.get("capture") or {}).get("module_naming"))   # GEMM-kind launches (and orphan reduces)
     G = _fold_helpers(G)
     log_groups = _log_groups(files["log"], notes) if files["log"] else {}
     G, judges = _judges(G, facts, devices, notes)
@@ -661,9 +682,10 @@ def _in_steps(det, env: dict, notes: list[str]) -> tuple[pd.DataFrame, int]:
     return L[inside], steps
 
 
-def _attribute(G: pd.DataFrame, det) -> tuple[pd.DataFrame, str]:
-    """Module (``module_full``, collapsed ``module``), ``pass`` and op record (``key``) of each GEMM launch,
-    and which ranges gave them: capture ranges | nn.Module | none."""
+def _attribute(G: pd.DataFrame, det, naming: str | None = None) -> tuple[pd.DataFrame, str]:
+    """Module (``module_full``, collapsed ``module``: `collapse`), ``pass`` and op record (``key``) of each GEMM
+    launch, and which ranges gave them: capture ranges | nn.Module | none. `naming`: the capture's
+    ``module_naming`` (env.json), when known."""
     ops, rng = det.ops, det.ranges
     mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX)] if len(rng) else rng
     attribution, prefix = "capture ranges", runfiles.MODULE_PREFIX
@@ -706,11 +728,12 @@ def _attribute(G: pd.DataFrame, det) -> tuple[pd.DataFrame, str]:
                 module[idx[hit]] = got[hit].astype(np.int64)
                 bwd[idx[seq >= 0]] = True
     names = _module_names(mods, prefix, attribution)
-    full = [names[i] if i >= 0 else None for i in module]
-    G["module_full"] = full
+    class_order = attribution == "nn.Module" or _class_order(names, naming)
+    short = [collapse(x, class_order) for x in names]
+    G["module_full"] = [names[i] if i >= 0 else None for i in module]
     G["pass"] = np.where(module >= 0, np.where(bwd, "bwd", "fwd"), None)
     G["key"] = np.where(op_row >= 0, ops["key"].to_numpy()[np.maximum(op_row, 0)] if len(ops) else -1, -1)
-    G["module"] = [None if x is None else collapse(x) for x in full]      # the list: a column holds NaN
+    G["module"] = [short[i] if i >= 0 else None for i in module]
     return G, attribution
 
 

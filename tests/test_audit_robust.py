@@ -70,9 +70,11 @@ def gemm_us_by_ext(doc) -> dict[int, float]:
 
 
 def same_rows(a, b, cols=("gpu_us", "calls", "share", "pct_peak", "floor_us", "waves", "align_fallback")):
-    """The two audits' rows agree on every per-step and per-row figure (row order as sorted by the audit)."""
-    ka = a.rows[["module", "pass", "op", "m", "n", "k", "kernel", *cols]].reset_index(drop=True)
-    kb = b.rows[["module", "pass", "op", "m", "n", "k", "kernel", *cols]].reset_index(drop=True)
+    """The two audits' (or row frames') rows agree on every per-step and per-row figure, in the audit's
+    order."""
+    a, b = getattr(a, "rows", a), getattr(b, "rows", b)
+    ka = a[["module", "pass", "op", "m", "n", "k", "kernel", *cols]].reset_index(drop=True)
+    kb = b[["module", "pass", "op", "m", "n", "k", "kernel", *cols]].reset_index(drop=True)
     pd.testing.assert_frame_equal(ka, kb, check_exact=False, rtol=1e-9)
 
 
@@ -173,3 +175,44 @@ def test_env_of_another_gpu_changes_nothing(tmp_path, base):
         note = next(n for n in a.notes if n.startswith("env.json says"))
         assert "132 SMs" in note and f"{env['sm_count']} SMs" in note and "SM count" in note
         assert ("nothing of env.json" in note) == (env["gpu"] != "NVIDIA H200")
+
+
+# ------------------------------------------------------------------------------------------ module names
+def _rename_modules(mapping):
+    """Rename the components of the capture's module ranges (CPU and GPU copies) by `mapping`."""
+    def mutate(doc):
+        for e in doc["traceEvents"]:
+            if e.get("cat") in ("user_annotation", "gpu_user_annotation") and \
+                    e["name"].startswith(runfiles.MODULE_PREFIX):
+                path = e["name"][len(runfiles.MODULE_PREFIX):].split(".")
+                e["name"] = runfiles.MODULE_PREFIX + ".".join(mapping.get(p, p) for p in path)
+    return mutate
+
+
+@pytest.mark.parametrize("cls", ["_LoRALinear", "mlp", "Ärmel", "线性"])
+@pytest.mark.parametrize("with_env", [True, False], ids=["run", "bare trace"])
+def test_class_and_order_names_collapse_whatever_the_class(tmp_path, base, cls, with_env):
+    """A class-and-order capture (global hooks: ``Linear_0``, ``Linear_1``) whose class names start with an
+    underscore, a lower-case or a non-ASCII letter: the layers collapse as ``Linear_*`` does, the same rows;
+    decided from env.json's module_naming, or, for a bare trace, from the names themselves."""
+    run = run_copy(tmp_path, "cli_script", trace=_rename_modules({"Linear_0": f"{cls}_0",
+                                                                  "Linear_1": f"{cls}_1"}))
+    a, b = audit(run if with_env else run / runfiles.TRACE_FILE), base("cli_script")
+    assert len(a.rows) == len(b.rows) == 5
+    assert set(a.rows.module) == {f"{cls}_*"} and set(b.rows.module) == {"Linear_*"}
+    same_rows(a.rows.assign(module=b.rows.module), b)
+
+
+@pytest.mark.parametrize("with_env", [True, False], ids=["run", "bare trace"])
+def test_attribute_names_stay_apart(tmp_path, base, with_env):
+    """Attribute paths: ``layers.3`` collapses; attributes named ``proj_1`` / ``proj_2`` (k_proj and v_proj of
+    the same shape renamed) or ``conv2d_1x1`` stay as they are, never folded into one row."""
+    run = run_copy(tmp_path, "llama_decode", trace=_rename_modules({"k_proj": "proj_1", "v_proj": "proj_2",
+                                                                    "q_proj": "conv2d_1x1"}))
+    a, b = audit(run if with_env else run / runfiles.TRACE_FILE), base("llama_decode")
+    assert len(a.rows) == len(b.rows)
+    mods = set(a.rows.module.dropna())
+    assert {"model.layers.*.self_attn.proj_1", "model.layers.*.self_attn.proj_2",
+            "model.layers.*.self_attn.conv2d_1x1"} <= mods
+    assert collapse("model.layers.3.mlp", class_order=False) == "model.layers.*.mlp"
+    assert collapse("model.layers.3.conv2d_1x1") == "model.layers.*.conv2d_1x1"
