@@ -284,15 +284,20 @@ def _innermost(r_ts, r_end, r_tid, p_ts, p_tid) -> np.ndarray:
 
 
 def _contained(r_ts, r_end, pts) -> np.ndarray:
-    """Index of the (non-overlapping, any thread) range containing each point, else -1 (steps)."""
+    """For each point, the index of a range that contains it, else -1. Ranges may overlap (steps of two
+    threads or processes): of those started at or before the point, the one that ends last is taken, so a
+    point inside several ranges gets exactly one."""
     out = np.full(len(pts), -1, dtype=np.int64)
-    if not len(r_ts):
+    if not len(r_ts) or not len(pts):
         return out
-    order = np.argsort(r_ts)
-    s, e = np.asarray(r_ts)[order], np.asarray(r_end)[order]
+    r_ts, r_end, pts = np.asarray(r_ts, dtype=np.float64), np.asarray(r_end, dtype=np.float64), np.asarray(pts)
+    order = np.argsort(r_ts, kind="stable")
+    s, e = r_ts[order], r_end[order]
+    reach = np.maximum.accumulate(e)                                   # the latest end among ranges so far
+    who = np.maximum.accumulate(np.where(e >= reach, np.arange(len(e)), 0))   # ... and the range ending there
     i = np.searchsorted(s, pts, side="right") - 1
-    ok = (i >= 0) & (pts <= e[np.maximum(i, 0)])
-    out[ok] = order[i[ok]]
+    ok = (i >= 0) & (pts <= reach[np.maximum(i, 0)])
+    out[ok] = order[who[i[ok]]]
     return out
 
 
@@ -534,16 +539,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     G, judges = _judges(G, facts, devices, notes)
     df, no_shape, no_shape_us = _rows(G, det, steps, step_gpu, log_groups, judges)
     gemm_us = float(G["dur"].sum()) / steps
-    # ---- what cannot be shown
-    if len(G) and not any(k[1] is not None for k in det.op_keys):
-        notes.append("the trace has no input shapes (profile with record_shapes=True): m, n, k, dtype, floor "
-                     "and % of peak cannot be shown")
-    elif no_shape:
-        notes.append(f"{no_shape} GEMM rows ({100 * no_shape_us / steps / gemm_us:.1f} % of GEMM time) have no "
-                     "shape: their op is not linked or not a GEMM op whose inputs give m, n, k")
-    if attribution == "none" and len(G):
-        notes.append("no module ranges in the trace (capture with cublaslt_probe.capture, or profile with "
-                     "with_modules=True): rows are by op and shape")
+    notes += _missing_notes(G, det, s.meta, attribution, no_shape, no_shape_us / steps, gemm_us)
     observed = None
     if coldstart is not None:
         from cublaslt_probe.coldstart import apply_observed
@@ -554,6 +550,38 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                  gpu=facts.name, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
                  stalls=host_stalls(det, steps), observed=observed, partial=partial)
+
+
+def _missing_notes(G: pd.DataFrame, det, meta: dict, attribution: str, no_shape: int, no_shape_us: float,
+                   gemm_us: float) -> list[str]:
+    """What cannot be shown and why, each with the fix that the trace calls for: kernels not linked to their
+    ops (no External id, no launch record) are not the same as ops recorded without shapes."""
+    if not len(G):
+        return []
+    out = []
+    linked = G["op_row"].to_numpy() >= 0
+    keys = G["key"].to_numpy()
+    if not linked.any():
+        bare = int(((G["t_launch"] == G["ts"]).to_numpy()).sum())
+        why = ("they carry no External id and no launch call's correlation id: the trace has no cuda_runtime "
+               "launch events for them" if bare == len(G) else
+               "neither their External ids nor their launch calls match a recorded op")
+        out.append(f"the GEMM kernels are not linked to the ops that launched them ({why}): module, op and "
+                   "shapes cannot be shown; profile with activities=[CPU, CUDA] and export the trace whole "
+                   "(cuda_runtime events and External ids kept)")
+    elif not any(det.op_keys[k][1] is not None for k in np.unique(keys[keys >= 0])):
+        said = meta.get("record_shapes")
+        out.append("the ops that launched the GEMMs have no input shapes ("
+                   + ("the trace says record_shapes was on, but no op carries Input Dims" if said else
+                      "profile with record_shapes=True") + "): m, n, k, dtype, floor and % of peak cannot be shown")
+    elif no_shape:
+        share = f" ({100 * no_shape_us / gemm_us:.1f} % of GEMM time)" if gemm_us > 0 else ""
+        out.append(f"{no_shape} GEMM rows{share} have no shape: their op is not linked or not a GEMM op whose "
+                   "inputs give m, n, k")
+    if attribution == "none":
+        out.append("no module ranges in the trace (capture with cublaslt_probe.capture, or profile with "
+                   "with_modules=True): rows are by op and shape")
+    return out
 
 
 @dataclass(frozen=True)
@@ -664,29 +692,185 @@ def _judges(G: pd.DataFrame, facts: GpuFacts, devices: dict[int, GpuFacts], note
     return G.assign(judge=judge), out
 
 
+GAP_US = 10.0     # a kernel that starts this soon after the GPU's previous work ended was queued behind it
+
+
+def _split_ranges(det) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The trace's ranges on the CPU (where ops and launches are) and their copies on the GPU timeline
+    (``gpu`` column; Kineto's ``gpu_user_annotation``: the GPU time of the kernels launched inside)."""
+    rng = det.ranges
+    if "gpu" not in rng.columns or not len(rng):
+        return rng, rng.iloc[:0]
+    gpu = rng["gpu"].fillna(False).to_numpy(dtype=bool)
+    return rng[~gpu], rng[gpu]
+
+
+def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """The step ranges (the capture's, else torch.profiler's ``ProfilerStep#N``) that are steps.
+
+    - A range written more than once (same name, start and end: a file merged or exported twice) is one step.
+    - A range that encloses other step ranges of its thread (an outer ``step`` around the loop) is a stretch
+      of steps, not a step.
+    - Ranges of several threads or processes may overlap in time: each is a step (a rank's step is a step;
+      per-step figures are per rank), and `_contained` gives each launch one of them."""
+    if not len(cpu):
+        return cpu
+    steps = cpu[cpu["name"].str.startswith(runfiles.STEP_PREFIX)]
+    if not len(steps):
+        steps = cpu[cpu["name"].str.startswith("ProfilerStep#")]
+    if not len(steps):
+        return steps
+    ok = np.isfinite(steps["ts"].to_numpy()) & np.isfinite(steps["end"].to_numpy()) & \
+        (steps["end"].to_numpy() >= steps["ts"].to_numpy())
+    if not ok.all():
+        notes.append(f"{int((~ok).sum()):,} step ranges without a valid start and end are not steps")
+        steps = steps[ok]
+    dup = steps.duplicated(["name", "ts", "end"])
+    if dup.any():
+        notes.append(f"{int(dup.sum()):,} step ranges written more than once (same name, start and end) are "
+                     "counted once")
+        steps = steps[~dup]
+    group = pd.factorize(pd.MultiIndex.from_frame(steps[[c for c in ("pid", "tid") if c in steps.columns]]))[0] \
+        if "tid" in steps.columns else np.zeros(len(steps), dtype=np.int64)
+    encl = np.zeros(len(steps), dtype=bool)
+    ts, end = steps["ts"].to_numpy(), steps["end"].to_numpy()
+    for g in np.unique(group):
+        gi = np.flatnonzero(group == g)
+        iv = np.unique(np.stack([ts[gi], -end[gi]], axis=1), axis=0)      # distinct spans: start up, end down
+        later_min = np.minimum.accumulate((-iv[:, 1])[::-1])[::-1]        # the least end from here on
+        outer = np.zeros(len(iv), dtype=bool)
+        outer[:-1] = later_min[1:] <= -iv[:-1, 1]                         # a later-starting span ends inside
+        bad = {(a, -b) for a, b in iv[outer]}
+        encl[gi] = [(t, e) in bad for t, e in zip(ts[gi].tolist(), end[gi].tolist())]
+    if encl.any():
+        names = sorted(set(steps["name"][encl]))
+        notes.append(f"{int(encl.sum()):,} step range(s) enclose other step ranges ({', '.join(names[:3])}"
+                     f"{', …' if len(names) > 3 else ''}): a stretch of steps, not a step")
+        steps = steps[~encl]
+    o = np.argsort(steps["ts"].to_numpy(), kind="stable")
+    t_sorted, e_sorted = steps["ts"].to_numpy()[o], steps["end"].to_numpy()[o]
+    if len(o) > 1 and (t_sorted[1:] < np.maximum.accumulate(e_sorted)[:-1]).any():
+        who = "processes" if "pid" in steps.columns and steps["pid"].nunique() > 1 else "threads"
+        notes.append(f"step ranges of several {who} overlap in time: each is a step, and each launch is "
+                     "counted in one of them")
+    return steps
+
+
 def _in_steps(det, env: dict, notes: list[str]) -> tuple[pd.DataFrame, int]:
-    """The launches inside the step ranges (the capture's, else ProfilerStep#N; else all) and the steps."""
-    L, rng = det.launches, det.ranges
-    steps_r = rng[rng["name"].str.startswith(runfiles.STEP_PREFIX)] if len(rng) else rng
-    if not len(steps_r) and len(rng):
-        steps_r = rng[rng["name"].str.startswith("ProfilerStep#")]
+    """The launches inside the steps (`_step_ranges`; without any the whole trace is one step) and the
+    number of steps. A launch belongs to the step whose range holds its launch call's CPU time (of its own
+    process first, where the trace tells processes apart); a launch without a launch record (no runtime
+    event, no op: its CPU time is unknown) is placed by its GPU time (`_place_by_gpu_time`)."""
+    L = det.launches
+    cpu, gpu = _split_ranges(det)
+    steps_r = _step_ranges(cpu, notes)
     if not len(steps_r):
         if not env.get("capture"):
             notes.append("no step ranges in the trace: the whole trace counts as one step")
         return L, int((env.get("capture") or {}).get("steps") or 1)
-    inside = _contained(steps_r["ts"].to_numpy(), steps_r["end"].to_numpy(), L["t_launch"].to_numpy()) >= 0
-    steps = len(steps_r)
-    outside = int((~inside).sum())
+    s_ts, s_end = steps_r["ts"].to_numpy(), steps_r["end"].to_numpy()
+    step = np.full(len(L), -1, dtype=np.int64)
+    t_launch = L["t_launch"].to_numpy()
+    if "pid" in L.columns and "pid" in steps_r.columns:              # a launch's own process's steps first
+        lp, sp = L["pid"].to_numpy(), steps_r["pid"].to_numpy()
+        for p in np.intersect1d(np.unique(lp), np.unique(sp)):
+            li, si = np.flatnonzero(lp == p), np.flatnonzero(sp == p)
+            got = _contained(s_ts[si], s_end[si], t_launch[li])
+            step[li[got >= 0]] = si[got[got >= 0]]
+    rest = step < 0
+    step[rest] = _contained(s_ts, s_end, t_launch[rest])
+    unknown = (L["op_row"].to_numpy() < 0) & (t_launch == L["ts"].to_numpy())
+    if unknown.any():
+        step[unknown] = -1
+        step = _place_by_gpu_time(L, step, unknown, steps_r, cpu, gpu, notes)
+    outside = int(((step < 0) & ~unknown).sum())
     if outside:
-        notes.append(f"{outside:,} launches outside the {steps} step ranges are left out")
-    return L[inside], steps
+        notes.append(f"{outside:,} launches outside the {len(steps_r)} step ranges are left out")
+    return L[step >= 0], len(steps_r)
+
+
+def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, steps_r: pd.DataFrame,
+                       cpu: pd.DataFrame, gpu: pd.DataFrame, notes: list[str]) -> np.ndarray:
+    """Steps of the launches whose launch call's CPU time is unknown (`unknown`), from their GPU start:
+
+    1. inside the GPU copy of one of the step's ranges (the step's own, or a module's inside it: a copy
+       is paired with the latest CPU range of its name that started before it);
+    2. inside the GPU time span of the kernels the step launched (placed by their launch calls);
+    3. inside the step's CPU range (a kernel starts after its launch: a step that waits for its GPU work,
+       as the capture's does, runs all of it inside or right after its range);
+    4. queued behind a placed kernel: it starts within `GAP_US` of the end of the GPU's work before it, on
+       a stretch of busy GPU that a placed launch leads (a CUDA graph's kernels run back to back).
+
+    A note says how many were placed each way and how many stay outside every step."""
+    ts = L["ts"].to_numpy()
+    end = ts + L["dur"].to_numpy()
+    s_ts, s_end = steps_r["ts"].to_numpy(), steps_r["end"].to_numpy()
+    todo = unknown.copy()
+    how: dict[str, int] = {}
+
+    def put(got: np.ndarray, why: str) -> None:
+        hit = todo & (got >= 0)
+        if hit.any():
+            step[hit] = got[hit]
+            todo[hit] = False
+            how[why] = int(hit.sum())
+
+    if todo.any() and len(gpu) and len(cpu):                        # 1. GPU copies of the step's ranges
+        w_step = _gpu_copy_steps(gpu, cpu, s_ts, s_end)
+        keep = w_step >= 0
+        got = _contained(gpu["ts"].to_numpy()[keep], gpu["end"].to_numpy()[keep], ts)
+        put(np.where(got >= 0, w_step[keep][np.maximum(got, 0)], -1), "inside the GPU copy of one of its step's ranges")
+    placed = (step >= 0) & ~unknown
+    if todo.any() and placed.any():                                 # 2. the step's kernels' GPU span
+        sp = pd.DataFrame({"step": step[placed], "ts": ts[placed], "end": end[placed]}).groupby("step").agg(
+            ts=("ts", "min"), end=("end", "max"))
+        got = _contained(sp["ts"].to_numpy(), sp["end"].to_numpy(), ts)
+        put(np.where(got >= 0, sp.index.to_numpy()[np.maximum(got, 0)], -1),
+            "inside the GPU time span of its step's launched kernels")
+    if todo.any():                                                  # 3. the step's CPU range
+        put(_contained(s_ts, s_end, ts), "starting inside a step's CPU range")
+    if todo.any() and (step >= 0).any():                            # 4. queued behind a placed kernel
+        o = np.argsort(ts, kind="stable")
+        reach = np.maximum.accumulate(end[o])
+        new_run = np.ones(len(o), dtype=bool)
+        new_run[1:] = ts[o][1:] > reach[:-1] + GAP_US
+        run_start = np.maximum.accumulate(np.where(new_run, np.arange(len(o)), 0))
+        lead = np.maximum.accumulate(np.where(step[o] >= 0, np.arange(len(o)), -1))
+        ok = lead >= run_start
+        got = np.full(len(o), -1, dtype=np.int64)
+        got[ok] = step[o][lead[ok]]
+        back = np.empty_like(got)
+        back[o] = got
+        put(back, f"queued on a busy GPU behind a placed kernel (gap ≤ {GAP_US:g} µs)")
+    n = int(unknown.sum())
+    left = int(todo.sum())
+    notes.append(f"{n:,} launches have no launch record (no runtime event or op links them to a CPU time): "
+                 "placed in steps by GPU time" + (f": {', '.join(f'{v:,} {k}' for k, v in how.items())}"
+                                                  if how else "")
+                 + (f"; {left:,} outside every step are left out" if left else ""))
+    return step
+
+
+def _gpu_copy_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, s_ts: np.ndarray, s_end: np.ndarray) -> np.ndarray:
+    """For each GPU copy of a range, the step its CPU range lies in (-1: none): the CPU range is the latest
+    one of the same name that started at or before the copy (a kernel runs after its launch)."""
+    out = np.full(len(gpu), -1, dtype=np.int64)
+    c_names, g_names = cpu["name"].to_numpy(), gpu["name"].to_numpy()
+    c_ts, g_ts = cpu["ts"].to_numpy(), gpu["ts"].to_numpy()
+    c_step = _contained(s_ts, s_end, c_ts)
+    for name in np.intersect1d(np.unique(g_names), np.unique(c_names)):
+        ci, gi = np.flatnonzero(c_names == name), np.flatnonzero(g_names == name)
+        ci = ci[np.argsort(c_ts[ci], kind="stable")]
+        j = np.searchsorted(c_ts[ci], g_ts[gi], side="right") - 1
+        out[gi[j >= 0]] = c_step[ci[j[j >= 0]]]
+    return out
 
 
 def _attribute(G: pd.DataFrame, det, naming: str | None = None) -> tuple[pd.DataFrame, str]:
     """Module (``module_full``, collapsed ``module``: `collapse`), ``pass`` and op record (``key``) of each GEMM
     launch, and which ranges gave them: capture ranges | nn.Module | none. `naming`: the capture's
     ``module_naming`` (env.json), when known."""
-    ops, rng = det.ops, det.ranges
+    ops, (rng, _) = det.ops, _split_ranges(det)
     mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX)] if len(rng) else rng
     attribution, prefix = "capture ranges", runfiles.MODULE_PREFIX
     if not len(mods) and len(rng):

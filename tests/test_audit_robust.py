@@ -216,3 +216,99 @@ def test_attribute_names_stay_apart(tmp_path, base, with_env):
             "model.layers.*.self_attn.conv2d_1x1"} <= mods
     assert collapse("model.layers.3.mlp", class_order=False) == "model.layers.*.mlp"
     assert collapse("model.layers.3.conv2d_1x1") == "model.layers.*.conv2d_1x1"
+
+
+# ------------------------------------------------------------------------------------------ steps
+def _step_events(doc):
+    return [e for e in doc["traceEvents"] if e.get("cat") == "user_annotation"
+            and e["name"].startswith(runfiles.STEP_PREFIX)]
+
+
+def _duplicate_steps(doc):
+    doc["traceEvents"] += [dict(e) for e in _step_events(doc)]
+
+
+def _enclosing_step(doc):
+    steps = _step_events(doc)
+    a, b = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    doc["traceEvents"].append({**steps[0], "name": runfiles.STEP_PREFIX + "all", "ts": a - 1, "dur": b - a + 2})
+
+
+@pytest.mark.parametrize("program", ["gpt2_train", "mixtral_moe"])
+@pytest.mark.parametrize("mutate", [_duplicate_steps, _enclosing_step], ids=["each step twice", "enclosing"])
+def test_steps_written_twice_or_enclosed_are_the_same_steps(tmp_path, base, program, mutate):
+    """Every step range written twice (a file merged or exported twice), or one more step range around all
+    steps: the same number of steps, rows and per-step figures as the unchanged capture, and a note."""
+    run = run_copy(tmp_path, program, trace=mutate)
+    a, b = audit(run), base(program)
+    assert a.steps == b.steps == 2
+    assert a.step_gpu_us == pytest.approx(b.step_gpu_us) and a.gemm_gpu_us == pytest.approx(b.gemm_gpu_us)
+    same_rows(a, b)
+    assert any("written more than once" in n or "enclose other step ranges" in n for n in a.notes)
+    assert_readable(run)
+
+
+def test_overlapping_steps_of_another_thread_count_each_launch_once(tmp_path, base):
+    """A second thread's step ranges that overlap the first's (step 0's starts and ends inside step 0, step
+    1's starts inside step 1 and ends after it): each launch is counted once, none dropped; the steps are
+    the ranges (4), so per-step figures halve and the GEMM time over all steps is the unchanged capture's."""
+    def mutate(doc):
+        steps = _step_events(doc)
+        for i, e in enumerate(steps):
+            doc["traceEvents"].append({**e, "name": runfiles.STEP_PREFIX + f"{i}", "tid": e["tid"] + 1,
+                                       "ts": e["ts"] + e["dur"] / 4, "dur": e["dur"] / 4 if i == 0 else e["dur"]})
+    run = run_copy(tmp_path, "gpt2_train", trace=mutate)
+    a, b = audit(run), base("gpt2_train")
+    assert a.steps == 4
+    assert a.gemm_gpu_us * a.steps == pytest.approx(b.gemm_gpu_us * b.steps)
+    assert a.rows.gpu_us.sum() * a.steps == pytest.approx(b.rows.gpu_us.sum() * b.steps)
+    assert any("overlap in time" in n for n in a.notes)
+
+
+# ------------------------------------------------------------------------------------------ launch records
+def _drop_launch_records(doc):
+    """What a trace exported without its runtime events and External ids looks like."""
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("cuda_runtime", "cuda_driver",
+                                                                                "ac2g")]
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("args"), dict):
+            e["args"].pop("External id", None)
+            e["args"].pop("correlation", None)
+
+
+def plain_gemm_us(doc) -> float:
+    return sum(e["dur"] for e in doc["traceEvents"] if e.get("cat") == "kernel" and decode(e["name"]).kind == "gemm")
+
+
+@pytest.mark.parametrize("program", ["mixtral_moe", "compiled_mlp", "odd_linear", "gpt2_train"])
+def test_kernels_without_launch_records_are_placed_by_gpu_time(tmp_path, base, program):
+    """Runtime events and External ids dropped: no kernel has a CPU launch time, and those that run after
+    their step's CPU range ends (up to half of the GEMM time here) still count in their step: the GEMM time
+    is the unchanged capture's (every GEMM kernel of these captures runs in a step); the notes say how the
+    launches were placed and why modules and ops are missing, never to record shapes."""
+    run = run_copy(tmp_path, program, trace=_drop_launch_records)
+    with gzip.open(run / runfiles.TRACE_FILE, "rt") as f:
+        doc = json.load(f)
+    a, b = audit(run), base(program)
+    assert a.steps == b.steps
+    assert a.gemm_gpu_us == pytest.approx(b.gemm_gpu_us)
+    assert a.gemm_gpu_us * a.steps == pytest.approx(plain_gemm_us(doc))
+    assert a.step_gpu_us == pytest.approx(b.step_gpu_us)
+    assert a.rows.module.isna().all() and a.rows.op.isna().all()
+    assert any("have no launch record" in n and "placed in steps by GPU time" in n for n in a.notes)
+    assert any("not linked to the ops" in n and "no External id" in n for n in a.notes)
+    assert not any("record_shapes" in n for n in a.notes)
+    assert_readable(run)
+
+
+def test_ops_without_shapes_say_record_shapes(tmp_path):
+    """A trace taken with record_shapes off (no Input Dims, ``record_shapes: 0``): the note asks for it."""
+    def mutate(doc):
+        doc["record_shapes"] = 0
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "cpu_op":
+                for k in ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"):
+                    e["args"].pop(k, None)
+    a = audit(run_copy(tmp_path, "llama_decode", trace=mutate))
+    assert any("record_shapes=True" in n for n in a.notes)
+    assert not any("not linked" in n for n in a.notes)
