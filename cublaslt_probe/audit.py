@@ -193,7 +193,8 @@ def _flag(v) -> bool | None:
 
 
 # The env.json fields audit reads: (the check that makes one usable (None: not usable), what it expects).
-ENV_FIELDS = {"gpu": (_text, "a name"), "sm_count": (_count, "a count"), "cc": (_cc, 'like "9.0"')}
+ENV_FIELDS = {"gpu": (_text, "a name"), "sm_count": (_count, "a count"), "cc": (_cc, 'like "9.0"'),
+              "pid": (_count, "a process id")}
 CAPTURE_FIELDS = {"steps": (_count, "a count"), "allow_tf32": (_flag, "true or false")}
 
 
@@ -374,27 +375,109 @@ def _algo_text(rec) -> str:
     return " ".join(parts)
 
 
-def _log_groups(log_path: Path, notes: list[str]) -> dict[tuple, list]:
+TZ_STEP_S = 900          # time zones are whole quarter hours apart
+TZ_MAX_S = 14 * 3600     # ... and at most 14 hours from UTC
+CLOCK_SLACK_S = 2.0      # the log's times are whole seconds
+
+
+def _log_groups(log_path: Path, notes: list[str], pids: set[int] | None = None,
+                span: tuple[float, float] | None = None) -> dict[tuple, list]:
     """Matmul trace lines of a cuBLASLt log grouped by torch-view problem (m, n, k, batch, layout, dtype
-    family): {key: [records]}."""
+    family): {key: [records]}.
+
+    Only the lines of the trace's process(es) (`pids`, each line's ``[pid]``) are joined; a log whose lines'
+    times do not meet the trace's `span` (seconds since the epoch, UTC; `_trace_span`) is of another run and
+    is not joined. The log writes local time: its times are compared in every time zone (quarter hours
+    within 14 hours of UTC)."""
     from cublaslt_probe.logs import LogReadError, ParseStats, parse_log
     st = ParseStats()
-    out: dict[tuple, list] = {}
+    recs: list = []
     try:
         for r in parse_log(str(log_path), stats=st):
-            if r.kind != "trace" or r.torch_m is None:
-                continue
-            layout = (r.op_b or "N")[:1] + (r.op_a or "N")[:1]
-            dt = _log_dtype(r)
-            key = (r.torch_m, r.torch_n, r.torch_k, r.batch_count or 1, layout, "fp32" if dt == "tf32" else dt)
-            out.setdefault(key, []).append(r)
+            if r.kind == "trace" and r.torch_m is not None:
+                recs.append(r)
     except LogReadError as e:
         notes.append(f"{log_path}: cannot be read ({e}): the logged algos cannot be shown")
         return {}
-    if not out:
+    if not recs:
         notes.append(f"{log_path}: no matmul trace lines (a cuBLASLt log at level 2 or more has one per call): "
                      "the logged algos cannot be shown")
+        return {}
+    if pids:
+        others = sorted({r.pid for r in recs if r.pid is not None and r.pid not in pids})
+        if others:
+            mine = [r for r in recs if r.pid is None or r.pid in pids]
+            what = f"process {', '.join(map(str, others[:5]))}{', …' if len(others) > 5 else ''}"
+            if not mine:
+                notes.append(f"{log_path}: its lines are of {what}, the trace of process "
+                             f"{', '.join(map(str, sorted(pids)))}: another process's log is not joined (give "
+                             "the log of the same run with --log)")
+                return {}
+            notes.append(f"{log_path}: {len(recs) - len(mine):,} lines of {what} (not in the trace) are left out")
+            recs = mine
+    if span is not None:
+        got = _log_span(recs)
+        if got is not None and not _meets(got, span):
+            notes.append(f"{log_path}: its lines were written {_utc(got[0])}–{_utc(got[1])} (local time), the "
+                         f"trace was taken {_utc(span[0])}–{_utc(span[1])} UTC: a log of another run is not joined "
+                         "(give the log of the same run with --log)")
+            return {}
+    out: dict[tuple, list] = {}
+    for r in recs:
+        layout = (r.op_b or "N")[:1] + (r.op_a or "N")[:1]
+        dt = _log_dtype(r)
+        key = (r.torch_m, r.torch_n, r.torch_k, r.batch_count or 1, layout, "fp32" if dt == "tf32" else dt)
+        out.setdefault(key, []).append(r)
     return out
+
+
+def _log_span(recs: list) -> tuple[float, float] | None:
+    """First and last time of the log lines, as seconds of their (local) clock; None without times."""
+    from datetime import datetime, timezone
+    times = [r.time for r in recs if isinstance(r.time, str)]
+    if not times:
+        return None
+    try:
+        lo, hi = (datetime.strptime(t.strip()[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+                  for t in (min(times), max(times)))
+    except ValueError:
+        return None
+    return lo, hi + 1.0
+
+
+def _meets(log_span: tuple[float, float], span: tuple[float, float]) -> bool:
+    """Whether the log's span (local clock) overlaps the trace's (UTC) in some time zone."""
+    lo, hi = span[0] - CLOCK_SLACK_S, span[1] + CLOCK_SLACK_S
+    return any(log_span[0] - o <= hi and log_span[1] - o >= lo for o in range(-TZ_MAX_S, TZ_MAX_S + 1, TZ_STEP_S))
+
+
+def _utc(t: float) -> str:
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _trace_pids(det, env: dict) -> set[int] | None:
+    """The processes whose ops the trace holds (env.json's ``pid`` when the trace does not tell)."""
+    if "pid" in det.ops.columns and len(det.ops):
+        return {int(p) for p in pd.unique(det.ops["pid"]) if not _na(p) and int(p) > 0} or None
+    return {env["pid"]} if env.get("pid") else None
+
+
+def _trace_span(det, meta: dict) -> tuple[float, float] | None:
+    """The trace's first and last event time in seconds since the epoch (UTC): Kineto's timestamps are µs
+    after ``baseTimeNanoseconds``; without it, timestamps that read as this century's epoch µs are taken as
+    such. None when the trace's clock is not the wall clock."""
+    t = np.concatenate([det.launches["ts"].to_numpy(), (det.launches["ts"] + det.launches["dur"]).to_numpy(),
+                        det.ops["ts"].to_numpy(), det.ops["end"].to_numpy()]).astype(np.float64)
+    t = t[np.isfinite(t)]
+    if not len(t):
+        return None
+    base = meta.get("baseTimeNanoseconds")
+    if type(base) is int and base > 0:
+        lo, hi = base / 1e9 + t.min() / 1e6, base / 1e9 + t.max() / 1e6
+    else:
+        lo, hi = t.min() / 1e6, t.max() / 1e6
+    return (lo, hi) if 946684800 <= lo <= hi <= 4102444800 else None     # 2000 .. 2100
 
 
 def _join_log(row: dict, kn, groups: dict[tuple, list], steps: int) -> None:
@@ -535,7 +618,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     step_gpu = total_us / steps
     G, attribution = _attribute(L[L["kind"] > 0].copy(), det, (env.get("capture") or {}).get("module_naming"))   # GEMM-kind launches (and orphan reduces)
     G = _fold_helpers(G)
-    log_groups = _log_groups(files["log"], notes) if files["log"] else {}
+    log_groups = _log_groups(files["log"], notes, _trace_pids(det, env), _trace_span(det, s.meta)) \
+        if files["log"] else {}
     G, judges = _judges(G, facts, devices, notes)
     df, no_shape, no_shape_us = _rows(G, det, steps, step_gpu, log_groups, judges)
     gemm_us = float(G["dur"].sum()) / steps

@@ -312,3 +312,33 @@ def test_ops_without_shapes_say_record_shapes(tmp_path):
     a = audit(run_copy(tmp_path, "llama_decode", trace=mutate))
     assert any("record_shapes=True" in n for n in a.notes)
     assert not any("not linked" in n for n in a.notes)
+
+
+# ------------------------------------------------------------------------------------------ the log
+def _shift_log(seconds):
+    from datetime import datetime, timedelta
+
+    def mutate(text):
+        def sub(m):
+            t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") + timedelta(seconds=seconds)
+            return f"[{t:%Y-%m-%d %H:%M:%S}]"
+        return re.sub(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", sub, text, flags=re.MULTILINE)
+    return mutate
+
+
+@pytest.mark.parametrize("shift,joined", [(86400, False), (3 * 3600 + 7 * 60, False), (-5 * 3600, True),
+                                          (5 * 3600 + 1800, True)],
+                         ids=["a day later", "3 h 7 min later", "UTC-5", "UTC+5:30"])
+def test_log_of_another_run_is_not_joined(tmp_path, base, shift, joined):
+    """The run's log with its times moved: by a day or by 3 h 7 min it is another run's log and is not joined
+    (no algo on any row, a note); by a time zone's offset it is the same run's, joined as before."""
+    run = run_copy(tmp_path, "llama_decode", log=_shift_log(shift))
+    a, b = audit(run), base("llama_decode")
+    assert b.rows.algo.notna().sum() >= len(b.rows) - 1
+    if joined:
+        same_rows(a, b, cols=("gpu_us", "algo", "log_calls"))
+        assert not any("another run" in n for n in a.notes)
+    else:
+        assert a.rows.algo.isna().all() and a.rows.log_calls.isna().all()
+        assert any("a log of another run is not joined" in n for n in a.notes)
+        same_rows(a, b, cols=("gpu_us", "calls", "share", "pct_peak", "floor_us"))
