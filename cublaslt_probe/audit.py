@@ -598,6 +598,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                          "(prof.export_chrome_trace, record_shapes=True) or a run folder written by "
                          "cublaslt_probe.capture")
     det = s.detail
+    det.ranges = det.ranges[~det.ranges["gpu"]]   # the CPU ranges (GPU-timeline copies: gpu True)
     st = s.stats
     partial = bool(st.truncated or st.bad_events or st.bad_durations)
     if partial:
