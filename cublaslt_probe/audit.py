@@ -598,7 +598,6 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                          "(prof.export_chrome_trace, record_shapes=True) or a run folder written by "
                          "cublaslt_probe.capture")
     det = s.detail
-    det.ranges = det.ranges[~det.ranges["gpu"]]   # the CPU ranges (GPU-timeline copies: gpu True)
     st = s.stats
     partial = bool(st.truncated or st.bad_events or st.bad_durations)
     if partial:
@@ -609,7 +608,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                else [])))
     facts, devices = _gpu_facts(env, s.meta, notes)
     env = _with_facts(env, facts)
-    L, steps = _in_steps(det, env, notes)
+    det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
+    L, steps = _in_steps(det, env, notes, gpu_ranges)
     per_name: dict[str, list] = {}
     for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
         per_name[det.names[i]] = [int(c), float(t)]
@@ -841,13 +841,15 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     return steps
 
 
-def _in_steps(det, env: dict, notes: list[str]) -> tuple[pd.DataFrame, int]:
+def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None) -> tuple[pd.DataFrame, int]:
     """The launches inside the steps (`_step_ranges`; without any the whole trace is one step) and the
     number of steps. A launch belongs to the step whose range holds its launch call's CPU time (of its own
     process first, where the trace tells processes apart); a launch without a launch record (no runtime
-    event, no op: its CPU time is unknown) is placed by its GPU time (`_place_by_gpu_time`)."""
+    event, no op: its CPU time is unknown) is placed by its GPU time (`_place_by_gpu_time`, with `gpu`: the
+    GPU-timeline copies of the ranges, when they are not among ``det.ranges``)."""
     L = det.launches
-    cpu, gpu = _split_ranges(det)
+    cpu, copies = _split_ranges(det)
+    gpu = copies if gpu is None else gpu
     steps_r = _step_ranges(cpu, notes)
     if not len(steps_r):
         if not env.get("capture"):
