@@ -100,6 +100,8 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
                                "null when they could not be rebuilt"),
     "input_dims": TRACE_SCHEMA["input_dims"],
     "input_strides": TRACE_SCHEMA["input_strides"],
+    "gpu": ("string", "the GPU its launches ran on, whose peaks and SM count judge it (a trace of several kinds "
+                      "of GPU has a row per kind)"),
 }
 AUDIT_COLUMNS = list(AUDIT_SCHEMA)
 # The keys every jsonl row carries in this order (the rest follow).
@@ -617,7 +619,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     timeline = timeline_frame(per_name, total_us)
     timeline["total_us"] = timeline["total_us"] / steps
     step_gpu = total_us / steps
-    G, attribution = _attribute(L[L["kind"] > 0].copy(), det, (env.get("capture") or {}).get("module_naming"))   # GEMM-kind launches (and orphan reduces)
+    naming = (env.get("capture") or {}).get("module_naming")
+    G, attribution = _attribute(L[L["kind"] > 0].copy(), det, naming)   # GEMM-kind launches (and orphan reduces)
     G = _fold_helpers(G)
     log_groups = _log_groups(files["log"], notes, _trace_pids(det, env), _trace_span(det, s.meta)) \
         if files["log"] else {}
@@ -757,9 +760,9 @@ def _with_facts(env: dict, facts: GpuFacts) -> dict:
 
 
 def _judges(G: pd.DataFrame, facts: GpuFacts, devices: dict[int, GpuFacts], notes: list[str]
-            ) -> tuple[pd.DataFrame, list[tuple]]:
-    """Each launch's kind of GPU (column ``judge``) and, per kind, the (rates, SM count, architecture) its rows
-    are judged with: the run's facts, or with several kinds of GPU in the trace its launch's device's."""
+            ) -> tuple[pd.DataFrame, list[tuple[GpuFacts, tuple]]]:
+    """Each launch's kind of GPU (column ``judge``) and, per kind, its facts and rates (`gpu_rates`) that its
+    rows are judged with: the run's facts, or with several kinds of GPU in the trace its launch's device's."""
     kinds = list(dict.fromkeys(devices.values())) if len(set(devices.values())) > 1 else [facts]
     judge = np.zeros(len(G), dtype=np.int64)
     if len(kinds) > 1:
@@ -773,7 +776,7 @@ def _judges(G: pd.DataFrame, facts: GpuFacts, devices: dict[int, GpuFacts], note
         if rates[0] is None and (judge == len(out)).any():
             notes.append(f"no peak rates for GPU {k.name or '(not recorded)'}: floor_us and pct_peak cannot be "
                          "shown" + (" for its GEMMs" if len(kinds) > 1 else ""))
-        out.append((rates, k.sms, k.arch))
+        out.append((k, rates))
     return G.assign(judge=judge), out
 
 
@@ -1025,11 +1028,11 @@ def _module_names(mods: pd.DataFrame, prefix: str, attribution: str) -> list[str
     return out
 
 
-def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, judges: list[tuple]
+def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, judges: list[tuple[GpuFacts, tuple]]
           ) -> tuple[pd.DataFrame, int, float]:
     """One row per (module, pass, op record, kernel, kind of GPU): the `AUDIT_SCHEMA` frame, largest first;
-    and how many rows (and how much time) have no shape. ``judges[G.judge]``: (rates, SM count, architecture)
-    of the GPU a launch ran on (`_judges`)."""
+    and how many rows (and how much time) have no shape. ``judges[G.judge]``: the facts and rates of the GPU a
+    launch ran on (`_judges`)."""
     from cublaslt_probe.names import decode
     from cublaslt_probe.trace import classify, op_key_json, problem_of
     agg = G.groupby(["module", "pass", "key", "name", "judge"], dropna=False, sort=False).agg(
@@ -1064,7 +1067,9 @@ def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, j
         _join_log(row, kn, log_groups, steps)
         if row.get("algo_split_k") and row["algo_split_k"] > 1:
             row["split_k"] = True
-        _judge(row, kn, *judges[judge])
+        gpu, rates = judges[judge]
+        row["gpu"] = gpu.name
+        _judge(row, kn, rates, gpu.sms, gpu.arch)
         rows.append(row)
     df = _coerce(pd.DataFrame(rows, columns=AUDIT_COLUMNS))
     df = df.sort_values(["gpu_us", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)

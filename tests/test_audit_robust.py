@@ -342,3 +342,35 @@ def test_log_of_another_run_is_not_joined(tmp_path, base, shift, joined):
         assert a.rows.algo.isna().all() and a.rows.log_calls.isna().all()
         assert any("a log of another run is not joined" in n for n in a.notes)
         same_rows(a, b, cols=("gpu_us", "calls", "share", "pct_peak", "floor_us"))
+
+
+def test_two_kinds_of_gpu_judge_each_launch_by_its_device(tmp_path, base):
+    """Step 1 of the decode run moved to a second GPU of another kind (device 1: an H100 PCIe, 114 SMs, in
+    deviceProperties and on its kernels): each GEMM has a row per GPU, judged with that GPU's peak and SM
+    count; the GEMM time is the unchanged capture's."""
+    from cublaslt_probe.kinds import gpu_peaks
+
+    def mutate(doc):
+        step1 = sorted(e["ts"] for e in _step_events(doc))[1]
+        doc["deviceProperties"].append({**doc["deviceProperties"][0], "id": 1, "name": "NVIDIA H100 PCIe",
+                                        "numSms": 114})
+        for e in doc["traceEvents"]:
+            if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy", "gpu_user_annotation") and e["ts"] >= step1:
+                e["pid"] = 1
+                if "device" in e["args"]:
+                    e["args"]["device"] = 1
+    run = run_copy(tmp_path, "llama_decode", trace=mutate)
+    a, b = audit(run), base("llama_decode")
+    assert a.gemm_gpu_us == pytest.approx(b.gemm_gpu_us) and a.rows.gpu_us.sum() == pytest.approx(b.rows.gpu_us.sum())
+    assert set(a.rows.gpu) == {"NVIDIA H200", "NVIDIA H100 PCIe"} and set(b.rows.gpu) == {"NVIDIA H200"}
+    assert any("2 kinds of GPU" in n for n in a.notes)
+    key = ["module", "op", "m", "n", "k", "kernel"]
+    for gpu, sms in (("NVIDIA H200", 132), ("NVIDIA H100 PCIe", 114)):
+        mine = a.rows[a.rows.gpu == gpu]
+        assert len(mine) >= len(b.rows) - 1
+        assert (mine.peak_tflops == gpu_peaks(gpu).tflops["bf16"])[mine.dtype == "bf16"].all()
+        both = mine.merge(b.rows, on=key, suffixes=("", "_b"))
+        assert len(both) == len(mine)
+        w = both.dropna(subset=["waves"])
+        assert len(w) and list(w.waves) == pytest.approx(list(w.waves_b * 132 / sms))
+    assert_readable(run)
