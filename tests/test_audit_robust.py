@@ -374,3 +374,19 @@ def test_two_kinds_of_gpu_judge_each_launch_by_its_device(tmp_path, base):
         w = both.dropna(subset=["waves"])
         assert len(w) and list(w.waves) == pytest.approx(list(w.waves_b * 132 / sms))
     assert_readable(run)
+
+
+def test_log_of_another_process_is_not_joined(tmp_path, base):
+    """The run's log with its lines' ``[pid]`` changed to another process: not joined (a note names both);
+    with half its lines of another process (a log of two processes), the trace's own lines still join."""
+    other = lambda text: re.sub(r"^(\[[^]]*\]\[cublasLt\])\[454\]", r"\1[4242]", text, flags=re.MULTILINE)
+    a, b = audit(run_copy(tmp_path / "all", "llama_decode", log=other)), base("llama_decode")
+    assert a.rows.algo.isna().all()
+    assert any("4242" in n and "454" in n and "not joined" in n for n in a.notes)
+    same_rows(a, b, cols=("gpu_us", "calls", "share", "pct_peak", "floor_us"))
+
+    def mixed(text):
+        return text + other(text)
+    c = audit(run_copy(tmp_path / "mixed", "llama_decode", log=mixed))
+    same_rows(c, b, cols=("gpu_us", "algo", "log_calls"))
+    assert any("lines of process 4242" in n and "left out" in n for n in c.notes)
