@@ -858,17 +858,8 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None)
         if not env.get("capture"):
             notes.append("no step ranges in the trace: the whole trace counts as one step")
         return L, int((env.get("capture") or {}).get("steps") or 1)
-    s_ts, s_end = steps_r["ts"].to_numpy(), steps_r["end"].to_numpy()
-    step = np.full(len(L), -1, dtype=np.int64)
     t_launch = L["t_launch"].to_numpy()
-    if "pid" in L.columns and "pid" in steps_r.columns:              # a launch's own process's steps first
-        lp, sp = L["pid"].to_numpy(), steps_r["pid"].to_numpy()
-        for p in np.intersect1d(np.unique(lp), np.unique(sp)):
-            li, si = np.flatnonzero(lp == p), np.flatnonzero(sp == p)
-            got = _contained(s_ts[si], s_end[si], t_launch[li])
-            step[li[got >= 0]] = si[got[got >= 0]]
-    rest = step < 0
-    step[rest] = _contained(s_ts, s_end, t_launch[rest])
+    step = _contained_own(steps_r, t_launch, L)
     unknown = (L["op_row"].to_numpy() < 0) & (t_launch == L["ts"].to_numpy())
     if unknown.any():
         step[unknown] = -1
@@ -881,7 +872,8 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None)
 
 def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, steps_r: pd.DataFrame,
                        cpu: pd.DataFrame, gpu: pd.DataFrame, notes: list[str]) -> np.ndarray:
-    """Steps of the launches whose launch call's CPU time is unknown (`unknown`), from their GPU start:
+    """Steps of the launches whose launch call's CPU time is unknown (`unknown`), from their GPU start, each
+    against the work of its own GPU:
 
     1. inside the GPU copy of one of the step's ranges (the step's own, or a module's inside it: a copy
        is paired with the latest CPU range of its name that started before it);
@@ -894,6 +886,7 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
     A note says how many were placed each way and how many stay outside every step."""
     ts = L["ts"].to_numpy()
     end = ts + L["dur"].to_numpy()
+    dev = L["device"].to_numpy() if "device" in L.columns else np.zeros(len(L), dtype=np.int64)
     s_ts, s_end = steps_r["ts"].to_numpy(), steps_r["end"].to_numpy()
     todo = unknown.copy()
     how: dict[str, int] = {}
@@ -905,33 +898,50 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
             todo[hit] = False
             how[why] = int(hit.sum())
 
+    def per_device(place) -> np.ndarray:
+        got = np.full(len(L), -1, dtype=np.int64)
+        for d in np.unique(dev[todo]):
+            on = dev == d
+            got[on] = place(on)
+        return got
+
     if todo.any() and len(gpu) and len(cpu):                        # 1. GPU copies of the step's ranges
-        w_step = _gpu_copy_steps(gpu, cpu, s_ts, s_end)
-        keep = w_step >= 0
-        got = _contained(gpu["ts"].to_numpy()[keep], gpu["end"].to_numpy()[keep], ts)
-        put(np.where(got >= 0, w_step[keep][np.maximum(got, 0)], -1), "inside the GPU copy of one of its step's ranges")
+        w_step = _gpu_copy_steps(gpu, cpu, steps_r)
+        w_dev = gpu["device"].to_numpy() if "device" in gpu.columns else np.zeros(len(gpu), dtype=np.int64)
+        w_ts, w_end = gpu["ts"].to_numpy(), gpu["end"].to_numpy()
+
+        def copies(on):
+            w = np.flatnonzero((w_step >= 0) & (w_dev == dev[on][0]))
+            got = _contained(w_ts[w], w_end[w], ts[on])
+            return np.where(got >= 0, w_step[w][np.maximum(got, 0)], -1)
+        put(per_device(copies), "inside the GPU copy of one of its step's ranges")
     placed = (step >= 0) & ~unknown
     if todo.any() and placed.any():                                 # 2. the step's kernels' GPU span
-        sp = pd.DataFrame({"step": step[placed], "ts": ts[placed], "end": end[placed]}).groupby("step").agg(
-            ts=("ts", "min"), end=("end", "max"))
-        got = _contained(sp["ts"].to_numpy(), sp["end"].to_numpy(), ts)
-        put(np.where(got >= 0, sp.index.to_numpy()[np.maximum(got, 0)], -1),
-            "inside the GPU time span of its step's launched kernels")
+        def span(on):
+            mine = placed & on
+            sp = pd.DataFrame({"step": step[mine], "ts": ts[mine], "end": end[mine]}).groupby("step").agg(
+                ts=("ts", "min"), end=("end", "max"))
+            got = _contained(sp["ts"].to_numpy(), sp["end"].to_numpy(), ts[on])
+            return np.where(got >= 0, sp.index.to_numpy()[np.maximum(got, 0)] if len(sp) else -1, -1)
+        put(per_device(span), "inside the GPU time span of its step's launched kernels")
     if todo.any():                                                  # 3. the step's CPU range
-        put(_contained(s_ts, s_end, ts), "starting inside a step's CPU range")
+        put(_contained_own(steps_r, ts, L), "starting inside a step's CPU range")
     if todo.any() and (step >= 0).any():                            # 4. queued behind a placed kernel
-        o = np.argsort(ts, kind="stable")
-        reach = np.maximum.accumulate(end[o])
-        new_run = np.ones(len(o), dtype=bool)
-        new_run[1:] = ts[o][1:] > reach[:-1] + GAP_US
-        run_start = np.maximum.accumulate(np.where(new_run, np.arange(len(o)), 0))
-        lead = np.maximum.accumulate(np.where(step[o] >= 0, np.arange(len(o)), -1))
-        ok = lead >= run_start
-        got = np.full(len(o), -1, dtype=np.int64)
-        got[ok] = step[o][lead[ok]]
-        back = np.empty_like(got)
-        back[o] = got
-        put(back, f"queued on a busy GPU behind a placed kernel (gap ≤ {GAP_US:g} µs)")
+        def queued(on):
+            t, e, st = ts[on], end[on], step[on]
+            o = np.argsort(t, kind="stable")
+            reach = np.maximum.accumulate(e[o])
+            new_run = np.ones(len(o), dtype=bool)
+            new_run[1:] = t[o][1:] > reach[:-1] + GAP_US
+            run_start = np.maximum.accumulate(np.where(new_run, np.arange(len(o)), 0))
+            lead = np.maximum.accumulate(np.where(st[o] >= 0, np.arange(len(o)), -1))
+            ok = lead >= run_start
+            got = np.full(len(o), -1, dtype=np.int64)
+            got[ok] = st[o][lead[ok]]
+            back = np.empty_like(got)
+            back[o] = got
+            return back
+        put(per_device(queued), f"queued on a busy GPU behind a placed kernel (gap ≤ {GAP_US:g} µs)")
     n = int(unknown.sum())
     left = int(todo.sum())
     notes.append(f"{n:,} launches have no launch record (no runtime event or op links them to a CPU time): "
@@ -941,18 +951,40 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
     return step
 
 
-def _gpu_copy_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, s_ts: np.ndarray, s_end: np.ndarray) -> np.ndarray:
+def _contained_own(ranges: pd.DataFrame, pts: np.ndarray, owners: pd.DataFrame) -> np.ndarray:
+    """`_contained` for points with an owning process (``owners.pid``, -1: unknown): a range of the point's own
+    process first (where the ranges tell processes apart), else any."""
+    r_ts, r_end = ranges["ts"].to_numpy(), ranges["end"].to_numpy()
+    out = np.full(len(pts), -1, dtype=np.int64)
+    if "pid" in owners.columns and "pid" in ranges.columns:
+        pp, rp = owners["pid"].to_numpy(), ranges["pid"].to_numpy()
+        for p in np.intersect1d(np.unique(pp[pp != -1]), np.unique(rp)):
+            pi, ri = np.flatnonzero(pp == p), np.flatnonzero(rp == p)
+            got = _contained(r_ts[ri], r_end[ri], pts[pi])
+            out[pi[got >= 0]] = ri[got[got >= 0]]
+    rest = out < 0
+    out[rest] = _contained(r_ts, r_end, pts[rest])
+    return out
+
+
+def _gpu_copy_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, steps_r: pd.DataFrame) -> np.ndarray:
     """For each GPU copy of a range, the step its CPU range lies in (-1: none): the CPU range is the latest
-    one of the same name that started at or before the copy (a kernel runs after its launch)."""
+    one of the same name (and process, where the copy's is known) that started at or before the copy (a
+    kernel runs after its launch)."""
     out = np.full(len(gpu), -1, dtype=np.int64)
     c_names, g_names = cpu["name"].to_numpy(), gpu["name"].to_numpy()
     c_ts, g_ts = cpu["ts"].to_numpy(), gpu["ts"].to_numpy()
-    c_step = _contained(s_ts, s_end, c_ts)
+    c_step = _contained_own(steps_r, c_ts, cpu)
+    own = "pid" in gpu.columns and "pid" in cpu.columns
+    c_pid = cpu["pid"].to_numpy() if own else np.zeros(len(cpu), dtype=np.int64)
+    g_pid = gpu["pid"].to_numpy() if own else np.full(len(gpu), -1, dtype=np.int64)
     for name in np.intersect1d(np.unique(g_names), np.unique(c_names)):
-        ci, gi = np.flatnonzero(c_names == name), np.flatnonzero(g_names == name)
-        ci = ci[np.argsort(c_ts[ci], kind="stable")]
-        j = np.searchsorted(c_ts[ci], g_ts[gi], side="right") - 1
-        out[gi[j >= 0]] = c_step[ci[j[j >= 0]]]
+        for p in np.unique(g_pid[g_names == name]):
+            gi = np.flatnonzero((g_names == name) & (g_pid == p))
+            ci = np.flatnonzero((c_names == name) & ((c_pid == p) if p != -1 else True))
+            ci = ci[np.argsort(c_ts[ci], kind="stable")]
+            j = np.searchsorted(c_ts[ci], g_ts[gi], side="right") - 1
+            out[gi[j >= 0]] = c_step[ci[j[j >= 0]]]
     return out
 
 
