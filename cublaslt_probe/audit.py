@@ -484,7 +484,7 @@ def _trace_span(det, meta: dict) -> tuple[float, float] | None:
 
 def _join_log(row: dict, kn, groups: dict[tuple, list], steps: int) -> None:
     from cublaslt_probe.evidence import consistency
-    if not groups or row.get("m") is None or row.get("layout") is None:
+    if not groups or _na(row.get("m")) or _na(row.get("layout")):
         return
     dt = row.get("dtype")
     key = (row["m"], row["n"], row["k"], row.get("batch") or 1, row["layout"], "fp32" if dt == "tf32" else dt)
@@ -544,7 +544,7 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
     m, n, k, b = row.get("m"), row.get("n"), row.get("k"), row.get("batch") or 1
     dt = row.get("dtype")
     mean = row["mean_us"]
-    if None in (m, n, k):
+    if any(_na(x) for x in (m, n, k)):
         return
     flops = 2.0 * m * n * k * b
     row["flops"] = flops
@@ -554,7 +554,7 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
     peak = peaks.get(dt) if peaks and dt else None
     if peak:
         row["peak_tflops"] = peak
-        row["pct_peak"] = 100 * row["tflops"] / peak if row["tflops"] is not None else None
+        row["pct_peak"] = 100 * row["tflops"] / peak if not _na(row["tflops"]) else None
     if peak and bw and nb:
         nbytes = (m * k + k * n) * b * nb + m * n * b * OUT_BYTES.get(dt, nb)
         t_mem = nbytes / (bw * 1e12) * 1e6
@@ -565,9 +565,9 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
     # waves: the tile in cuBLAS's column-major order against blas_m = torch n, blas_n = torch m
     tile = logged_tile(kn)
     split = row.get("algo_split_k")
-    if split is None:
+    if _na(split):
         split = 1 if kn.split_k is False or (kn.split_k is None and not row.get("split_k")) else None
-    if tile and sms and split and row.get("groups") is None:
+    if tile and sms and split and _na(row.get("groups")):
         from cublaslt_probe.explain import waves
         row["waves"] = waves(n, m, tile[0], tile[1], split, b, sms)["waves"]
     # alignment: leading dimensions in bytes
