@@ -585,10 +585,12 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
 
 
 # --------------------------------------------------------------------------- the audit
-def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, coldstart: dict | None = None) -> Audit:
+def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, coldstart: dict | None = None,
+          pid: int | None = None) -> Audit:
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
     `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
-    ``evidence: observed`` (`coldstart.apply_observed`)."""
+    ``evidence: observed`` (`coldstart.apply_observed`). `pid`: of a file of several processes (merged rank
+    traces), audit only that one (`trace.TraceDetail.for_process`)."""
     from cublaslt_probe.stalls import host_stalls
     from cublaslt_probe.trace import read_chrome_trace, timeline_frame
     files = resolve(path, log_path)
@@ -601,13 +603,24 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                          "cublaslt_probe.capture")
     det = s.detail
     st = s.stats
-    partial = bool(st.truncated or st.bad_events or st.bad_durations)
-    if partial:
-        notes.append(f"{files['trace']}: " + "; ".join(
-            (["cut off inside the event array (the events before the cut are audited)"] if st.truncated else [])
-            + ([f"{st.bad_events:,} malformed events skipped"] if st.bad_events else [])
-            + ([f"{st.bad_durations:,} kernel or copy events without a numeric dur (0 µs)"] if st.bad_durations
-               else [])))
+    partial = bool(st.truncated or st.bad_events or st.bad_durations or st.bad_ids)
+    damage = ((["cut off inside the event array (the events before the cut are audited)"] if st.truncated else [])
+              + ([f"{st.bad_events:,} malformed events skipped"] if st.bad_events else [])
+              + ([f"{st.bad_durations:,} kernel or copy events without a valid dur (missing, not a number, "
+                  "negative or infinite: counted as 0 µs)"] if st.bad_durations else [])
+              + ([f"{st.bad_ids:,} correlation or External ids out of range (read as missing: their kernels are "
+                  "not linked)"] if st.bad_ids else [])
+              + (["the gzip stream is damaged after the last event (every event was read)"]
+                 if st.gzip_damaged_after_events and not st.truncated else []))
+    if damage:
+        notes.append(f"{files['trace']}: " + "; ".join(damage))
+    pids = [p for p in s.pids if p >= 0]
+    if pid is not None:
+        det = det.for_process(pid)
+    elif len(pids) > 1:
+        notes.append(f"the trace holds {len(pids)} processes ({', '.join(map(str, pids[:8]))}"
+                     f"{', …' if len(pids) > 8 else ''}): the rows add up all of them and each process's step "
+                     "ranges are steps (per-step figures are one process's step); --pid PID audits one")
     facts, devices = _gpu_facts(env, s.meta, notes)
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
@@ -796,7 +809,8 @@ def _split_ranges(det) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     """The step ranges (the capture's, else torch.profiler's ``ProfilerStep#N``) that are steps.
 
-    - A range written more than once (same name, start and end: a file merged or exported twice) is one step.
+    - A range written more than once (same name, start, end, process and thread: a file merged or exported
+      twice) is one step.
     - A range that encloses other step ranges of its thread (an outer ``step`` around the loop) is a stretch
       of steps, not a step.
     - Ranges of several threads or processes may overlap in time: each is a step (a rank's step is a step;
@@ -813,10 +827,10 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     if not ok.all():
         notes.append(f"{int((~ok).sum()):,} step ranges without a valid start and end are not steps")
         steps = steps[ok]
-    dup = steps.duplicated(["name", "ts", "end"])
+    dup = steps.duplicated(["name", "ts", "end", *(c for c in ("pid", "tid") if c in steps.columns)])
     if dup.any():
-        notes.append(f"{int(dup.sum()):,} step ranges written more than once (same name, start and end) are "
-                     "counted once")
+        notes.append(f"{int(dup.sum()):,} step ranges written more than once (same name, start, end and thread) "
+                     "are counted once")
         steps = steps[~dup]
     group = pd.factorize(pd.MultiIndex.from_frame(steps[[c for c in ("pid", "tid") if c in steps.columns]]))[0] \
         if "tid" in steps.columns else np.zeros(len(steps), dtype=np.int64)

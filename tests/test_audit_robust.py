@@ -390,3 +390,45 @@ def test_log_of_another_process_is_not_joined(tmp_path, base):
     c = audit(run_copy(tmp_path / "mixed", "llama_decode", log=mixed))
     same_rows(c, b, cols=("gpu_us", "algo", "log_calls"))
     assert any("lines of process 4242" in n and "left out" in n for n in c.notes)
+
+
+def _second_rank(doc):
+    """The same program run a second later by a second process on a second GPU of the same kind, merged into
+    one file (as HTA and Perfetto users merge rank traces): its ids repeat the first's."""
+    rank = []
+    for e in doc["traceEvents"]:
+        e2 = json.loads(json.dumps(e))
+        if isinstance(e2.get("ts"), (int, float)):
+            e2["ts"] += 1e6
+        if e.get("pid") == 454:
+            e2["pid"] = 455
+            if e2.get("tid") == 454:
+                e2["tid"] = 455
+        elif e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy", "gpu_user_annotation", "ac2g") or \
+                e.get("ph") == "M":
+            e2["pid"] = e["pid"] + 1 if isinstance(e.get("pid"), int) and e["pid"] >= 0 else e.get("pid")
+            if isinstance(e2.get("args"), dict) and "device" in e2["args"]:
+                e2["args"]["device"] = 1
+        else:
+            continue
+        rank.append(e2)
+    doc["traceEvents"] += rank
+    doc["deviceProperties"].append({**doc["deviceProperties"][0], "id": 1})
+
+
+def test_two_ranks_merged_each_step_per_rank(tmp_path, base):
+    """Two processes running the same decode steps merged into one file: 4 steps (2 per rank), every row and
+    per-step figure the one process's (no launch of one rank folded into the other's), a note naming both
+    pids; --pid keeps one (and the run's log, process 454's, is not joined to process 455)."""
+    run = run_copy(tmp_path, "llama_decode", trace=_second_rank)
+    a, b = audit(run), base("llama_decode")
+    assert a.steps == 4
+    same_rows(a, b)
+    assert any("2 processes (454, 455)" in n for n in a.notes)
+    one = audit(run, pid=455)                  # the run folder's log is process 454's: not joined
+    assert one.steps == 2
+    same_rows(one, b, cols=("gpu_us", "calls", "share", "pct_peak", "floor_us"))
+    assert one.rows.algo.isna().all() and any("another process's log is not joined" in n for n in one.notes)
+    r = cli(run, "--pid", "455", "-f", "jsonl", "--top", "0")
+    assert r.exit_code == 0 and len(r.output.strip().splitlines()) >= len(b.rows)
+    assert "no process 999" in cli(run, "--pid", "999").output
