@@ -1018,8 +1018,10 @@ def _attribute(G: pd.DataFrame, det, naming: str | None = None) -> tuple[pd.Data
     module = np.full(len(G), -1, dtype=np.int64)
     bwd = np.zeros(len(G), dtype=bool)
     if len(mods) and len(G):
-        m_ts, m_end, m_tid = mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy()
-        o_ts, o_tid, o_seq = ops["ts"].to_numpy(), ops["tid"].to_numpy(), ops["seq"].to_numpy()
+        (m_tid, o_tid), o_proc = _threads(mods, ops), _processes(ops)
+        m_ts, m_end = mods["ts"].to_numpy(), mods["end"].to_numpy()
+        o_ts = ops["ts"].to_numpy()
+        o_seq = np.where(ops["seq"].to_numpy() >= 0, o_proc * SEQ_SPAN + ops["seq"].to_numpy(), -1)
         linked = op_row >= 0
         module[linked] = _innermost(m_ts, m_end, m_tid, o_ts[op_row[linked]], o_tid[op_row[linked]])
         # backward: the evaluate_function node around the op, its sequence number, the forward op's module
@@ -1057,13 +1059,33 @@ def _attribute(G: pd.DataFrame, det, naming: str | None = None) -> tuple[pd.Data
     return G, attribution
 
 
+SEQ_SPAN = 1 << 40       # sequence numbers count per process: (process, number) as one integer
+
+
+def _threads(*frames: pd.DataFrame) -> list[np.ndarray]:
+    """One integer per (process, thread) for each row of the frames, the same across them: thread ids repeat
+    across the processes of a merged file."""
+    cols = [(f["pid"].to_numpy() if "pid" in f.columns else np.zeros(len(f), dtype=np.int64), f["tid"].to_numpy())
+            for f in frames]
+    codes = pd.factorize(pd.MultiIndex.from_arrays([np.concatenate([c[0] for c in cols]),
+                                                    np.concatenate([c[1] for c in cols])]))[0]
+    return np.split(codes.astype(np.int64), np.cumsum([len(f) for f in frames])[:-1])
+
+
+def _processes(ops: pd.DataFrame) -> np.ndarray:
+    """A small integer per row's process (0 without a ``pid`` column)."""
+    if "pid" not in ops.columns:
+        return np.zeros(len(ops), dtype=np.int64)
+    return pd.factorize(ops["pid"])[0].astype(np.int64)
+
+
 def _module_names(mods: pd.DataFrame, prefix: str, attribution: str) -> list[str]:
     """Each module range's name; for ``nn.Module:`` ranges (class-and-order names) the path of the ranges
     that enclose it (``Model_0.Linear_1``)."""
     names = mods["name"].str.slice(len(prefix)).tolist() if len(mods) else []
     if attribution != "nn.Module":
         return names
-    par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy())
+    par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), _threads(mods)[0])
     out = []
     for i in range(len(names)):
         j, path = par[i], [names[i]]

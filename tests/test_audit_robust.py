@@ -392,17 +392,20 @@ def test_log_of_another_process_is_not_joined(tmp_path, base):
     assert any("lines of process 4242" in n and "left out" in n for n in c.notes)
 
 
-def _second_rank(doc):
+def _second_rank(doc, same_tid=False, prefix=""):
     """The same program run a second later by a second process on a second GPU of the same kind, merged into
-    one file (as HTA and Perfetto users merge rank traces): its ids repeat the first's."""
+    one file (as HTA and Perfetto users merge rank traces): its ids and autograd sequence numbers repeat the
+    first's (`same_tid`: its thread ids too; `prefix`: its module names get one, as another program's)."""
     rank = []
     for e in doc["traceEvents"]:
         e2 = json.loads(json.dumps(e))
         if isinstance(e2.get("ts"), (int, float)):
             e2["ts"] += 1e6
+        if prefix and str(e2.get("name", "")).startswith(runfiles.MODULE_PREFIX):
+            e2["name"] = runfiles.MODULE_PREFIX + prefix + e2["name"][len(runfiles.MODULE_PREFIX):]
         if e.get("pid") == 454:
             e2["pid"] = 455
-            if e2.get("tid") == 454:
+            if e2.get("tid") == 454 and not same_tid:
                 e2["tid"] = 455
         elif e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy", "gpu_user_annotation", "ac2g") or \
                 e.get("ph") == "M":
@@ -432,3 +435,16 @@ def test_two_ranks_merged_each_step_per_rank(tmp_path, base):
     r = cli(run, "--pid", "455", "-f", "jsonl", "--top", "0")
     assert r.exit_code == 0 and len(r.output.strip().splitlines()) >= len(b.rows)
     assert "no process 999" in cli(run, "--pid", "999").output
+
+
+def test_two_ranks_each_keep_their_modules(tmp_path, base):
+    """A training step and another program's (module names prefixed ``r1.``) merged, with the same thread id
+    and the same autograd sequence numbers: each rank's forward and backward GEMMs keep their own modules."""
+    run = run_copy(tmp_path, "gpt2_train", trace=lambda d: _second_rank(d, same_tid=True, prefix="r1."))
+    a, b = audit(run), base("gpt2_train")
+    r1 = a.rows.module.str.startswith("r1.").fillna(False).astype(bool)
+    for part in (a.rows[r1], a.rows[~r1]):
+        assert part.gpu_us.sum() * 2 == pytest.approx(b.rows.gpu_us.sum())
+        got = part.assign(module=part.module.str.replace("r1.", "", regex=False))
+        assert sorted(zip(got.module, got["pass"], got.m, got.n, got.k)) == \
+            sorted(zip(b.rows.module, b.rows["pass"], b.rows.m, b.rows.n, b.rows.k))
