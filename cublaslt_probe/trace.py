@@ -130,6 +130,7 @@ class TraceStats:
     bad_events: int = 0               # malformed events skipped
     truncated: bool = False           # the file ended inside the event array
     gzip_damaged_after_events: bool = False   # the gzip stream breaks only after the last event: all were read
+    gzip_error: str = ""              # zlib's message where the gzip stream breaks (damaged, not just cut off)
     bad_durations: int = 0            # kernel / copy events whose dur is missing, not a number, NaN, negative or
                                       # infinite (kept, counted as 0 µs)
     zero_durations: int = 0           # kernel / copy events whose dur is 0 (valid: kept as 0 µs, counted)
@@ -529,6 +530,7 @@ def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats:
     finally:
         fh.close()
         if gz and fh.cut:
+            stats.gzip_error = fh.error
             if complete:           # every event was read: only what follows them (the trailer) is bad
                 stats.gzip_damaged_after_events = True
                 log.warning("%s: the gzip stream is damaged after the last event (%s): every event was read",
@@ -1507,8 +1509,12 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
 
 
 # --------------------------------------------------------------------------- entry point
+_BOM = codecs.BOM_UTF8
+
+
 def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSummary:
-    """Read a torch.profiler Chrome trace (.json / .json.gz) or an Nsight Systems SQLite export."""
+    """Read a torch.profiler Chrome trace (.json / .json.gz: an object with ``traceEvents`` or a bare array of
+    events, with or without a UTF-8 byte order mark) or an Nsight Systems SQLite export."""
     try:
         with open(path, "rb") as f:
             head = f.read(16)
@@ -1516,7 +1522,7 @@ def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSumm
         raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
     if head.startswith(b"SQLite format 3"):
         return read_nsys_sqlite(path)
-    if head.startswith(b"\x1f\x8b") or head.lstrip()[:1] in (b"{", b"["):
+    if head.startswith(b"\x1f\x8b") or head.removeprefix(_BOM).lstrip()[:1] in (b"{", b"["):
         return read_chrome_trace(path, chunk_bytes)
     if str(path).endswith(".nsys-rep") or str(path).endswith(".qdrep"):
         raise ProbeError(f"{path} is an Nsight Systems report: export it first with "
@@ -1526,20 +1532,21 @@ def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSumm
 
 
 def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per kernel: the (kernel, op, shapes) rows of `read_trace` summed; ``ops`` lists the calling
-    ops and ``shapes`` how many distinct op/shape records called it."""
+    """One row per kernel (per kernel and process in a file of several processes): the (kernel, op, shapes)
+    rows of `read_trace` summed; ``ops`` lists the calling ops and ``shapes`` how many distinct op/shape
+    records called it."""
     if not len(df):
         return df.assign(ops=pd.Series([], dtype="string"), shapes=pd.Series([], dtype="Int64"))
     fixed = [c for c in TRACE_COLUMNS if c not in (
         "share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", "op", "input_dims",
         "input_types", "input_strides", "dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")]
-    g = df.groupby("kernel", sort=False, observed=True)
+    g = df.groupby(["kernel", "pid"], sort=False, observed=True, dropna=False)
     out = g.agg(share=("share", "sum"), count=("count", "sum"), total_us=("total_us", "sum"),
                 min_us=("min_us", "min"), max_us=("max_us", "max"), reduce_us=("reduce_us", "sum"))
     out["mean_us"] = out["total_us"] / out["count"]
     out["ops"] = g["op"].agg(lambda s: ", ".join(sorted({str(x) for x in s.dropna()}))).replace("", pd.NA)
     out["shapes"] = g["input_dims"].agg(lambda s: s.dropna().nunique()).astype("Int64")
-    first = g[fixed[1:]].first()
+    first = g[[c for c in fixed if c not in ("kernel", "pid")]].first()
     out = out.join(first).reset_index()
     cols = ["share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", *fixed, "ops", "shapes"]
     out = out[cols]
