@@ -130,6 +130,7 @@ class TraceStats:
     bad_events: int = 0               # malformed events skipped
     truncated: bool = False           # the file ended inside the event array
     gzip_damaged_after_events: bool = False   # the gzip stream breaks only after the last event: all were read
+    gzip_error: str = ""              # zlib's message where the gzip stream breaks (damaged, not just cut off)
     bad_durations: int = 0            # kernel / copy events whose dur is missing, not a number, NaN, negative or
                                       # infinite (kept, counted as 0 µs)
     zero_durations: int = 0           # kernel / copy events whose dur is 0 (valid: kept as 0 µs, counted)
@@ -529,6 +530,7 @@ def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats:
     finally:
         fh.close()
         if gz and fh.cut:
+            stats.gzip_error = fh.error
             if complete:           # every event was read: only what follows them (the trailer) is bad
                 stats.gzip_damaged_after_events = True
                 log.warning("%s: the gzip stream is damaged after the last event (%s): every event was read",
@@ -1056,15 +1058,17 @@ def _link(corr: np.ndarray, ext: np.ndarray, dev: np.ndarray, ts: np.ndarray, r_
     """Each launch's process (index into the reader's pids, -1 when it cannot be told) and launch call (row
     in the runtime arrays, -1 when none); fills a missing External id (`ext`, in place) from the call's.
 
-    Kernel events carry the device as their pid; the runtime calls carry the OS pid, and correlation ids
-    are counted per process, so with several processes in the file (merged rank traces) an id may stand
-    for one call in each. A kernel goes to the call with its correlation:
-    1. the only one, when one process has a call with it (each such match also tells which processes
-       launch on the kernel's device);
-    2. else among the calls of the processes known to launch on the kernel's device, the only one;
-    3. else the latest call at or before the kernel's start (calls at the same time, as in a file holding
-       the same capture twice, share out the kernels that tie in turn);
-    4. else none: the kernel is unlinked and counted in ``stats.no_process``.
+    Kernel events carry the device as their pid; the runtime calls carry the OS pid, and correlation and
+    External ids are counted per process, so with several processes in the file (merged rank traces) an id
+    may stand for one call in each. A kernel's candidates are the calls with its correlation; when the
+    kernel has an External id, those with the same External id, if any. Then:
+    1. candidates of one process only: the kernel is that process's (each such match also tells which
+       processes launch on the kernel's device);
+    2. else the candidates of the processes known to launch on the kernel's device (all when none is);
+    3. the kernels that share a correlation and as many candidate calls (the same program on several
+       ranks) are paired with them in time order, one call each;
+    4. else the latest candidate at or before the kernel's start;
+    5. else none: the kernel is unlinked and counted in ``stats.no_process``.
     A kernel without a call belongs to the only process known to launch on its device, if there is one.
     With one process, every kernel is that process's."""
     n = len(corr)
@@ -1080,52 +1084,32 @@ def _link(corr: np.ndarray, ext: np.ndarray, dev: np.ndarray, ts: np.ndarray, r_
         lo = np.searchsorted(sc, corr, "left")
         hi = np.searchsorted(sc, corr, "right")
         cnt = np.where(corr >= 0, hi - lo, 0)
-        # candidates of the kernels with several calls: one row per (kernel, call)
+        # one candidate: linked; several: one row per (kernel, call)
+        one = np.flatnonzero(cnt == 1)
+        r_row[one] = order[lo[one]]
         amb = np.flatnonzero(cnt > 1)
         k_of = np.repeat(amb, cnt[amb])
-        starts = np.repeat(lo[amb], cnt[amb])
         within = np.arange(len(k_of)) - np.repeat(np.cumsum(cnt[amb]) - cnt[amb], cnt[amb])
-        c_row = order[starts + within]
-        c_pid = r_pid[c_row].astype(np.int64)
-        one_proc = np.ones(n, dtype=bool)            # every candidate call in one process
-        if len(k_of):
-            pmin = np.full(n, n_procs, dtype=np.int64)
-            pmax = np.full(n, -1, dtype=np.int64)
-            np.minimum.at(pmin, k_of, c_pid)
-            np.maximum.at(pmax, k_of, c_pid)
-            one_proc = pmin == pmax
-        sure = (cnt == 1) | ((cnt > 1) & one_proc)
-        sure_rows = np.flatnonzero(sure)
-        r_row[sure_rows] = order[lo[sure_rows]]       # (one process, several calls: its first)
-        l_pid[sure_rows] = r_pid[r_row[sure_rows]]
+        c_row = order[np.repeat(lo[amb], cnt[amb]) + within]
+        c = pd.DataFrame({"k": k_of, "row": c_row, "pid": r_pid[c_row].astype(np.int64), "t": r_ts[c_row]})
+        same_ext = (ext[k_of] >= 0) & (r_ext[c_row] == ext[k_of])
+        c = c[same_ext | ~pd.Series(same_ext, index=c.index).groupby(c["k"]).transform("any")]
+        one_proc = c.groupby("k")["pid"].transform("nunique") == 1
+        sure = c[one_proc].drop_duplicates("k")
+        r_row[sure["k"].to_numpy()] = sure["row"].to_numpy()
+        c = c[~one_proc]
+        linked = r_row >= 0
+        l_pid[linked] = r_pid[r_row[linked]]
         # which processes launch on which device, from the sure matches
         devs, dev_i = np.unique(dev, return_inverse=True)
         owns = np.zeros((n_procs, len(devs)), dtype=bool)
-        owns[l_pid[sure_rows], dev_i[sure_rows]] = True
-        unsure = ~sure[k_of] if len(k_of) else np.zeros(0, bool)
-        if unsure.any():
-            k, row, p = k_of[unsure], c_row[unsure], c_pid[unsure]
-            c = pd.DataFrame({"k": k, "row": row, "pid": p, "t": r_ts[row], "own": owns[p, dev_i[k]]})
-            c = c[~c.groupby("k")["own"].transform("any") | c["own"]]        # 2: the device's processes
-            single = c.groupby("k")["k"].transform("size") == 1
-            c = c[single | (c["t"] <= ts[c["k"].to_numpy()])]                # 3: at or before the start
-            c = c[c["t"] == c.groupby("k")["t"].transform("max")]
-            if len(c):
-                c = c.sort_values(["k", "pid"], kind="stable")
-                ties = c.groupby("k")["k"].transform("size").to_numpy()
-                first = c.drop_duplicates("k")
-                # the kernels that tie (same correlation, device, call time) take the tied calls in turn
-                kk = first["k"].to_numpy()
-                grp = pd.DataFrame({"corr": corr[kk], "dev": dev[kk], "t": first["t"].to_numpy(),
-                                    "ts": ts[kk], "k": kk}).sort_values(["ts", "k"], kind="stable")
-                turn = grp.groupby(["corr", "dev", "t"]).cumcount()
-                pick_at = pd.Series(turn.to_numpy(), index=grp["k"].to_numpy())
-                c["nth"] = c.groupby("k").cumcount().to_numpy()
-                want = pick_at.reindex(c["k"].to_numpy()).to_numpy() % ties
-                c = c[c["nth"].to_numpy() == want]
-                r_row[c["k"].to_numpy()] = c["row"].to_numpy()
-                l_pid[c["k"].to_numpy()] = c["pid"].to_numpy()
-        # 4. no call: the device's only launching process
+        owns[l_pid[linked], dev_i[linked]] = True
+        if len(c):
+            k = c["k"].to_numpy()
+            c = c.assign(own=owns[c["pid"].to_numpy(), dev_i[k]], corr=corr[k], kts=ts[k])
+            c = c[c["own"] | ~c.groupby("k")["own"].transform("any")]          # 2: the device's processes
+            _pick(c, r_row, l_pid)
+        # no call: the device's only launching process
         none = (l_pid < 0) & (cnt == 0)
         if none.any():
             only = owns.sum(axis=0) == 1
@@ -1136,6 +1120,37 @@ def _link(corr: np.ndarray, ext: np.ndarray, dev: np.ndarray, ts: np.ndarray, r_
     hit = need & (r_row >= 0)
     ext[hit] = r_ext[r_row[hit]]
     return l_pid, r_row
+
+
+def _pick(c: pd.DataFrame, r_row: np.ndarray, l_pid: np.ndarray) -> None:
+    """Steps 1-4 of `_link` for the kernels whose candidate calls (`c`: k, row, pid, t, corr, kts) lie in
+    several processes; writes the chosen call and process into `r_row` and `l_pid`."""
+    single = c.groupby("k")["k"].transform("size") == 1
+    done = c[single]
+    r_row[done["k"].to_numpy()] = done["row"].to_numpy()
+    l_pid[done["k"].to_numpy()] = done["pid"].to_numpy()
+    c = c[~single]
+    if not len(c):
+        return
+    # 3: as many kernels as calls under one correlation: paired in time order, if every pair is a candidate
+    kern = c.drop_duplicates("k").sort_values(["kts", "k"], kind="stable")
+    calls = c.drop_duplicates("row").sort_values(["t", "pid", "row"], kind="stable")
+    kern = kern.assign(nth=kern.groupby("corr").cumcount())
+    calls = calls.assign(nth=calls.groupby("corr").cumcount())
+    n_k, n_c = kern.groupby("corr").size(), calls.groupby("corr").size()
+    even = n_k.index[n_k.reindex(n_c.index).eq(n_c).reindex(n_k.index, fill_value=False).to_numpy()]
+    pairs = kern[kern["corr"].isin(even)][["k", "corr", "nth"]].merge(
+        calls[calls["corr"].isin(even)][["row", "pid", "corr", "nth"]], on=["corr", "nth"])
+    valid = pairs.merge(c[["k", "row"]], on=["k", "row"], how="left", indicator=True)["_merge"].eq("both")
+    bad_corr = set(pairs.loc[~valid.to_numpy(), "corr"].tolist())
+    pairs = pairs[~pairs["corr"].isin(bad_corr)]
+    r_row[pairs["k"].to_numpy()] = pairs["row"].to_numpy()
+    l_pid[pairs["k"].to_numpy()] = pairs["pid"].to_numpy()
+    # 4: the latest call at or before the kernel's start
+    c = c[~c["k"].isin(pairs["k"]) & (c["t"] <= c["kts"])]
+    c = c.sort_values(["k", "t", "pid"], ascending=[True, False, True], kind="stable").drop_duplicates("k")
+    r_row[c["k"].to_numpy()] = c["row"].to_numpy()
+    l_pid[c["k"].to_numpy()] = c["pid"].to_numpy()
 
 
 def _attach(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, dev: np.ndarray, stream: np.ndarray,
@@ -1507,8 +1522,12 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
 
 
 # --------------------------------------------------------------------------- entry point
+_BOM = codecs.BOM_UTF8
+
+
 def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSummary:
-    """Read a torch.profiler Chrome trace (.json / .json.gz) or an Nsight Systems SQLite export."""
+    """Read a torch.profiler Chrome trace (.json / .json.gz: an object with ``traceEvents`` or a bare array of
+    events, with or without a UTF-8 byte order mark) or an Nsight Systems SQLite export."""
     try:
         with open(path, "rb") as f:
             head = f.read(16)
@@ -1516,7 +1535,7 @@ def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSumm
         raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
     if head.startswith(b"SQLite format 3"):
         return read_nsys_sqlite(path)
-    if head.startswith(b"\x1f\x8b") or head.lstrip()[:1] in (b"{", b"["):
+    if head.startswith(b"\x1f\x8b") or head.removeprefix(_BOM).lstrip()[:1] in (b"{", b"["):
         return read_chrome_trace(path, chunk_bytes)
     if str(path).endswith(".nsys-rep") or str(path).endswith(".qdrep"):
         raise ProbeError(f"{path} is an Nsight Systems report: export it first with "
@@ -1526,20 +1545,21 @@ def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSumm
 
 
 def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per kernel: the (kernel, op, shapes) rows of `read_trace` summed; ``ops`` lists the calling
-    ops and ``shapes`` how many distinct op/shape records called it."""
+    """One row per kernel (per kernel and process in a file of several processes): the (kernel, op, shapes)
+    rows of `read_trace` summed; ``ops`` lists the calling ops and ``shapes`` how many distinct op/shape
+    records called it."""
     if not len(df):
         return df.assign(ops=pd.Series([], dtype="string"), shapes=pd.Series([], dtype="Int64"))
     fixed = [c for c in TRACE_COLUMNS if c not in (
         "share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", "op", "input_dims",
         "input_types", "input_strides", "dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")]
-    g = df.groupby("kernel", sort=False, observed=True)
+    g = df.groupby(["kernel", "pid"], sort=False, observed=True, dropna=False)
     out = g.agg(share=("share", "sum"), count=("count", "sum"), total_us=("total_us", "sum"),
                 min_us=("min_us", "min"), max_us=("max_us", "max"), reduce_us=("reduce_us", "sum"))
     out["mean_us"] = out["total_us"] / out["count"]
     out["ops"] = g["op"].agg(lambda s: ", ".join(sorted({str(x) for x in s.dropna()}))).replace("", pd.NA)
     out["shapes"] = g["input_dims"].agg(lambda s: s.dropna().nunique()).astype("Int64")
-    first = g[fixed[1:]].first()
+    first = g[[c for c in fixed if c not in ("kernel", "pid")]].first()
     out = out.join(first).reset_index()
     cols = ["share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", *fixed, "ops", "shapes"]
     out = out[cols]
