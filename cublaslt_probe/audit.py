@@ -8,11 +8,12 @@ advice; `render_text` and `render_html` draw them. docs/audit.md describes each 
 
 How a GEMM launch is attributed (the trace's own links; `trace.read_chrome_trace(detail=True)` reads them):
 - to a step: its launch call's CPU time lies inside a ``runfiles.STEP_PREFIX`` range (else a torch.profiler
-  ``ProfilerStep#N`` range; without either the whole trace is one step);
+  ``ProfilerStep#N`` range; without either the whole trace is one step), the ranges checked first
+  (`_step_ranges`); a kernel without a launch record is placed by its GPU time (`_place_by_gpu_time`);
 - to a module: its launching op (External id / correlation) lies inside the innermost ``runfiles.MODULE_PREFIX``
   range of its thread (else inside an ``nn.Module: Class_N`` python function of ``with_modules=True``);
 - backward: an op inside ``autograd::engine::evaluate_function: XBackward0`` takes that node's ``Sequence
-  number``, and the module of the forward op that recorded the same number (``pass`` = bwd).
+  number``, and the module of the forward op that recorded the same number in its process (``pass`` = bwd).
 A GEMM counts whatever launched it: every GEMM-kind kernel of the step is in exactly one row, so the rows'
 ``gpu_us`` add up to the step's GEMM time.
 """
@@ -130,7 +131,7 @@ class Audit:
     steps: int
     step_gpu_us: float                    # GPU time per step, every kernel
     gemm_gpu_us: float                    # per step, GEMM-kind kernels (with their reduces)
-    env: dict
+    env: dict                             # env.json's usable fields, GPU facts as used (`_read_env`, `_gpu_facts`)
     gpu: str | None
     attribution: str                      # capture ranges | nn.Module | none
     notes: list[str] = field(default_factory=list)
