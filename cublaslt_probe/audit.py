@@ -622,7 +622,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
         notes.append(f"the trace holds {len(pids)} processes ({', '.join(map(str, pids[:8]))}"
                      f"{', …' if len(pids) > 8 else ''}): the rows add up all of them and each process's step "
                      "ranges are steps (per-step figures are one process's step); --pid PID audits one")
-    facts, devices = _gpu_facts(env, s.meta, notes)
+    used = set(det.launches["device"].tolist()) if "device" in det.launches.columns else None
+    facts, devices = _gpu_facts(env, s.meta, notes, used)
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
     L, steps = _in_steps(det, env, notes, gpu_ranges)
@@ -727,14 +728,18 @@ def _trace_devices(meta: dict) -> dict[int, GpuFacts]:
     return out
 
 
-def _gpu_facts(env: dict, meta: dict, notes: list[str]) -> tuple[GpuFacts, dict[int, GpuFacts]]:
-    """The run's GPU facts, and each trace device's.
+def _gpu_facts(env: dict, meta: dict, notes: list[str], used: set | None = None
+               ) -> tuple[GpuFacts, dict[int, GpuFacts]]:
+    """The run's GPU facts, and each trace device's (of the devices `used` by its kernels, when the trace
+    describes them: a machine's other GPUs are listed too).
 
     The trace's ``deviceProperties`` describe the GPUs that ran the trace, so they win where env.json (written
     by the capture, or copied from another run) disagrees; env.json fills in what the trace does not record
     when it names the same GPU or the trace names none. A trace of several kinds of GPU has no single facts:
     each launch is judged with its own device's (the run's facts then hold the names only)."""
     devs = _trace_devices(meta)
+    if used and used & set(devs):
+        devs = {d: f for d, f in devs.items() if d in used}
     e = GpuFacts(env.get("gpu"), env.get("sm_count"), env.get("cc"))
     kinds = list(dict.fromkeys(devs.values()))
     if not kinds:

@@ -448,3 +448,14 @@ def test_two_ranks_each_keep_their_modules(tmp_path, base):
         got = part.assign(module=part.module.str.replace("r1.", "", regex=False))
         assert sorted(zip(got.module, got["pass"], got.m, got.n, got.k)) == \
             sorted(zip(b.rows.module, b.rows["pass"], b.rows.m, b.rows.n, b.rows.k))
+
+
+def test_an_idle_gpu_of_another_kind_changes_nothing(tmp_path, base):
+    """deviceProperties that list a second GPU of another kind on which no kernel ran (the machine's other
+    GPUs): the audit is the unchanged capture's, with the GPU that ran the kernels."""
+    def mutate(doc):
+        doc["deviceProperties"].append({**doc["deviceProperties"][0], "id": 1, "name": "NVIDIA H100 PCIe",
+                                        "numSms": 114})
+    a, b = audit(run_copy(tmp_path, "llama_decode", trace=mutate)), base("llama_decode")
+    same_rows(a, b)
+    assert a.gpu == "NVIDIA H200" and a.env["sm_count"] == 132 and not any("kinds of GPU" in n for n in a.notes)
