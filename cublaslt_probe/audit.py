@@ -620,8 +620,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
         det = det.for_process(pid)
     elif len(pids) > 1:
         notes.append(f"the trace holds {len(pids)} processes ({', '.join(map(str, pids[:8]))}"
-                     f"{', …' if len(pids) > 8 else ''}): the rows add up all of them and each process's step "
-                     "ranges are steps (per-step figures are one process's step); --pid PID audits one")
+                     f"{', …' if len(pids) > 8 else ''}): the rows add up all of them, a step is every process's "
+                     "step of that number (per-step figures are all processes' together); --pid PID audits one")
     used = set(det.launches["device"].tolist()) if "device" in det.launches.columns else None
     facts, devices = _gpu_facts(env, s.meta, notes, used)
     env = _with_facts(env, facts)
@@ -819,8 +819,8 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
       twice) is one step.
     - A range that encloses other step ranges of its thread (an outer ``step`` around the loop) is a stretch
       of steps, not a step.
-    - Ranges of several threads or processes may overlap in time: each is a step (a rank's step is a step;
-      per-step figures are per rank), and `_contained` gives each launch one of them."""
+    - Ranges of several threads or processes may overlap in time: `_contained` gives each launch one of them
+      (its own process's first), and `_step_count` says how many steps they stand for."""
     if not len(cpu):
         return cpu
     steps = cpu[cpu["name"].str.startswith(runfiles.STEP_PREFIX)]
@@ -859,8 +859,7 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     t_sorted, e_sorted = steps["ts"].to_numpy()[o], steps["end"].to_numpy()[o]
     if len(o) > 1 and (t_sorted[1:] < np.maximum.accumulate(e_sorted)[:-1]).any():
         who = "processes" if "pid" in steps.columns and steps["pid"].nunique() > 1 else "threads"
-        notes.append(f"step ranges of several {who} overlap in time: each is a step, and each launch is "
-                     "counted in one of them")
+        notes.append(f"step ranges of several {who} overlap in time: each launch is counted in one of them")
     return steps
 
 
@@ -884,10 +883,20 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None)
     if unknown.any():
         step[unknown] = -1
         step = _place_by_gpu_time(L, step, unknown, steps_r, cpu, gpu, notes)
-    outside = int(((step < 0) & ~unknown).sum())
-    if outside:
-        notes.append(f"{outside:,} launches outside the {len(steps_r)} step ranges are left out")
-    return L[step >= 0], len(steps_r)
+    out = (step < 0) & ~unknown
+    if out.any():
+        notes.append(f"{int(out.sum()):,} launches outside the {len(steps_r)} step ranges are left out"
+                     + _gemm_part(L, out))
+    return L[step >= 0], _step_count(steps_r)
+
+
+def _step_count(steps_r: pd.DataFrame) -> int:
+    """How many steps the ranges stand for: one process's ranges are its steps; several processes (merged
+    rank traces) run the same steps at once, so a step is every process's step of that number and the
+    count is the largest any one process has."""
+    if "pid" in steps_r.columns and steps_r["pid"].nunique() > 1:
+        return int(steps_r.groupby("pid").size().max())
+    return len(steps_r)
 
 
 def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, steps_r: pd.DataFrame,
@@ -967,8 +976,14 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
     notes.append(f"{n:,} launches have no launch record (no runtime event or op links them to a CPU time): "
                  "placed in steps by GPU time" + (f": {', '.join(f'{v:,} {k}' for k, v in how.items())}"
                                                   if how else "")
-                 + (f"; {left:,} outside every step are left out" if left else ""))
+                 + (f"; {left:,} outside every step are left out{_gemm_part(L, todo)}" if left else ""))
     return step
+
+
+def _gemm_part(L: pd.DataFrame, mask: np.ndarray) -> str:
+    """`` (X µs of GEMM time)`` of the launches in `mask`, for a note on launches left out; empty without."""
+    us = float(L["dur"].to_numpy()[mask & (L["kind"].to_numpy() > 0)].sum())
+    return f" ({us:,.1f} µs of GEMM time in all)" if us > 0 else ""
 
 
 def _contained_own(ranges: pd.DataFrame, pts: np.ndarray, owners: pd.DataFrame) -> np.ndarray:
