@@ -6,8 +6,8 @@ Two readers, one result (`TraceSummary`, whose `.kernels` is a tidy DataFrame; c
 - `read_chrome_trace(path)`: a torch.profiler / Kineto Chrome trace (`.json` or gzip `.json.gz`; gzip is
   recognised by its magic bytes). The file is one JSON object whose ``traceEvents`` array holds every
   event; it is streamed: read in chunks, one event object decoded at a time with the json module's C
-  scanner, and only compact numbers kept (``array`` columns: ~60 bytes per GEMM-kind launch, 12 per CPU
-  op, 16 per launch call), so memory grows by a few MB per 100 MB of trace, not with its text (docs/trace.md
+  scanner, and only compact numbers kept (``array`` columns: ~60 bytes per GEMM-kind launch, 16 per CPU
+  op, 28 per launch call), so memory grows by a few MB per 100 MB of trace, not with its text (docs/trace.md
   gives the measured figures). A malformed event is skipped and counted, a truncated file ends the stream
   with a warning; neither raises.
 - `read_nsys_sqlite(path)`: an Nsight Systems SQLite export (``nsys export --type sqlite``), through the
@@ -29,6 +29,8 @@ What is linked to what (Chrome trace, as torch.profiler writes it):
 - a split-K reduce kernel (family ``splitk_reduce``) is counted with the GEMM launched just before it on the
   same device and stream (by the same op when both are linked): its time is added to that GEMM's
   ``total_us`` and shown in ``reduce_us``. A reduce with no such GEMM keeps its own row.
+- correlation and External ids are counted per process: in a file of several processes (merged rank
+  traces) they are joined only within their process (`_link`), and the rows are per process (``pid``).
 """
 from __future__ import annotations
 
