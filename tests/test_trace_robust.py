@@ -385,7 +385,7 @@ CASES = {
     # ... the second on device 1
     "two programs, two GPUs": (LLAMA, MIXTRAL, dict(align=True, device=1, drop_kernel_ext=True)),
     # the same capture twice (the same program on two ranks): identical times and ids
-    "same capture twice": (GPT2, GPT2, dict()),
+    "same capture twice": (LLAMA, LLAMA, dict()),
     # ... the second 7.5 µs later (both launches precede both kernels)
     "same capture, 7.5 us apart": (GPT2, GPT2, dict(dt=7.5, drop_kernel_ext=True)),
 }
