@@ -676,8 +676,9 @@ class TraceDetail:
     - ``ranges``: the attribution ranges (`RANGE_PREFIXES` annotations and ``nn.Module:`` python functions,
       written as complete events or as B/E pairs): ``name``, ``ts``, ``end``, ``tid``, ``pid``, ``gpu``,
       ``device``. ``gpu`` is True for the GPU-timeline copies of the annotations (``gpu_user_annotation``:
-      their ``tid`` is the stream, ``device`` the GPU, ``pid`` the process owning that GPU, -1 when several
-      or none do); CPU ranges have ``gpu`` False and ``device`` -1.
+      their ``tid`` is the stream, ``device`` the GPU, ``pid`` the GPU's only launching process, else the one
+      process whose kernels start inside the range on its stream, else -1); CPU ranges have ``gpu`` False
+      and ``device`` -1.
 
     A file may hold several processes (merged rank traces): `processes` lists them, `for_process` keeps one.
     """
@@ -956,7 +957,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
         if len(rng):
             gpu = rng["gpu"].to_numpy()
             rp = rng["pid"].to_numpy().copy()
-            rp[gpu] = _device_owner(rng["device"].to_numpy()[gpu], dev, l_pid)
+            rp[gpu] = _gpu_range_owner(rng[gpu], dev, _np(l_stream, np.int64), _np(l_ts, np.float64), l_pid)
             rng["pid"] = np.where(rp >= 0, pid_of[np.maximum(rp, 0)], -1)
         det = TraceDetail(
             names=name_of, op_keys=ops.items,
@@ -1052,6 +1053,32 @@ def _device_owner(devices: np.ndarray, l_dev: np.ndarray, l_pid: np.ndarray) -> 
     d, first, n = np.unique(pairs[0], return_index=True, return_counts=True)
     owner = dict(zip(d[n == 1].tolist(), pairs[1][first[n == 1]].tolist()))
     return np.array([owner.get(x, -1) for x in devices.tolist()], dtype=np.int64)
+
+
+def _gpu_range_owner(rng: pd.DataFrame, l_dev: np.ndarray, l_stream: np.ndarray, l_ts: np.ndarray,
+                     l_pid: np.ndarray) -> np.ndarray:
+    """The process index of each GPU-timeline range: its device's only launching process; on a device that
+    several share, the one process whose kernels start inside the range on its stream; else -1."""
+    out = _device_owner(rng["device"].to_numpy(), l_dev, l_pid)
+    todo = np.flatnonzero(out < 0)
+    if not len(todo):
+        return out
+    r_dev, r_stream = rng["device"].to_numpy()[todo], rng["tid"].to_numpy()[todo]
+    r_ts, r_end = rng["ts"].to_numpy()[todo], rng["end"].to_numpy()[todo]
+    known = l_pid >= 0
+    for d, st in set(zip(r_dev.tolist(), r_stream.tolist())):
+        mine = np.flatnonzero(known & (l_dev == d) & (l_stream == st))
+        if not len(mine):
+            continue
+        mine = mine[np.argsort(l_ts[mine], kind="stable")]
+        t, p = l_ts[mine], l_pid[mine]
+        sel = np.flatnonzero((r_dev == d) & (r_stream == st))
+        lo = np.searchsorted(t, r_ts[sel], "left")
+        hi = np.searchsorted(t, r_end[sel], "right")
+        for i, a, b in zip(sel.tolist(), lo.tolist(), hi.tolist()):
+            if b > a and p[a:b].min() == p[a:b].max():
+                out[todo[i]] = p[a]
+    return out
 
 
 def _link(corr: np.ndarray, ext: np.ndarray, dev: np.ndarray, ts: np.ndarray, r_corr: np.ndarray,

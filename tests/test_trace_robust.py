@@ -414,8 +414,14 @@ def test_merged_processes_are_joined_within_each(tmp_path, case):
         assert len(d.ops) == len(da.ops) and len(d.launches) == len(da.launches)
         cpu, cpu_a = d.ranges[~d.ranges["gpu"]], da.ranges[~da.ranges["gpu"]]
         pd.testing.assert_frame_equal(cpu.reset_index(drop=True), cpu_a.reset_index(drop=True))
-        # GPU ranges: its own; on a GPU two processes share, whose they are cannot be told: kept by both
-        assert len(d.ranges[d.ranges["gpu"]]) >= len(da.ranges[da.ranges["gpu"]])
+        # GPU ranges: all its own are kept; one given this pid is one of its own; on a stream two processes
+        # share, a range around kernels of both cannot be told (pid -1) and is kept by both
+        g, ga = d.ranges[d.ranges["gpu"]], da.ranges[da.ranges["gpu"]]
+        own = set(zip(ga["name"], ga["ts"].round(3)))
+        assert own <= set(zip(g["name"], g["ts"].round(3)))
+        mine = g[g["pid"] == pid]
+        assert set(zip(mine["name"], mine["ts"].round(3))) <= own
+        assert len(mine) == len(ga) or kw.get("dt") or kw.get("align") or a_path == b_path
         def key(det):                    # each launch's kernel and op record
             ok = det.ops["key"].to_numpy()
             return sorted((det.names[n], det.op_keys[ok[r]] if r >= 0 else None)
