@@ -745,6 +745,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
     names = _Interner()                       # kernel names of the launches kept
     ops = _Interner()                         # (op name, dims, types, strides) as JSON strings
     pids = _Interner()                        # OS pids of the processes (ops, runtime calls, CPU ranges)
+    pid_index = pids.index
     kind_cache: dict[str, int] = {}
     per_name: dict[str, list] = {}            # every kernel name -> [count, total_us]
     # one entry per GEMM-kind or reduce launch (detail: per launch of any kernel)
@@ -854,7 +855,9 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
             else:
                 key = (name, repr(dims), repr(args.get("Input type")), repr(args.get("Input Strides")))
             pid = ev.get("pid")
-            pid = pids(pid if type(pid) is int and -_I64 <= pid < _I64 else _as_int(pid))
+            pid = pid_index.get(pid) if type(pid) is int else None
+            if pid is None:
+                pid = pids(_as_int(ev.get("pid")))
             if cat == "user_annotation":
                 a_ext.append(ext)
                 a_idx.append(ops(key))
@@ -888,11 +891,12 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                     if type(ext) is not int or not 0 <= ext < _I64:
                         ext = _as_id(ext, stats)
                     pid = ev.get("pid")
+                    pid = pid_index.get(pid) if type(pid) is int else None
                     ts = ev.get("ts")
                     r_corr.append(corr)
                     r_ext.append(ext)
                     r_ts.append(ts if type(ts) is float else _as_float(ts))
-                    r_pid.append(pids(pid if type(pid) is int and -_I64 <= pid < _I64 else _as_int(pid)))
+                    r_pid.append(pids(_as_int(ev.get("pid"))) if pid is None else pid)
         elif cat == "ac2g":
             n_flows += 1
         elif detail and cat in _PYTHON_CATS and (name or "").startswith(PY_MODULE_PREFIX):
