@@ -773,9 +773,12 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
         if type(ev) is not dict:
             bad(ev, "not an object")
             continue
-        name, args = ev.get("name"), ev.get("args")
+        name, args, cat = ev.get("name"), ev.get("args"), ev.get("cat")
         if name is not None and type(name) is not str:
             bad(ev, "name is not a string")
+            continue
+        if cat is not None and type(cat) is not str:
+            bad(ev, "cat is not a string")
             continue
         if args is not None and type(args) is not dict:
             bad(ev, "args is not an object")
@@ -795,7 +798,6 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                     continue
                 pend = []
                 open_b.setdefault(key, []).append(pend)
-        cat = ev.get("cat")
         if cat in _KERNEL_CATS or cat in _COPY_CATS:
             name = name or ""
             dur = ev.get("dur")
@@ -1351,7 +1353,11 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
         types = json.loads(types_json) if types_json else []
         strides = json.loads(strides_json) if strides_json else []
         a, b = dims[where[0]], dims[where[1]]
-    except (ValueError, IndexError, TypeError):
+    except (ValueError, IndexError, TypeError, KeyError):
+        return {}
+    types = types if isinstance(types, list) else []
+    strides = strides if isinstance(strides, list) else []
+    if not (isinstance(a, list) and isinstance(b, list)):
         return {}
     out: dict[str, Any] = {}
     try:
@@ -1370,8 +1376,11 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
             return {}
     except (IndexError, TypeError):
         return {}
-    ta = _TORCH_DTYPES.get(types[where[0]]) if len(types) > where[0] else None
-    tb = _TORCH_DTYPES.get(types[where[1]]) if len(types) > where[1] else None
+    if any(type(out.get(c)) is not int for c in ("m", "n", "k", "batch")) or \
+            ("groups" in out and out["groups"] is not None and type(out["groups"]) is not int):
+        return {}                 # dims that are not integers: not a shape this reader can use
+    ta = _TORCH_DTYPES.get(types[where[0]]) if len(types) > where[0] and type(types[where[0]]) is str else None
+    tb = _TORCH_DTYPES.get(types[where[1]]) if len(types) > where[1] and type(types[where[1]]) is str else None
     if ta and ta.startswith("fp8"):
         out["dtype"] = "fp8" if (ta, tb) == ("fp8_e4m3", "fp8_e4m3") else \
             "fp8_e5m2" if (ta, tb) == ("fp8_e5m2", "fp8_e4m3") else f"{ta}x{tb}"
@@ -1380,8 +1389,11 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
     if op in ("aten::mv", "aten::addmv"):
         out["layout"] = None
     else:
-        la = _letter(a, strides[where[0]] if len(strides) > where[0] else None)
-        lb = _letter(b, strides[where[1]] if len(strides) > where[1] else None)
+        try:
+            la = _letter(a, strides[where[0]] if len(strides) > where[0] else None)
+            lb = _letter(b, strides[where[1]] if len(strides) > where[1] else None)
+        except TypeError:             # strides that are not integers
+            la = lb = None
         out["layout"] = la + lb if la and lb else None
     return out
 

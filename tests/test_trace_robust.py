@@ -85,22 +85,37 @@ def test_event_with_a_bad_name_or_args_is_skipped_and_counted(tmp_path):
     ev = doc["traceEvents"]
     k = gemm_kernels(doc)
     bad = [k[0], k[1], next(e for e in ev if e.get("cat") == "cpu_op"), next(e for e in ev if e.get("cat") ==
-                                                                              "cuda_runtime")]
+                                                                              "cuda_runtime"), k[2]]
     bad[0]["name"] = ["nvjet", 1]                    # unhashable
     bad[1]["name"] = 12345
     bad[2]["args"] = "External id 5"
     bad[3]["args"] = [1, 2]
+    bad[4]["cat"] = ["kernel"]
     p = write(tmp_path / "bad.json", doc)
     s = read_chrome_trace(p, detail=True)
     doc["traceEvents"] = [e for e in ev if not any(e is b for b in bad)]
     want = read_chrome_trace(write(tmp_path / "without.json", doc), detail=True)
-    assert s.stats.bad_events == 4
-    assert s.stats.events == want.stats.events + 4
+    assert s.stats.bad_events == 5
+    assert s.stats.events == want.stats.events + 5
     assert (s.stats.kernels, s.stats.gpu_time_us, s.stats.linked) == (
         want.stats.kernels, want.stats.gpu_time_us, want.stats.linked)
     pd.testing.assert_frame_equal(rows(s.kernels), rows(want.kernels))
     r = run(p)
-    assert r.exit_code == 3 and "4 malformed events skipped" in r.stdout and "Traceback" not in r.output
+    assert r.exit_code == 3 and "5 malformed events skipped" in r.stdout and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("field,value", [("Input Dims", [["a", "b"], ["c", "d"]]), ("Input Dims", 5),
+                                         ("Input type", 7), ("Input Strides", [["x", 1], [1, "y"]])])
+def test_gemm_op_whose_shapes_are_not_integers(tmp_path, field, value):
+    """A GEMM op whose recorded inputs are of another type keeps its row, without the shape it cannot give."""
+    doc = load(LLAMA)
+    op = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
+    op["args"][field] = value
+    s, want = read_trace(write(tmp_path / "t.json", doc)), read_trace(LLAMA)
+    assert s.stats.gemm_launches == want.stats.gemm_launches and s.gemm_time_us == want.gemm_time_us
+    assert s.kernels["m"].isna().sum() >= (field != "Input Strides" and field != "Input type")
+    r = run(tmp_path / "t.json")
+    assert r.exit_code == 0, r.output
 
 
 def test_ids_beyond_int64_are_missing_and_counted(tmp_path):
