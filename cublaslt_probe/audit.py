@@ -1007,19 +1007,22 @@ def _gpu_copy_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, steps_r: pd.DataFrame)
     one of the same name (and process, where the copy's is known) that started at or before the copy (a
     kernel runs after its launch)."""
     out = np.full(len(gpu), -1, dtype=np.int64)
-    c_names, g_names = cpu["name"].to_numpy(), gpu["name"].to_numpy()
-    c_ts, g_ts = cpu["ts"].to_numpy(), gpu["ts"].to_numpy()
-    c_step = _contained_own(steps_r, c_ts, cpu)
+    if not len(gpu) or not len(cpu):
+        return out
     own = "pid" in gpu.columns and "pid" in cpu.columns
-    c_pid = cpu["pid"].to_numpy() if own else np.zeros(len(cpu), dtype=np.int64)
-    g_pid = gpu["pid"].to_numpy() if own else np.full(len(gpu), -1, dtype=np.int64)
-    for name in np.intersect1d(np.unique(g_names), np.unique(c_names)):
-        for p in np.unique(g_pid[g_names == name]):
-            gi = np.flatnonzero((g_names == name) & (g_pid == p))
-            ci = np.flatnonzero((c_names == name) & ((c_pid == p) if p != -1 else True))
-            ci = ci[np.argsort(c_ts[ci], kind="stable")]
-            j = np.searchsorted(c_ts[ci], g_ts[gi], side="right") - 1
-            out[gi[j >= 0]] = c_step[ci[j[j >= 0]]]
+    c = pd.DataFrame({"name": cpu["name"].to_numpy(), "ts": cpu["ts"].to_numpy(dtype=np.float64),
+                      "pid": cpu["pid"].to_numpy() if own else 0,
+                      "step": _contained_own(steps_r, cpu["ts"].to_numpy(), cpu)})
+    g = pd.DataFrame({"name": gpu["name"].to_numpy(), "ts": gpu["ts"].to_numpy(dtype=np.float64),
+                      "pid": gpu["pid"].to_numpy() if own else -1, "row": np.arange(len(gpu))})
+    c, g = c[np.isfinite(c["ts"])].sort_values("ts"), g[np.isfinite(g["ts"])].sort_values("ts")
+    known = g["pid"].to_numpy() != -1
+    for part, by in ((g[known], ["name", "pid"]), (g[~known], ["name"])):
+        if len(part):
+            m = pd.merge_asof(part, c[["ts", "step", *by]], on="ts", by=by, direction="backward")
+            got = m["step"].to_numpy(dtype=np.float64)
+            hit = np.isfinite(got)
+            out[m["row"].to_numpy()[hit]] = got[hit].astype(np.int64)
     return out
 
 
