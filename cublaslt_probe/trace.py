@@ -694,7 +694,7 @@ class TraceDetail:
         its launches, "0, 1"), ``gemm_launches``, ``gpu_time_us`` (its launches' summed time); a last row
         with pid -1 holds the launches whose process cannot be told, when there are any."""
         L = self.launches
-        pids = sorted(set(self.ops["pid"].tolist()) | set(L["pid"].tolist()) - {-1})
+        pids = sorted((set(self.ops["pid"].tolist()) | set(L["pid"].tolist())) - {-1})
         rows = []
         for p in pids + ([-1] if (L["pid"] == -1).any() else []):
             mine = L[L["pid"] == p]
@@ -709,7 +709,7 @@ class TraceDetail:
         kept ops."""
         L, ops, rng = self.launches, self.ops, self.ranges
         if pid not in set(ops["pid"].tolist()) | set(L["pid"].tolist()):
-            known = sorted(set(ops["pid"].tolist()) | set(L["pid"].tolist()) - {-1})
+            known = sorted((set(ops["pid"].tolist()) | set(L["pid"].tolist())) - {-1})
             raise ProbeError(f"no process {pid} in this trace: it holds {', '.join(map(str, known)) or 'none'}")
         devices = set(L.loc[L["pid"] == pid, "device"].tolist())
         keep_ops = (ops["pid"] == pid).to_numpy()
