@@ -656,8 +656,8 @@ def op_key_json(key: tuple) -> tuple:
             continue
         try:
             out.append(_js(ast.literal_eval(r)))
-        except (ValueError, SyntaxError):
-            out.append(r)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            out.append(None)          # not a JSON value (nan, inf): not a record this reader can show
     return (name, *out)
 
 
@@ -694,7 +694,7 @@ class TraceDetail:
         its launches, "0, 1"), ``gemm_launches``, ``gpu_time_us`` (its launches' summed time); a last row
         with pid -1 holds the launches whose process cannot be told, when there are any."""
         L = self.launches
-        pids = sorted(set(self.ops["pid"].tolist()) | set(L["pid"].tolist()) - {-1})
+        pids = sorted((set(self.ops["pid"].tolist()) | set(L["pid"].tolist())) - {-1})
         rows = []
         for p in pids + ([-1] if (L["pid"] == -1).any() else []):
             mine = L[L["pid"] == p]
@@ -709,7 +709,7 @@ class TraceDetail:
         kept ops."""
         L, ops, rng = self.launches, self.ops, self.ranges
         if pid not in set(ops["pid"].tolist()) | set(L["pid"].tolist()):
-            known = sorted(set(ops["pid"].tolist()) | set(L["pid"].tolist()) - {-1})
+            known = sorted((set(ops["pid"].tolist()) | set(L["pid"].tolist())) - {-1})
             raise ProbeError(f"no process {pid} in this trace: it holds {', '.join(map(str, known)) or 'none'}")
         devices = set(L.loc[L["pid"] == pid, "device"].tolist())
         keep_ops = (ops["pid"] == pid).to_numpy()
@@ -915,23 +915,34 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                            _as_int(args.get("device"), _as_int(ev.get("pid"), 0))])
     stats.kernels, stats.copies, stats.gpu_time_us = n_kernels, n_copies, gpu_us
     stats.cpu_ops, stats.flows = n_ops, n_flows
-    stats.processes = len(pids.items)
     _device_properties(meta)
+    # events whose pid cannot be read (pid -1) are a group of their own beside several processes, and the
+    # one process's when there is one
+    items = pids.items
+    o_pid_n, a_pid_n, r_pid_n = _np(o_pid, np.int32), _np(a_pid, np.int32), _np(r_pid, np.int32)
+    real = [p for p in items if p != -1]
+    if len(real) == 1 and len(items) == 2:
+        o_pid_n, a_pid_n, r_pid_n = (np.zeros(len(x), np.int32) for x in (o_pid_n, a_pid_n, r_pid_n))
+        for r in ranges:
+            if not r[5]:
+                r[4] = 0
+        items = real
+    stats.processes = len(real)
 
     dev = _np(l_dev, np.int64)
     corr = _np(l_corr, np.int64)
     ext = _np(l_ext, np.int64).copy()
     del l_ext
     l_pid, r_row = _link(corr, ext, dev, _np(l_ts, np.float64), _np(r_corr, np.int64), _np(r_ext, np.int64),
-                         _np(r_ts, np.float64), _np(r_pid, np.int32), len(pids.items), stats)
+                         _np(r_ts, np.float64), r_pid_n, len(items), stats)
     del l_corr
     # op row of each launch: the innermost cpu_op with its External id in its process, else an annotation
     # (rows after the ops)
     n_o = len(o_ext)
-    op_row = _lookup_in(l_pid, ext, _np(o_pid, np.int32), _np(o_ext, np.int64), np.arange(n_o))
+    op_row = _lookup_in(l_pid, ext, o_pid_n, _np(o_ext, np.int64), np.arange(n_o))
     missing = op_row < 0
     if missing.any() and len(a_ext):
-        got = _lookup_in(l_pid[missing], ext[missing], _np(a_pid, np.int32), _np(a_ext, np.int64),
+        got = _lookup_in(l_pid[missing], ext[missing], a_pid_n, _np(a_ext, np.int64),
                          np.arange(len(a_ext)))
         op_row[missing] = np.where(got >= 0, got + n_o, -1)
     key_of_row = np.concatenate([_np(o_idx, np.int32), _np(a_idx, np.int32)]).astype(np.int64)
@@ -948,11 +959,11 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
     del r_corr, r_ext, o_ext, a_ext
     att = _attach(_np(l_kind, np.int8), _np(l_ts, np.float64), _np(l_dur, np.float64), dev,
                   _np(l_stream, np.int64), ext, l_pid, stats)
-    pid_of = np.array(pids.items + [-1], dtype=np.int64)       # pid index -> OS pid; -1 -> -1
+    pid_of = np.array(items + [-1], dtype=np.int64)            # pid index -> OS pid; -1 -> -1
     groups = _group(_np(l_name, np.int32), _np(l_kind, np.int8), op_idx, att, l_pid)
     name_of = names.items
     out = _finish(groups.assign(kernel=[name_of[i] for i in groups["name"]],
-                                pid=[int(pid_of[i]) if i >= 0 else None for i in groups["pid"]]),
+                                pid=[int(pid_of[i]) if pid_of[i] >= 0 else None for i in groups["pid"]]),
                   [op_key_json(ops.items[i]) if i >= 0 else None for i in groups["op"]], stats)
     det = None
     if detail:
@@ -976,13 +987,13 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                               "end": row_ts + np.concatenate([_np(o_dur, np.float64), _np(a_dur, np.float64)]),
                               "tid": np.concatenate([_np(o_tid, np.int64), _np(a_tid, np.int64)]),
                               "seq": np.concatenate([_np(o_seq, np.int64), np.full(len(a_ts), -1, np.int64)]),
-                              "pid": pid_of[np.concatenate([_np(o_pid, np.int32), _np(a_pid, np.int32)])]}),
+                              "pid": pid_of[np.concatenate([o_pid_n, a_pid_n])]}),
             ranges=rng)
     stats.seconds = time.perf_counter() - t0
     log.info("%s", stats.line())
     timeline = timeline_frame(per_name, stats.gpu_time_us)
     return TraceSummary(out, stats.gpu_time_us, stats, meta, _families(timeline), timeline, det,
-                        pids=list(pids.items))
+                        pids=real)
 
 
 def _close(pend: list, end: float, ranges: list, o_ts, o_dur, a_ts, a_dur) -> None:

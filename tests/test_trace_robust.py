@@ -480,3 +480,28 @@ def test_for_process_keeps_the_unlinked_kernels_of_its_device(tmp_path):
     assert m.stats.no_process == 0
     with pytest.raises(ProbeError, match="no process 7 in this trace"):
         m.detail.for_process(7)
+
+
+@pytest.mark.parametrize("value", ["rank0", None, [4, 5]])
+def test_an_event_whose_pid_cannot_be_read_is_the_one_process_s(tmp_path, value):
+    doc = load(LLAMA)
+    ev = doc["traceEvents"]
+    op = next(e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
+    call = next(e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver"))
+    op["pid"], call["pid"] = value, value
+    s, want = read_chrome_trace(write(tmp_path / "t.json", doc), detail=True), read_chrome_trace(LLAMA)
+    assert s.pids == [454] and s.stats.processes == 1 and set(s.detail.ops["pid"]) == {454}
+    pd.testing.assert_frame_equal(s.kernels, want.kernels)
+    assert "this file holds" not in run(tmp_path / "t.json").stdout
+
+
+def test_strides_that_are_not_json_values_are_not_shown(tmp_path):
+    doc = load(LLAMA)
+    op = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
+    op["args"]["Input Strides"] = [[float("nan"), 1], [1, 4096]]
+    s = read_trace(write(tmp_path / "t.json", doc))
+    row = s.kernels[s.kernels["input_dims"] == json.dumps(op["args"]["Input Dims"], separators=(", ", ": "))]
+    gone = row[row["input_strides"].isna()]
+    assert len(gone) == 1 and gone["layout"].isna().all() and gone["m"].notna().all()
+    r = run(tmp_path / "t.json", "-f", "jsonl")
+    assert r.exit_code == 0 and not re.search(r"\bnan\b", r.stdout, re.I)
