@@ -115,10 +115,12 @@ def waves(sizes: list[int], group_dim: str, m: int, n: int, tile_m, tile_n, sms)
     return sum(tiles(s) for s in sizes) / sms, tiles(max(sizes)) / sms
 
 
-def join_sizes(df, path, env: dict, rates: tuple, sms, notes: list[str]):
+def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
     """The audit rows `df` with `GROUPED_COLUMNS` filled for its grouped rows and their floor_us, bound and
     floor_ratio counted by the grouped roofline (`roofline`); the run folder `path`'s group_sizes.jsonl
-    joined as the module doc says. A note names the rows whose sizes are assumed, and why."""
+    joined as the module doc says. `gpus`: GPU name -> (peak rates as `audit.gpu_rates` gives them, SM count),
+    the GPU a row's ``gpu`` names judges it (the first one for a row that names none). A note names the rows
+    whose sizes are assumed, and why."""
     import pandas as pd
     from cublaslt_probe.cases import group_sizes as even_sizes
     from cublaslt_probe.cases import sizes_summary
@@ -172,6 +174,7 @@ def join_sizes(df, path, env: dict, rates: tuple, sms, notes: list[str]):
         else:
             sizes, routings, src = even_sizes("uniform", total, groups), 1, "assumed"
             assumed += 1
+        rates, sms = gpus.get(r.get("gpu"), next(iter(gpus.values()), ((None, None, None), None)))
         s = sizes_summary(sizes)
         w_all, w_big = waves(sizes, r["group_dim"], int(r["m"]), int(r["n"]), r.get("tile_m"), r.get("tile_n"), sms)
         for c, v in (("sizes_source", src), ("group_sizes", json.dumps(sizes, separators=(",", ":"))),
