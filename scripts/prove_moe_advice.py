@@ -12,8 +12,10 @@ Each program is built once; every variant patches the same modules' `forward` fo
 experts module: `model.layers.*.mlp.experts`; the router: `model.layers.*.mlp.gate`) and restores it after, so
 A and B share weights and inputs. Rounds run every variant once, in turn (A, B1, B2, ..., then reversed in the
 next round: the GPU's and host's drift reaches both sides alike); each step's time is its CUDA-event span on
-the stream (`gpu_ms`, what the advice predicts) and its synchronised wall time (`prove_advice.one`). Medians
-over the rounds after the warm-up rounds.
+the stream (`gpu`) and its synchronised wall time (`wall`, `prove_advice.one`), and the span of the same step
+queued behind a GPU spin (`queued`, `one_queued`: its GPU work without the host's launch gaps: both programs
+launch slower than their kernels run). Medians over the rounds after the warm-up rounds. With `--runs`, each
+variant's step is also captured and audited (`kernel_split`): where its GEMM time went and where the rest.
 
 Variants (the experts' forward is transformers' `grouped_mm_experts_forward` written out, with the EP sentinel
 masks it applies, so that only what the advice changes differs):
@@ -23,10 +25,11 @@ masks it applies, so that only what the advice changes differs):
   never gathered back;
 - `bmm_padded`: every expert padded to the largest group, one `torch.bmm` per projection (the largest group is
   read on the host: one synchronisation per call, as a `bmm`'s shape needs it);
-- `fp8`, `fp8_cached`: both projections through `torch._scaled_grouped_mm` (e4m3, row-wise scales: one per
-  activation row, one per expert column), the activations quantized each call; `fp8` quantizes the weights each
-  step too (training: they change every step), `fp8_cached` once before the rounds (frozen or inference
-  weights). In training the backward stays bf16 (`torch._grouped_mm` on the bf16 weights and activations, the
+- `fp8`, `fp8_cached`, `fp8_compiled`: both projections through `torch._scaled_grouped_mm` (e4m3, row-wise
+  scales: one per activation row, one per expert column), the activations quantized each call (`quant_rows`:
+  eager; `fp8_compiled`: the same function through `torch.compile`, one fused pass); `fp8` quantizes the
+  weights each step too (training: they change every step), the others once before the rounds (frozen or
+  inference weights). In training the backward stays bf16 (`torch._grouped_mm` on the bf16 weights and activations, the
   products autograd forms for `_grouped_mm`);
 - `mm_per_group`: transformers' own `eager` experts implementation (`set_experts_implementation("eager")`:
   one GEMM per expert hit, a Python loop);
@@ -36,8 +39,7 @@ masks it applies, so that only what the advice changes differs):
   router anyone should ship.
 
 Numerics (GEMM-side variants): the experts module's output on the inputs it got in one step of A, each variant
-against transformers' forward (max |B - A| / max |A|), and the model's logits (Qwen3) or loss (Mixtral) on one
-batch, A against B.
+against transformers' forward (max |B - A| / max |A|), and the model's logits on one batch, A against B.
 """
 from __future__ import annotations
 
@@ -57,10 +59,12 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 PROGRAMS = {   # name: (capture_moe builder, variants measured in its rounds)
-    "qwen3_moe": ("qwen3_moe", ["rewrite", "bmm_padded", "fp8_cached", "balanced", "pad8"]),
-    "mixtral_train": ("mixtral_train", ["rewrite", "balanced", "fp8_cached", "fp8", "mm_per_group"]),
+    "qwen3_moe": ("qwen3_moe", ["rewrite", "bmm_padded", "fp8_cached", "fp8_compiled", "balanced", "pad8"]),
+    "mixtral_train": ("mixtral_train", ["rewrite", "balanced", "fp8_cached", "fp8_compiled", "fp8",
+                                        "mm_per_group"]),
 }
-ADVICE_OF = {"fp8_cached": "fp8", "rewrite": None}   # variant -> the advice item it applies (default: itself)
+PATCHED_EXPERTS = ("pad8", "bmm_padded", "fp8", "fp8_cached", "fp8_compiled")   # variants on the rewrite
+ADVICE_OF = {"fp8_cached": "fp8", "fp8_compiled": "fp8", "rewrite": None}   # variant -> the advice item it applies (default: itself)
 F8_MAX = 448.0   # torch.finfo(torch.float8_e4m3fn).max
 
 
@@ -84,14 +88,16 @@ def predictions(name: str) -> list[dict]:
 
 # --- the experts' forward, written out with the advice's changes --------------------------------------------
 
-def _quant_rows(t, torch):
+def quant_rows(t):
     """e4m3 copy of 2-D `t` and its row-wise scales (max |row| / F8_MAX)."""
+    import torch
     s = (t.abs().amax(dim=1).float() / F8_MAX).clamp_min(1e-12)
     return (t.float() / s[:, None]).to(torch.float8_e4m3fn), s
 
 
-def _quant_weight(w, torch):
+def quant_weight(w):
     """e4m3 copy of expert weights `w` [E, n, k] and their scales [E, n] (one per expert column of the GEMM)."""
+    import torch
     s = (w.abs().amax(dim=2).float() / F8_MAX).clamp_min(1e-12)
     return (w.float() / s[..., None]).to(torch.float8_e4m3fn), s
 
@@ -100,15 +106,16 @@ _FP8: list = []
 
 
 def _fp8_grouped(torch):
-    """A grouped linear x @ W^T (W [E, n, k], offsets along x's rows) with an fp8 forward and autograd's bf16
-    backward products of `_grouped_mm` (`_grouped_mm_mat1_backward`, `_grouped_mm_mat2_backward`)."""
+    """A grouped linear x @ W^T (W [E, n, k], offsets along x's rows) with an fp8 forward (the activations
+    quantized by `quant`, the weights given quantized) and autograd's bf16 backward products of `_grouped_mm`
+    (`_grouped_mm_mat1_backward`, `_grouped_mm_mat2_backward`)."""
     if _FP8:
         return _FP8[0]
 
     class Fp8Grouped(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, w, offs, w8, sw):
-            x8, sx = _quant_rows(x, torch)
+        def forward(ctx, x, w, offs, w8, sw, quant):
+            x8, sx = quant(x)
             ctx.save_for_backward(x, w, offs)
             return torch._scaled_grouped_mm(x8, w8.transpose(-2, -1), sx, sw, offs=offs, out_dtype=x.dtype)
 
@@ -117,41 +124,40 @@ def _fp8_grouped(torch):
             x, w, offs = ctx.saved_tensors
             gx = torch._grouped_mm(g, w, offs=offs) if ctx.needs_input_grad[0] else None
             gw = torch._grouped_mm(g.transpose(-2, -1), x, offs=offs) if ctx.needs_input_grad[1] else None
-            return gx, gw, None, None, None
-    if not _FP8:
-        _FP8.append(Fp8Grouped.apply)
+            return gx, gw, None, None, None, None
+    _FP8.append(Fp8Grouped.apply)
     return _FP8[0]
 
 
 def experts_forward(self, hidden_states, top_k_index, top_k_weights, *, mode="grouped", mult=1, fp8=None):
-    """transformers' `grouped_mm_experts_forward` (gated experts, weights [E, n, k], no bias) with the rows of
-    each expert at a multiple of `mult` (mode "grouped"), or every expert padded to the largest group and one
-    `torch.bmm` per projection (mode "bmm"); `fp8`: a callable (module, projection name) -> (w8, scales) runs
-    both projections in fp8. The zero rows' outputs are never gathered back."""
+    """transformers' `grouped_mm_experts_forward` (gated experts, weights [E, n, k], no bias, no expert-parallel
+    sentinels) with the rows of each expert at a multiple of `mult` (mode "grouped"), or every expert padded to
+    the largest group and one `torch.bmm` per projection (mode "bmm"); `fp8` = (weights, quant): `weights(module,
+    name)` gives a projection's e4m3 weights and scales, `quant` quantizes the activations, and both projections
+    run in fp8. The rows the GEMMs do not fill (zero rows, the tail past the last group) take the masks
+    transformers applies to sentinel rows, so the elementwise work is the original's on the rows there are;
+    their outputs are never gathered back."""
     import torch
     if getattr(self, "has_bias", False) or getattr(self, "is_transposed", False) or not getattr(self, "has_gate", True):
         raise ValueError(f"{type(self).__name__}: the rewrite covers gated experts without bias, weights [E, n, k]")
     dev, k, E = hidden_states.device, top_k_index.size(-1), self.num_experts
-    T, H = hidden_states.shape
+    T = hidden_states.shape[0]
     S = T * k
     ids_g, perm = torch.sort(top_k_index.reshape(-1))
     counts = torch.histc(ids_g.int(), bins=E, min=0, max=E - 1).long()
-    starts = torch.cumsum(counts, 0) - counts
-    sentinel = ids_g >= E
-    ids_g.clamp_(max=E - 1)
-    pos = torch.arange(S, device=dev) - starts[ids_g]               # each sorted row's place in its group
     if mode == "bmm":
         G = max(1, int(counts.max()))                                  # the host sync a bmm's shape needs
-        rows, dst = E * G, ids_g * G + pos
+        rows, start = E * G, torch.arange(0, E * G, G, device=dev)
     else:
-        padded = (counts + mult - 1) // mult * mult
-        offs = torch.cumsum(padded, 0).to(torch.int32)
-        rows, dst = S + E * (mult - 1), offs.long()[ids_g] - padded[ids_g] + pos
-    src = torch.full((rows,), T, dtype=torch.long, device=dev)
+        padded = counts + (-counts) % mult
+        offs = torch.cumsum(padded, 0, dtype=torch.int32)
+        rows, start = S + E * (mult - 1), offs - padded
+    shift = start - (torch.cumsum(counts, 0) - counts)                 # each expert's rows move by this much
+    dst = torch.arange(S, device=dev) + shift[ids_g]                   # each sorted row's row in the GEMMs
+    src = torch.full((rows,), -1, dtype=torch.long, device=dev)
     src[dst] = perm // k
-    mask = torch.zeros(rows, 1, dtype=torch.bool, device=dev)
-    mask[dst] = sentinel.unsqueeze(-1)
-    x = torch.cat([hidden_states, hidden_states.new_zeros(1, H)])[src]
+    mask = (src < 0).unsqueeze(-1)
+    x = hidden_states[src.clamp_(min=0)]
     x.masked_fill_(mask, 0.0)
 
     def proj(inp, name):
@@ -159,14 +165,14 @@ def experts_forward(self, hidden_states, top_k_index, top_k_weights, *, mode="gr
         if mode == "bmm":
             return torch.bmm(inp.view(E, G, -1), w.transpose(1, 2)).view(rows, -1)
         if fp8 is not None:
-            return _fp8_grouped(torch)(inp, w, offs, *fp8(self, name))
+            return _fp8_grouped(torch)(inp, w, offs, *fp8[0](self, name), fp8[1])
         return torch._grouped_mm(inp, w.transpose(-2, -1), offs=offs)
     h = proj(x, "gate_up_proj").masked_fill(mask, 0.0)
     h = self._apply_gate(h)
     y = proj(h, "down_proj").masked_fill(mask, 0.0)
     pair_rows = torch.empty_like(dst)
     pair_rows[perm] = dst                                              # the row of pair (token, j), in token order
-    out = (y[pair_rows] * top_k_weights.reshape(-1, 1)).view(T, k, H).sum(dim=1)
+    out = (y[pair_rows] * top_k_weights.reshape(-1, 1)).view(T, k, -1).sum(dim=1)
     return out.to(hidden_states.dtype)
 
 
@@ -200,6 +206,7 @@ class Program:
             raise RuntimeError("no experts module or router found in the program")
         self._w8: dict = {}
         self.scores_dtype = {}
+        self.quant_compiled = torch.compile(quant_rows, dynamic=False)
 
     def fp8_weights(self, cached: bool):
         torch = self.torch
@@ -208,7 +215,7 @@ class Program:
             key = (id(mod), name)
             if not cached or key not in self._w8:
                 with torch.no_grad():
-                    self._w8[key] = _quant_weight(getattr(mod, name).detach(), torch)
+                    self._w8[key] = quant_weight(getattr(mod, name).detach())
             return self._w8[key]
         return get
 
@@ -217,7 +224,9 @@ class Program:
             return [(r, types.MethodType(lambda s, h, d=self.scores_dtype[id(r)]: balanced_router(s, h, scores_dtype=d), r))
                     for r in self.routers]
         kw = {"rewrite": {}, "pad8": {"mult": 8}, "bmm_padded": {"mode": "bmm"},
-              "fp8": {"fp8": self.fp8_weights(False)}, "fp8_cached": {"fp8": self.fp8_weights(True)}}[variant]
+              "fp8": {"fp8": (self.fp8_weights(False), quant_rows)},
+              "fp8_cached": {"fp8": (self.fp8_weights(True), quant_rows)},
+              "fp8_compiled": {"fp8": (self.fp8_weights(True), self.quant_compiled)}}[variant]
         return [(e, types.MethodType(lambda s, *a, kw=kw: experts_forward(s, *a, **kw), e)) for e in self.experts]
 
     @contextlib.contextmanager
@@ -251,7 +260,7 @@ class Program:
 
     def numerics(self, variants: list[str]) -> dict:
         """Each GEMM-side variant against transformers' forward: the experts' output on one step's inputs, and
-        the model's logits (eval) or loss (train) on one batch (max |B - A| / max |A|)."""
+        the model's logits on one batch (max |B - A| / max |A|)."""
         torch = self.torch
         seen = []
         hook = self.experts[0].register_forward_pre_hook(lambda m, a: seen.append(tuple(t.detach() for t in a)))
@@ -265,7 +274,7 @@ class Program:
         def model_out():
             with torch.no_grad():
                 o = self.model(ids, labels=ids if self.model.training else None, use_cache=False)
-            return (o.loss.float().reshape(1) if self.model.training else o.logits.float())
+            return o.logits.float()
 
         def rel(y, ref):
             return round(float((y.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30)), 6)
@@ -283,35 +292,55 @@ class Program:
                 with self.applied(v):
                     ym = model_out()
                 out[v] = {"experts_output_rel": rel(y, ref), "bitwise_equal": bool(torch.equal(y, ref)),
-                          ("loss" if self.model.training else "logits") + "_rel": rel(ym, ref_model)}
+                          "logits_rel": rel(ym, ref_model)}
             except Exception as e:  # noqa: BLE001  (the variant is left out of the rounds, with the reason)
                 out[v] = {"error": f"{type(e).__name__}: {e}"}
         return out
 
 
+def one_queued(step, cycles: int) -> float:
+    """The step's CUDA-event span with its launches queued behind a GPU spin of `cycles` clocks: the GPU runs
+    the step's kernels back to back where the host has launched them ahead (ms). A host synchronisation
+    inside the step still stops the queue there, as it stops the step."""
+    import torch
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(cycles)
+    s.record()
+    step()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e)
+
+
 def measure(prog: Program, variants: list[str], rounds: int, warmup: int) -> dict:
-    """Rounds of every variant's step (None: the program as captured), alternating direction each round; a
-    variant's patch is put on before its step's timing starts and taken off after it ends."""
+    """Rounds of every variant's step (None: the program as captured), alternating direction each round: each
+    variant's step once as launched (`gpu`: CUDA-event span; `wall`) and once queued (`queued`: `one_queued`,
+    the spin 2x the variant's warm-up wall time at 2 GHz). A variant's patch is put on before its timing starts
+    and taken off after it ends."""
     from prove_advice import one
     names = [None] + variants
 
-    def timed(n):
+    def timed(n, cycles=None):
         with prog.applied(n):
-            return one(prog.step)
+            return one(prog.step) if cycles is None else one_queued(prog.step, cycles)
+    walls: dict = {n: [] for n in names}
     for _ in range(warmup):
         for n in names:
-            timed(n)
-    samples: dict = {n or "A": {"gpu": [], "wall": []} for n in names}
+            walls[n].append(timed(n)[1])
+    cycles = {n: int(2 * max(w) * 1e-3 * 2e9) for n, w in walls.items()}
+    samples: dict = {n or "A": {"gpu": [], "wall": [], "queued": []} for n in names}
     for r in range(rounds):
         for n in (names if r % 2 == 0 else names[::-1]):
             g, w = timed(n)
-            samples[n or "A"]["gpu"].append(g)
-            samples[n or "A"]["wall"].append(w)
+            q = timed(n, cycles[n])
+            for key, x in (("gpu", g), ("wall", w), ("queued", q)):
+                samples[n or "A"][key].append(x)
     med = {n: {k: statistics.median(v) for k, v in s.items()} for n, s in samples.items()}
+    keys = ("gpu", "wall", "queued")
     return {"rounds": rounds, "warmup_rounds": warmup,
-            "median_ms": {n: {"gpu": round(m["gpu"], 4), "wall": round(m["wall"], 4)} for n, m in med.items()},
-            "saving_us": {n: {"gpu": round(1e3 * (med["A"]["gpu"] - m["gpu"]), 1),
-                              "wall": round(1e3 * (med["A"]["wall"] - m["wall"]), 1)}
+            "median_ms": {n: {k: round(m[k], 4) for k in keys} for n, m in med.items()},
+            "saving_us": {n: {k: round(1e3 * (med["A"][k] - m[k]), 1) for k in keys}
                           for n, m in med.items() if n != "A"},
             "samples_ms": {n: {k: [round(x, 4) for x in v] for k, v in s.items()} for n, s in samples.items()}}
 
@@ -343,15 +372,25 @@ def kernel_split(prog: Program, variants: list[str], where: str, steps: int = 3)
 
 
 def verdicts(pred: list[dict], meas: dict) -> list[dict]:
+    """Per variant: its advice item's predicted saving and the measured ones, against the program as captured
+    (A) and against the rewrite of its experts' forward (the control: what the advice changes, alone); the
+    ratio measured / predicted of the launched span (the step as it runs) and of the queued span (its GPU work)."""
     out = []
-    for v, s in meas["saving_us"].items():
+    sv = meas["saving_us"]
+    ctrl = sv.get("rewrite")
+    for v, s in sv.items():
         item = ADVICE_OF.get(v, v)
         p = next((x for x in pred if x["variant"] == item), None) if item else None
-        ratio = s["gpu"] / p["saving_us"] if p and p["saving_us"] else None
-        out.append({"variant": v, "advice_rank": p and p["rank"], "predicted_us": p and p["saving_us"],
-                    "measured_gpu_us": s["gpu"], "measured_wall_us": s["wall"],
-                    "measured_over_predicted": None if ratio is None else round(ratio, 3),
-                    "meets_70pct": None if ratio is None else ratio >= 0.7})
+        d = {"variant": v, "advice_rank": p and p["rank"], "predicted_us": p and p["saving_us"],
+             "measured_us": s}
+        if ctrl and v != "rewrite" and v in PATCHED_EXPERTS:
+            d["vs_rewrite_us"] = {k: round(s[k] - ctrl[k], 1) for k in s}
+        if p and p["saving_us"]:
+            d["ratio"] = {k: round(s[k] / p["saving_us"], 3) for k in ("gpu", "queued")}
+            if "vs_rewrite_us" in d:
+                d["ratio_vs_rewrite"] = {k: round(d["vs_rewrite_us"][k] / p["saving_us"], 3) for k in ("gpu", "queued")}
+            d["meets_70pct"] = d["ratio"]["gpu"] >= 0.7
+        out.append(d)
     return out
 
 
@@ -402,7 +441,11 @@ def main() -> None:
             for v in entry["verdicts"]:
                 print(name, json.dumps(v), flush=True)
             if a.runs:
-                entry["kernels"] = kernel_split(prog, ok, os.path.join(a.runs, name))
+                k = entry["kernels"] = kernel_split(prog, ok, os.path.join(a.runs, name))
+                base = k.get("A", {})
+                entry["kernel_savings_us"] = {
+                    v: {f: round(base[f] - x[f], 1) for f in ("step_gpu_us", "gemm_gpu_us", "experts_gemm_us")}
+                    for v, x in k.items() if v != "A" and "error" not in x and "error" not in base}
         except Exception as e:  # noqa: BLE001
             import traceback
             traceback.print_exc()
