@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 scripts/prove_moe_advice.py --out OUT/prove_moe_advice.json [--rounds 31] [--runs DIR]
     PYTHONPATH=. python3 scripts/prove_moe_advice.py --predict-only      # the CPU: the predictions alone
+    PYTHONPATH=. python3 scripts/prove_moe_advice.py --summarize benchmarks/results/prove_moe_advice.json
 
 The programs are `scripts/capture_moe.py`'s (its builders, called here): the Mixtral-shaped training step and
 the Qwen3-MoE-shaped forward, experts through transformers' `grouped_mm` implementation. The prediction of each
@@ -394,6 +395,49 @@ def verdicts(pred: list[dict], meas: dict) -> list[dict]:
     return out
 
 
+def paired(measured: dict, variant: str, key: str = "gpu") -> tuple[float, float, float]:
+    """Median and quartiles of the per-round savings (A's step minus the variant's, µs): each round's A and B
+    ran next to each other, so drift between rounds cancels."""
+    a, b = measured["samples_ms"]["A"][key], measured["samples_ms"][variant][key]
+    d = sorted(1e3 * (x - y) for x, y in zip(a, b))
+    return statistics.median(d), d[len(d) // 4], d[(3 * len(d)) // 4]
+
+
+def summary_lines(res: dict) -> list[str]:
+    """The proof as a table per program (a saved result): the advice's predicted saving per step; the step's
+    CUDA-event span saved against A (medians; paired per round, with quartiles) and against the rewrite
+    control; the audited kernels' saving: the experts' GEMMs and the whole step's GPU time; numerics."""
+    out = []
+    for name, p in res.get("programs", {}).items():
+        if "error" in p:
+            out.append(f"{name}: error {p['error']}")
+            continue
+        m, ks, num = p["measured"], p.get("kernel_savings_us", {}), p.get("numerics", {})
+        med = m["median_ms"]
+        out.append(f"{name}: A span {med['A']['gpu']:.3f} ms (median of {m['rounds']} rounds), "
+                   f"A kernels {p['kernels']['A']['step_gpu_us']:,.1f} µs/step")
+        out.append("  variant        rank  predicted  span saved (paired, IQR)        vs rewrite  experts GEMMs  "
+                   "step kernels  numerics (experts, logits)")
+        for v in m["saving_us"]:
+            vd = next(x for x in p["verdicts"] if x["variant"] == v)
+            pm, q1, q3 = paired(m, v)
+            pred = vd["predicted_us"]
+            k = ks.get(v, {})
+            n = num.get(v)
+            nt = (f"{n['experts_output_rel']:.3g}, {n['logits_rel']:.3g}" if isinstance(n, dict) and "error" not in n
+                  else "not compared" if isinstance(n, str) else "—")
+
+            def pct(x):
+                return f" ({100 * x / pred:.0f} %)" if pred and x is not None else ""
+            vr = vd.get("vs_rewrite_us", {}).get("gpu")
+            out.append(f"  {v:13s}  {vd['advice_rank'] or '—':>4}  {pred if pred is not None else '—':>9}  "
+                       f"{m['saving_us'][v]['gpu']:+9.1f}{pct(m['saving_us'][v]['gpu'])} ({pm:+.1f}, {q1:+.1f}..{q3:+.1f})"
+                       f"  {'—' if vr is None else f'{vr:+.1f}'}{pct(vr)}"
+                       f"  {k.get('experts_gemm_us', 0):+.1f}{pct(k.get('experts_gemm_us'))}"
+                       f"  {k.get('step_gpu_us', 0):+.1f}{pct(k.get('step_gpu_us'))}  {nt}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
@@ -402,7 +446,12 @@ def main() -> None:
     ap.add_argument("--runs", default="", help="also capture and audit each variant's step in run folders here")
     ap.add_argument("--only", default="", help="comma-separated programs (default: all)")
     ap.add_argument("--predict-only", action="store_true", help="print the predictions (the CPU) and stop")
+    ap.add_argument("--summarize", metavar="FILE", help="print a saved result's tables (the CPU) and stop")
     a = ap.parse_args()
+    if a.summarize:
+        with open(a.summarize, encoding="utf-8") as f:
+            print("\n".join(summary_lines(json.load(f))))
+        return
     names = [n for n in a.only.split(",") if n] or list(PROGRAMS)
     bad = [n for n in names if n not in PROGRAMS]
     if bad:
