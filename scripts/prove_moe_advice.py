@@ -14,13 +14,13 @@ experts module: `model.layers.*.mlp.experts`; the router: `model.layers.*.mlp.ga
 A and B share weights and inputs. Rounds run every variant once, in turn (A, B1, B2, ..., then reversed in the
 next round: the GPU's and host's drift reaches both sides alike); each step's time is its CUDA-event span on
 the stream (`gpu`) and its synchronised wall time (`wall`, `prove_advice.one`), and the span of the same step
-queued behind a GPU spin (`queued`, `one_queued`: its GPU work without the host's launch gaps: both programs
-launch slower than their kernels run). Medians over the rounds after the warm-up rounds. With `--runs`, each
+queued behind a GPU spin (`queued`, `one_queued`: its GPU work without the host's launch gaps, where the step
+does not synchronise inside). Medians over the rounds after the warm-up rounds. With `--runs`, each
 variant's step is also captured and audited (`kernel_split`): where its GEMM time went and where the rest.
 
-Variants (the experts' forward is transformers' `grouped_mm_experts_forward` written out, with the EP sentinel
-masks it applies, so that only what the advice changes differs):
-- `rewrite`: that forward unchanged (a control: the rewrite costs what transformers' own does);
+Variants (the experts' forward is transformers' `grouped_mm_experts_forward` written out, with the masks it
+applies to expert-parallel sentinel rows, so that only what the advice changes differs):
+- `rewrite`: that forward unchanged (the control: what the rewrite itself costs against transformers' own);
 - `pad8`: each expert's rows placed at a multiple of 8 in the gathered input (zero rows between the groups,
   offsets of the padded sizes; a host-side bound on the rows, so no synchronisation), the zero rows' outputs
   never gathered back;
@@ -30,8 +30,8 @@ masks it applies, so that only what the advice changes differs):
   scales: one per activation row, one per expert column), the activations quantized each call (`quant_rows`:
   eager; `fp8_compiled`: the same function through `torch.compile`, one fused pass); `fp8` quantizes the
   weights each step too (training: they change every step), the others once before the rounds (frozen or
-  inference weights). In training the backward stays bf16 (`torch._grouped_mm` on the bf16 weights and activations, the
-  products autograd forms for `_grouped_mm`);
+  inference weights). In training the backward stays bf16 (`torch._grouped_mm` on the bf16 weights and
+  activations, the products autograd forms for `_grouped_mm`);
 - `mm_per_group`: transformers' own `eager` experts implementation (`set_experts_implementation("eager")`:
   one GEMM per expert hit, a Python loop);
 - `balanced`: the router forced to a balanced assignment (token t to experts (t*k + j) mod E, j < k, each
@@ -65,7 +65,8 @@ PROGRAMS = {   # name: (capture_moe builder, variants measured in its rounds)
                                         "mm_per_group"]),
 }
 PATCHED_EXPERTS = ("pad8", "bmm_padded", "fp8", "fp8_cached", "fp8_compiled")   # variants on the rewrite
-ADVICE_OF = {"fp8_cached": "fp8", "fp8_compiled": "fp8", "rewrite": None}   # variant -> the advice item it applies (default: itself)
+# variant -> the advice item it applies (default: itself)
+ADVICE_OF = {"fp8_cached": "fp8", "fp8_compiled": "fp8", "rewrite": None}
 F8_MAX = 448.0   # torch.finfo(torch.float8_e4m3fn).max
 
 
@@ -222,8 +223,9 @@ class Program:
 
     def patches(self, variant: str) -> list[tuple[object, object]]:
         if variant == "balanced":
-            return [(r, types.MethodType(lambda s, h, d=self.scores_dtype[id(r)]: balanced_router(s, h, scores_dtype=d), r))
-                    for r in self.routers]
+            return [(r, types.MethodType(
+                lambda s, h, d=self.scores_dtype[id(r)]: balanced_router(s, h, scores_dtype=d), r))
+                for r in self.routers]
         kw = {"rewrite": {}, "pad8": {"mult": 8}, "bmm_padded": {"mode": "bmm"},
               "fp8": {"fp8": (self.fp8_weights(False), quant_rows)},
               "fp8_cached": {"fp8": (self.fp8_weights(True), quant_rows)},
@@ -431,7 +433,8 @@ def summary_lines(res: dict) -> list[str]:
                 return f" ({100 * x / pred:.0f} %)" if pred and x is not None else ""
             vr = vd.get("vs_rewrite_us", {}).get("gpu")
             out.append(f"  {v:13s}  {vd['advice_rank'] or '—':>4}  {pred if pred is not None else '—':>9}  "
-                       f"{m['saving_us'][v]['gpu']:+9.1f}{pct(m['saving_us'][v]['gpu'])} ({pm:+.1f}, {q1:+.1f}..{q3:+.1f})"
+                       f"{m['saving_us'][v]['gpu']:+9.1f}{pct(m['saving_us'][v]['gpu'])} "
+                       f"({pm:+.1f}, {q1:+.1f}..{q3:+.1f})"
                        f"  {'—' if vr is None else f'{vr:+.1f}'}{pct(vr)}"
                        f"  {k.get('experts_gemm_us', 0):+.1f}{pct(k.get('experts_gemm_us'))}"
                        f"  {k.get('step_gpu_us', 0):+.1f}{pct(k.get('step_gpu_us'))}  {nt}")
@@ -449,8 +452,12 @@ def main() -> None:
     ap.add_argument("--summarize", metavar="FILE", help="print a saved result's tables (the CPU) and stop")
     a = ap.parse_args()
     if a.summarize:
-        with open(a.summarize, encoding="utf-8") as f:
-            print("\n".join(summary_lines(json.load(f))))
+        try:
+            with open(a.summarize, encoding="utf-8") as f:
+                res = json.load(f)
+        except (OSError, ValueError) as e:
+            ap.error(f"cannot read {a.summarize}: {e}; give a file this script wrote with --out")
+        print("\n".join(summary_lines(res)))
         return
     names = [n for n in a.only.split(",") if n] or list(PROGRAMS)
     bad = [n for n in names if n not in PROGRAMS]
@@ -484,7 +491,8 @@ def main() -> None:
             prog.prepare()
             entry["numerics"] = prog.numerics(variants)
             print(name, "numerics", json.dumps(entry["numerics"]), flush=True)
-            ok = [v for v in variants if not (isinstance(entry["numerics"][v], dict) and "error" in entry["numerics"][v])]
+            ok = [v for v in variants
+                  if not (isinstance(entry["numerics"][v], dict) and "error" in entry["numerics"][v])]
             entry["measured"] = measure(prog, ok, a.rounds, a.warmup)
             entry["verdicts"] = verdicts(preds[name], entry["measured"])
             for v in entry["verdicts"]:
