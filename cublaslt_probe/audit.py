@@ -1593,13 +1593,17 @@ GROUPED_WORDS = {
 GROUPED_RISK = {
     "balanced": "a router change (auxiliary load-balancing loss, capacity): which tokens each expert sees changes, "
                 "hence the model's quality; measured as the same rows split evenly",
-    "mm_per_group": "a Python loop over the experts: one launch per expert hit and a host synchronisation to find "
-                    "them (outside the GEMM time measured here)",
+    "mm_per_group": "a Python loop over the experts: one launch per expert hit, index kernels to gather and "
+                    "scatter its rows and a host synchronisation to find them, all outside the GEMM time measured "
+                    "here and able to outweigh it",
     "bmm_padded": "a custom experts forward (none of transformers' implementations); its time follows the largest "
-                  "group: a more skewed routing makes it slower",
+                  "group: a more skewed routing makes it slower; the saving is the GEMMs' alone: the padding rows "
+                  "also pass through the layer's other ops (gather, activation, routing weights) and sizing the "
+                  "batch to the largest group needs a host synchronisation per call, neither measured here",
     "batched_mm": "memory: the gathered weights (rows x n x k) are made every call",
     "fp8": "the expert weights quantized to fp8 and the activations per row each call (the quantization's own "
-           "time not measured); model accuracy must be checked",
+           "time not measured: quantizing the weights every step, as training does, can outweigh the saving); "
+           "model accuracy must be checked",
 }
 
 
@@ -1684,7 +1688,8 @@ def _grouped_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[Advice
                 risk = (f"{extra:,} zero rows per call ({100 * extra / max(1, rows0):.1f} % more rows: about "
                         f"{mib:,.1f} MiB more input and output in {m0.label}); the experts' forward must place each "
                         f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and drop the zero rows "
-                        "after")
+                        "after); the saving is the GEMMs' alone: the zero rows also pass through the layer's other "
+                        "ops (activation, routing weights), not measured here")
                 also = [f"×{n[3:]} {'saves' if res[n]['net'] > 0 else 'costs'} {abs(res[n]['net']):,.1f} µs/step"
                         for n in pads if n != name and res[n]["done"]]
             else:
