@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
+from cublaslt_probe.dtypes import element_bytes, log_dtype
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.grouped import GROUPED_COLUMNS
 from cublaslt_probe.kinds import TILE_CLUSTER, decoded_columns
@@ -112,8 +113,6 @@ FIXED_KEYS = ("module", "op", "dtype", "layout", "m", "n", "k", "batch", "groups
               "kernel", "family", "provenance", "algo", "tflops", "pct_peak", "floor_us", "waves",
               "align_fallback", "split_k")
 
-BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e5m2": 1, "fp64": 8}
-OUT_BYTES = {"fp8": 2, "fp8_e5m2": 2}          # fp8 GEMMs write bf16
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
 NEAR_FLOOR = 1.10                              # within 10 % of the floor: nothing left to win
 _CLASS_ORDER = re.compile(r"(\w*[^\W\d]\w*?)_\d+")   # <class>_<order>: a class of any script, then digits
@@ -355,14 +354,7 @@ def _class_order(names: list[str], naming: str | None) -> bool:
 
 # --------------------------------------------------------------------------- log join
 def _log_dtype(rec) -> str | None:
-    from cublaslt_probe.logs import short_dtype
-    a, b = short_dtype(rec.a_type), short_dtype(rec.b_type)
-    if a == "fp32":
-        return "tf32" if rec.compute_type and "TF32" in rec.compute_type else "fp32"
-    if a and a.startswith("fp8"):
-        return "fp8" if (a, b) == ("fp8_e4m3", "fp8_e4m3") else "fp8_e5m2" if (a, b) == ("fp8_e5m2", "fp8_e4m3") \
-            else f"{a}x{b}"
-    return a
+    return log_dtype(rec.a_type, rec.b_type, rec.compute_type)
 
 
 def _algo_text(rec) -> str:
@@ -553,13 +545,13 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
     row["flops"] = flops
     row["tflops"] = flops / mean / 1e6 if mean else None
     peaks, bw, _ = rates
-    nb = BYTES.get(dt or "")
+    nb, ob = element_bytes(dt) or (None, None)
     peak = peaks.get(dt) if peaks and dt else None
     if peak:
         row["peak_tflops"] = peak
         row["pct_peak"] = 100 * row["tflops"] / peak if not _na(row["tflops"]) else None
     if peak and bw and nb:
-        nbytes = (m * k + k * n) * b * nb + m * n * b * OUT_BYTES.get(dt, nb)
+        nbytes = (m * k + k * n) * b * nb + m * n * b * ob
         t_mem = nbytes / (bw * 1e12) * 1e6
         t_cmp = flops / (peak * 1e12) * 1e6
         row["floor_us"] = max(t_mem, t_cmp)
@@ -577,7 +569,7 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
     lds = _leading_dims(row.get("input_dims"), row.get("input_strides"), row.get("op"))
     if nb:
         bad = [f"{lab} ld={ld}" for lab, ld in lds if (ld * nb) % 16]
-        if (n * OUT_BYTES.get(dt, nb)) % 16:
+        if (n * ob) % 16:
             bad.append(f"C ld={n}")
         row["misaligned"] = ", ".join(bad) or None
         aligns = [a for a in (kn.align_a, kn.align_b, kn.align_c) if a]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from cublaslt_probe.kinds import INPUT_BYTES, OUTPUT_BYTES, gpu_peaks
+from cublaslt_probe.dtypes import INPUT_BYTES, OUTPUT_BYTES
+from cublaslt_probe.kinds import gpu_peaks
 
 
 def waves(blas_m: int, blas_n: int, tile_m: int, tile_n: int, split_k: int, batch: int, sms: int) -> dict:

@@ -27,6 +27,8 @@ import json
 import math
 from pathlib import Path
 
+from cublaslt_probe.dtypes import element_bytes
+
 GROUPED_COLUMNS: dict[str, tuple[str, str]] = {
     "sizes_source": ("category", "grouped GEMM: where its group sizes come from: recorded (the run folder's "
                                  "group_sizes.jsonl) or assumed (equal sizes: none recorded)"),
@@ -79,13 +81,11 @@ def roofline(sizes: list[int], group_dim: str, m: int, n: int, k: int, dtype: st
              ) -> dict:
     """floor_us and bound of one grouped call with these group sizes (`join_sizes`' rule: real rows, each
     non-empty group's weights once); {} without the GPU's rates or the dtype's width."""
-    from cublaslt_probe.audit import BYTES, OUT_BYTES
     peaks, bw, _ = rates
-    nb = BYTES.get(dtype or "")
+    nb, ob = element_bytes(dtype) or (None, None)
     peak = peaks.get(dtype) if peaks and dtype else None
     if not (peak and bw and nb):
         return {}
-    ob = OUT_BYTES.get(dtype, nb)
     live = sum(1 for s in sizes if s)
     if group_dim == "m":        # A [rows, k] split by rows, B [groups, k, n]: each live expert's weights once
         nbytes = m * k * nb + live * k * n * nb + m * n * ob

@@ -25,9 +25,7 @@ WINDOW = 128   # GEMMs per sweep window by default: a window's profiler session 
                # windows of 128 against 32, alternating in one process on the decode preset: 581 against 555
                # GEMMs/s (bench12_window.txt)
 
-# Bytes per element of the inputs A, B and of the output C (fp8 GEMMs write bf16).
-INPUT_BYTES = MappingProxyType({"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e5m2": 1})
-OUTPUT_BYTES = MappingProxyType({"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "fp8_e5m2": 2})
+# Their spellings elsewhere (torch, cuBLAS logs) and bytes per element: dtypes.py.
 
 # Display order of categorical columns (report tables, plot legends and panels, selection), where it reads
 # better than the definition order; `numpy` last.

@@ -34,6 +34,7 @@ import math
 import time
 
 from cublaslt_probe.cases import Case, invalid_reason
+from cublaslt_probe.dtypes import TORCH_NAMES
 from cublaslt_probe.errors import CaptureError
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,7 @@ def _numerics(probe, c: Case, alts: list[tuple[str, Case]]) -> dict:
     """Max |y - y0| / max |y0| of each alternative against the original, on the same inputs (torch paths;
     a padded GEMM gets zero padding and is sliced back)."""
     torch = probe.torch
-    dt = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-          "fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[c.dtype]
+    dt = getattr(torch, TORCH_NAMES[c.dtype])
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def operands(cc: Case):

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 
 from cublaslt_probe.cases import Case, invalid_reason, sizes_summary
+from cublaslt_probe.dtypes import FP8_ELEMENTS, TORCH_NAMES, lt_types, output_type
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
 from cublaslt_probe.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
 from cublaslt_probe.kinds import PEAKS
@@ -210,10 +211,6 @@ def _fill_timing(rec: dict, t: Timing, b: "Built") -> None:
 
 
 # --- one cuBLASLt GEMM ----------------------------------------------------------------------------------------
-_TORCH_DT = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16",
-             "fp8": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
-
-
 def lt_problem(c: Case, workspace_bytes: int, alignment: int = 16):
     """The cuBLASLt (column-major) Problem of a torch-view Case."""
     from cublaslt_probe import lt
@@ -221,7 +218,7 @@ def lt_problem(c: Case, workspace_bytes: int, alignment: int = 16):
     return lt.Problem(bl["blas_m"], bl["blas_n"], bl["blas_k"], dtype=c.dtype, trans_a=bl["blas_trans_a"],
                       trans_b=bl["blas_trans_b"], batch=c.batch, bias=c.op == "addmm",
                       workspace_bytes=workspace_bytes, alignment=alignment,
-                      b_type="fp8_e4m3" if c.dtype == "fp8_e5m2" else None)
+                      b_type=lt_types(c.dtype)[1])
 
 
 def current_stream(torch, device: int | None = None) -> int:
@@ -236,9 +233,9 @@ def current_stream(torch, device: int | None = None) -> int:
 
 
 def lt_dtypes(p) -> tuple[str, str, str]:
-    """The torch dtype names (`_TORCH_DT` keys) of Problem `p`'s A, B and C (and bias)."""
-    cd = "bf16" if p.dtype in ("fp8", "fp8_e5m2") else p.dtype
-    return p.dtype, {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2"}.get(p.b_type, p.dtype), cd
+    """The torch dtype names (`TORCH_NAMES` keys) of Problem `p`'s A, B and C (and bias)."""
+    cd = output_type(p.dtype) if p.dtype.startswith("fp8") else p.dtype
+    return p.dtype, FP8_ELEMENTS.get(p.b_type, p.dtype), cd
 
 
 def lt_operands(torch, p, take=None) -> tuple:
@@ -248,14 +245,14 @@ def lt_operands(torch, p, take=None) -> tuple:
     call, so that none overlaps another)."""
     (ar, ac), (br, bc), (cr, cc) = p.shapes()
     da, db, dc = lt_dtypes(p)
-    C = torch.empty(p.batch, cc, p.ldc or cr, device="cuda", dtype=getattr(torch, _TORCH_DT[dc]))
+    C = torch.empty(p.batch, cc, p.ldc or cr, device="cuda", dtype=getattr(torch, TORCH_NAMES[dc]))
     shapes = {"A": (da, (ac, p.lda or ar, False, p.batch)), "B": (db, (bc, p.ldb or br, False, p.batch))}
     if p.bias:
         shapes["bias"] = (dc, (1, cr, False, 1))
     got: dict = {}
     if take is None:
         for name, (dt, (rows, cols, _, batch)) in shapes.items():
-            got[name] = torch.randn(batch, rows, cols, device="cuda").to(getattr(torch, _TORCH_DT[dt]))
+            got[name] = torch.randn(batch, rows, cols, device="cuda").to(getattr(torch, TORCH_NAMES[dt]))
     else:
         for dt in dict.fromkeys(dt for dt, _ in shapes.values()):
             names = [n for n, (d, _) in shapes.items() if d == dt]
@@ -359,7 +356,7 @@ class Builder:
         self.ws = torch.empty(CUBLAS_WORKSPACE, dtype=torch.uint8, device="cuda")
         self._pools: dict[str, object] = {}   # dtype -> a 1-D buffer of random values the operands are views of
         self._blas: dict[str, object] = {}    # set_flags: library name -> torch's value for it
-        for dtype in _TORCH_DT:   # each type's pool made in the probe's start-up, with the first uses of the
+        for dtype in TORCH_NAMES:   # each type's pool made in the probe's start-up, with the first uses of the
             self._pool(dtype, 1)  # fill and of its conversion (a process's first build took 12-27 ms, now 0.6-0.8:
                                   # bench22_first_gemm.txt, bench23_first_gemm.txt)
 
@@ -370,7 +367,7 @@ class Builder:
         pool = self._pools.get(dtype)
         if pool is None or pool.numel() < numel:
             n = max(numel, 2 * pool.numel() if pool is not None else 0, 1 << 20)
-            pool = t.randn(n, device="cuda", dtype=t.float32).to(getattr(t, _TORCH_DT[dtype]))
+            pool = t.randn(n, device="cuda", dtype=t.float32).to(getattr(t, TORCH_NAMES[dtype]))
             self._pools[dtype] = pool
         return pool
 

@@ -6,13 +6,13 @@ GPU side: `replay(records)`. CPU side: `problem_from_record(rec)` (what can be r
 """
 from __future__ import annotations
 
-# (A type, B type, compute type) as the log writes them -> the probe's dtype name
-_DTYPES = {("R_32F", "R_32F", "COMPUTE_32F"): "fp32", ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"): "tf32",
-           ("R_16F", "R_16F", "COMPUTE_32F"): "fp16", ("R_16BF", "R_16BF", "COMPUTE_32F"): "bf16",
-           ("R_8F_E4M3", "R_8F_E4M3", "COMPUTE_32F"): "fp8", ("R_8F_E5M2", "R_8F_E4M3", "COMPUTE_32F"): "fp8_e5m2",
-           ("R_8F_E4M3", "R_8F_E5M2", "COMPUTE_32F"): "fp8"}
-_B_TYPE = {"R_8F_E4M3": "fp8_e4m3", "R_8F_E5M2": "fp8_e5m2"}
-_OUT = {"fp32": "R_32F", "tf32": "R_32F", "fp16": "R_16F", "bf16": "R_16BF", "fp8": "R_16BF", "fp8_e5m2": "R_16BF"}
+from cublaslt_probe.dtypes import log_dtype, log_type, lt_types, output_type, short_dtype
+
+# The (A type, B type, compute type) combinations, as the log writes them, that the lt backend rebuilds
+_DTYPES = (("R_32F", "R_32F", "COMPUTE_32F"), ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"),
+           ("R_16F", "R_16F", "COMPUTE_32F"), ("R_16BF", "R_16BF", "COMPUTE_32F"),
+           ("R_8F_E4M3", "R_8F_E4M3", "COMPUTE_32F"), ("R_8F_E5M2", "R_8F_E4M3", "COMPUTE_32F"),
+           ("R_8F_E4M3", "R_8F_E5M2", "COMPUTE_32F"))
 
 
 class NotReplayable(Exception):
@@ -29,13 +29,14 @@ def problem_from_record(rec) -> dict:
     if missing:
         raise NotReplayable(f"line {rec.line}: the log line lacks {', '.join(missing)} (truncated or older format)")
     key = (rec.a_type, rec.b_type, rec.compute_type)
-    dt = _DTYPES.get(key)
-    if dt is None:
+    if key not in _DTYPES:
         raise NotReplayable(f"line {rec.line}: types A={rec.a_type} B={rec.b_type} compute={rec.compute_type} are not "
                             f"among the replayable combinations ({', '.join('/'.join(k) for k in _DTYPES)})")
-    if rec.c_type != _OUT[dt] or (rec.d_type and rec.d_type != rec.c_type):
+    dt = log_dtype(*key)
+    out = log_type(output_type(dt))
+    if rec.c_type != out or (rec.d_type and rec.d_type != rec.c_type):
         raise NotReplayable(f"line {rec.line}: C/D type {rec.c_type}/{rec.d_type} with {dt} inputs is not replayable "
-                            f"(expected {_OUT[dt]})")
+                            f"(expected {out})")
     epi = (rec.epilogue or "DEFAULT").upper().replace("CUBLASLT_", "").replace("EPILOGUE_", "")
     if epi not in ("DEFAULT", "BIAS"):
         raise NotReplayable(f"line {rec.line}: epilogue {rec.epilogue} needs inputs the log does not record "
@@ -44,7 +45,7 @@ def problem_from_record(rec) -> dict:
     return {"dtype": dt, "m": rec.m, "n": rec.n, "k": rec.k, "trans_a": ta, "trans_b": tb,
             "lda": rec.lda, "ldb": rec.ldb, "ldc": rec.ldc, "batch": rec.batch_count or 1, "bias": epi == "BIAS",
             "workspace_bytes": rec.workspace_bytes or 0, "algo_id": rec.algo_id,
-            "b_type": _B_TYPE.get(rec.b_type) if dt.startswith("fp8") else None, "out_of_place": bool(rec.out_of_place),
+            "b_type": short_dtype(rec.b_type) if dt.startswith("fp8") else None, "out_of_place": bool(rec.out_of_place),
             "config": {"tile": rec.tile, "stages": rec.algo_stages, "cluster": rec.cluster,
                        "split_k": rec.num_splits_k if rec.num_splits_k and rec.num_splits_k > 1 else None,
                        "reduction_scheme": rec.reduction_scheme if rec.num_splits_k and rec.num_splits_k > 1 else None,
@@ -72,7 +73,7 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
             continue
         res["problem"] = {k: v for k, v in pr.items() if k != "config"}
         try:
-            p = lt.Problem(pr["m"], pr["n"], pr["k"], dtype=pr["dtype"], trans_a=pr["trans_a"], trans_b=pr["trans_b"],
+            p = lt.Problem(pr["m"], pr["n"], pr["k"], dtype=lt_types(pr["dtype"])[0], trans_a=pr["trans_a"], trans_b=pr["trans_b"],
                            batch=pr["batch"], bias=pr["bias"], workspace_bytes=max(pr["workspace_bytes"], 0),
                            b_type=pr["b_type"], lda=pr["lda"], ldb=pr["ldb"], ldc=pr["ldc"])
             with probe.lt_gemm(p, out_of_place=pr["out_of_place"]) as g:

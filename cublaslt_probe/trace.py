@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
+from cublaslt_probe.dtypes import torch_dtype
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.kinds import TILE_CLUSTER, decoded_columns
 
@@ -110,13 +111,6 @@ GEMM_OPS: dict[str, tuple[int, int]] = {
 # B [G, K, N], offsets split M; 3-D x 2-D = A [G, M, K], B [K, ΣN], offsets split N; 2-D x 2-D = A [M, ΣK],
 # B [ΣK, N], offsets split K (out [G, M, N]); 3-D x 3-D = a batch of G equal GEMMs, no offsets.
 GROUPED_OPS: dict[str, int] = {"aten::_grouped_mm": 2, "aten::_scaled_grouped_mm": 4}
-_TORCH_DTYPES = {
-    "c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16", "float": "fp32",
-    "Float": "fp32", "double": "fp64", "Double": "fp64", "c10::Float8_e4m3fn": "fp8_e4m3",
-    "c10::Float8_e5m2": "fp8_e5m2", "c10::Float8_e4m3fnuz": "fp8_e4m3fnuz", "c10::Float8_e5m2fnuz":
-    "fp8_e5m2fnuz", "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
-    "signed char": "int8", "int": "int32",
-}
 
 
 @dataclass
@@ -1390,13 +1384,8 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
     if any(type(out.get(c)) is not int for c in ("m", "n", "k", "batch")) or \
             ("groups" in out and out["groups"] is not None and type(out["groups"]) is not int):
         return {}                 # dims that are not integers: not a shape this reader can use
-    ta = _TORCH_DTYPES.get(types[where[0]]) if len(types) > where[0] and type(types[where[0]]) is str else None
-    tb = _TORCH_DTYPES.get(types[where[1]]) if len(types) > where[1] and type(types[where[1]]) is str else None
-    if ta and ta.startswith("fp8"):
-        out["dtype"] = "fp8" if (ta, tb) == ("fp8_e4m3", "fp8_e4m3") else \
-            "fp8_e5m2" if (ta, tb) == ("fp8_e5m2", "fp8_e4m3") else f"{ta}x{tb}"
-    else:
-        out["dtype"] = ta
+    out["dtype"] = torch_dtype(types[where[0]] if len(types) > where[0] else None,
+                               types[where[1]] if len(types) > where[1] else None)
     if op in ("aten::mv", "aten::addmv"):
         out["layout"] = None
     else:

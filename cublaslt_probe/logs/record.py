@@ -8,6 +8,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from cublaslt_probe.dtypes import short_dtype
+
 # The log levels as cuBLASLt numbers them (`CUBLASLT_LOG_LEVEL`), the tag printed in the line, the
 # bit of `CUBLASLT_LOG_MASK`, and the record `kind`.
 LEVELS = {"Error": 1, "Trace": 2, "Hints": 3, "Info": 4, "Api": 5}
@@ -177,40 +179,11 @@ def _snippet(text: str, width: int = 80) -> str:
 
 
 # --- type names -----------------------------------------------------------------------------------------
-# cuBLAS spells types `R_16BF` (cudaDataType without its `CUDA_` prefix) and compute types `COMPUTE_32F`
-# (cublasComputeType_t without `CUBLAS_`). The record keeps that spelling; `short_dtype` gives the
+# The record keeps cuBLAS's spelling of types (`R_16BF`, `COMPUTE_32F`); `short_dtype` (dtypes.py) gives the
 # canonical short name.
-SHORT_DTYPES = {
-    "R_16BF": "bf16", "R_16F": "fp16", "R_32F": "fp32", "R_64F": "fp64",
-    "R_8F_E4M3": "fp8_e4m3", "R_8F_E5M2": "fp8_e5m2", "R_8F_UE8M0": "fp8_ue8m0",
-    "R_8F_UE4M3": "fp8_ue4m3", "R_4F_E2M1": "fp4_e2m1", "R_6F_E2M3": "fp6_e2m3", "R_6F_E3M2": "fp6_e3m2",
-    "R_8I": "int8", "R_8U": "uint8", "R_16I": "int16", "R_16U": "uint16", "R_32I": "int32",
-    "R_32U": "uint32", "R_64I": "int64", "R_64U": "uint64", "R_4I": "int4", "R_4U": "uint4",
-    "C_16BF": "cbf16", "C_16F": "cfp16", "C_32F": "cfp32", "C_64F": "cfp64", "C_8I": "cint8",
-    "C_32I": "cint32",
-    "COMPUTE_16F": "fp16", "COMPUTE_16F_PEDANTIC": "fp16", "COMPUTE_32F": "fp32",
-    "COMPUTE_32F_PEDANTIC": "fp32", "COMPUTE_32F_FAST_TF32": "tf32", "COMPUTE_32F_FAST_16BF": "fp32_fast_bf16",
-    "COMPUTE_32F_FAST_16F": "fp32_fast_fp16", "COMPUTE_32F_EMULATED_16BFX9": "fp32_emulated_bf16x9",
-    "COMPUTE_64F": "fp64", "COMPUTE_64F_PEDANTIC": "fp64", "COMPUTE_32I": "int32",
-    "COMPUTE_32I_PEDANTIC": "int32",
-}
-
 # The three letters of the internal legacy-API function names (`cublasLtTSTMatmul`): A/B type,
 # compute/scale type, C/D type. Q (fp8) is inferred, not measured.
 LEGACY_LETTERS = {"S": "fp32", "D": "fp64", "H": "fp16", "T": "bf16", "Q": "fp8_e4m3", "C": "cfp32",
                   "Z": "cfp64", "I": "int32", "B": "int8"}
 
 
-def short_dtype(name: str | None) -> str | None:
-    """``R_16BF`` → ``bf16``, ``COMPUTE_32F_FAST_TF32`` → ``tf32``, ``CUDA_R_8F_E4M3`` → ``fp8_e4m3``.
-
-    Unknown names come back unchanged (lower-cased is not attempted: an unknown name stays visible).
-    """
-    if name is None:
-        return None
-    key = name
-    if key.startswith("CUDA_"):
-        key = key[5:]
-    elif key.startswith("CUBLAS_"):
-        key = key[7:]
-    return SHORT_DTYPES.get(key, name)

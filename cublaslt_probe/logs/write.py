@@ -14,7 +14,8 @@ import json
 from operator import attrgetter
 from typing import Callable, Iterable, Iterator
 
-from cublaslt_probe.logs.record import ALGO_FIELDS, FIELD_NAMES, PROBLEM_FIELDS, LogRecord, short_dtype
+from cublaslt_probe.dtypes import short_dtype
+from cublaslt_probe.logs.record import ALGO_FIELDS, FIELD_NAMES, PROBLEM_FIELDS, LogRecord
 
 _MEMO_MAX = 4096
 _REST = FIELD_NAMES[2:]  # everything but line and time
