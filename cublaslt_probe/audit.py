@@ -34,6 +34,7 @@ import pandas as pd
 from cublaslt_probe import runfiles
 from cublaslt_probe.dtypes import element_bytes, log_dtype
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.explain import gemm_bytes, roofline_floor
 from cublaslt_probe.grouped import GROUPED_COLUMNS
 from cublaslt_probe.kinds import TILE_CLUSTER, decoded_columns
 from cublaslt_probe.trace import TRACE_SCHEMA
@@ -551,11 +552,8 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
         row["peak_tflops"] = peak
         row["pct_peak"] = 100 * row["tflops"] / peak if not _na(row["tflops"]) else None
     if peak and bw and nb:
-        nbytes = (m * k + k * n) * b * nb + m * n * b * ob
-        t_mem = nbytes / (bw * 1e12) * 1e6
-        t_cmp = flops / (peak * 1e12) * 1e6
-        row["floor_us"] = max(t_mem, t_cmp)
-        row["bound"] = "memory" if t_mem > t_cmp else "compute"
+        r = roofline_floor(flops, gemm_bytes(m, n, k, b, dt), peak, bw)
+        row["floor_us"], row["bound"] = r["floor_us"], r["bound"]
         row["floor_ratio"] = mean / row["floor_us"] if row["floor_us"] else None
     # waves: the tile in cuBLAS's column-major order against blas_m = torch n, blas_n = torch m
     tile = logged_tile(kn)

@@ -10,8 +10,27 @@ from __future__ import annotations
 
 import math
 
-from cublaslt_probe.dtypes import INPUT_BYTES, OUTPUT_BYTES
+from cublaslt_probe.dtypes import element_bytes
 from cublaslt_probe.kinds import gpu_peaks
+
+
+def gemm_bytes(m: int, n: int, k: int, batch: int, dtype: str | None) -> int | None:
+    """The bytes a GEMM moves at least: A and B read once, C written once (`element_bytes`); None when the
+    dtype has no size."""
+    eb = element_bytes(dtype)
+    if eb is None:
+        return None
+    nb, ob = eb
+    return (m * k + k * n) * batch * nb + m * n * batch * ob
+
+
+def roofline_floor(flops: float, nbytes: float, peak_tflops: float, hbm_tbps: float) -> dict:
+    """The time floors of work of `flops` and `nbytes` on a GPU of these peaks, in µs: t_mem_us (the bytes
+    at HBM bandwidth), t_compute_us (the flops at peak), floor_us (the higher) and bound (which one)."""
+    t_mem = nbytes / (hbm_tbps * 1e12) * 1e6
+    t_cmp = flops / (peak_tflops * 1e12) * 1e6
+    return {"t_mem_us": t_mem, "t_compute_us": t_cmp, "floor_us": max(t_mem, t_cmp),
+            "bound": "memory" if t_mem > t_cmp else "compute"}
 
 
 def waves(blas_m: int, blas_n: int, tile_m: int, tile_n: int, split_k: int, batch: int, sms: int) -> dict:
@@ -103,12 +122,11 @@ def _time(c: dict, rec: dict, gpu) -> dict | None:
     if peak is None:
         return out
     dt = c["dtype"]
-    nbytes = ((c["m"] * c["k"] + c["k"] * c["n"]) * INPUT_BYTES[dt] + c["m"] * c["n"] * OUTPUT_BYTES[dt]) * batch
-    t_mem = nbytes / (p.hbm_tbps * 1e12) * 1e6
-    t_cmp = flops / (peak * 1e12) * 1e6
+    nbytes = gemm_bytes(c["m"], c["n"], c["k"], batch, dt)
+    r = roofline_floor(flops, nbytes, peak, p.hbm_tbps)
     out["peaks"] = {"source": p.source, "tflops": peak, "hbm_tbps": p.hbm_tbps, "pct": out["tflops"] / peak,
-                    "bytes": nbytes, "gflop": flops / 1e9, "t_mem_us": t_mem, "t_compute_us": t_cmp,
-                    "bound": "memory" if t_mem > t_cmp else "compute", "over_floor": t / max(t_mem, t_cmp)}
+                    "bytes": nbytes, "gflop": flops / 1e9, "t_mem_us": r["t_mem_us"],
+                    "t_compute_us": r["t_compute_us"], "bound": r["bound"], "over_floor": t / r["floor_us"]}
     return out
 
 

@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 
 from cublaslt_probe.dtypes import element_bytes
+from cublaslt_probe.explain import roofline_floor
 
 GROUPED_COLUMNS: dict[str, tuple[str, str]] = {
     "sizes_source": ("category", "grouped GEMM: where its group sizes come from: recorded (the run folder's "
@@ -93,9 +94,8 @@ def roofline(sizes: list[int], group_dim: str, m: int, n: int, k: int, dtype: st
         nbytes = m * k * nb + k * n * nb + len(sizes) * m * n * ob
     else:                       # split along n: A [m, k] read by every live group, B [k, N], C [m, N]
         nbytes = live * m * k * nb + k * n * nb + m * n * ob
-    t_mem = nbytes / (bw * 1e12) * 1e6
-    t_cmp = 2.0 * m * n * k / (peak * 1e12) * 1e6
-    return {"floor_us": max(t_mem, t_cmp), "bound": "memory" if t_mem > t_cmp else "compute", "bytes": nbytes}
+    r = roofline_floor(2.0 * m * n * k, nbytes, peak, bw)
+    return {"floor_us": r["floor_us"], "bound": r["bound"], "bytes": nbytes}
 
 
 def waves(sizes: list[int], group_dim: str, m: int, n: int, tile_m, tile_n, sms) -> tuple[float | None,

@@ -73,7 +73,8 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
             continue
         res["problem"] = {k: v for k, v in pr.items() if k != "config"}
         try:
-            p = lt.Problem(pr["m"], pr["n"], pr["k"], dtype=lt_types(pr["dtype"])[0], trans_a=pr["trans_a"], trans_b=pr["trans_b"],
+            p = lt.Problem(pr["m"], pr["n"], pr["k"], dtype=lt_types(pr["dtype"])[0], trans_a=pr["trans_a"],
+                           trans_b=pr["trans_b"],
                            batch=pr["batch"], bias=pr["bias"], workspace_bytes=max(pr["workspace_bytes"], 0),
                            b_type=pr["b_type"], lda=pr["lda"], ldb=pr["ldb"], ldc=pr["ldc"])
             with probe.lt_gemm(p, out_of_place=pr["out_of_place"]) as g:
