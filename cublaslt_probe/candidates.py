@@ -21,6 +21,13 @@ TOLERANCE = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 2e-2, "bf16": 2e-2, "fp8": 5e-2
 NOISE_FLOOR_PCT = 0.5
 
 
+def max_rel_diff(y, ref) -> float:
+    """max |y - ref| / max |ref| of two outputs of one shape (torch tensors, or numpy arrays), the measure
+    `TOLERANCE` bounds; a zero `ref` counts as 1e-30, so that any difference shows. Computed with the
+    arrays' own operations (on the GPU for CUDA tensors): one number comes back."""
+    return float((abs(y - ref).max() / abs(ref).max().clip(min=1e-30)).item())
+
+
 def tolerance(dtype: str) -> float:
     return TOLERANCE.get(dtype, 2e-2)
 

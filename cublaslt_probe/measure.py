@@ -33,6 +33,7 @@ import logging
 import math
 import time
 
+from cublaslt_probe.candidates import max_rel_diff
 from cublaslt_probe.cases import Case, invalid_reason
 from cublaslt_probe.dtypes import TORCH_NAMES
 from cublaslt_probe.errors import CaptureError
@@ -157,13 +158,12 @@ def _numerics(probe, c: Case, alts: list[tuple[str, Case]]) -> dict:
     out = {}
     try:
         y0 = run(c, c.backend)
-        scale = y0.abs().max().clamp_min(1e-30)
         for label, alt in alts:
             if alt.backend == "lt":
                 continue  # the raw cuBLASLt call has its own operands: its numerics are the candidates'
             try:
                 y = run(alt, alt.backend)
-                out[label] = float(((y - y0).abs().max() / scale).item())
+                out[label] = max_rel_diff(y, y0)
             except Exception as e:  # noqa: BLE001
                 out[label] = None
                 log.info("numerics of %s failed: %s", label, e)
@@ -234,11 +234,10 @@ def _grouped_numerics(probe, alts: dict, a, w, offs, ref, extra: dict) -> dict:
     starts = [0]
     for x in sizes:
         starts.append(starts[-1] + x)
-    scale = ref.abs().max().clamp_min(1e-30)
     out: dict[str, float | None] = {}
 
     def rel(y) -> float:
-        return float(((y.float() - ref).abs().max() / scale).item())
+        return max_rel_diff(y.float(), ref)
 
     def put(name, make):
         try:

@@ -39,6 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from cublaslt_probe.candidates import max_rel_diff
 from cublaslt_probe.cases import Case, invalid_reason, sizes_summary
 from cublaslt_probe.dtypes import FP8_ELEMENTS, TORCH_NAMES, lt_types, output_type
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
@@ -1715,7 +1716,7 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
                 y = g.C.float()
                 if ref is None:
                     ref = y.clone()
-                row["max_rel_diff_vs_0"] = float(((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item())
+                row["max_rel_diff_vs_0"] = max_rel_diff(y, ref)
                 row["nan"] = bool(torch.isnan(y).any().item())
                 t = probe.time_gpu(fn, reps)
                 row["time_us"], row["time_us_min"] = t.median_us, t.min_us
@@ -1762,7 +1763,7 @@ def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
             fn = (lambda: [torch.mm(x, y) for x, y in parts])
             ref = b.fn().float()
             got = torch.cat([o.float() for o in fn()])
-            loop["max_rel_diff"] = float(((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item())
+            loop["max_rel_diff"] = max_rel_diff(got, ref)
             loop["time_us"] = probe.time_gpu(fn, key="torch|mm_per_group").median_us
             loop["kernels"] = [k for k, _ in probe.profile([fn])[0]]
         except Exception as e:  # noqa: BLE001  the other variants' rows stand
