@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.streams import open_text
 
 SCHEMA = 1
 CONTROLLED = ("CUDA_MODULE_LOADING", "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE", "CUDA_CACHE_MAXSIZE",
@@ -758,9 +759,8 @@ def observed_provenance(result: dict) -> dict[str, dict]:
 
 def load(path: str) -> dict:
     """A saved cold-start result (`--save`), checked enough to render."""
-    import gzip
     try:
-        with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
+        with open_text(path) as f:
             obj = json.load(f)
     except (OSError, ValueError) as e:
         raise ProbeError(f"cannot read {path}: {e}; give a file written by `cold-start --save`") from e

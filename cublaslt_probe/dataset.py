@@ -10,7 +10,6 @@ Each row joins three independent pieces of evidence for one GEMM:
 from __future__ import annotations
 
 import functools
-import io
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ import pandas as pd
 from cublaslt_probe.errors import SchemaError
 from cublaslt_probe.evidence import consistency, log_matches_case, main_kernel, trace_record
 from cublaslt_probe.kinds import DECODED_COLUMNS, ENV_KEYS
+from cublaslt_probe.streams import complete_lines, cut_note, open_text
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +142,10 @@ def _scan_raw(path, st: RawStats) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` of every env line and probe record of a raw file (JSONL, gzip detected by
     its first bytes), in order; a line that is not one (a truncated last line, garbage) is counted in
     `st`, and a gzip cut off part way ends the scan (noted in `st`): nothing readable is lost."""
-    import gzip
-    import zlib
-    with open(path, "rb") as raw:
-        binary = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == b"\x1f\x8b" else raw
-        f = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="\n")
+    with open_text(path, newline="\n") as f:
         i = 0
         try:
-            for i, line in enumerate(f, 1):
+            for i, line in enumerate(complete_lines(f), 1):
                 st.lines += 1
                 line = line.strip()
                 if not line:
@@ -167,8 +163,12 @@ def _scan_raw(path, st: RawStats) -> Iterator[tuple[int, dict]]:
                     st.bad(f"{path}:{i}", why)
                     continue
                 yield i, obj
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
+        except OSError as e:
             st.cut.append((str(path), f"cut off after line {i:,} ({e}): the records before it are kept"))
+        else:
+            why = cut_note(f)
+            if why:
+                st.cut.append((str(path), f"cut off after line {i:,} ({why}): the records before it are kept"))
 
 
 def _env_of(obj: dict) -> dict:

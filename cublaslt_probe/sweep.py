@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from cublaslt_probe.cases import BACKENDS, DTYPES, GROUPED_OPS, LAYOUTS, OPS, Case, invalid_reason, sizes_code
 from cublaslt_probe.errors import SpecError
 from cublaslt_probe.kinds import ENV_MATCH, PRESETS, TEST_BACKENDS, WINDOW
+from cublaslt_probe.streams import open_text
 
 log = logging.getLogger(__name__)
 
@@ -1013,17 +1014,11 @@ BATCH_ROWS = 8192
 PART_PATTERNS = ("*.part-*-of-*.raw.jsonl", "*.part-*-of-*.raw.jsonl.gz", "*.part-*-of-*.parquet")
 
 
-def _open_text(path: str):
-    import gzip
-    opener = gzip.open if str(path).endswith(".gz") else open
-    return opener(path, "rt", encoding="utf-8", errors="replace")
-
-
 def _raw_lines(path: str):
     """(line, fast_key) for each record line of a raw file: every non-empty line but the env line. fast_key is
     the key of a line `run` wrote (its key comes first; read without parsing the JSON), else None."""
     n = len(_GEMM_PREFIX)
-    with _open_text(path) as f:
+    with open_text(path) as f:
         for line in f:
             if line.startswith(_GEMM_PREFIX) and line.endswith("\n"):
                 end = line.find('"', n)
@@ -1050,7 +1045,7 @@ def raw_keys(path: str):
 
 def raw_env(path: str) -> dict:
     """The environment line of a raw file ({} without one)."""
-    with _open_text(path) as f:
+    with open_text(path) as f:
         first = f.readline()
     try:
         obj = json.loads(first)

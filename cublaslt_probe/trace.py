@@ -41,7 +41,6 @@ import os
 import re
 import sqlite3
 import time
-import zlib
 from array import array
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterator
@@ -53,6 +52,7 @@ from cublaslt_probe import runfiles
 from cublaslt_probe.dtypes import torch_dtype
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.kinds import TILE_CLUSTER, decoded_columns
+from cublaslt_probe.streams import Gunzip, is_gzip, open_binary
 
 log = logging.getLogger(__name__)
 
@@ -376,100 +376,17 @@ class _JsonStream:
             stats.events += count
 
 
-class _Gunzip:
-    """Incremental gzip reader that, unlike `gzip.GzipFile`, hands back everything before a cut or corrupt
-    stream (the parser then reports the trace as cut off) and reads concatenated members.
-
-    At a damaged spot the bytes before it are still returned: the compressed data of the failing read is
-    fed again, 1 KB at a time, to a copy of the decompressor taken before it (zlib raises without handing
-    back what it decoded before the damage). `cut` says the stream ended or broke inside a member;
-    `error` holds zlib's message when it broke."""
-
-    _SALVAGE_STEP = 1024
-
-    def __init__(self, raw: IO[bytes]):
-        self.raw = raw
-        self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self.fed = False            # the current member has received data
-        self.pending = b""
-        self.done = False
-        self.cut = False
-        self.error = ""
-
-    def read(self, n: int) -> bytes:
-        """Up to `n` decompressed bytes (b"" at the end; at a damaged spot, what precedes it)."""
-        out, got = [], 0
-        while got < n and not self.done:
-            comp = self.d.unconsumed_tail
-            if not comp:
-                comp, self.pending = self.pending or self.raw.read(1 << 18), b""
-            if not comp:
-                self.done = True
-                self.cut = self.fed and not self.d.eof
-                break
-            before = self.d.copy()
-            try:
-                data = self.d.decompress(comp, n - got)
-            except zlib.error as e:
-                data = self._salvage(before, comp)
-                self.done = True
-                self.error = str(e)
-                # garbage after a complete member is not a cut
-                self.cut = self.fed or got == 0 or bool(data)
-                out.append(data)
-                break
-            self.fed = True
-            out.append(data)
-            got += len(data)
-            if self.d.eof:
-                self.pending = self.d.unused_data
-                self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                self.fed = False
-        return b"".join(out)
-
-    def _salvage(self, d, comp: bytes) -> bytes:
-        """What `d` decodes of `comp` before the first damaged byte."""
-        out = []
-        step = self._SALVAGE_STEP
-        for i in range(0, len(comp), step):
-            keep = d.copy()
-            try:
-                out.append(d.decompress(comp[i:i + step]))
-            except zlib.error:
-                for j in range(i, min(i + step, len(comp))):    # the failing step again, byte by byte
-                    try:
-                        out.append(keep.decompress(comp[j:j + 1]))
-                    except zlib.error:
-                        break
-                break
-            if d.eof:        # the member ended inside this read: what follows it is the damage
-                break
-        return b"".join(out)
-
-    def close(self) -> None:
-        self.raw.close()
-
-
-def _open_binary(path: str | os.PathLike):
-    try:
-        fh = open(path, "rb")
-    except OSError as e:
-        raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
-    head = fh.read(2)
-    fh.seek(0)
-    if head == b"\x1f\x8b":
-        return _Gunzip(fh)
-    return fh
-
-
 def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats: TraceStats | None = None,
                        chunk_bytes: int = 1 << 22) -> Iterator[dict]:
     """Yield the events of a Chrome trace one at a time (object format ``{"traceEvents": [...]}`` or a bare
     array). Top-level keys other than ``traceEvents`` go into `meta`. Memory stays at a few chunks."""
     meta = {} if meta is None else meta
     stats = stats or TraceStats(path=str(path), format="chrome")
-    fh = _open_binary(path)
-    gz = isinstance(fh, _Gunzip)
+    try:
+        fh = open_binary(path)
+    except OSError as e:
+        raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
+    gz = isinstance(fh, Gunzip)
     complete = False
     try:
         s = _JsonStream(fh, chunk_bytes, stats)
@@ -1580,7 +1497,7 @@ def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSumm
         raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
     if head.startswith(b"SQLite format 3"):
         return read_nsys_sqlite(path)
-    if head.startswith(b"\x1f\x8b") or head.removeprefix(_BOM).lstrip()[:1] in (b"{", b"["):
+    if is_gzip(head) or head.removeprefix(_BOM).lstrip()[:1] in (b"{", b"["):
         return read_chrome_trace(path, chunk_bytes)
     if str(path).endswith(".nsys-rep") or str(path).endswith(".qdrep"):
         raise ProbeError(f"{path} is an Nsight Systems report: export it first with "

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 import click
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.streams import GZIP_MAGIC, cut_note, is_gzip, open_binary
 
 EXIT_OK = 0
 EXIT_NOTHING = 1
@@ -398,7 +399,7 @@ def read_json(path: str, what: str):
         raise ProbeError(f"cannot read {path}: {why}; give {what}") from e
 
 
-_MAGIC = ((b"\x1f\x8b", "a gzip file"), (b"PAR1", "a Parquet file"), (b"\x89PNG", "a PNG image"),
+_MAGIC = ((GZIP_MAGIC, "a gzip file"), (b"PAR1", "a Parquet file"), (b"\x89PNG", "a PNG image"),
           (b"SQLite format 3\x00", "an SQLite database"), (b"%PDF", "a PDF document"),
           (b"PK\x03\x04", "a zip archive"), (b"\x7fELF", "an ELF binary"), (b"<svg", "an SVG image"))
 
@@ -407,8 +408,6 @@ def sniff(path: str) -> str:
     """What the file at `path` looks like, for error messages: ``a Parquet file``, ``a cuBLASLt log``,
     ``a raw probe file (JSONL)``, ``a Chrome trace (JSON)``, ``a JSON document``, ``binary data``,
     ``empty``, ``text``."""
-    import gzip
-    import zlib
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -416,11 +415,14 @@ def sniff(path: str) -> str:
         return f"unreadable ({e.strerror or e})"
     if not head:
         return "empty"
-    if head[:2] == b"\x1f\x8b":
+    if is_gzip(head):
         try:
-            with gzip.open(path, "rb") as g:
+            with open_binary(path) as g:
                 inner = g.read(4096)
-        except (OSError, EOFError, zlib.error):
+                damaged = len(inner) < 4096 and cut_note(g)
+        except OSError:
+            return "a gzip file (damaged)"
+        if damaged:
             return "a gzip file (damaged)"
         kind = _sniff_bytes(inner)
         return f"a gzip file holding {kind}" if kind not in ("empty",) else "an empty gzip file"

@@ -9,13 +9,13 @@ from contextlib import contextmanager
 from typing import IO, Iterable, Iterator, Union
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.streams import Gunzip, complete_lines, cut_note, is_gzip
 
 Source = Union[str, "os.PathLike[str]", IO[str], IO[bytes], Iterable[str]]
 
 # Exceptions that mean "this file cannot be read (any further)" rather than "this line is bad".
 READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError)
 
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class LogReadError(ProbeError):
@@ -94,14 +94,17 @@ def open_lines(source: Source) -> Iterator[Iterable[str]]:
                 magic = raw.peek(2)[:2]
             except OSError as e:  # e.g. EISDIR on some platforms only when reading
                 raise LogReadError(f"cannot read {path}: {_describe(e)}") from e
-            binary = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
-            yield _text(binary)
+            if is_gzip(magic):
+                with _text(io.BufferedReader(Gunzip(raw))) as f:
+                    yield _until_cut(f)
+            else:
+                yield _text(raw)
         finally:
             raw.close()
         return
     if hasattr(source, "read"):
         if _is_binary_file(source):
-            binary = gzip.GzipFile(fileobj=source, mode="rb") if _peek(source) == _GZIP_MAGIC else source
+            binary = gzip.GzipFile(fileobj=source, mode="rb") if is_gzip(_peek(source)) else source
             wrapper = _text(binary)
             try:
                 yield wrapper
@@ -121,6 +124,15 @@ def open_lines(source: Source) -> Iterator[Iterable[str]]:
         raise LogReadError(f"cannot read {type(source).__name__!s}: pass a path, an open file or an "
                            f"iterable of lines") from e
     yield _decode_items(it)
+
+
+def _until_cut(f) -> Iterator[str]:
+    """The complete lines of a gzip log (`streams.complete_lines`), then the cut as the read error it is
+    (EOFError: the records before it stand, the file counts as broken)."""
+    yield from complete_lines(f)
+    why = cut_note(f)
+    if why:
+        raise EOFError(why)
 
 
 def _decode_items(it: Iterator) -> Iterator[str]:
