@@ -93,7 +93,8 @@ def _report(stats, cublas: bool, files) -> int:
 def _emit_lt(sources, stats, fmt, output, summary, api, multi):
     from cublaslt_probe.logs import parse_log
     from cublaslt_probe.logs.parser import each_source
-    from cublaslt_probe.logs.write import CSV_HEADER, ParquetStream, Summary, csv_chunks, jsonl_chunks
+    from cublaslt_probe.logs.frame import Summary
+    from cublaslt_probe.logs.write import CSV_HEADER, ParquetStream, csv_chunks, jsonl_chunks
     records = each_source(sources, stats,
                           lambda src: parse_log(src, api=api, stats=stats, name=_name(src)))
     if summary:

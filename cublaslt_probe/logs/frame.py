@@ -1,4 +1,5 @@
-"""Records → pandas: one row per record (`records_to_frame`), one row per distinct GEMM (`summarize`)."""
+"""Records → pandas: one row per record (`records_to_frame`), one row per distinct GEMM (`summarize`, and
+`Summary`, which counts them as records stream by)."""
 from __future__ import annotations
 
 import json
@@ -7,16 +8,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from cublaslt_probe.logs.record import FIELD_NAMES, LogRecord
-from cublaslt_probe.logs.write import SUMMARY_KEYS, Summary
-
-INT_COLUMNS = ("line", "pid", "level", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "batch_count",
-               "algo_id", "num_splits_k", "custom_option", "cta_swizzling", "workspace_bytes",
-               "sm_count_target", "torch_m", "torch_n", "torch_k")
-CATEGORY_COLUMNS = ("kind", "function", "a_type", "b_type", "c_type", "d_type", "compute_type",
-                    "scale_type", "op_a", "op_b", "epilogue", "tile", "algo_stages", "cluster",
-                    "reduction_scheme", "file")
-
+from cublaslt_probe.logs.record import CATEGORY_COLUMNS, FIELD_NAMES, INT_COLUMNS, SUMMARY_KEYS, LogRecord
 
 def records_to_frame(records: Iterable[LogRecord]) -> pd.DataFrame:
     """One row per record, columns named as the record fields (see docs/logs.md).
@@ -74,3 +66,40 @@ def summarize(df: pd.DataFrame | Iterable[LogRecord]) -> pd.DataFrame:
     agg = agg.sort_values(["count", "_first"], ascending=[False, True], kind="stable")
     agg["pids"] = agg["pids"].astype("Int64")
     return agg[out_cols].reset_index(drop=True)
+
+
+# --- the running summary --------------------------------------------------------------------------------
+
+class Summary:
+    """Identical GEMMs (`SUMMARY_KEYS`: function, types, transposes, m n k, batch, epilogue, algo) counted
+    as records stream by: memory grows with the distinct GEMMs, not with the records."""
+
+    def __init__(self):
+        self._key = attrgetter(*SUMMARY_KEYS)
+        self._groups: dict = {}  # key -> [count, order, first record, pids]
+        self.total = 0
+
+    def add(self, r: LogRecord) -> None:
+        k = self._key(r)
+        g = self._groups.get(k)
+        if g is None:
+            self._groups[k] = [1, self.total, r, {r.pid}]
+        else:
+            g[0] += 1
+            if len(g[3]) < 65536:
+                g[3].add(r.pid)
+        self.total += 1
+
+    def frame(self):
+        """The summary as `summarize` returns it: count, share, the key columns, the torch view, pids,
+        first_file, first_line; most frequent first, ties in order of appearance."""
+        groups = sorted(self._groups.values(), key=lambda g: (-g[0], g[1]))
+        df = records_to_frame([g[2] for g in groups])
+        out = pd.DataFrame({"count": pd.array([g[0] for g in groups], dtype="int64"),
+                            "share": [g[0] / self.total for g in groups] if groups else []})
+        for c in SUMMARY_KEYS + ("torch_m", "torch_n", "torch_k"):
+            out[c] = df[c].reset_index(drop=True)
+        out["pids"] = pd.array([len(g[3] - {None}) for g in groups], dtype="Int64")
+        out["first_file"] = df["file"].astype(object).reset_index(drop=True)
+        out["first_line"] = df["line"].reset_index(drop=True)
+        return out

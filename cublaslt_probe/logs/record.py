@@ -90,6 +90,15 @@ PROBLEM_FIELDS = ("function", "a_type", "b_type", "c_type", "d_type", "compute_t
                   "op_a", "op_b", "m", "n", "k", "batch_count", "epilogue")
 ALGO_FIELDS = ("algo_id", "tile", "algo_stages", "cluster", "num_splits_k", "reduction_scheme", "custom_option",
                "cta_swizzling")
+SUMMARY_KEYS = PROBLEM_FIELDS + ALGO_FIELDS   # what makes two GEMMs of a log identical (`frame.Summary`)
+
+# How a table of records types the fields (`frame.records_to_frame`, `write.arrow_schema`).
+INT_COLUMNS = ("line", "pid", "level", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "batch_count",
+               "algo_id", "num_splits_k", "custom_option", "cta_swizzling", "workspace_bytes",
+               "sm_count_target", "torch_m", "torch_n", "torch_k")
+CATEGORY_COLUMNS = ("kind", "function", "a_type", "b_type", "c_type", "d_type", "compute_type",
+                    "scale_type", "op_a", "op_b", "epilogue", "tile", "algo_stages", "cluster",
+                    "reduction_scheme", "file")
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
 """Records → output, one record at a time, in flat memory: JSON lines, CSV rows, table cells, Parquet
-batches, and the running summary ("which GEMMs, how often").
+batches (typed as `frame.records_to_frame` types its frame).
 
 A real log repeats the same lines: records of one line text (`line` and `time` aside) are equal in every
 other field, since `build_record` derives them from that text alone. The encoders here keep the encoded
@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import Callable, Iterable, Iterator
 
 from cublaslt_probe.dtypes import short_dtype
-from cublaslt_probe.logs.record import ALGO_FIELDS, FIELD_NAMES, PROBLEM_FIELDS, LogRecord
+from cublaslt_probe.logs.record import CATEGORY_COLUMNS, FIELD_NAMES, INT_COLUMNS, LogRecord
 
 _MEMO_MAX = 4096
 _REST = FIELD_NAMES[2:]  # everything but line and time
@@ -206,7 +206,6 @@ def arrow_schema():
     """The Arrow schema of `records_to_frame`'s frame, fixed so that every batch of a stream shares it."""
     import pyarrow as pa
 
-    from cublaslt_probe.logs.frame import CATEGORY_COLUMNS, INT_COLUMNS
     fields = []
     for name in FIELD_NAMES:
         if name in INT_COLUMNS:
@@ -281,46 +280,3 @@ class ParquetStream:
         if self._buf or self._writer is None:
             self._flush()
         self._writer.close()
-
-
-# --- the running summary --------------------------------------------------------------------------------
-
-SUMMARY_KEYS = PROBLEM_FIELDS + ALGO_FIELDS
-
-
-class Summary:
-    """Identical GEMMs (`SUMMARY_KEYS`: function, types, transposes, m n k, batch, epilogue, algo) counted
-    as records stream by: memory grows with the distinct GEMMs, not with the records."""
-
-    def __init__(self):
-        self._key = attrgetter(*SUMMARY_KEYS)
-        self._groups: dict = {}  # key -> [count, order, first record, pids]
-        self.total = 0
-
-    def add(self, r: LogRecord) -> None:
-        k = self._key(r)
-        g = self._groups.get(k)
-        if g is None:
-            self._groups[k] = [1, self.total, r, {r.pid}]
-        else:
-            g[0] += 1
-            if len(g[3]) < 65536:
-                g[3].add(r.pid)
-        self.total += 1
-
-    def frame(self):
-        """The summary as `summarize` returns it: count, share, the key columns, the torch view, pids,
-        first_file, first_line; most frequent first, ties in order of appearance."""
-        import pandas as pd
-
-        from cublaslt_probe.logs.frame import records_to_frame
-        groups = sorted(self._groups.values(), key=lambda g: (-g[0], g[1]))
-        df = records_to_frame([g[2] for g in groups])
-        out = pd.DataFrame({"count": pd.array([g[0] for g in groups], dtype="int64"),
-                            "share": [g[0] / self.total for g in groups] if groups else []})
-        for c in SUMMARY_KEYS + ("torch_m", "torch_n", "torch_k"):
-            out[c] = df[c].reset_index(drop=True)
-        out["pids"] = pd.array([len(g[3] - {None}) for g in groups], dtype="Int64")
-        out["first_file"] = df["file"].astype(object).reset_index(drop=True)
-        out["first_line"] = df["line"].reset_index(drop=True)
-        return out

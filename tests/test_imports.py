@@ -1,0 +1,108 @@
+"""The package's imports as its source writes them (read with `ast`, imports inside functions included): what
+may touch the GPU, and that no two modules need each other.
+
+The graph is built from the files, not by importing them, so it sees the imports a CPU machine never runs.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import cublaslt_probe
+
+PACKAGE = pathlib.Path(cublaslt_probe.__file__).parent
+ROOT = "cublaslt_probe"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    """Dotted module name -> file, for every module of the package (a package is its __init__.py)."""
+    out = {}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        parts = (ROOT,) + p.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: pathlib.Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) of each import statement of module `name`; `from X import y`
+    names X.y when that is a module of the package, else X. At module level: not inside a function body."""
+    tree = ast.parse(path.read_text(), str(path))
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+
+    def visit(node, top: bool):
+        for child in ast.iter_child_nodes(node):
+            inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child.lineno, top) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    up = pkg.split(".")[: len(pkg.split(".")) - (child.level - 1)]
+                    base = ".".join(up + ([base] if base else []))
+                for a in child.names:
+                    sub = f"{base}.{a.name}"
+                    out.append((sub if sub in MODULES else base, child.lineno, top))
+            visit(child, inner)
+
+    visit(tree, True)
+    return out
+
+
+IMPORTS = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _graph(module_level_only: bool, within: str = ROOT) -> dict[str, set[str]]:
+    return {m: {t for t, _, top in imps if t in MODULES and t != m and t.startswith(within)
+                and (top or not module_level_only)}
+            for m, imps in IMPORTS.items() if m.startswith(within)}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def strong(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_the_graph_sees_the_imports_inside_functions():
+    """The reader finds a known function-level import (write's Parquet stream types its batches as
+    `frame.records_to_frame` does) and a known module-level one."""
+    write = IMPORTS["cublaslt_probe.logs.write"]
+    assert ("cublaslt_probe.logs.frame", False) in {(t, top) for t, _, top in write}
+    assert ("cublaslt_probe.logs.record", True) in {(t, top) for t, _, top in write}
+
+
+def test_logs_has_no_import_circle_even_through_functions():
+    """logs/ is a chain: _io and record at the bottom, parser and cublas over them, write and frame on top
+    (write may reach frame, never the other way), so no two of its modules need each other."""
+    assert _circles(_graph(module_level_only=False, within=f"{ROOT}.logs")) == []
