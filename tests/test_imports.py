@@ -106,3 +106,46 @@ def test_logs_has_no_import_circle_even_through_functions():
     """logs/ is a chain: _io and record at the bottom, parser and cublas over them, write and frame on top
     (write may reach frame, never the other way), so no two of its modules need each other."""
     assert _circles(_graph(module_level_only=False, within=f"{ROOT}.logs")) == []
+
+
+# The modules that may run GPU code: they import torch or cupy (inside functions), load CUDA libraries through
+# ctypes, or drive the GPU through the probe's torch (measure, replay). Everything else runs on a CPU.
+GPU_MODULES = {f"{ROOT}.{m}" for m in ("probe", "lt", "driver", "cupti", "coldstart_child", "recorder",
+                                       "firstcall", "measure", "replay")}
+GPU_LIBRARIES = {"torch", "cupy", "ctypes"}   # ctypes: how lt, driver and cupti load libcublasLt, libcuda, CUPTI
+
+
+def _dynamic_imports(path: pathlib.Path) -> list[tuple[str, int]]:
+    """`importlib.import_module("x")` and `__import__("x")` with a literal name: (x, line)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and \
+                isinstance(node.args[0].value, str):
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if fname in ("import_module", "__import__"):
+                out.append((node.args[0].value, node.lineno))
+    return out
+
+
+def test_only_the_gpu_modules_import_torch_cupy_or_ctypes():
+    """Outside `GPU_MODULES` no module imports torch, cupy or ctypes, at module level or in a function."""
+    bad = [f"{m}:{line} imports {t}" for m, imps in IMPORTS.items() if m not in GPU_MODULES
+           for t, line, _ in imps if t.split(".")[0] in GPU_LIBRARIES]
+    bad += [f"{m}:{line} imports {t}" for m, p in MODULES.items() if m not in GPU_MODULES
+            for t, line in _dynamic_imports(p) if t.split(".")[0] in GPU_LIBRARIES]
+    assert bad == []
+    assert GPU_MODULES <= set(MODULES)     # the list names modules that exist
+
+
+def test_gpu_modules_import_on_a_cpu():
+    """The GPU modules import torch and cupy only inside functions, so that importing them (for their CPU
+    halves, their names in the CLI's help) needs neither."""
+    top = [f"{m}:{line} imports {t} at module level" for m in sorted(GPU_MODULES)
+           for t, line, at_top in IMPORTS[m] if at_top and t.split(".")[0] in ("torch", "cupy")]
+    assert top == []
+
+
+def test_no_import_circle_at_module_level():
+    """No two modules of the package import each other (directly or round a loop) at module level."""
+    assert _circles(_graph(module_level_only=True)) == []
