@@ -33,8 +33,8 @@ def _run(*args):
 
 
 def test_merge_and_dataset_keep_the_same_records_of_a_cut_gzip_raw_file(tmp_path):
-    """`merge` read raw files with gzip chosen by suffix and stopped with an internal error at a cut;
-    both commands now keep every complete record before the cut, the same ones."""
+    """Both commands keep every complete record before the cut, the same ones: the sweep's reader sniffs
+    gzip and reads a cut stream as `dataset`'s does (never an internal error)."""
     cut = _cut_gzip(RAW, tmp_path / "cut.raw.jsonl.gz")
     r = _run("dataset", cut, "-o", tmp_path / "d.parquet")
     assert r.exit_code == 3 and "cut off after line" in r.stderr, r.output
