@@ -23,7 +23,7 @@ TORCH_TYPES = MappingProxyType({
     "signed char": "int8", "int": "int32",
 })
 
-# A sweep dtype -> the `torch` attribute of its A operand's element type (B's is `torch_name(b_type)`).
+# A sweep dtype -> the `torch` attribute of its A operand's element type (a B of another type: `lt_types`).
 TORCH_NAMES = MappingProxyType({"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16",
                                 "fp8": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"})
 
