@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -589,11 +589,12 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
 
 # --------------------------------------------------------------------------- the audit
 def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, coldstart: dict | None = None,
-          pid: int | None = None) -> Audit:
+          pid: int | None = None, warmup: int = 1) -> Audit:
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
     `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
     ``evidence: observed`` (`coldstart.apply_observed`). `pid`: of a file of several processes (merged rank
-    traces), audit only that one (`trace.TraceDetail.for_process`)."""
+    traces), audit only that one (`trace.TraceDetail.for_process`). `warmup`: of a trace without step marks, the
+    steps found (`steps.found_steps`) left out first as warm-up."""
     from cublaslt_probe.grouped import join_sizes
     from cublaslt_probe.stalls import host_stalls
     from cublaslt_probe.trace import read_chrome_trace, timeline_frame
@@ -629,7 +630,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     facts, devices = _gpu_facts(env, s.meta, notes, used)
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
-    L, steps = _in_steps(det, env, notes, gpu_ranges)
+    L, steps = _in_steps(det, env, notes, gpu_ranges, warmup)
     per_name: dict[str, list] = {}
     for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
         per_name[det.names[i]] = [int(c), float(t)]
@@ -657,7 +658,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
                  gpu=facts.name, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
-                 stalls=host_stalls(det, steps), observed=observed, partial=partial)
+                 stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial)
 
 
 def _missing_notes(G: pd.DataFrame, det, meta: dict, attribution: str, no_shape: int, no_shape_us: float,
@@ -868,20 +869,25 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     return steps
 
 
-def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None) -> tuple[pd.DataFrame, int]:
-    """The launches inside the steps (`_step_ranges`; without any the whole trace is one step) and the
+def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None,
+              warmup: int = 1) -> tuple[pd.DataFrame, int]:
+    """The launches inside the steps (`_step_ranges`; without any, the steps `steps.found_steps` finds from
+    the module ranges, the first `warmup` left out; without those either the whole trace is one step) and the
     number of steps. A launch belongs to the step whose range holds its launch call's CPU time (of its own
     process first, where the trace tells processes apart); a launch without a launch record (no runtime
     event, no op: its CPU time is unknown) is placed by its GPU time (`_place_by_gpu_time`, with `gpu`: the
     GPU-timeline copies of the ranges, when they are not among ``det.ranges``)."""
+    from cublaslt_probe.steps import found_steps, outside_note
     L = det.launches
     cpu, copies = _split_ranges(det)
     gpu = copies if gpu is None else gpu
     steps_r = _step_ranges(cpu, notes)
-    if not len(steps_r):
-        if not env.get("capture"):
-            notes.append("no step ranges in the trace: the whole trace counts as one step")
-        return L, int((env.get("capture") or {}).get("steps") or 1)
+    found = not len(steps_r)
+    if found:
+        steps_r, how = found_steps(det, cpu, warmup)
+        notes.append(how)
+        if not len(steps_r):
+            return L, 1
     t_launch = L["t_launch"].to_numpy()
     step = _contained_own(steps_r, t_launch, L)
     unknown = (L["op_row"].to_numpy() < 0) & (t_launch == L["ts"].to_numpy())
@@ -892,6 +898,10 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None)
     if out.any():
         notes.append(f"{int(out.sum()):,} launches outside the {len(steps_r)} step ranges are left out"
                      + _gemm_part(L, out))
+    if found:
+        where = outside_note(L, det.names, step >= 0, steps_r)
+        if where:
+            notes.append(where)
     return L[step >= 0], _step_count(steps_r)
 
 
