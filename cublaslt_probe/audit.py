@@ -589,12 +589,12 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
 
 # --------------------------------------------------------------------------- the audit
 def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, coldstart: dict | None = None,
-          pid: int | None = None, warmup: int = 1) -> Audit:
+          pid: int | None = None, warmup: int | None = None) -> Audit:
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
     `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
     ``evidence: observed`` (`coldstart.apply_observed`). `pid`: of a file of several processes (merged rank
     traces), audit only that one (`trace.TraceDetail.for_process`). `warmup`: of a trace without step marks, the
-    steps found (`steps.found_steps`) left out first as warm-up."""
+    steps found (`steps.found_steps`) left out first as warm-up (None: the capture's ``warmup``, else 1)."""
     from cublaslt_probe.grouped import join_sizes
     from cublaslt_probe.stalls import host_stalls
     from cublaslt_probe.trace import read_chrome_trace, timeline_frame
@@ -870,20 +870,29 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
 
 
 def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None,
-              warmup: int = 1) -> tuple[pd.DataFrame, int]:
+              warmup: int | None = None) -> tuple[pd.DataFrame, int]:
     """The launches inside the steps (`_step_ranges`; without any, the steps `steps.found_steps` finds from
-    the module ranges, the first `warmup` left out; without those either the whole trace is one step) and the
+    the module ranges, the first `warmup` left out (None: the capture's, else `steps.WARMUP`); without those, or
+    when the capture asked for the whole stretch as one step, the whole trace is one step) and the
     number of steps. A launch belongs to the step whose range holds its launch call's CPU time (of its own
     process first, where the trace tells processes apart); a launch without a launch record (no runtime
     event, no op: its CPU time is unknown) is placed by its GPU time (`_place_by_gpu_time`, with `gpu`: the
     GPU-timeline copies of the ranges, when they are not among ``det.ranges``)."""
-    from cublaslt_probe.steps import found_steps, outside_note
+    from cublaslt_probe.steps import WARMUP, found_steps, outside_note
     L = det.launches
+    cap = env.get("capture") or {}
     cpu, copies = _split_ranges(det)
     gpu = copies if gpu is None else gpu
     steps_r = _step_ranges(cpu, notes)
     found = not len(steps_r)
+    if found and cap.get("step_finding") == "whole":
+        notes.append("the capture asked for the whole run as one step (--whole-script): model loading and first "
+                     "calls are in it")
+        return L, 1
     if found:
+        if warmup is None:
+            w = cap.get("warmup")
+            warmup = w if isinstance(w, int) and not isinstance(w, bool) and w >= 0 else WARMUP
         steps_r, how = found_steps(det, cpu, warmup)
         notes.append(how)
         if not len(steps_r):

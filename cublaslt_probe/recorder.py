@@ -197,8 +197,11 @@ class Capture:
     """An open capture; `step()` marks one step of the program (optional: without it the stretch is one step)."""
 
     def __init__(self, run_dir: str | os.PathLike, model=None, *, with_modules: bool = False,
-                 log: bool = True, label: str | None = None, group_sizes: bool = True):
+                 log: bool = True, label: str | None = None, group_sizes: bool = True,
+                 warmup: int | None = None, whole_script: bool = False):
         self.run_dir = Path(run_dir)
+        self.warmup = warmup
+        self.whole_script = whole_script
         self.group_sizes = group_sizes
         self._sizes: GroupSizes | None = None
         self.model = model
@@ -290,6 +293,14 @@ class Capture:
             self._sizes.flush()   # after the synchronisation: the copies are done
         self.steps += 1
 
+    def _step_finding(self) -> str:
+        """How `audit` finds this capture's steps (env.json ``capture.step_finding``): ``marked`` (`step()`),
+        ``whole`` (the stretch is one step, asked for), ``found`` (`steps.found_steps`: each optimizer step,
+        else each call of the outermost module's forward, the first ``warmup`` left out)."""
+        if self.steps:
+            return "marked"
+        return "whole" if self.whole_script else "found"
+
     # --- open / close --------------------------------------------------------------------------------------
     def __enter__(self) -> "Capture":
         from cublaslt_probe import lt
@@ -355,6 +366,8 @@ class Capture:
             "label": self.label,
             "steps": max(self.steps, 1),
             "steps_marked": self.steps,
+            "step_finding": self._step_finding(),
+            "warmup": self.warmup,
             "step_wall_s": [round(s, 6) for s in self.step_wall_s],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._t0)),
             "log_level": LOG_LEVEL if self._logger is not None else 0,
@@ -369,19 +382,29 @@ class Capture:
 
 
 def capture(run_dir: str | os.PathLike, model=None, *, with_modules: bool = False, log: bool = True,
-            label: str | None = None, group_sizes: bool = True) -> Capture:
+            label: str | None = None, group_sizes: bool = True, warmup: int | None = None,
+            whole_script: bool = False) -> Capture:
     """A context manager that records the program run inside it into `run_dir` (see the module doc);
     `group_sizes=False` records no group sizes and leaves torch's grouped GEMM entry points as they are
-    (`GroupSizes`)."""
+    (`GroupSizes`). Without `step()` marks, `audit` finds the steps from the optimizer steps or the outermost
+    module calls and leaves out the first `warmup` (None: audit's default); `whole_script=True` makes the
+    whole stretch one step instead."""
     if model is not None and not hasattr(model, "named_modules"):
         raise CaptureError(f"capture: model={type(model).__name__} is not a torch.nn.Module; pass the module "
                            "whose layers should name the kernels, or model=None")
-    return Capture(run_dir, model, with_modules=with_modules, log=log, label=label, group_sizes=group_sizes)
+    if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0):
+        raise CaptureError(f"capture: warmup={warmup!r}: give a count of steps, 0 or more")
+    return Capture(run_dir, model, with_modules=with_modules, log=log, label=label, group_sizes=group_sizes,
+                   warmup=warmup, whole_script=whole_script)
 
 
-def run_script(run_dir: str | os.PathLike, argv: list[str], *, label: str | None = None) -> None:
+def run_script(run_dir: str | os.PathLike, argv: list[str], *, label: str | None = None, warmup: int = 1,
+               whole_script: bool = False) -> None:
     """Run a Python script (``argv[0]``, with ``argv[1:]`` as its arguments) inside one capture, its modules
-    named by class (no model is known); the whole run is one step."""
+    named by class (no model is known). The script is not edited: its steps are each optimizer step, else each
+    call of its outermost module's forward, the first `warmup` left out as warm-up (model loading, weight
+    copies and first calls fall outside them: `steps.found_steps`, applied by `audit`); `whole_script=True`
+    makes the whole run one step."""
     import runpy
     import sys
     if not argv:
@@ -392,7 +415,8 @@ def run_script(run_dir: str | os.PathLike, argv: list[str], *, label: str | None
     old = sys.argv
     sys.argv = list(argv)
     try:
-        with capture(run_dir, None, label=label or os.path.basename(script)):
+        with capture(run_dir, None, label=label or os.path.basename(script), warmup=warmup,
+                     whole_script=whole_script):
             runpy.run_path(script, run_name="__main__")
     finally:
         sys.argv = old

@@ -117,3 +117,35 @@ def test_no_module_ranges_whole_trace_with_a_note():
     a = audit(FIXTURES / "programs" / "llama_decode_with_modules")
     assert a.steps == 1
     assert any("no step ranges and no module ranges" in n for n in a.notes)
+
+
+def _with_capture_facts(tmp_path, **facts):
+    out = tmp_path / "run"
+    shutil.copytree(SCRIPT, out)
+    env = json.loads((out / runfiles.ENV_FILE).read_text())
+    env["capture"].update(facts)
+    (out / runfiles.ENV_FILE).write_text(json.dumps(env))
+    return out
+
+
+def test_capture_facts_choose_how_steps_are_found(tmp_path):
+    """env.json's ``capture.step_finding`` and ``capture.warmup`` (written by `capture --whole-script`,
+    `--warmup N`) decide, and audit's own warmup wins over the capture's."""
+    whole = audit(_with_capture_facts(tmp_path / "a", step_finding="whole"))
+    assert whole.steps == 1 and any("--whole-script" in n for n in whole.notes)
+    run = _with_capture_facts(tmp_path / "b", step_finding="found", warmup=0)
+    assert audit(run).steps == 3
+    assert audit(run, warmup=2).steps == 1
+    bad = audit(_with_capture_facts(tmp_path / "c", step_finding="found", warmup="two"))
+    assert bad.steps == 2                       # not a count: audit's default
+
+
+def test_cli_warmup_option(tmp_path):
+    from click.testing import CliRunner
+    from cublaslt_probe.cli import main
+    r = CliRunner().invoke(main, ["audit", str(SCRIPT), "--warmup", "0", "-f", "jsonl"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in r.output.splitlines() if x.startswith("{")]
+    assert sum(x["calls"] for x in rows) == 5          # per step: each GEMM once
+    r = CliRunner().invoke(main, ["audit", str(SCRIPT), "--warmup", "-1"])
+    assert r.exit_code == 2 and "warmup" in r.output

@@ -69,9 +69,9 @@ def _load_measure(path: str) -> dict:
                    "get that provenance with evidence 'observed'.")
 @click.option("--pid", type=int, default=None,
               help="Of a trace that holds several processes (merged rank traces): audit only this one.")
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--warmup", type=click.IntRange(min=0), default=None,
               help="Of a trace without step marks (steps found from its module or optimizer ranges): the first "
-                   "N steps found are left out as warm-up.")
+                   "N steps found are left out as warm-up (default: the capture's --warmup, else 1).")
 @output_options(FORMATS, top=25)
 def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, coldstart_path,
               pid, warmup, fmt, output, top):
