@@ -193,6 +193,118 @@ def read_group_sizes(run_dir: str | os.PathLike) -> list[dict] | None:
     return out
 
 
+class GraphRecorder:
+    """Records the CUDA graphs captured while a capture is open, so that `audit` can join the kernels replayed
+    later to the launches that built them (`graphs`). `install()` wraps ``torch.cuda.CUDAGraph``'s
+    ``capture_begin``, ``capture_end`` and ``replay`` (what ``torch.cuda.graph``, ``make_graphed_callables`` and
+    Inductor's cudagraph trees call):
+
+    - capture_begin: debug mode on (the driver's graph is kept for `debug_dump`), and a profiler range
+      ``runfiles.GRAPH_CAPTURE_PREFIX + N`` opened: the ops, shapes, module ranges and runtime launch calls the
+      profiler records inside it are what the graph holds (no kernel runs during a capture);
+    - capture_end: the range closed, the graph's nodes written by ``debug_dump`` to
+      ``graphs/graph_N.dot`` (kernel names, launch dimensions, in launch order);
+    - replay: a range ``runfiles.GRAPH_REPLAY_PREFIX + N`` around it.
+
+    A graph captured before the capture opened has none of this: its replays are kernels linked only to
+    ``cudaGraphLaunch``. `uninstall()` puts the methods back."""
+
+    def __init__(self, torch, run_dir: Path):
+        self.torch = torch
+        self.run_dir = run_dir
+        self.graphs: list[dict] = []
+        self._ids: dict[int, int] = {}      # id(graph) -> N
+        self._open: dict[int, object] = {}
+        self._saved: list[tuple] = []
+
+    def install(self) -> None:
+        cls = getattr(self.torch.cuda, "CUDAGraph", None)
+        if cls is None:
+            return
+        for attr, make in (("capture_begin", self._begin), ("capture_end", self._end), ("replay", self._replay)):
+            orig = cls.__dict__.get(attr) or getattr(cls, attr, None)
+            if orig is None:
+                continue
+            self._saved.append((cls, attr, cls.__dict__.get(attr)))
+            setattr(cls, attr, make(orig))
+
+    def uninstall(self) -> None:
+        for cls, attr, orig in reversed(self._saved):
+            if orig is None:
+                delattr(cls, attr)
+            else:
+                setattr(cls, attr, orig)
+        self._saved.clear()
+
+    def _range(self, name: str):
+        rf = self.torch.autograd.profiler.record_function(name)
+        rf.__enter__()
+        return rf
+
+    def _begin(self, orig):
+        import functools
+        rec = self
+
+        @functools.wraps(orig)
+        def capture_begin(graph, *args, **kwargs):
+            n = rec._ids.setdefault(id(graph), len(rec._ids))
+            try:
+                graph.enable_debug_mode()
+            except (AttributeError, RuntimeError):
+                pass
+            rec._open[id(graph)] = rec._range(runfiles.GRAPH_CAPTURE_PREFIX + str(n))
+            return orig(graph, *args, **kwargs)
+        return capture_begin
+
+    def _end(self, orig):
+        import functools
+        rec = self
+
+        @functools.wraps(orig)
+        def capture_end(graph, *args, **kwargs):
+            try:
+                return orig(graph, *args, **kwargs)
+            finally:
+                rf = rec._open.pop(id(graph), None)
+                if rf is not None:
+                    rf.__exit__(None, None, None)
+                rec._dump(graph)
+        return capture_end
+
+    def _dump(self, graph) -> None:
+        n = self._ids.get(id(graph))
+        if n is None:
+            return
+        rel = f"{runfiles.GRAPHS_DIR}/graph_{n}.dot"
+        entry = {"graph": n, "dot": None, "replays": 0}
+        try:
+            (self.run_dir / runfiles.GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
+            graph.debug_dump(str(self.run_dir / rel))
+            if (self.run_dir / rel).is_file():
+                entry["dot"] = rel
+            else:   # torch drops the driver's graph at capture_end unless the graph keeps it (keep_graph=True)
+                entry["error"] = "debug_dump wrote no file: the graph was not kept after its capture"
+        except (AttributeError, RuntimeError, OSError) as e:
+            entry["error"] = f"{type(e).__name__}: {e}"[:200]
+        self.graphs.append(entry)
+
+    def _replay(self, orig):
+        import functools
+        rec = self
+
+        @functools.wraps(orig)
+        def replay(graph, *args, **kwargs):
+            n = rec._ids.get(id(graph))
+            if n is None:
+                return orig(graph, *args, **kwargs)
+            for g in rec.graphs:
+                if g["graph"] == n:
+                    g["replays"] += 1
+            with rec.torch.autograd.profiler.record_function(runfiles.GRAPH_REPLAY_PREFIX + str(n)):
+                return orig(graph, *args, **kwargs)
+        return replay
+
+
 class Capture:
     """An open capture; `step()` marks one step of the program (optional: without it the stretch is one step)."""
 
@@ -204,6 +316,7 @@ class Capture:
         self.whole_script = whole_script
         self.group_sizes = group_sizes
         self._sizes: GroupSizes | None = None
+        self._graphs: GraphRecorder | None = None
         self.model = model
         self.with_modules = with_modules
         self.log = log
@@ -318,6 +431,8 @@ class Capture:
         if self.group_sizes:
             self._sizes = GroupSizes(torch)
             self._sizes.install()
+        self._graphs = GraphRecorder(torch, self.run_dir)
+        self._graphs.install()
         torch.cuda.synchronize()
         self._prof.__enter__()
         if self._logger is not None:
@@ -334,6 +449,8 @@ class Capture:
             if self._sizes is not None:
                 self._sizes.uninstall()
                 self._sizes.flush()
+            if self._graphs is not None:
+                self._graphs.uninstall()
             if self._logger is not None:
                 self._logger.set_level(0)
             self._prof.__exit__(exc_type, exc, tb)
@@ -375,6 +492,7 @@ class Capture:
             "group_sizes_calls": sizes,   # grouped GEMM calls recorded (None: not recorded, sizes unknown)
             "module_naming": "qualified" if self.model is not None else "class_order",
             "modules": self.modules,
+            "cuda_graphs": self._graphs.graphs if self._graphs is not None else None,
             "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
             "preferred_blas_library": str(torch.backends.cuda.preferred_blas_library()).split(".")[-1],
         }
