@@ -103,6 +103,8 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
     "input_dims": TRACE_SCHEMA["input_dims"],
     "input_strides": TRACE_SCHEMA["input_strides"],
     **GROUPED_COLUMNS,   # group sizes and the grouped roofline's waves (`grouped.join_sizes`)
+    "graph": ("Int64", "the CUDA graph its launches were replayed from (the number the capture gave the graph "
+                       "it saw captured: `graphs.join`); null for launches run eagerly"),
     "gpu": ("string", "the GPU its launches ran on, whose peaks and SM count judge it (a trace of several kinds "
                       "of GPU has a row per kind)"),
 }
@@ -631,6 +633,12 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
     L, steps = _in_steps(det, env, notes, gpu_ranges, warmup)
+    if ((L["op_row"].to_numpy() < 0) & (L["t_launch"].to_numpy() != L["ts"].to_numpy())).any():
+        from cublaslt_probe.graphs import join as join_graphs   # unlinked launches with a launch call
+        L, graph_notes = join_graphs(files["trace"], det, L)
+        notes += graph_notes
+    else:
+        L = L.assign(graph=np.full(len(L), -1, dtype=np.int64))
     per_name: dict[str, list] = {}
     for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
         per_name[det.names[i]] = [int(c), float(t)]
@@ -668,6 +676,10 @@ def _missing_notes(G: pd.DataFrame, det, meta: dict, attribution: str, no_shape:
     if not len(G):
         return []
     out = []
+    unseen = G["graph"].to_numpy() == -2     # replayed from a graph captured out of sight: `graphs.join` says so
+    if unseen.all():
+        return out
+    G = G[~unseen]
     linked = G["op_row"].to_numpy() >= 0
     keys = G["key"].to_numpy()
     if not linked.any():
@@ -965,6 +977,8 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
 
         def copies(on):
             w = np.flatnonzero((w_step >= 0) & (w_dev == dev[on][0]))
+            if not len(w):                      # no copy of a step's range on this GPU
+                return np.full(int(on.sum()), -1, dtype=np.int64)
             got = _contained(w_ts[w], w_end[w], ts[on])
             return np.where(got >= 0, w_step[w][np.maximum(got, 0)], -1)
         put(per_device(copies), "inside the GPU copy of one of its step's ranges")
@@ -1153,7 +1167,7 @@ def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, j
     from cublaslt_probe.trace import classify, op_key_json, problem_of
     agg = G.groupby(["module", "pass", "key", "name", "judge"], dropna=False, sort=False).agg(
         count=("dur", "size"), total=("dur", "sum"), reduce=("reduce_us", "sum"), helper=("helper_us", "sum"),
-        instances=("module_full", "nunique"))
+        instances=("module_full", "nunique"), graph=("graph", "max"))
     rows, no_shape, no_shape_us = [], 0, 0.0
     for (mod, pas, key, name, judge), a in zip(agg.index, agg.itertuples(index=False)):
         kernel = det.names[name]
@@ -1179,6 +1193,7 @@ def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, j
             "split_k": (bool(kn.split_k) or a.reduce > 0) if kn.split_k is not None or a.reduce > 0 else None,
             "shape_from": shape_from, "reduce_us": a.reduce / steps, "helper_us": a.helper / steps,
             "input_dims": dims, "input_strides": strides,
+            "graph": int(a.graph) if a.graph >= 0 else None,
         }
         _join_log(row, kn, log_groups, steps)
         if row.get("algo_split_k") and row["algo_split_k"] > 1:
@@ -1209,16 +1224,20 @@ def _fold_helpers(G: pd.DataFrame) -> pd.DataFrame:
     """One op call = one GEMM: where an op call launched several GEMM-kind kernels, the longest is the GEMM
     and the others' time is added to it (``helper_us``), as a split-K reduce is."""
     G = G.assign(helper_us=0.0)
-    linked = G[G["op_row"] >= 0].sort_values(["op_row", "dur"], ascending=[True, False], kind="stable")
-    extra = linked.duplicated("op_row")
+    # each replay of a CUDA graph repeats the op call it was captured from: one op call per graph launch
+    replay = np.where(G["graph"].to_numpy() >= 0, G["t_launch"].to_numpy(), 0.0) if "graph" in G.columns else 0.0
+    G = G.assign(_call=replay)
+    linked = G[G["op_row"] >= 0].sort_values(["op_row", "_call", "dur"], ascending=[True, True, False],
+                                             kind="stable")
+    extra = linked.duplicated(["op_row", "_call"])
     if not extra.any():
         return G
-    helpers = linked[extra].groupby("op_row")["dur"].sum()
+    helpers = linked[extra].groupby(["op_row", "_call"])["dur"].sum()
     main = linked[~extra]
-    main = main[main["op_row"].isin(helpers.index)]
-    add = main["op_row"].map(helpers)
-    G.loc[main.index, "dur"] += add
-    G.loc[main.index, "helper_us"] = add
+    add = pd.Series(pd.MultiIndex.from_frame(main[["op_row", "_call"]]).map(helpers), index=main.index)
+    add = add[~pd.isna(add)].astype(np.float64)
+    G.loc[add.index, "dur"] += add
+    G.loc[add.index, "helper_us"] = add
     return G.drop(index=linked[extra].index)
 
 
@@ -1816,6 +1835,8 @@ def flags(r: dict) -> str:
         out.append("kernel≠log")
     if not _na(r.get("sizes_source")) and r["sizes_source"] == "assumed":
         out.append("sizes-assumed")
+    if not _na(r.get("graph")):
+        out.append("graph")
     return " ".join(out)
 
 
