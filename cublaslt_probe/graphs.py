@@ -9,8 +9,9 @@ records every op and every runtime launch call made inside it, in the order the 
 `join(trace_path, det, L)` gives each replayed kernel the op of the launch call it repeats: the i-th node of a
 replay (kernels, memsets and memcpys by GPU start, split-K reduces included) is the i-th call that adds a node
 (`NODE_CALLS`) between ``cudaStreamBeginCapture`` and ``cudaStreamEndCapture`` inside its graph's capture range
-(calls before the begin, such as the RNG state torch fills for the graph, run eagerly). A replay whose kernel count differs from the capture's, or whose GEMM kernels would land on
-launches made outside any op, is not joined (a note says so). A graph launch whose capture the trace does not
+(calls before the begin, such as the RNG state torch fills for the graph, run eagerly). A replay whose node
+count differs from the capture's, or whose GEMM kernels would land on calls made outside any op, is not joined
+(a note says so). A graph launch whose capture the trace does not
 hold is named with the fix: open the capture before the warm-up and the graph capture.
 """
 from __future__ import annotations
@@ -175,8 +176,8 @@ def join(trace_path, det, L: pd.DataFrame, ev: GraphEvents | None = None) -> tup
     if joined:
         notes.append(f"{joined:,} launches were replayed from CUDA graphs captured inside the capture: each is "
                      "joined to the call it repeats (the i-th node of a replay to the i-th launch, memset or "
-                     "memcpy call of the graph's capture), so it has the op, shapes and module recorded at capture; the rows say "
-                     "`graph`")
+                     "memcpy call of the graph's capture), so it has the op, shapes and module recorded at "
+                     "capture; the rows say `graph`")
     if mismatch:
         notes.append(f"{mismatch:,} graph replays did not match their capture (another kernel count, or a GEMM "
                      "kernel on a launch outside any op): their kernels are not joined")

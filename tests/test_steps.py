@@ -25,8 +25,8 @@ def _events(run):
 
 
 def _gemm_us_after(doc, t0: float, t1: float = float("inf")) -> float:
-    """GPU time of the GEMM kernels (nvjet, cutlass, xmma, gemm in the name; not attention's fmha) whose launch call lies in [t0, t1),
-    from the runtime and driver events' correlation ids."""
+    """GPU time of the GEMM kernels (nvjet, cutlass, xmma, gemm in the name; not attention's fmha) whose launch
+    call lies in [t0, t1), from the runtime and driver events' correlation ids."""
     ev = doc["traceEvents"]
     launch = {e["args"]["correlation"]: e["ts"] for e in ev
               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
