@@ -213,7 +213,8 @@ class GraphRecorder:
         self.torch = torch
         self.run_dir = run_dir
         self.graphs: list[dict] = []
-        self._ids: dict[int, int] = {}      # id(graph) -> N
+        self._ids: dict[int, int] = {}      # id(graph) -> N of its latest capture
+        self._captured = 0
         self._open: dict[int, object] = {}
         self._saved: list[tuple] = []
 
@@ -247,7 +248,8 @@ class GraphRecorder:
 
         @functools.wraps(orig)
         def capture_begin(graph, *args, **kwargs):
-            n = rec._ids.setdefault(id(graph), len(rec._ids))
+            n = rec._ids[id(graph)] = rec._captured      # a graph captured again is a new graph
+            rec._captured += 1
             try:
                 graph.enable_debug_mode()
             except (AttributeError, RuntimeError):

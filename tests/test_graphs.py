@@ -61,6 +61,9 @@ def test_replayed_rows_carry_module_op_shape_and_algo(captured):
     assert by["lm_head"] == (16, 128256, 4096)
     assert by["layers.*.mlp.down_proj"] == (16, 4096, 14336)
     assert by["layers.*.self_attn.k_proj"] == (16, 1024, 4096)
+    # each replay repeats the captured op call: one launch per replay, not one per op call of the trace
+    calls = dict(zip(r["module"], r["calls"]))
+    assert calls["lm_head"] == 1.0 and calls["layers.*.mlp.down_proj"] == 2.0
     assert r["pct_peak"].notna().all() and (r["pct_peak"] > 0).all()
     assert not any("record_shapes" in n or "with_modules" in n or "not linked" in n for n in a.notes)
     assert any("replayed from CUDA graphs captured inside the capture" in n for n in a.notes)
