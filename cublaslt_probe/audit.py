@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,8 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
     "input_dims": TRACE_SCHEMA["input_dims"],
     "input_strides": TRACE_SCHEMA["input_strides"],
     **GROUPED_COLUMNS,   # group sizes and the grouped roofline's waves (`grouped.join_sizes`)
+    "graph": ("Int64", "the CUDA graph its launches were replayed from (the number the capture gave the graph "
+                       "it saw captured: `graphs.join`); null for launches run eagerly"),
     "gpu": ("string", "the GPU its launches ran on, whose peaks and SM count judge it (a trace of several kinds "
                       "of GPU has a row per kind)"),
 }
@@ -579,11 +581,12 @@ def _judge(row: dict, kn, rates: tuple, sms: int | None, gpu_arch: int | None) -
 
 # --------------------------------------------------------------------------- the audit
 def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, coldstart: dict | None = None,
-          pid: int | None = None) -> Audit:
+          pid: int | None = None, warmup: int | None = None) -> Audit:
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
     `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
     ``evidence: observed`` (`coldstart.apply_observed`). `pid`: of a file of several processes (merged rank
-    traces), audit only that one (`trace.TraceDetail.for_process`)."""
+    traces), audit only that one (`trace.TraceDetail.for_process`). `warmup`: of a trace without step marks, the
+    steps found (`steps.found_steps`) left out first as warm-up (None: the capture's ``warmup``, else 1)."""
     from cublaslt_probe.grouped import join_sizes
     from cublaslt_probe.stalls import host_stalls
     from cublaslt_probe.trace import read_chrome_trace, timeline_frame
@@ -619,7 +622,13 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     facts, devices = _gpu_facts(env, s.meta, notes, used)
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
-    L, steps = _in_steps(det, env, notes, gpu_ranges)
+    L, steps = _in_steps(det, env, notes, gpu_ranges, warmup)
+    if ((L["op_row"].to_numpy() < 0) & (L["t_launch"].to_numpy() != L["ts"].to_numpy())).any():
+        from cublaslt_probe.graphs import join as join_graphs   # unlinked launches with a launch call
+        L, graph_notes = join_graphs(files["trace"], det, L)
+        notes += graph_notes
+    else:
+        L = L.assign(graph=np.full(len(L), -1, dtype=np.int64))
     per_name: dict[str, list] = {}
     for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
         per_name[det.names[i]] = [int(c), float(t)]
@@ -647,7 +656,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
                  gpu=facts.name, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
-                 stalls=host_stalls(det, steps), observed=observed, partial=partial)
+                 stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial)
 
 
 def _missing_notes(G: pd.DataFrame, det, meta: dict, attribution: str, no_shape: int, no_shape_us: float,
@@ -657,6 +666,10 @@ def _missing_notes(G: pd.DataFrame, det, meta: dict, attribution: str, no_shape:
     if not len(G):
         return []
     out = []
+    unseen = G["graph"].to_numpy() == -2     # replayed from a graph captured out of sight: `graphs.join` says so
+    if unseen.all():
+        return out
+    G = G[~unseen]
     linked = G["op_row"].to_numpy() >= 0
     keys = G["key"].to_numpy()
     if not linked.any():
@@ -858,20 +871,34 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     return steps
 
 
-def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None) -> tuple[pd.DataFrame, int]:
-    """The launches inside the steps (`_step_ranges`; without any the whole trace is one step) and the
+def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None,
+              warmup: int | None = None) -> tuple[pd.DataFrame, int]:
+    """The launches inside the steps (`_step_ranges`; without any, the steps `steps.found_steps` finds from
+    the module ranges, the first `warmup` left out (None: the capture's, else `steps.WARMUP`); without those, or
+    when the capture asked for the whole stretch as one step, the whole trace is one step) and the
     number of steps. A launch belongs to the step whose range holds its launch call's CPU time (of its own
     process first, where the trace tells processes apart); a launch without a launch record (no runtime
     event, no op: its CPU time is unknown) is placed by its GPU time (`_place_by_gpu_time`, with `gpu`: the
     GPU-timeline copies of the ranges, when they are not among ``det.ranges``)."""
+    from cublaslt_probe.steps import WARMUP, found_steps, outside_note
     L = det.launches
+    cap = env.get("capture") or {}
     cpu, copies = _split_ranges(det)
     gpu = copies if gpu is None else gpu
     steps_r = _step_ranges(cpu, notes)
-    if not len(steps_r):
-        if not env.get("capture"):
-            notes.append("no step ranges in the trace: the whole trace counts as one step")
-        return L, int((env.get("capture") or {}).get("steps") or 1)
+    found = not len(steps_r)
+    if found and cap.get("step_finding") == "whole":
+        notes.append("the capture asked for the whole run as one step (--whole-script): model loading and first "
+                     "calls are in it")
+        return L, 1
+    if found:
+        if warmup is None:
+            w = cap.get("warmup")
+            warmup = w if isinstance(w, int) and not isinstance(w, bool) and w >= 0 else WARMUP
+        steps_r, how = found_steps(det, cpu, warmup)
+        notes.append(how)
+        if not len(steps_r):
+            return L, 1
     t_launch = L["t_launch"].to_numpy()
     step = _contained_own(steps_r, t_launch, L)
     unknown = (L["op_row"].to_numpy() < 0) & (t_launch == L["ts"].to_numpy())
@@ -882,6 +909,10 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None)
     if out.any():
         notes.append(f"{int(out.sum()):,} launches outside the {len(steps_r)} step ranges are left out"
                      + _gemm_part(L, out))
+    if found:
+        where = outside_note(L, det.names, step >= 0, steps_r)
+        if where:
+            notes.append(where)
     return L[step >= 0], _step_count(steps_r)
 
 
@@ -936,6 +967,8 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
 
         def copies(on):
             w = np.flatnonzero((w_step >= 0) & (w_dev == dev[on][0]))
+            if not len(w):                      # no copy of a step's range on this GPU
+                return np.full(int(on.sum()), -1, dtype=np.int64)
             got = _contained(w_ts[w], w_end[w], ts[on])
             return np.where(got >= 0, w_step[w][np.maximum(got, 0)], -1)
         put(per_device(copies), "inside the GPU copy of one of its step's ranges")
@@ -1124,7 +1157,7 @@ def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, j
     from cublaslt_probe.trace import classify, op_key_json, problem_of
     agg = G.groupby(["module", "pass", "key", "name", "judge"], dropna=False, sort=False).agg(
         count=("dur", "size"), total=("dur", "sum"), reduce=("reduce_us", "sum"), helper=("helper_us", "sum"),
-        instances=("module_full", "nunique"))
+        instances=("module_full", "nunique"), graph=("graph", "max"))
     rows, no_shape, no_shape_us = [], 0, 0.0
     for (mod, pas, key, name, judge), a in zip(agg.index, agg.itertuples(index=False)):
         kernel = det.names[name]
@@ -1150,6 +1183,7 @@ def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, j
             "split_k": (bool(kn.split_k) or a.reduce > 0) if kn.split_k is not None or a.reduce > 0 else None,
             "shape_from": shape_from, "reduce_us": a.reduce / steps, "helper_us": a.helper / steps,
             "input_dims": dims, "input_strides": strides,
+            "graph": int(a.graph) if a.graph >= 0 else None,
         }
         _join_log(row, kn, log_groups, steps)
         if row.get("algo_split_k") and row["algo_split_k"] > 1:
@@ -1180,16 +1214,20 @@ def _fold_helpers(G: pd.DataFrame) -> pd.DataFrame:
     """One op call = one GEMM: where an op call launched several GEMM-kind kernels, the longest is the GEMM
     and the others' time is added to it (``helper_us``), as a split-K reduce is."""
     G = G.assign(helper_us=0.0)
-    linked = G[G["op_row"] >= 0].sort_values(["op_row", "dur"], ascending=[True, False], kind="stable")
-    extra = linked.duplicated("op_row")
+    # each replay of a CUDA graph repeats the op call it was captured from: one op call per graph launch
+    replay = np.where(G["graph"].to_numpy() >= 0, G["t_launch"].to_numpy(), 0.0) if "graph" in G.columns else 0.0
+    G = G.assign(_call=replay)
+    linked = G[G["op_row"] >= 0].sort_values(["op_row", "_call", "dur"], ascending=[True, True, False],
+                                             kind="stable")
+    extra = linked.duplicated(["op_row", "_call"])
     if not extra.any():
         return G
-    helpers = linked[extra].groupby("op_row")["dur"].sum()
+    helpers = linked[extra].groupby(["op_row", "_call"])["dur"].sum()
     main = linked[~extra]
-    main = main[main["op_row"].isin(helpers.index)]
-    add = main["op_row"].map(helpers)
-    G.loc[main.index, "dur"] += add
-    G.loc[main.index, "helper_us"] = add
+    add = pd.Series(pd.MultiIndex.from_frame(main[["op_row", "_call"]]).map(helpers), index=main.index)
+    add = add[~pd.isna(add)].astype(np.float64)
+    G.loc[add.index, "dur"] += add
+    G.loc[add.index, "helper_us"] = add
     return G.drop(index=linked[extra].index)
 
 
@@ -1787,6 +1825,8 @@ def flags(r: dict) -> str:
         out.append("kernel≠log")
     if not _na(r.get("sizes_source")) and r["sizes_source"] == "assumed":
         out.append("sizes-assumed")
+    if not _na(r.get("graph")):
+        out.append("graph")
     return " ".join(out)
 
 

@@ -193,14 +193,132 @@ def read_group_sizes(run_dir: str | os.PathLike) -> list[dict] | None:
     return out
 
 
+class GraphRecorder:
+    """Records the CUDA graphs captured while a capture is open, so that `audit` can join the kernels replayed
+    later to the launches that built them (`graphs`). `install()` wraps ``torch.cuda.CUDAGraph``'s
+    ``capture_begin``, ``capture_end`` and ``replay`` (what ``torch.cuda.graph``, ``make_graphed_callables`` and
+    Inductor's cudagraph trees call):
+
+    - capture_begin: debug mode on (the driver's graph is kept for `debug_dump`), and a profiler range
+      ``runfiles.GRAPH_CAPTURE_PREFIX + N`` opened: the ops, shapes, module ranges and runtime launch calls the
+      profiler records inside it are what the graph holds (no kernel runs during a capture);
+    - capture_end: the range closed, the graph's nodes written by ``debug_dump`` to
+      ``graphs/graph_N.dot`` (kernel names, launch dimensions, in launch order);
+    - replay: a range ``runfiles.GRAPH_REPLAY_PREFIX + N`` around it.
+
+    A graph captured before the capture opened has none of this: its replays are kernels linked only to
+    ``cudaGraphLaunch``. `uninstall()` puts the methods back."""
+
+    def __init__(self, torch, run_dir: Path):
+        self.torch = torch
+        self.run_dir = run_dir
+        self.graphs: list[dict] = []
+        self._ids: dict[int, int] = {}      # id(graph) -> N of its latest capture
+        self._captured = 0
+        self._open: dict[int, object] = {}
+        self._saved: list[tuple] = []
+
+    def install(self) -> None:
+        cls = getattr(self.torch.cuda, "CUDAGraph", None)
+        if cls is None:
+            return
+        for attr, make in (("capture_begin", self._begin), ("capture_end", self._end), ("replay", self._replay)):
+            orig = cls.__dict__.get(attr) or getattr(cls, attr, None)
+            if orig is None:
+                continue
+            self._saved.append((cls, attr, cls.__dict__.get(attr)))
+            setattr(cls, attr, make(orig))
+
+    def uninstall(self) -> None:
+        for cls, attr, orig in reversed(self._saved):
+            if orig is None:
+                delattr(cls, attr)
+            else:
+                setattr(cls, attr, orig)
+        self._saved.clear()
+
+    def _range(self, name: str):
+        rf = self.torch.autograd.profiler.record_function(name)
+        rf.__enter__()
+        return rf
+
+    def _begin(self, orig):
+        import functools
+        rec = self
+
+        @functools.wraps(orig)
+        def capture_begin(graph, *args, **kwargs):
+            n = rec._ids[id(graph)] = rec._captured      # a graph captured again is a new graph
+            rec._captured += 1
+            try:
+                graph.enable_debug_mode()
+            except (AttributeError, RuntimeError):
+                pass
+            rec._open[id(graph)] = rec._range(runfiles.GRAPH_CAPTURE_PREFIX + str(n))
+            return orig(graph, *args, **kwargs)
+        return capture_begin
+
+    def _end(self, orig):
+        import functools
+        rec = self
+
+        @functools.wraps(orig)
+        def capture_end(graph, *args, **kwargs):
+            try:
+                return orig(graph, *args, **kwargs)
+            finally:
+                rf = rec._open.pop(id(graph), None)
+                if rf is not None:
+                    rf.__exit__(None, None, None)
+                rec._dump(graph)
+        return capture_end
+
+    def _dump(self, graph) -> None:
+        n = self._ids.get(id(graph))
+        if n is None:
+            return
+        rel = f"{runfiles.GRAPHS_DIR}/graph_{n}.dot"
+        entry = {"graph": n, "dot": None, "replays": 0}
+        try:
+            (self.run_dir / runfiles.GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
+            graph.debug_dump(str(self.run_dir / rel))
+            if (self.run_dir / rel).is_file():
+                entry["dot"] = rel
+            else:   # torch drops the driver's graph at capture_end unless the graph keeps it (keep_graph=True)
+                entry["error"] = "debug_dump wrote no file: the graph was not kept after its capture"
+        except (AttributeError, RuntimeError, OSError) as e:
+            entry["error"] = f"{type(e).__name__}: {e}"[:200]
+        self.graphs.append(entry)
+
+    def _replay(self, orig):
+        import functools
+        rec = self
+
+        @functools.wraps(orig)
+        def replay(graph, *args, **kwargs):
+            n = rec._ids.get(id(graph))
+            if n is None:
+                return orig(graph, *args, **kwargs)
+            for g in rec.graphs:
+                if g["graph"] == n:
+                    g["replays"] += 1
+            with rec.torch.autograd.profiler.record_function(runfiles.GRAPH_REPLAY_PREFIX + str(n)):
+                return orig(graph, *args, **kwargs)
+        return replay
+
+
 class Capture:
     """An open capture; `step()` marks one step of the program (optional: without it the stretch is one step)."""
 
     def __init__(self, run_dir: str | os.PathLike, model=None, *, with_modules: bool = False,
-                 log: bool = True, label: str | None = None, group_sizes: bool = True):
+                 log: bool = True, label: str | None = None, group_sizes: bool = True,
+                 warmup: int | None = None, whole_script: bool = False):
         self.run_dir = Path(run_dir)
+        self.warmup = warmup
+        self.whole_script = whole_script
         self.group_sizes = group_sizes
         self._sizes: GroupSizes | None = None
+        self._graphs: GraphRecorder | None = None
         self.model = model
         self.with_modules = with_modules
         self.log = log
@@ -290,6 +408,14 @@ class Capture:
             self._sizes.flush()   # after the synchronisation: the copies are done
         self.steps += 1
 
+    def _step_finding(self) -> str:
+        """How `audit` finds this capture's steps (env.json ``capture.step_finding``): ``marked`` (`step()`),
+        ``whole`` (the stretch is one step, asked for), ``found`` (`steps.found_steps`: each optimizer step,
+        else each call of the outermost module's forward, the first ``warmup`` left out)."""
+        if self.steps:
+            return "marked"
+        return "whole" if self.whole_script else "found"
+
     # --- open / close --------------------------------------------------------------------------------------
     def __enter__(self) -> "Capture":
         from cublaslt_probe import lt
@@ -307,6 +433,8 @@ class Capture:
         if self.group_sizes:
             self._sizes = GroupSizes(torch)
             self._sizes.install()
+        self._graphs = GraphRecorder(torch, self.run_dir)
+        self._graphs.install()
         torch.cuda.synchronize()
         self._prof.__enter__()
         if self._logger is not None:
@@ -323,6 +451,8 @@ class Capture:
             if self._sizes is not None:
                 self._sizes.uninstall()
                 self._sizes.flush()
+            if self._graphs is not None:
+                self._graphs.uninstall()
             if self._logger is not None:
                 self._logger.set_level(0)
             self._prof.__exit__(exc_type, exc, tb)
@@ -355,6 +485,8 @@ class Capture:
             "label": self.label,
             "steps": max(self.steps, 1),
             "steps_marked": self.steps,
+            "step_finding": self._step_finding(),
+            "warmup": self.warmup,
             "step_wall_s": [round(s, 6) for s in self.step_wall_s],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._t0)),
             "log_level": LOG_LEVEL if self._logger is not None else 0,
@@ -362,6 +494,7 @@ class Capture:
             "group_sizes_calls": sizes,   # grouped GEMM calls recorded (None: not recorded, sizes unknown)
             "module_naming": "qualified" if self.model is not None else "class_order",
             "modules": self.modules,
+            "cuda_graphs": self._graphs.graphs if self._graphs is not None else None,
             "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
             "preferred_blas_library": str(torch.backends.cuda.preferred_blas_library()).split(".")[-1],
         }
@@ -369,19 +502,29 @@ class Capture:
 
 
 def capture(run_dir: str | os.PathLike, model=None, *, with_modules: bool = False, log: bool = True,
-            label: str | None = None, group_sizes: bool = True) -> Capture:
+            label: str | None = None, group_sizes: bool = True, warmup: int | None = None,
+            whole_script: bool = False) -> Capture:
     """A context manager that records the program run inside it into `run_dir` (see the module doc);
     `group_sizes=False` records no group sizes and leaves torch's grouped GEMM entry points as they are
-    (`GroupSizes`)."""
+    (`GroupSizes`). Without `step()` marks, `audit` finds the steps from the optimizer steps or the outermost
+    module calls and leaves out the first `warmup` (None: audit's default); `whole_script=True` makes the
+    whole stretch one step instead."""
     if model is not None and not hasattr(model, "named_modules"):
         raise CaptureError(f"capture: model={type(model).__name__} is not a torch.nn.Module; pass the module "
                            "whose layers should name the kernels, or model=None")
-    return Capture(run_dir, model, with_modules=with_modules, log=log, label=label, group_sizes=group_sizes)
+    if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0):
+        raise CaptureError(f"capture: warmup={warmup!r}: give a count of steps, 0 or more")
+    return Capture(run_dir, model, with_modules=with_modules, log=log, label=label, group_sizes=group_sizes,
+                   warmup=warmup, whole_script=whole_script)
 
 
-def run_script(run_dir: str | os.PathLike, argv: list[str], *, label: str | None = None) -> None:
+def run_script(run_dir: str | os.PathLike, argv: list[str], *, label: str | None = None, warmup: int = 1,
+               whole_script: bool = False) -> None:
     """Run a Python script (``argv[0]``, with ``argv[1:]`` as its arguments) inside one capture, its modules
-    named by class (no model is known); the whole run is one step."""
+    named by class (no model is known). The script is not edited: its steps are each optimizer step, else each
+    call of its outermost module's forward, the first `warmup` left out as warm-up (model loading, weight
+    copies and first calls fall outside them: `steps.found_steps`, applied by `audit`); `whole_script=True`
+    makes the whole run one step."""
     import runpy
     import sys
     if not argv:
@@ -392,7 +535,8 @@ def run_script(run_dir: str | os.PathLike, argv: list[str], *, label: str | None
     old = sys.argv
     sys.argv = list(argv)
     try:
-        with capture(run_dir, None, label=label or os.path.basename(script)):
+        with capture(run_dir, None, label=label or os.path.basename(script), warmup=warmup,
+                     whole_script=whole_script):
             runpy.run_path(script, run_name="__main__")
     finally:
         sys.argv = old

@@ -26,5 +26,9 @@ LOG_FILE = "cublaslt.log"
 ENV_FILE = "env.json"
 GROUP_SIZES_FILE = "group_sizes.jsonl"
 
+GRAPHS_DIR = "graphs"   # graph_N.dot: the nodes of each CUDA graph captured while the capture was open
+
 MODULE_PREFIX = "cublaslt_probe.module:"
+GRAPH_CAPTURE_PREFIX = "cublaslt_probe.graph_capture:"   # around a CUDA graph's capture (launches recorded)
+GRAPH_REPLAY_PREFIX = "cublaslt_probe.graph_replay:"     # around a replay of graph N
 STEP_PREFIX = "cublaslt_probe.step:"

@@ -58,6 +58,8 @@ def audits():
 def test_rows_add_up_to_the_steps_gemm_time(run, audits):
     a = audits[run.name]
     want, steps = plain_step_gemm_us(run / runfiles.TRACE_FILE)
+    if not a.env.get("capture", {}).get("steps_marked", 1):
+        pytest.skip("no step marks: the steps audit finds are checked in test_steps.py")
     assert a.steps == steps
     assert a.rows.gpu_us.sum() == pytest.approx(want, rel=0.01)
     assert a.gemm_gpu_us == pytest.approx(want, rel=0.01)

@@ -69,9 +69,12 @@ def _load_measure(path: str) -> dict:
                    "get that provenance with evidence 'observed'.")
 @click.option("--pid", type=int, default=None,
               help="Of a trace that holds several processes (merged rank traces): audit only this one.")
+@click.option("--warmup", type=click.IntRange(min=0), default=None,
+              help="Of a trace without step marks (steps found from its module or optimizer ranges): the first "
+                   "N steps found are left out as warm-up (default: the capture's --warmup, else 1).")
 @output_options(FORMATS, top=25)
 def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, coldstart_path,
-              pid, fmt, output, top):
+              pid, warmup, fmt, output, top):
     """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
 
     RUN_DIR is a folder written by `cublaslt_probe.capture` (trace.json.gz, cublaslt.log, env.json);
@@ -98,7 +101,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     if coldstart_path:
         from cublaslt_probe.coldstart import load
         cold = load(coldstart_path)
-    a = audit(run, log_path, coldstart=cold, pid=pid)
+    a = audit(run, log_path, coldstart=cold, pid=pid, warmup=warmup)
     meas = None
     if from_path:
         meas = _load_measure(from_path)
