@@ -764,8 +764,15 @@ def load(path: str) -> dict:
             obj = json.load(f)
     except (OSError, ValueError) as e:
         raise ProbeError(f"cannot read {path}: {e}; give a file written by `cold-start --save`") from e
+    except RecursionError:
+        raise ProbeError(f"cannot read {path}: values nested too deeply to be a cold-start result; give a file "
+                         "written by `cold-start --save`") from None
     if not isinstance(obj, dict) or "runs" not in obj:
         raise ProbeError(f"{path}: not a cold-start result (no 'runs'); give a file written by `cold-start --save`")
+    runs = obj["runs"]
+    if not isinstance(runs, dict) or not all(isinstance(r, dict) for r in runs.values()):
+        raise ProbeError(f"{path}: not a cold-start result ('runs' is not an object of runs by name); give a file "
+                         "written by `cold-start --save`")
     return obj
 
 

@@ -115,7 +115,7 @@ def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
     head = trace_header(summary)
     if by == "class":
         header = ["share", "launches", "kernels", "total_us", "kind", "provenance", "library", "family"]
-        rows = [[f"{100 * r.share:.1f}%", _s(r.launches), _s(r.kernels), f"{r.total_us:,.1f}", _s(r.kind),
+        rows = [[_share(r.share), _s(r.launches), _s(r.kernels), f"{r.total_us:,.1f}", _s(r.kind),
                  _s(r.provenance), _s(r.library), _s(r.family)] for r in df.itertuples(index=False)]
         return head + "\n" + render_table(header, rows, {"share", "launches", "kernels", "total_us"}) + \
             _more(total, len(df))
@@ -125,7 +125,7 @@ def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
 
     def lead(r) -> list[str]:
         return ([_s(r.pid)] if several else []) + [
-            f"{100 * r.share:.1f}%", _s(r.count), f"{r.total_us:,.1f}", f"{r.mean_us:,.2f}", _s(r.family),
+            _share(r.share), _s(r.count), f"{r.total_us:,.1f}", f"{r.mean_us:,.2f}", _s(r.family),
             _s(r.provenance), _short(kernel_label(r.kernel), 44)]
 
     if by == "kernel":
@@ -222,6 +222,12 @@ def diff_header(r) -> str:
             + f"B against A (time, ±{tol}%): {s['faster']:,} faster, {s['slower']:,} slower, {s['within']:,} "
               f"within; where the kernel changed: {s['changed_faster']:,} faster, {s['changed_slower']:,} slower, "
               f"{s['changed_within']:,} within\n")
+
+
+def _share(v) -> str:
+    """A fraction of the trace's GPU time as a percentage; blank when there is none (no valid duration)."""
+    v = _clean(v)
+    return "" if v is None else f"{100 * v:.1f}%"
 
 
 def _pct(v) -> str:
