@@ -58,12 +58,19 @@ def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | No
         op = "bmm"
     backend = g.get("backend")
     if backend not in ("torch", "torch-lt"):
-        # the joined log line says which path ran: cublasLtMatmul is torch's Lt path, the typed wrappers
-        # (cublasLtTSTMatmul, ...) are its cuBLAS path; without a log line, torch's default (cuBLAS)
-        backend = "torch-lt" if g.get("log_function") == "cublasLtMatmul" else "torch"
+        # the joined log line says which path ran; without a log line, torch's default (cuBLAS)
+        backend = path_of(g.get("log_function")) or "torch"
     c = Case(backend, op, dtype, g["layout"], int(g["m"]), int(g["n"]), int(g["k"]), batch)
     why = invalid_reason(c)
     return (None, why) if why else (c, None)
+
+
+def path_of(log_function) -> str | None:
+    """The torch path a logged GEMM took: ``torch-lt`` for cublasLtMatmul (torch's cuBLASLt path), ``torch``
+    for a typed wrapper (cublasLtTSTMatmul, ...: its cuBLAS path); None without a logged function."""
+    if not isinstance(log_function, str) or not log_function:
+        return None
+    return "torch-lt" if log_function == "cublasLtMatmul" else "torch"
 
 
 def pad_values(v: int) -> list[tuple[int, int]]:

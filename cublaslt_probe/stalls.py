@@ -23,22 +23,31 @@ MIN_RATIO = 10.0       # ... and this many times its kernels' GPU time
 STALL_COLUMNS = ("op", "module", "calls", "host_us", "gpu_us", "worst_us", "kernels", "families", "provenance")
 
 
-def _module_at(ranges: pd.DataFrame, ts: float, tid) -> str | None:
-    """The innermost module range of thread `tid` around time `ts` (capture ranges only)."""
-    if ranges is None or not len(ranges):
-        return None
-    m = ranges[(ranges.tid == tid) & (ranges.ts <= ts) & (ranges.end >= ts)
-               & ranges.name.str.startswith(runfiles.MODULE_PREFIX)]
-    if not len(m):
-        return None
-    inner = m.loc[m.ts.idxmax()]
-    return inner["name"][len(runfiles.MODULE_PREFIX):]
+def _modules(detail, op_rows: np.ndarray) -> list[str | None]:
+    """The innermost capture module range (``runfiles.MODULE_PREFIX``) of each op's thread around its start,
+    without the prefix; None where no module range holds it. One sweep over the ranges (`audit._innermost`)."""
+    from cublaslt_probe.audit import _innermost
+    rng = detail.ranges
+    out: list[str | None] = [None] * len(op_rows)
+    if rng is None or not len(rng) or not len(op_rows):
+        return out
+    mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX, na=False)]
+    if not len(mods):
+        return out
+    ops = detail.ops.loc[op_rows]
+    at = _innermost(mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy(),
+                    ops["ts"].to_numpy(), ops["tid"].to_numpy())
+    names = mods["name"].tolist()
+    cut = len(runfiles.MODULE_PREFIX)
+    return [names[i][cut:] if i >= 0 else None for i in at.tolist()]
 
 
 def host_stalls(detail, steps: int = 1, *, min_host_us: float = MIN_HOST_US,
                 min_ratio: float = MIN_RATIO) -> pd.DataFrame:
     """One row per (op, module) with at least one call that held the host `min_host_us` and `min_ratio` times
-    its own kernels' GPU time; times per step (`steps` captured). Columns `STALL_COLUMNS`."""
+    its own kernels' GPU time; times per step (`steps` captured). Columns `STALL_COLUMNS`; ``module`` is None
+    (never NaN) for an op outside every module range. Linear in the trace: the stalled calls are found,
+    placed in their modules and joined to their kernels as whole columns."""
     from cublaslt_probe.names import decode
     if detail is None or not len(detail.launches) or not len(detail.ops):
         return pd.DataFrame(columns=list(STALL_COLUMNS))
@@ -48,27 +57,40 @@ def host_stalls(detail, steps: int = 1, *, min_host_us: float = MIN_HOST_US,
     host = (ops.end - ops.ts).to_numpy(dtype=float)
     g = gpu.to_numpy(dtype=float)
     hit = (host >= min_host_us) & (host >= min_ratio * np.maximum(g, 1e-9))
-    rows: dict[tuple, dict] = {}
-    for op_row, h, gu in zip(gpu.index[hit], host[hit], g[hit]):
-        op = detail.ops.loc[op_row]
-        name = detail.op_keys[int(op.key)][0]
-        module = _module_at(detail.ranges, float(op.ts), op.tid)
-        r = rows.setdefault((name, module), {"op": name, "module": module, "calls": 0, "host_us": 0.0,
-                                             "gpu_us": 0.0, "worst_us": 0.0, "kernels": set()})
-        r["calls"] += 1
-        r["host_us"] += h
-        r["gpu_us"] += gu
-        r["worst_us"] = max(r["worst_us"], h)
-        r["kernels"].update(detail.names[int(i)] for i in lz.loc[lz.op_row == op_row, "name"])
+    if not hit.any():
+        return pd.DataFrame(columns=list(STALL_COLUMNS))
+    op_rows = gpu.index.to_numpy()[hit]
+    keys = detail.ops.loc[op_rows, "key"].to_numpy()
+    calls = pd.DataFrame({"op_row": op_rows, "op": [detail.op_keys[int(k)][0] for k in keys],
+                          "module": _modules(detail, op_rows),
+                          "host_us": host[hit], "gpu_us": g[hit]})
+    # (op, module) as one code, in order of first call, so that a missing module groups as itself
+    group = calls.groupby(["op", "module"], sort=False, dropna=False).ngroup().to_numpy()
+    calls["group"] = group
+    first = np.unique(group, return_index=True)[1]
+    worst = np.zeros(len(first))
+    np.maximum.at(worst, group, calls["host_us"].to_numpy())
+    per = pd.DataFrame({"op": calls["op"].to_numpy()[first], "module": calls["module"].to_numpy()[first],
+                        "calls": np.bincount(group), "worst_us": worst,
+                        "host_us": np.bincount(group, weights=calls["host_us"].to_numpy()),
+                        "gpu_us": np.bincount(group, weights=calls["gpu_us"].to_numpy())})
+    kern = lz.loc[lz.op_row.isin(op_rows), ["op_row", "name"]].drop_duplicates()
+    kern = kern.merge(calls[["op_row", "group"]], on="op_row")[["group", "name"]].drop_duplicates()
+    names = {int(i): detail.names[int(i)] for i in kern["name"].unique()}
+    decoded = {i: decode(n) for i, n in names.items()}
+    by_group = kern.groupby("group")["name"].agg(lambda s: sorted(int(i) for i in s))
     out = []
-    for r in rows.values():
-        kns = [decode(k) for k in sorted(r["kernels"])]
-        out.append({**r, "calls": r["calls"] / steps, "host_us": r["host_us"] / steps,
-                    "gpu_us": r["gpu_us"] / steps, "kernels": sorted(r["kernels"]),
+    for grp, r in zip(per.index.tolist(), per.itertuples(index=False)):
+        ids = by_group.get(grp, [])
+        kns = [decoded[i] for i in ids]
+        out.append({"op": r.op, "module": None if pd.isna(r.module) else r.module, "calls": r.calls / steps,
+                    "host_us": r.host_us / steps, "gpu_us": r.gpu_us / steps, "worst_us": float(r.worst_us),
+                    "kernels": sorted(names[i] for i in ids),
                     "families": sorted({k.family for k in kns}),
                     "provenance": sorted({getattr(k, "provenance", "unknown") for k in kns})})
     df = pd.DataFrame(out, columns=list(STALL_COLUMNS))
-    return df.sort_values("host_us", ascending=False, ignore_index=True)
+    df["module"] = pd.Series([r["module"] for r in out], index=df.index, dtype=object)   # None stays None
+    return df.sort_values("host_us", ascending=False, kind="stable", ignore_index=True)
 
 
 def cause(row: dict) -> dict:

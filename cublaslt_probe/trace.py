@@ -92,6 +92,8 @@ TRACE_SCHEMA: dict[str, tuple[str, str]] = {
                               "give the total over the groups); null for a batched or ungrouped GEMM"),
     "problem_shape": ("category", "CUTLASS 3 kernels: the problem shape the name declares (single, grouped, "
                                   "ptr_array); null when the name says nothing"),
+    "pid": ("Int64", "OS pid of the process that launched the kernels; a file of merged rank traces holds "
+                     "several (TraceSummary.pids); null when it cannot be told, or not recorded (Nsight export)"),
 }
 TRACE_COLUMNS = list(TRACE_SCHEMA)
 
@@ -127,7 +129,12 @@ class TraceStats:
     events: int = 0                   # trace events decoded
     bad_events: int = 0               # malformed events skipped
     truncated: bool = False           # the file ended inside the event array
-    bad_durations: int = 0            # kernel / copy events whose dur is not a number (kept, counted as 0 µs)
+    gzip_damaged_after_events: bool = False   # the gzip stream breaks only after the last event: all were read
+    gzip_error: str = ""              # zlib's message where the gzip stream breaks (damaged, not just cut off)
+    bad_durations: int = 0            # kernel / copy events whose dur is missing, not a number, NaN, negative or
+                                      # infinite (kept, counted as 0 µs)
+    zero_durations: int = 0           # kernel / copy events whose dur is 0 (valid: kept as 0 µs, counted)
+    bad_ids: int = 0                  # correlation / External ids outside 0 .. 2^63-1 (read as missing: unlinked)
     kernels: int = 0                  # kernel launches (all families)
     copies: int = 0                   # memcpy / memset rows on the GPU
     gpu_time_us: float = 0.0          # summed duration of the kernels, memcpys and memsets
@@ -138,6 +145,8 @@ class TraceStats:
     with_shapes: int = 0              # ... whose op recorded its input shapes
     cpu_ops: int = 0
     flows: int = 0
+    processes: int = 0                # OS processes with ops or runtime calls (several: merged rank traces)
+    no_process: int = 0               # launches whose process cannot be told (several processes only)
 
     def line(self) -> str:
         mb = self.bytes_read / 1e6
@@ -159,6 +168,7 @@ class TraceSummary:
     families: pd.DataFrame | None = None                          # GPU time per decoded family, all kernels
     timeline: pd.DataFrame | None = None      # GPU time by (kind, provenance, family), columns TIMELINE_SCHEMA
     detail: "TraceDetail | None" = None       # read_chrome_trace(detail=True): launches, ops, ranges (audit)
+    pids: list = field(default_factory=list)  # OS pids of the processes the file holds, in order of appearance
 
     @property
     def gemm_time_us(self) -> float:
@@ -168,6 +178,8 @@ class TraceSummary:
     def device(self) -> str | None:
         """GPU name(s) the trace records (Kineto's ``deviceProperties``), else None."""
         props = self.meta.get("deviceProperties")
+        if isinstance(props, dict):
+            props = [props]
         if isinstance(props, list):
             names = sorted({p.get("name") for p in props if isinstance(p, dict) and p.get("name")})
             return ", ".join(names) or None
@@ -182,35 +194,59 @@ _INCOMPLETE_MARGIN = 16      # an error this close to the buffer's end may just 
 
 
 class _JsonStream:
-    """Incremental reader over one JSON document: decodes values one at a time from a growing buffer."""
+    """Incremental reader over one JSON document: decodes values one at a time from a growing buffer.
+
+    The buffer holds at least `low` characters ahead of the cursor. A value longer than that (one huge
+    event) is read by doubling: the text ahead is grown to twice its length in one step (the new chunks
+    joined once) and the value scanned again, so reading a value of n characters costs O(n) scanning and
+    copying, not O(n^2 / chunk); once it is decoded the buffer goes back to its usual size. A UTF-8 byte
+    order mark at the start is dropped."""
 
     def __init__(self, fh: IO[bytes], chunk_bytes: int, stats: TraceStats):
         self.fh = fh
         self.chunk = chunk_bytes
         self.low = max(chunk_bytes // 4, 1 << 16)   # keep at least this much text ahead of the cursor
-        self.dec = codecs.getincrementaldecoder("utf-8")("replace")
+        self.dec = codecs.getincrementaldecoder("utf-8-sig")("replace")
         self.buf = ""
         self.pos = 0
         self.eof = False
         self.stats = stats
         self.scan = json.JSONDecoder().scan_once
 
-    def fill(self) -> bool:
-        """Read one more chunk; False at end of file."""
+    def _read(self) -> str | None:
+        """The text of one more chunk ('' when it decodes to nothing yet); None at end of file."""
         if self.eof:
-            return False
+            return None
         data = self.fh.read(self.chunk)
         if not data:
             self.eof = True
-            tail = self.dec.decode(b"", final=True)
-            if tail:
-                self.buf = self.buf[self.pos:] + tail
-                self.pos = 0
-            return bool(tail)
+            return self.dec.decode(b"", final=True)
         self.stats.bytes_read += len(data)
-        self.buf = self.buf[self.pos:] + self.dec.decode(data)
-        self.pos = 0
-        return True
+        return self.dec.decode(data)
+
+    def fill(self, ahead: int = 0, boundary: bool = False) -> bool:
+        """Read at least one more chunk, and more until `ahead` characters lie ahead of the cursor and, with
+        `boundary`, the new text holds a place where an event may end (`_RESYNC`); the chunks are joined to
+        the buffer once. False when nothing more could be read."""
+        parts = [self.buf[self.pos:]]
+        have = len(parts[0])
+        got = False
+        while True:
+            text = self._read()
+            if text is None:
+                break
+            if text:
+                parts.append(text)
+                have += len(text)
+                got = True
+            if self.eof:
+                break
+            if got and have >= ahead and (not boundary or _RESYNC.search(parts[-2][-64:] + text) is not None):
+                break
+        if got:
+            self.buf = "".join(parts)
+            self.pos = 0
+        return got
 
     def peek(self) -> str:
         """The next non-blank character ('' at end of file), cursor moved onto it."""
@@ -222,28 +258,31 @@ class _JsonStream:
                 return ""
 
     def value(self) -> Any:
-        """Decode the value at the cursor (reading more when it is cut off); ValueError when malformed."""
+        """Decode the value at the cursor (reading more when it is cut off); ValueError(message, position,
+        cut) when malformed, `cut` telling a value the buffer's end cut off."""
         if self.peek() == "":
             raise ValueError("Expecting value at end of file", self.pos, True)
+        if len(self.buf) - self.pos < self.low:
+            self.fill(self.low)
         while True:
-            while not self.eof and len(self.buf) - self.pos < self.low:
-                self.fill()
             try:
                 obj, end = self.scan(self.buf, self.pos)
             except StopIteration as e:
                 err_pos, msg = e.value, "Expecting value"
             except json.JSONDecodeError as e:
                 err_pos, msg = e.pos, e.msg
+            except RecursionError:
+                raise ValueError("nested too deeply to decode", self.pos, False) from None
             else:
                 if end >= len(self.buf) and not self.eof:   # a number may go on in the next chunk
-                    self.low = max(self.low, 2 * (len(self.buf) - self.pos))
+                    self.fill(2 * (len(self.buf) - self.pos))
                     continue
                 self.pos = end
                 return obj
             cut = err_pos >= len(self.buf) - _INCOMPLETE_MARGIN or msg.startswith("Unterminated string")
             if cut and not self.eof:
-                self.low = max(self.low, 2 * (len(self.buf) - self.pos))   # a large value: read more first
-                self.fill()
+                # a large value: read on to where it may end, and at least twice the text, then scan again
+                self.fill(2 * (len(self.buf) - self.pos), boundary=True)
                 continue
             raise ValueError(f"{msg} at character {err_pos - self.pos} of the value", err_pos, cut)
 
@@ -289,7 +328,7 @@ class _JsonStream:
                     if end >= len(buf):
                         raise StopIteration(end)
                     self.pos = end
-                except (StopIteration, json.JSONDecodeError):
+                except (StopIteration, json.JSONDecodeError, RecursionError):
                     try:
                         item = self.value()   # slow path: leading blanks, a value cut by the buffer's end
                     except ValueError as e:
@@ -343,7 +382,14 @@ class _JsonStream:
 
 class _Gunzip:
     """Incremental gzip reader that, unlike `gzip.GzipFile`, hands back everything before a cut or corrupt
-    end (the parser then reports the trace as cut off) and reads concatenated members."""
+    stream (the parser then reports the trace as cut off) and reads concatenated members.
+
+    At a damaged spot the bytes before it are still returned: the compressed data of the failing read is
+    fed again, 1 KB at a time, to a copy of the decompressor taken before it (zlib raises without handing
+    back what it decoded before the damage). `cut` says the stream ended or broke inside a member;
+    `error` holds zlib's message when it broke."""
+
+    _SALVAGE_STEP = 1024
 
     def __init__(self, raw: IO[bytes]):
         self.raw = raw
@@ -352,9 +398,10 @@ class _Gunzip:
         self.pending = b""
         self.done = False
         self.cut = False
+        self.error = ""
 
     def read(self, n: int) -> bytes:
-        """Up to `n` decompressed bytes (b"" at the end); never more than `n` held in memory."""
+        """Up to `n` decompressed bytes (b"" at the end; at a damaged spot, what precedes it)."""
         out, got = [], 0
         while got < n and not self.done:
             comp = self.d.unconsumed_tail
@@ -364,11 +411,16 @@ class _Gunzip:
                 self.done = True
                 self.cut = self.fed and not self.d.eof
                 break
+            before = self.d.copy()
             try:
                 data = self.d.decompress(comp, n - got)
-            except zlib.error:
+            except zlib.error as e:
+                data = self._salvage(before, comp)
                 self.done = True
-                self.cut = self.fed or got == 0    # garbage after a complete member is not a cut
+                self.error = str(e)
+                # garbage after a complete member is not a cut
+                self.cut = self.fed or got == 0 or bool(data)
+                out.append(data)
                 break
             self.fed = True
             out.append(data)
@@ -377,6 +429,25 @@ class _Gunzip:
                 self.pending = self.d.unused_data
                 self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 self.fed = False
+        return b"".join(out)
+
+    def _salvage(self, d, comp: bytes) -> bytes:
+        """What `d` decodes of `comp` before the first damaged byte."""
+        out = []
+        step = self._SALVAGE_STEP
+        for i in range(0, len(comp), step):
+            keep = d.copy()
+            try:
+                out.append(d.decompress(comp[i:i + step]))
+            except zlib.error:
+                for j in range(i, min(i + step, len(comp))):    # the failing step again, byte by byte
+                    try:
+                        out.append(keep.decompress(comp[j:j + 1]))
+                    except zlib.error:
+                        break
+                break
+            if d.eof:        # the member ended inside this read: what follows it is the damage
+                break
         return b"".join(out)
 
     def close(self) -> None:
@@ -402,12 +473,18 @@ def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats:
     meta = {} if meta is None else meta
     stats = stats or TraceStats(path=str(path), format="chrome")
     fh = _open_binary(path)
+    gz = isinstance(fh, _Gunzip)
+    complete = False
     try:
         s = _JsonStream(fh, chunk_bytes, stats)
         c = s.peek()
+        if c == "" and gz and fh.cut:
+            raise ProbeError(f"{path}: the gzip stream is damaged at its start ({fh.error or 'cut off'}): no "
+                             "event can be read; copy the file again from where it was written")
         if c == "[":
             s.pos += 1
             yield from s.array_items()
+            complete = not stats.truncated
             return
         if c != "{":
             raise ProbeError(f"{path}: not a Chrome trace (JSON object with traceEvents, or an event array): "
@@ -418,6 +495,7 @@ def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats:
         while True:
             c = s.peek()
             if c == "}" or c == "":
+                complete = c == "}" and seen_events and not stats.truncated
                 break
             if c == ",":
                 s.pos += 1
@@ -442,18 +520,27 @@ def iter_chrome_events(path: str | os.PathLike, meta: dict | None = None, stats:
                         break
                     raise ProbeError(f"{path}: malformed value of top-level key {key!r} ({e.args[0]})") from None
         if not seen_events:
+            if gz and fh.cut:
+                raise ProbeError(f"{path}: the gzip stream is damaged before the event array "
+                                 f"({fh.error or 'cut off'}): no event can be read; copy the file again")
             raise ProbeError(f"{path}: no traceEvents array: is this a torch.profiler Chrome trace "
                              "(prof.export_chrome_trace(...))?")
     except OSError as e:
         raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
     finally:
         fh.close()
-    if isinstance(fh, _Gunzip) and fh.cut:
-        stats.truncated = True
-        log.warning("%s: the gzip stream is cut off or corrupt", path)
-    if stats.truncated:
-        log.warning("%s: the file ends inside the event array (cut off?): the events before the cut are used",
-                    path)
+        if gz and fh.cut:
+            stats.gzip_error = fh.error
+            if complete:           # every event was read: only what follows them (the trailer) is bad
+                stats.gzip_damaged_after_events = True
+                log.warning("%s: the gzip stream is damaged after the last event (%s): every event was read",
+                            path, fh.error or "its end is missing")
+            else:
+                stats.truncated = True
+                log.warning("%s: the gzip stream is cut off or damaged (%s)", path, fh.error or "cut off")
+        if stats.truncated:
+            log.warning("%s: the file ends inside the event array (cut off?): the events before the cut are "
+                        "used", path)
 
 
 # --------------------------------------------------------------------------- Chrome trace reader
@@ -496,13 +583,19 @@ def _kind(name: str, cache: dict) -> int:
     return k
 
 
+_I64 = 1 << 63
+_INF = float("inf")
+
+
 def _as_int(v, default: int = -1) -> int:
-    if type(v) is int:
-        return v
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return default
+    """`v` as an int64 (an int, a float or a number written as a string), else `default` (also when it does
+    not fit in 64 bits)."""
+    if type(v) is not int:
+        try:
+            v = int(v)
+        except (TypeError, ValueError, OverflowError):
+            return default
+    return v if -_I64 <= v < _I64 else default
 
 
 def _as_float(v) -> float:
@@ -510,8 +603,40 @@ def _as_float(v) -> float:
         return float(v)
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0.0
+
+
+def _as_id(v, stats: TraceStats) -> int:
+    """A correlation or External id: an int in 0 .. 2^63-1 (the int64 columns' range), else -1 (missing).
+    An id beyond that range is counted in ``stats.bad_ids``: it cannot be stored, so it links nothing (mapping
+    it onto the range could join it to another event's id)."""
+    if type(v) is not int:
+        if v is None:
+            return -1
+        try:
+            v = int(v)
+        except (TypeError, ValueError, OverflowError):
+            return -1
+    if v < 0:
+        return -1
+    if v >= _I64:
+        stats.bad_ids += 1
+        return -1
+    return v
+
+
+def _duration(v) -> float | None:
+    """A kernel or copy event's ``dur`` in µs: a finite number >= 0 (an int, float or numeric string), else
+    None (missing, not a number, NaN, negative or infinite)."""
+    if type(v) is not float:
+        if type(v) is bool or v is None:
+            return None
+        try:
+            v = float(v)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return v if 0.0 <= v < _INF else None
 
 
 def _js(v) -> str | None:
@@ -542,11 +667,17 @@ class TraceDetail:
     - ``launches``: one row per kernel launch (split-K reduces counted with their GEMM and dropped):
       ``name`` (index into `names`), ``kind`` (1 GEMM, 2 orphan reduce, 0 other), ``dur`` (with the
       reduce), ``reduce_us``, ``ts`` (GPU start), ``t_launch`` (CPU time of its launch call, else of its
-      op, else ``ts``), ``op_row`` (row in `ops`, -1 when unlinked);
+      op, else ``ts``), ``op_row`` (row in `ops`, -1 when unlinked), ``pid`` (the OS pid of the process that
+      launched it, -1 when it cannot be told: `read_chrome_trace` says how it is found), ``device``;
     - ``ops``: one row per CPU op / annotation with an External id: ``key`` (index into `op_keys`), ``ts``,
-      ``end``, ``tid``, ``seq`` (autograd ``Sequence number``, -1 without);
-    - ``ranges``: the attribution ranges (`RANGE_PREFIXES` annotations and ``nn.Module:`` python functions):
-      ``name``, ``ts``, ``end``, ``tid``.
+      ``end``, ``tid``, ``seq`` (autograd ``Sequence number``, -1 without), ``pid``;
+    - ``ranges``: the attribution ranges (`RANGE_PREFIXES` annotations and ``nn.Module:`` python functions,
+      written as complete events or as B/E pairs): ``name``, ``ts``, ``end``, ``tid``, ``pid``, ``gpu``,
+      ``device``. ``gpu`` is True for the GPU-timeline copies of the annotations (``gpu_user_annotation``:
+      their ``tid`` is the stream, ``device`` the GPU, ``pid`` the process owning that GPU, -1 when several
+      or none do); CPU ranges have ``gpu`` False and ``device`` -1.
+
+    A file may hold several processes (merged rank traces): `processes` lists them, `for_process` keeps one.
     """
 
     names: list
@@ -555,10 +686,52 @@ class TraceDetail:
     ops: pd.DataFrame
     ranges: pd.DataFrame
 
+    def processes(self) -> pd.DataFrame:
+        """One row per process that launched kernels or ran ops, by pid: ``pid``, ``devices`` (the GPUs of
+        its launches, "0, 1"), ``gemm_launches``, ``gpu_time_us`` (its launches' summed time); a last row
+        with pid -1 holds the launches whose process cannot be told, when there are any."""
+        L = self.launches
+        pids = sorted(set(self.ops["pid"].tolist()) | set(L["pid"].tolist()) - {-1})
+        rows = []
+        for p in pids + ([-1] if (L["pid"] == -1).any() else []):
+            mine = L[L["pid"] == p]
+            rows.append((p, ", ".join(str(d) for d in sorted(set(mine["device"].tolist()))),
+                         int((mine["kind"] == 1).sum()), float(mine["dur"].sum())))
+        return pd.DataFrame(rows, columns=["pid", "devices", "gemm_launches", "gpu_time_us"]).astype(
+            {"pid": "int64", "devices": "string", "gemm_launches": "int64", "gpu_time_us": "float64"})
+
+    def for_process(self, pid: int) -> "TraceDetail":
+        """The part of the trace that belongs to process `pid`: its ops and CPU ranges, its launches, and the
+        launches and GPU ranges of its GPUs whose process cannot be told. ``op_row`` is renumbered into the
+        kept ops."""
+        L, ops, rng = self.launches, self.ops, self.ranges
+        if pid not in set(ops["pid"].tolist()) | set(L["pid"].tolist()):
+            known = sorted(set(ops["pid"].tolist()) | set(L["pid"].tolist()) - {-1})
+            raise ProbeError(f"no process {pid} in this trace: it holds {', '.join(map(str, known)) or 'none'}")
+        devices = set(L.loc[L["pid"] == pid, "device"].tolist())
+        keep_ops = (ops["pid"] == pid).to_numpy()
+        new_row = np.cumsum(keep_ops) - 1
+        L = L[(L["pid"] == pid) | ((L["pid"] == -1) & L["device"].isin(devices))].copy()
+        r = L["op_row"].to_numpy().copy()
+        ok = r >= 0
+        r[ok] = np.where(keep_ops[r[ok]], new_row[r[ok]], -1)
+        L["op_row"] = r
+        rng = rng[(rng["pid"] == pid) | (rng["gpu"] & (rng["pid"] == -1) & rng["device"].isin(devices))]
+        return TraceDetail(names=self.names, op_keys=self.op_keys, launches=L.reset_index(drop=True),
+                           ops=ops[keep_ops].reset_index(drop=True), ranges=rng.reset_index(drop=True))
+
+
+RANGE_COLUMNS = ["name", "ts", "end", "tid", "pid", "gpu", "device"]
+
 
 def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detail: bool = False) -> TraceSummary:
     """Read a torch.profiler Chrome trace (streamed): every kernel's time by kind, provenance and family, and
-    the GEMM-kind kernels with their ops and shapes. ``detail=True`` also keeps `TraceDetail` (for `audit`)."""
+    the GEMM-kind kernels with their ops and shapes. ``detail=True`` also keeps `TraceDetail` (for `audit`).
+
+    Events that cannot be read are skipped and counted in ``stats.bad_events`` (an item that is not an
+    object, a ``name`` that is not a string, ``args`` that are not an object, nesting too deep to decode).
+    A file may hold several processes (rank traces merged into one): ids are joined only within their
+    process (`_link`), and the rows are per process (column ``pid``)."""
     t0 = time.perf_counter()
     stats = TraceStats(path=str(path), format="chrome")
     try:
@@ -568,39 +741,71 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
     meta: dict = {}
     names = _Interner()                       # kernel names of the launches kept
     ops = _Interner()                         # (op name, dims, types, strides) as JSON strings
+    pids = _Interner()                        # OS pids of the processes (ops, runtime calls, CPU ranges)
     kind_cache: dict[str, int] = {}
     per_name: dict[str, list] = {}            # every kernel name -> [count, total_us]
     # one entry per GEMM-kind or reduce launch (detail: per launch of any kernel)
     l_name, l_kind = array("i"), array("b")
     l_ts, l_dur = array("d"), array("d")
     l_dev, l_stream, l_ext, l_corr = array("q"), array("q"), array("q"), array("q")
-    # one entry per CPU op / annotation (External id -> interned op); annotations kept apart
-    o_ext, o_idx = array("q"), array("i")
-    a_ext, a_idx = array("q"), array("i")
+    # one entry per CPU op / annotation (External id -> interned op, process); annotations kept apart
+    o_ext, o_idx, o_pid = array("q"), array("i"), array("i")
+    a_ext, a_idx, a_pid = array("q"), array("i"), array("i")
     # detail: the ops' and annotations' times, threads and autograd sequence numbers
     o_ts, o_dur, o_tid, o_seq = array("d"), array("d"), array("q"), array("q")
     a_ts, a_dur, a_tid = array("d"), array("d"), array("q")
-    ranges: list[tuple] = []
-    # runtime calls: correlation -> External id (detail: and their CPU time)
-    r_corr, r_ext, r_ts = array("q"), array("q"), array("d")
+    ranges: list[list] = []                   # RANGE_COLUMNS, pid as an index into `pids` (gpu: -1)
+    # runtime calls: correlation -> External id, process and CPU time
+    r_corr, r_ext, r_ts, r_pid = array("q"), array("q"), array("d"), array("i")
+    open_b: dict[tuple, list] = {}            # detail: (pid, tid) -> stack of B events awaiting their E
+
+    def bad(ev, why: str) -> None:
+        stats.bad_events += 1
+        if stats.bad_events <= 3:
+            log.warning("%s: malformed event skipped (%s): %.120r", path, why, ev)
 
     n_kernels, n_copies, gpu_us, n_ops, n_flows = 0, 0, 0.0, 0, 0
     for ev in iter_chrome_events(path, meta, stats, chunk_bytes):
         if type(ev) is not dict:
+            bad(ev, "not an object")
             continue
+        name, args = ev.get("name"), ev.get("args")
+        if name is not None and type(name) is not str:
+            bad(ev, "name is not a string")
+            continue
+        if args is not None and type(args) is not dict:
+            bad(ev, "args is not an object")
+            continue
+        ph = ev.get("ph")
+        pend = None                           # detail, a B event: where its E writes the end
+        if ph == "E" or ph == "B":
+            if not detail:
+                if ph == "E":
+                    continue
+            else:
+                key = (str(ev.get("pid")), str(ev.get("tid")))
+                if ph == "E":
+                    st = open_b.get(key)
+                    if st:
+                        _close(st.pop(), _as_float(ev.get("ts")), ranges, o_ts, o_dur, a_ts, a_dur)
+                    continue
+                pend = []
+                open_b.setdefault(key, []).append(pend)
         cat = ev.get("cat")
         if cat in _KERNEL_CATS or cat in _COPY_CATS:
-            name = ev.get("name") or ""
+            name = name or ""
             dur = ev.get("dur")
-            if type(dur) is not float:
-                try:
-                    dur = float(dur)        # an int, or a number written as a string
-                except (TypeError, ValueError):
+            if type(dur) is not float or not 0.0 < dur < _INF:
+                d = _duration(dur)
+                if d is None:
                     stats.bad_durations += 1
                     if stats.bad_durations <= 3:
-                        log.warning("%s: %s %r has no numeric dur (%r): counted, with 0 µs", path, cat, name[:80],
+                        log.warning("%s: %s %r has no valid dur (%r): counted, with 0 µs", path, cat, name[:80],
                                     dur)
-                    dur = 0.0
+                    d = 0.0
+                elif d == 0.0:
+                    stats.zero_durations += 1
+                dur = d
             if cat in _KERNEL_CATS:
                 n_kernels += 1
             else:
@@ -616,136 +821,194 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
             if k is None:
                 k = _kind(name, kind_cache)
             if k or detail:
-                args = ev.get("args") or {}
+                args = args or {}
                 l_name.append(names(name))
                 l_kind.append(k)
                 l_ts.append(_as_float(ev.get("ts")))
                 l_dur.append(dur)
                 l_dev.append(_as_int(args.get("device"), _as_int(ev.get("pid"), 0)))
                 l_stream.append(_as_int(args.get("stream"), _as_int(ev.get("tid"), 0)))
-                l_ext.append(_as_int(args.get("External id")))
-                l_corr.append(_as_int(args.get("correlation")))
+                l_ext.append(_as_id(args.get("External id"), stats))
+                l_corr.append(_as_id(args.get("correlation"), stats))
         elif cat in _OP_CATS:
-            args = ev.get("args")
-            if detail and cat == "user_annotation" and (ev.get("name") or "").startswith(RANGE_PREFIXES):
+            name = name or ""
+            if detail and cat == "user_annotation" and name.startswith(RANGE_PREFIXES):
                 ts = _as_float(ev.get("ts"))
-                ranges.append((ev["name"], ts, ts + _as_float(ev.get("dur")), _as_int(ev.get("tid"), 0)))
+                if pend is not None:
+                    pend.append(("r", len(ranges), ts))
+                ranges.append([name, ts, ts + _as_float(ev.get("dur")), _as_int(ev.get("tid"), 0),
+                               pids(_as_int(ev.get("pid"))), False, -1])
             if not args:
                 continue
             ext = args.get("External id")
-            if type(ext) is not int:
-                ext = _as_int(ext)
+            if type(ext) is not int or not 0 <= ext < _I64:
+                ext = _as_id(ext, stats)
             if ext < 0:
                 continue
             dims = args.get("Input Dims")
             if dims is None:
-                key = (ev.get("name") or "", None, None, None)
+                key = (name, None, None, None)
             else:
-                key = (ev.get("name") or "", repr(dims), repr(args.get("Input type")),
-                       repr(args.get("Input Strides")))
+                key = (name, repr(dims), repr(args.get("Input type")), repr(args.get("Input Strides")))
+            pid = ev.get("pid")
+            pid = pids(pid if type(pid) is int and -_I64 <= pid < _I64 else _as_int(pid))
             if cat == "user_annotation":
                 a_ext.append(ext)
                 a_idx.append(ops(key))
+                a_pid.append(pid)
                 if detail:
                     ts, du, tid = ev.get("ts"), ev.get("dur"), ev.get("tid")
+                    if pend is not None:
+                        pend.append(("a", len(a_ts), 0.0))
                     a_ts.append(ts if type(ts) is float else _as_float(ts))
                     a_dur.append(du if type(du) is float else _as_float(du))
-                    a_tid.append(tid if type(tid) is int else _as_int(tid, 0))
+                    a_tid.append(_as_int(tid, 0))
             else:
                 n_ops += 1
                 o_ext.append(ext)
                 o_idx.append(ops(key))
+                o_pid.append(pid)
                 if detail:
-                    ts, du, tid, sq = ev.get("ts"), ev.get("dur"), ev.get("tid"), args.get("Sequence number", -1)
+                    ts, du, tid = ev.get("ts"), ev.get("dur"), ev.get("tid")
+                    if pend is not None:
+                        pend.append(("o", len(o_ts), 0.0))
                     o_ts.append(ts if type(ts) is float else _as_float(ts))
                     o_dur.append(du if type(du) is float else _as_float(du))
-                    o_tid.append(tid if type(tid) is int else _as_int(tid, 0))
-                    o_seq.append(sq if type(sq) is int else _as_int(sq))
+                    o_tid.append(_as_int(tid, 0))
+                    o_seq.append(_as_int(args.get("Sequence number", -1)))
         elif cat in _RUNTIME_CATS:
-            args = ev.get("args")
             if args:
                 corr, ext = args.get("correlation"), args.get("External id")
-                if type(corr) is int and corr >= 0 and (detail or (type(ext) is int and ext >= 0)):
+                if type(corr) is not int or not 0 <= corr < _I64:
+                    corr = _as_id(corr, stats)
+                if corr >= 0:
+                    if type(ext) is not int or not 0 <= ext < _I64:
+                        ext = _as_id(ext, stats)
+                    pid = ev.get("pid")
+                    ts = ev.get("ts")
                     r_corr.append(corr)
-                    r_ext.append(ext if type(ext) is int else -1)
-                    if detail:
-                        ts = ev.get("ts")
-                        r_ts.append(ts if type(ts) is float else _as_float(ts))
+                    r_ext.append(ext)
+                    r_ts.append(ts if type(ts) is float else _as_float(ts))
+                    r_pid.append(pids(pid if type(pid) is int and -_I64 <= pid < _I64 else _as_int(pid)))
         elif cat == "ac2g":
             n_flows += 1
-        elif detail and cat in _PYTHON_CATS and (ev.get("name") or "").startswith(PY_MODULE_PREFIX):
+        elif detail and cat in _PYTHON_CATS and (name or "").startswith(PY_MODULE_PREFIX):
             ts = _as_float(ev.get("ts"))
-            ranges.append((ev["name"], ts, ts + _as_float(ev.get("dur")), _as_int(ev.get("tid"), 0)))
+            if pend is not None:
+                pend.append(("r", len(ranges), ts))
+            ranges.append([name, ts, ts + _as_float(ev.get("dur")), _as_int(ev.get("tid"), 0),
+                           pids(_as_int(ev.get("pid"))), False, -1])
+        elif detail and cat == "gpu_user_annotation" and (name or "").startswith(RANGE_PREFIXES):
+            args = args or {}
+            ts = _as_float(ev.get("ts"))
+            ranges.append([name, ts, ts + _as_float(ev.get("dur")),
+                           _as_int(args.get("stream"), _as_int(ev.get("tid"), 0)), -1, True,
+                           _as_int(args.get("device"), _as_int(ev.get("pid"), 0))])
     stats.kernels, stats.copies, stats.gpu_time_us = n_kernels, n_copies, gpu_us
     stats.cpu_ops, stats.flows = n_ops, n_flows
+    stats.processes = len(pids.items)
+    _device_properties(meta)
 
-    ext = np.frombuffer(l_ext, dtype=np.int64).copy() if len(l_ext) else np.zeros(0, np.int64)
-    del l_ext
+    dev = _np(l_dev, np.int64)
     corr = _np(l_corr, np.int64)
-    need = ext < 0
-    if need.any() and len(r_corr):            # kernels without External id: through their launch call
-        ext[need] = _lookup(corr[need], r_corr, r_ext)
-    # op row of each launch: the innermost cpu_op with its External id, else an annotation (rows after ops)
+    ext = _np(l_ext, np.int64).copy()
+    del l_ext
+    l_pid, r_row = _link(corr, ext, dev, _np(l_ts, np.float64), _np(r_corr, np.int64), _np(r_ext, np.int64),
+                         _np(r_ts, np.float64), _np(r_pid, np.int32), len(pids.items), stats)
+    del l_corr
+    # op row of each launch: the innermost cpu_op with its External id in its process, else an annotation
+    # (rows after the ops)
     n_o = len(o_ext)
-    op_row = _lookup(ext, o_ext, array("q", range(n_o)) if n_o else array("q"))
+    op_row = _lookup_in(l_pid, ext, _np(o_pid, np.int32), _np(o_ext, np.int64), np.arange(n_o))
     missing = op_row < 0
     if missing.any() and len(a_ext):
-        got = _lookup(ext[missing], a_ext, array("q", range(len(a_ext))))
+        got = _lookup_in(l_pid[missing], ext[missing], _np(a_pid, np.int32), _np(a_ext, np.int64),
+                         np.arange(len(a_ext)))
         op_row[missing] = np.where(got >= 0, got + n_o, -1)
     key_of_row = np.concatenate([_np(o_idx, np.int32), _np(a_idx, np.int32)]).astype(np.int64)
     op_idx = np.where(op_row >= 0, key_of_row[np.maximum(op_row, 0)] if len(key_of_row) else -1, -1)
-    stats.linked = int(((_np(l_kind, np.int8) == 1) & (op_idx >= 0)).sum())
+    stats.linked = int(((_np(l_kind, np.int8) == 1) & (op_row >= 0)).sum())
     t_launch = None
     if detail:
         t_launch = _np(l_ts, np.float64).copy()
         row_ts = np.concatenate([_np(o_ts, np.float64), _np(a_ts, np.float64)])
         linked = op_row >= 0
         t_launch[linked] = row_ts[op_row[linked]]
-        if len(r_corr):
-            r_row = _lookup(corr, r_corr, array("q", range(len(r_corr))))
-            hit = r_row >= 0
-            t_launch[hit] = _np(r_ts, np.float64)[r_row[hit]]
-    del l_corr, r_corr, r_ext, o_ext, a_ext
-    att = _attach(_np(l_kind, np.int8), _np(l_ts, np.float64), _np(l_dur, np.float64), _np(l_dev, np.int64),
-                  _np(l_stream, np.int64), ext, stats)
-    groups = _group(_np(l_name, np.int32), _np(l_kind, np.int8), op_idx, att)
+        hit = r_row >= 0
+        t_launch[hit] = _np(r_ts, np.float64)[r_row[hit]]
+    del r_corr, r_ext, o_ext, a_ext
+    att = _attach(_np(l_kind, np.int8), _np(l_ts, np.float64), _np(l_dur, np.float64), dev,
+                  _np(l_stream, np.int64), ext, l_pid, stats)
+    pid_of = np.array(pids.items + [-1], dtype=np.int64)       # pid index -> OS pid; -1 -> -1
+    groups = _group(_np(l_name, np.int32), _np(l_kind, np.int8), op_idx, att, l_pid)
     name_of = names.items
-    out = _finish(groups.assign(kernel=[name_of[i] for i in groups["name"]]),
+    out = _finish(groups.assign(kernel=[name_of[i] for i in groups["name"]],
+                                pid=[int(pid_of[i]) if i >= 0 else None for i in groups["pid"]]),
                   [op_key_json(ops.items[i]) if i >= 0 else None for i in groups["op"]], stats)
     det = None
     if detail:
         order, keep, total, red = att
+        rng = pd.DataFrame(ranges, columns=RANGE_COLUMNS).astype(
+            {"name": object, "ts": "float64", "end": "float64", "tid": "int64", "pid": "int64", "gpu": "bool",
+             "device": "int64"})
+        if len(rng):
+            gpu = rng["gpu"].to_numpy()
+            rp = rng["pid"].to_numpy().copy()
+            rp[gpu] = _device_owner(rng["device"].to_numpy()[gpu], dev, l_pid)
+            rng["pid"] = np.where(rp >= 0, pid_of[np.maximum(rp, 0)], -1)
         det = TraceDetail(
             names=name_of, op_keys=ops.items,
             launches=pd.DataFrame({
                 "name": _np(l_name, np.int32)[order][keep], "kind": _np(l_kind, np.int8)[order][keep],
                 "dur": total, "reduce_us": red, "ts": _np(l_ts, np.float64)[order][keep],
-                "t_launch": t_launch[order][keep], "op_row": op_row[order][keep]}),
+                "t_launch": t_launch[order][keep], "op_row": op_row[order][keep],
+                "pid": pid_of[l_pid[order][keep]], "device": dev[order][keep]}),
             ops=pd.DataFrame({"key": key_of_row, "ts": row_ts,
                               "end": row_ts + np.concatenate([_np(o_dur, np.float64), _np(a_dur, np.float64)]),
                               "tid": np.concatenate([_np(o_tid, np.int64), _np(a_tid, np.int64)]),
-                              "seq": np.concatenate([_np(o_seq, np.int64), np.full(len(a_ts), -1, np.int64)])}),
-            ranges=pd.DataFrame(ranges, columns=["name", "ts", "end", "tid"]))
+                              "seq": np.concatenate([_np(o_seq, np.int64), np.full(len(a_ts), -1, np.int64)]),
+                              "pid": pid_of[np.concatenate([_np(o_pid, np.int32), _np(a_pid, np.int32)])]}),
+            ranges=rng)
     stats.seconds = time.perf_counter() - t0
     log.info("%s", stats.line())
     timeline = timeline_frame(per_name, stats.gpu_time_us)
-    return TraceSummary(out, stats.gpu_time_us, stats, meta, _families(timeline), timeline, det)
+    return TraceSummary(out, stats.gpu_time_us, stats, meta, _families(timeline), timeline, det,
+                        pids=list(pids.items))
+
+
+def _close(pend: list, end: float, ranges: list, o_ts, o_dur, a_ts, a_dur) -> None:
+    """An E event: the end of what its B event opened (a range, an op's or an annotation's duration)."""
+    for what, i, start in pend:
+        if what == "r":
+            ranges[i][2] = max(end, start)
+        elif what == "o":
+            o_dur[i] = max(end - o_ts[i], 0.0)
+        else:
+            a_dur[i] = max(end - a_ts[i], 0.0)
+
+
+def _device_properties(meta: dict) -> None:
+    """``deviceProperties`` as a list of objects, however the file wrote it (one object is wrapped in a
+    list; entries that are not objects are dropped), so every reader of it may index it."""
+    props = meta.get("deviceProperties")
+    if props is None or (type(props) is list and all(type(p) is dict for p in props)):
+        return
+    meta["deviceProperties"] = [props] if isinstance(props, dict) else \
+        [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
 
 
 def _np(arr: array, dtype) -> np.ndarray:
     return np.frombuffer(arr, dtype=dtype) if len(arr) else np.zeros(0, dtype)
 
 
-def _lookup(keys: np.ndarray, k_arr: array, v_arr: array) -> np.ndarray:
-    """Vectorised dict lookup: for each key, the value stored with it in (k_arr, v_arr), else -1.
+def _lookup(keys: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Vectorised dict lookup: for each key, the value stored with it in (k, v), else -1 (also for a key < 0).
 
     The (few) keys are sorted and the (many) table entries searched among them, so the only temporaries
     of the table's length are one index and one mask array."""
     out = np.full(len(keys), -1, dtype=np.int64)
-    if not len(k_arr) or not len(keys):
+    if not len(k) or not len(keys):
         return out
-    k = np.frombuffer(k_arr, dtype=np.int64)
-    v = np.frombuffer(v_arr, dtype=np.int32 if v_arr.typecode == "i" else np.int64)
     uk, inv = np.unique(keys, return_inverse=True)
     pos = np.searchsorted(uk, k)
     np.minimum(pos, len(uk) - 1, out=pos)
@@ -758,27 +1021,160 @@ def _lookup(keys: np.ndarray, k_arr: array, v_arr: array) -> np.ndarray:
     return out
 
 
+def _lookup_in(key_pid: np.ndarray, keys: np.ndarray, t_pid: np.ndarray, k: np.ndarray,
+               v: np.ndarray) -> np.ndarray:
+    """`_lookup` within processes: each key is looked up among the table entries of its own process
+    (`key_pid`, `t_pid`: process indices); a key of process -1 finds nothing. One process: one plain lookup."""
+    procs = np.unique(t_pid) if len(t_pid) else t_pid
+    if len(procs) <= 1:
+        out = _lookup(keys, k, v)
+        if len(procs) == 1:
+            out[key_pid != procs[0]] = -1
+        return out
+    out = np.full(len(keys), -1, dtype=np.int64)
+    for p in procs.tolist():
+        mk, mt = key_pid == p, t_pid == p
+        if mk.any():
+            out[mk] = _lookup(keys[mk], k[mt], v[mt])
+    return out
+
+
+def _device_owner(devices: np.ndarray, l_dev: np.ndarray, l_pid: np.ndarray) -> np.ndarray:
+    """For each device: the process index whose launches are the only ones on it, else -1 (several or
+    none)."""
+    out = np.full(len(devices), -1, dtype=np.int64)
+    known = l_pid >= 0
+    if not len(devices) or not known.any():
+        return out
+    pairs = np.unique(np.stack([l_dev[known], l_pid[known].astype(np.int64)]), axis=1)
+    d, first, n = np.unique(pairs[0], return_index=True, return_counts=True)
+    owner = dict(zip(d[n == 1].tolist(), pairs[1][first[n == 1]].tolist()))
+    return np.array([owner.get(x, -1) for x in devices.tolist()], dtype=np.int64)
+
+
+def _link(corr: np.ndarray, ext: np.ndarray, dev: np.ndarray, ts: np.ndarray, r_corr: np.ndarray,
+          r_ext: np.ndarray, r_ts: np.ndarray, r_pid: np.ndarray, n_procs: int,
+          stats: TraceStats) -> tuple[np.ndarray, np.ndarray]:
+    """Each launch's process (index into the reader's pids, -1 when it cannot be told) and launch call (row
+    in the runtime arrays, -1 when none); fills a missing External id (`ext`, in place) from the call's.
+
+    Kernel events carry the device as their pid; the runtime calls carry the OS pid, and correlation and
+    External ids are counted per process, so with several processes in the file (merged rank traces) an id
+    may stand for one call in each. A kernel's candidates are the calls with its correlation; when the
+    kernel has an External id, those with the same External id, if any. Then:
+    1. candidates of one process only: the kernel is that process's (each such match also tells which
+       processes launch on the kernel's device);
+    2. else the candidates of the processes known to launch on the kernel's device (all when none is);
+    3. the kernels that share a correlation and as many candidate calls (the same program on several
+       ranks) are paired with them in time order, one call each;
+    4. else the latest candidate at or before the kernel's start;
+    5. else none: the kernel is unlinked and counted in ``stats.no_process``.
+    A kernel without a call belongs to the only process known to launch on its device, if there is one.
+    With one process, every kernel is that process's."""
+    n = len(corr)
+    r_row = np.full(n, -1, dtype=np.int64)
+    if n_procs <= 1:
+        l_pid = np.full(n, 0 if n_procs == 1 else -1, dtype=np.int64)
+        if len(r_corr):
+            r_row = _lookup(corr, r_corr, np.arange(len(r_corr)))
+    else:
+        l_pid = np.full(n, -1, dtype=np.int64)
+        order = np.lexsort((r_ts, r_corr))
+        sc = r_corr[order]
+        lo = np.searchsorted(sc, corr, "left")
+        hi = np.searchsorted(sc, corr, "right")
+        cnt = np.where(corr >= 0, hi - lo, 0)
+        # one candidate: linked; several: one row per (kernel, call)
+        one = np.flatnonzero(cnt == 1)
+        r_row[one] = order[lo[one]]
+        amb = np.flatnonzero(cnt > 1)
+        k_of = np.repeat(amb, cnt[amb])
+        within = np.arange(len(k_of)) - np.repeat(np.cumsum(cnt[amb]) - cnt[amb], cnt[amb])
+        c_row = order[np.repeat(lo[amb], cnt[amb]) + within]
+        c = pd.DataFrame({"k": k_of, "row": c_row, "pid": r_pid[c_row].astype(np.int64), "t": r_ts[c_row]})
+        same_ext = (ext[k_of] >= 0) & (r_ext[c_row] == ext[k_of])
+        c = c[same_ext | ~pd.Series(same_ext, index=c.index).groupby(c["k"]).transform("any")]
+        one_proc = c.groupby("k")["pid"].transform("nunique") == 1
+        sure = c[one_proc].drop_duplicates("k")
+        r_row[sure["k"].to_numpy()] = sure["row"].to_numpy()
+        c = c[~one_proc]
+        linked = r_row >= 0
+        l_pid[linked] = r_pid[r_row[linked]]
+        # which processes launch on which device, from the sure matches
+        devs, dev_i = np.unique(dev, return_inverse=True)
+        owns = np.zeros((n_procs, len(devs)), dtype=bool)
+        owns[l_pid[linked], dev_i[linked]] = True
+        if len(c):
+            k = c["k"].to_numpy()
+            c = c.assign(own=owns[c["pid"].to_numpy(), dev_i[k]], corr=corr[k], kts=ts[k])
+            c = c[c["own"] | ~c.groupby("k")["own"].transform("any")]          # 2: the device's processes
+            _pick(c, r_row, l_pid)
+        # no call: the device's only launching process
+        none = (l_pid < 0) & (cnt == 0)
+        if none.any():
+            only = owns.sum(axis=0) == 1
+            owner = np.where(only, owns.argmax(axis=0), -1)
+            l_pid[none] = owner[dev_i[none]]
+        stats.no_process = int((l_pid < 0).sum())
+    need = ext < 0
+    hit = need & (r_row >= 0)
+    ext[hit] = r_ext[r_row[hit]]
+    return l_pid, r_row
+
+
+def _pick(c: pd.DataFrame, r_row: np.ndarray, l_pid: np.ndarray) -> None:
+    """Steps 1-4 of `_link` for the kernels whose candidate calls (`c`: k, row, pid, t, corr, kts) lie in
+    several processes; writes the chosen call and process into `r_row` and `l_pid`."""
+    single = c.groupby("k")["k"].transform("size") == 1
+    done = c[single]
+    r_row[done["k"].to_numpy()] = done["row"].to_numpy()
+    l_pid[done["k"].to_numpy()] = done["pid"].to_numpy()
+    c = c[~single]
+    if not len(c):
+        return
+    # 3: as many kernels as calls under one correlation: paired in time order, if every pair is a candidate
+    kern = c.drop_duplicates("k").sort_values(["kts", "k"], kind="stable")
+    calls = c.drop_duplicates("row").sort_values(["t", "pid", "row"], kind="stable")
+    kern = kern.assign(nth=kern.groupby("corr").cumcount())
+    calls = calls.assign(nth=calls.groupby("corr").cumcount())
+    n_k, n_c = kern.groupby("corr").size(), calls.groupby("corr").size()
+    even = n_k.index[n_k.reindex(n_c.index).eq(n_c).reindex(n_k.index, fill_value=False).to_numpy()]
+    pairs = kern[kern["corr"].isin(even)][["k", "corr", "nth"]].merge(
+        calls[calls["corr"].isin(even)][["row", "pid", "corr", "nth"]], on=["corr", "nth"])
+    valid = pairs.merge(c[["k", "row"]], on=["k", "row"], how="left", indicator=True)["_merge"].eq("both")
+    bad_corr = set(pairs.loc[~valid.to_numpy(), "corr"].tolist())
+    pairs = pairs[~pairs["corr"].isin(bad_corr)]
+    r_row[pairs["k"].to_numpy()] = pairs["row"].to_numpy()
+    l_pid[pairs["k"].to_numpy()] = pairs["pid"].to_numpy()
+    # 4: the latest call at or before the kernel's start
+    c = c[~c["k"].isin(pairs["k"]) & (c["t"] <= c["kts"])]
+    c = c.sort_values(["k", "t", "pid"], ascending=[True, False, True], kind="stable").drop_duplicates("k")
+    r_row[c["k"].to_numpy()] = c["row"].to_numpy()
+    l_pid[c["k"].to_numpy()] = c["pid"].to_numpy()
+
+
 def _attach(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, dev: np.ndarray, stream: np.ndarray,
-            ext: np.ndarray, stats: TraceStats) -> tuple:
+            ext: np.ndarray, pid: np.ndarray, stats: TraceStats) -> tuple:
     """Count each split-K reduce with the GEMM launched before it on its stream (by the same op, or either
     unlinked). One row per launch (kind 1 GEMM, 2 reduce, 0 other); returns (order, keep, total, reduce):
-    the launches sorted by (device, stream, time), which of them stay (all but the attached reduces), and
-    the kept launches' time with their reduces and the reduce part. Numpy only."""
+    the launches sorted by (device, process, stream, time), which of them stay (all but the attached
+    reduces), and the kept launches' time with their reduces and the reduce part. Two processes' streams
+    on one device are different streams. Numpy only."""
     n = len(kind)
-    order = np.lexsort((ts, stream, dev))
+    order = np.lexsort((ts, stream, pid, dev))
     k_s = kind[order]
     is_gemm = k_s == 1
     stats.gemm_launches = int(is_gemm.sum())
     stats.reduce_launches = int((k_s == 2).sum())
     ext_s = ext[order]
     idx = np.arange(n)
-    # for each row: the latest GEMM row at or before it, and the first row of its (device, stream) run
+    # for each row: the latest GEMM row at or before it, and the first row of its (device, process, stream) run
     last = np.maximum.accumulate(np.where(is_gemm, idx, -1)) if n else idx
-    d_s, s_s = dev[order], stream[order]
+    d_s, s_s, p_s = dev[order], stream[order], pid[order]
     new_run = np.ones(n, dtype=bool)
-    new_run[1:] = (d_s[1:] != d_s[:-1]) | (s_s[1:] != s_s[:-1])
+    new_run[1:] = (d_s[1:] != d_s[:-1]) | (s_s[1:] != s_s[:-1]) | (p_s[1:] != p_s[:-1])
     run_start = np.maximum.accumulate(np.where(new_run, idx, 0)) if n else idx
-    del d_s, s_s, new_run
+    del d_s, s_s, p_s, new_run
     cand = (k_s == 2) & (last >= run_start)       # other kernels (detail mode) neither attach nor interrupt
     c_rows = np.flatnonzero(cand)
     owners = last[c_rows]
@@ -793,18 +1189,19 @@ def _attach(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, dev: np.ndarray, 
     return order, keep, (dur_s + reduce_us)[keep], reduce_us[keep]
 
 
-def _group(name: np.ndarray, kind: np.ndarray, op: np.ndarray, att: tuple) -> pd.DataFrame:
-    """The GEMM and orphan-reduce launches kept by `_attach`, grouped by (kernel, op): count, total_us,
-    min_us, max_us, reduce_us."""
-    cols = ["name", "op", "count", "total_us", "min_us", "max_us", "reduce_us"]
+def _group(name: np.ndarray, kind: np.ndarray, op: np.ndarray, att: tuple, pid: np.ndarray) -> pd.DataFrame:
+    """The GEMM and orphan-reduce launches kept by `_attach`, grouped by (kernel, op, process): count,
+    total_us, min_us, max_us, reduce_us."""
+    cols = ["name", "op", "pid", "count", "total_us", "min_us", "max_us", "reduce_us"]
     order, keep, t, r = att
     sel = kind[order][keep] > 0
     t, r = t[sel], r[sel]
-    nm, o = name[order][keep][sel], op[order][keep][sel]
+    nm, o, p = name[order][keep][sel], op[order][keep][sel], pid[order][keep][sel]
     if not len(nm):
         return pd.DataFrame({c: pd.Series([], dtype=np.float64 if c.endswith("_us") else np.int64) for c in cols})
-    key = nm.astype(np.int64) * (int(o.max()) + 2) + (o + 1)
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    keys = np.stack([nm.astype(np.int64), o.astype(np.int64), p.astype(np.int64)], axis=1)
+    uniq, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
     g = len(uniq)
     count = np.bincount(inv, minlength=g)
     total = np.bincount(inv, weights=t, minlength=g)
@@ -813,8 +1210,8 @@ def _group(name: np.ndarray, kind: np.ndarray, op: np.ndarray, att: tuple) -> pd
     mx = np.full(g, -np.inf)
     np.minimum.at(mn, inv, t)
     np.maximum.at(mx, inv, t)
-    return pd.DataFrame({"name": nm[first].astype(np.int64), "op": o[first], "count": count, "total_us": total,
-                         "min_us": mn, "max_us": mx, "reduce_us": red})[cols]
+    return pd.DataFrame({"name": nm[first].astype(np.int64), "op": o[first], "pid": p[first].astype(np.int64),
+                         "count": count, "total_us": total, "min_us": mn, "max_us": mx, "reduce_us": red})[cols]
 
 
 # --------------------------------------------------------------------------- GPU time by class
@@ -975,9 +1372,10 @@ def _finish(groups: pd.DataFrame, op_keys: list, stats: TraceStats) -> pd.DataFr
     """Group rows (kernel, op key, count, times) -> the TRACE_SCHEMA frame, largest total first."""
     from cublaslt_probe.names import decode
     rows = []
-    for (kernel, count, total, mn, mx, red), key in zip(
+    pids = groups["pid"] if "pid" in groups else [None] * len(groups)
+    for (kernel, count, total, mn, mx, red), key, pid in zip(
             groups[["kernel", "count", "total_us", "min_us", "max_us", "reduce_us"]].itertuples(index=False),
-            op_keys):
+            op_keys, pids):
         kn = decode(kernel)
         op, dims, types, strides = key if key else (None, None, None, None)
         kind, prov = classify(kn)
@@ -993,7 +1391,7 @@ def _finish(groups: pd.DataFrame, op_keys: list, stats: TraceStats) -> pd.DataFr
             "stages": kn.stages, "cluster_m": kn.cluster_m, "cluster_n": kn.cluster_n,
             "split_k": kn.split_k, "kernel_layout": kn.layout, "kernel_flags": " ".join(kn.flags) or None,
             "op": op, "input_dims": dims, "input_types": types, "input_strides": strides,
-            "problem_shape": kn.problem_shape,
+            "problem_shape": kn.problem_shape, "pid": pid,
         }
         p = problem_of(op, dims, types, strides)
         row.update({c: p.get(c) for c in ("dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")})
@@ -1124,8 +1522,12 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
 
 
 # --------------------------------------------------------------------------- entry point
+_BOM = codecs.BOM_UTF8
+
+
 def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSummary:
-    """Read a torch.profiler Chrome trace (.json / .json.gz) or an Nsight Systems SQLite export."""
+    """Read a torch.profiler Chrome trace (.json / .json.gz: an object with ``traceEvents`` or a bare array of
+    events, with or without a UTF-8 byte order mark) or an Nsight Systems SQLite export."""
     try:
         with open(path, "rb") as f:
             head = f.read(16)
@@ -1133,7 +1535,7 @@ def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSumm
         raise ProbeError(f"cannot read trace {path}: {e.strerror or e}") from e
     if head.startswith(b"SQLite format 3"):
         return read_nsys_sqlite(path)
-    if head.startswith(b"\x1f\x8b") or head.lstrip()[:1] in (b"{", b"["):
+    if head.startswith(b"\x1f\x8b") or head.removeprefix(_BOM).lstrip()[:1] in (b"{", b"["):
         return read_chrome_trace(path, chunk_bytes)
     if str(path).endswith(".nsys-rep") or str(path).endswith(".qdrep"):
         raise ProbeError(f"{path} is an Nsight Systems report: export it first with "
@@ -1143,20 +1545,21 @@ def read_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> TraceSumm
 
 
 def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per kernel: the (kernel, op, shapes) rows of `read_trace` summed; ``ops`` lists the calling
-    ops and ``shapes`` how many distinct op/shape records called it."""
+    """One row per kernel (per kernel and process in a file of several processes): the (kernel, op, shapes)
+    rows of `read_trace` summed; ``ops`` lists the calling ops and ``shapes`` how many distinct op/shape
+    records called it."""
     if not len(df):
         return df.assign(ops=pd.Series([], dtype="string"), shapes=pd.Series([], dtype="Int64"))
     fixed = [c for c in TRACE_COLUMNS if c not in (
         "share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", "op", "input_dims",
         "input_types", "input_strides", "dtype", "layout", "m", "n", "k", "batch", "groups", "group_dim")]
-    g = df.groupby("kernel", sort=False, observed=True)
+    g = df.groupby(["kernel", "pid"], sort=False, observed=True, dropna=False)
     out = g.agg(share=("share", "sum"), count=("count", "sum"), total_us=("total_us", "sum"),
                 min_us=("min_us", "min"), max_us=("max_us", "max"), reduce_us=("reduce_us", "sum"))
     out["mean_us"] = out["total_us"] / out["count"]
     out["ops"] = g["op"].agg(lambda s: ", ".join(sorted({str(x) for x in s.dropna()}))).replace("", pd.NA)
     out["shapes"] = g["input_dims"].agg(lambda s: s.dropna().nunique()).astype("Int64")
-    first = g[fixed[1:]].first()
+    first = g[[c for c in fixed if c not in ("kernel", "pid")]].first()
     out = out.join(first).reset_index()
     cols = ["share", "count", "total_us", "mean_us", "min_us", "max_us", "reduce_us", *fixed, "ops", "shapes"]
     out = out[cols]

@@ -317,18 +317,19 @@ def _saving(m, module, dim_values):
 
 def test_advice_pads_the_gpt2_vocabulary(audits):
     """GPT-2 training step measured on the H200: the lm_head GEMMs with the vocabulary 50257 (forward, grad
-    input, grad weight) run an older CUTLASS kernel; padded to 50304 each runs an sm90 kernel ~2.5x faster."""
+    input, grad weight) run an older CUTLASS kernel; padded to 50264, 50272 or 50304 each runs an sm90 kernel
+    ~2.5x faster: the smallest padding within 3 % of the best saving is advised."""
     from cublaslt_probe.audit import advice
     a, m = audits["gpt2_train"], _measure("gpt2_train")
     items = advice(a.rows, m, a.step_gpu_us)
     top = items[0]
     assert top["kind"] == "pad" and top["module"] == "lm_head"
-    assert top["what"].startswith("pad the vocabulary 50257 → 50304 (a multiple of 64)")
-    want = _saving(m, "lm_head", {("m", 50304), ("n", 50304), ("k", 50304)})
+    assert top["what"].startswith("pad the vocabulary 50257 → 50264 (a multiple of 8)")
+    want = _saving(m, "lm_head", {("m", 50264), ("n", 50264), ("k", 50264)})
     assert top["saving_us"] == pytest.approx(want) and want > 4000
     assert top["saving_pct"] == pytest.approx(100 * want / a.step_gpu_us)
-    assert len(top["gemms"]) == 3 and "also measured: 50264" in top["evidence"]
-    assert "numerics agree" in top["risk"] and "grows by 47" in top["risk"]
+    assert len(top["gemms"]) == 3 and "also measured: 50272" in top["evidence"]
+    assert "numerics agree" in top["risk"] and "grows by 7" in top["risk"]
     # the other paddings of the same value are alternatives, not extra items
     assert sum(1 for it in items if it["kind"] == "pad") == 1
     savings = [it["saving_us"] for it in items if it["saving_us"] > 0]
@@ -364,9 +365,9 @@ def test_cli_renders_advice_from_saved_measurements(tmp_path):
     assert r.exit_code == 0, r.output
     out = r.stdout
     assert "advice (measured):" in out
-    assert "1. pad the vocabulary 50257 → 50304 (a multiple of 64) in lm_head: saves 4,566.4 µs/step" in out
+    assert "1. pad the vocabulary 50257 → 50264 (a multiple of 8) in lm_head: saves 4,624.1 µs/step" in out
     page = (tmp_path / "a.html").read_text()
-    assert "pad the vocabulary 50257 → 50304" in page and page.count("<svg") >= 3     # with the what-if curves
+    assert "pad the vocabulary 50257 → 50264" in page and page.count("<svg") >= 3     # with the what-if curves
     # measurements of another GPU are not turned into advice
     m = _measure("gpt2_train")
     m["env"]["gpu"] = "NVIDIA A100-SXM4-80GB"
@@ -375,17 +376,6 @@ def test_cli_renders_advice_from_saved_measurements(tmp_path):
     r = run_cli(PROGRAMS / "gpt2_train", "--from", other, "--top", "1")
     assert r.exit_code == 0 and "advice (measured)" not in r.stdout
     assert "note: the measurements were taken on NVIDIA A100-SXM4-80GB" in r.stdout
-
-
-def test_advice_saving_counts_every_call_of_the_step(audits):
-    """Llama decode: down_proj runs twice a step (2 layers); its faster path saves twice its per-call gain."""
-    from cublaslt_probe.audit import advice
-    a, m = audits["llama_decode"], _measure("llama_decode")
-    (ws,) = [it for it in advice(a.rows, m, a.step_gpu_us) if it["kind"] == "workspace"]
-    (g,) = [g for g in m["gemms"] if g.get("module") == "model.layers.*.mlp.down_proj"]
-    (lt,) = [p for p in g["paths"] if p["path"] == "lt"]
-    assert g["calls"] == 2 and ws["saving_us"] == pytest.approx(2 * (g["original_us"] - lt["time_us"]))
-    assert "32 MiB" in ws["what"] and "workspace 32 MiB" in ws["risk"]
 
 
 def test_recommended_algos_export_as_replayable_log_lines(tmp_path):

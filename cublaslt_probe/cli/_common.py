@@ -408,6 +408,7 @@ def sniff(path: str) -> str:
     ``a raw probe file (JSONL)``, ``a Chrome trace (JSON)``, ``a JSON document``, ``binary data``,
     ``empty``, ``text``."""
     import gzip
+    import zlib
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -419,7 +420,7 @@ def sniff(path: str) -> str:
         try:
             with gzip.open(path, "rb") as g:
                 inner = g.read(4096)
-        except (OSError, EOFError):
+        except (OSError, EOFError, zlib.error):
             return "a gzip file (damaged)"
         kind = _sniff_bytes(inner)
         return f"a gzip file holding {kind}" if kind not in ("empty",) else "an empty gzip file"
@@ -463,7 +464,7 @@ def _sniff_bytes(head: bytes) -> str:
             return what
     if b"\x00" in head:
         return "binary data"
-    text = head.decode("utf-8", "replace")
+    text = head.decode("utf-8", "replace").removeprefix("\ufeff")
     s = text.lstrip()
     if s.startswith("[20") and "][cublasLt]" in s[:60] or "][Trace][" in s[:200]:
         return "a cuBLASLt log"
@@ -476,6 +477,8 @@ def _sniff_bytes(head: bytes) -> str:
         if '"traceEvents"' in s or '"schemaVersion"' in s or '"deviceProperties"' in s:
             return "a Chrome trace (JSON)"
         return "a JSON document"
+    if s.startswith("[") and s[1:].lstrip()[:1] in ("{", "]"):
+        return "a Chrome trace (JSON)" if '"ph"' in s or '"cat"' in s else "a JSON document"
     if text.count("\ufffd") > len(text) // 20:
         return "binary data"
     return "text"

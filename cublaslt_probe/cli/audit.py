@@ -66,9 +66,11 @@ def _load_measure(path: str) -> dict:
 @click.option("--coldstart", "coldstart_path", type=click.Path(dir_okay=False), default=None,
               help="A saved `cold-start --save` result of the same program: kernels it saw compiled at run time "
                    "get that provenance with evidence 'observed'.")
+@click.option("--pid", type=int, default=None,
+              help="Of a trace that holds several processes (merged rank traces): audit only this one.")
 @output_options(FORMATS, top=25)
 def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, coldstart_path,
-              fmt, output, top):
+              pid, fmt, output, top):
     """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
 
     RUN_DIR is a folder written by `cublaslt_probe.capture` (trace.json.gz, cublaslt.log, env.json);
@@ -95,7 +97,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     if coldstart_path:
         from cublaslt_probe.coldstart import load
         cold = load(coldstart_path)
-    a = audit(run, log_path, coldstart=cold)
+    a = audit(run, log_path, coldstart=cold, pid=pid)
     meas = None
     if from_path:
         meas = _load_measure(from_path)

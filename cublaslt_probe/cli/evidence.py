@@ -61,17 +61,48 @@ def trace_header(summary) -> str:
     if st.reduce_launches:
         line += f"; {st.reduce_attached:,} of {st.reduce_launches:,} split-K reduces counted with their GEMM"
     lines.append(line)
-    problems = ([f"{st.bad_events:,} malformed event{'s' if st.bad_events != 1 else ''} skipped"]
-                if st.bad_events else []) + (["the file is cut off inside the event array (the events before the "
-                                              "cut are counted)"] if st.truncated else []) + (
-                [f"{st.bad_durations:,} kernel or copy event{'s' if st.bad_durations != 1 else ''} without a numeric "
-                 "dur (counted with 0 µs: their time is missing from the totals)"] if st.bad_durations else [])
+    pids = getattr(summary, "pids", [])
+    if len(pids) > 1:
+        lines.append(f"this file holds {len(pids):,} processes (pids {', '.join(map(str, pids[:8]))}"
+                     f"{', …' if len(pids) > 8 else ''}: merged rank traces?): ids are joined within each process "
+                     "and the rows are per process (column pid)")
+    problems = trace_problems(st)
     if problems:
         lines.append("warning: " + "; ".join(problems))
+    notes = trace_notes(st)
+    if notes:
+        lines.append("note: " + "; ".join(notes))
     if st.format == "nsys":
         lines.append("note: the Nsight Systems reader is untested on a real export (docs/trace.md); "
                      "an export has no op shapes")
     return "\n".join(lines) + "\n"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' if n != 1 else ''}"
+
+
+def trace_problems(st) -> list[str]:
+    """What the reader could not use (the output is partial: exit 3), one phrase each."""
+    cut = "the file is cut off inside the event array (the events before the cut are counted)"
+    if st.truncated and st.gzip_error:
+        cut = (f"the gzip stream is damaged inside the event array ({st.gzip_error}): the events before the "
+               "damage are counted")
+    return (([f"{_plural(st.bad_events, 'malformed event')} skipped"] if st.bad_events else [])
+            + ([cut] if st.truncated else [])
+            + ([f"{_plural(st.bad_durations, 'kernel or copy event')} without a numeric dur (or with a NaN, "
+                "negative or infinite one; counted with 0 µs: their time is missing from the totals)"]
+               if st.bad_durations else [])
+            + ([f"{_plural(st.bad_ids, 'correlation or External id')} beyond 2^63-1 read as missing (their "
+                "kernels are not linked to an op)"] if getattr(st, "bad_ids", 0) else []))
+
+
+def trace_notes(st) -> list[str]:
+    """What the reader saw that loses nothing, one phrase each."""
+    return (["the gzip stream is damaged only after the last event (its end or checksum): every event was read"]
+            if getattr(st, "gzip_damaged_after_events", False) else []) + (
+            [f"{_plural(st.no_process, 'launch')} could not be told to a process (pid null)"]
+            if getattr(st, "no_process", 0) else [])
 
 
 def _kernel_base(name) -> str:
@@ -90,9 +121,12 @@ def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
             _more(total, len(df))
     if not len(df):
         return head + "no GEMM kernels in this trace\n"
+    several = len(getattr(summary, "pids", [])) > 1
+
     def lead(r) -> list[str]:
-        return [f"{100 * r.share:.1f}%", _s(r.count), f"{r.total_us:,.1f}", f"{r.mean_us:,.2f}", _s(r.family),
-                _s(r.provenance), _short(kernel_label(r.kernel), 44)]
+        return ([_s(r.pid)] if several else []) + [
+            f"{100 * r.share:.1f}%", _s(r.count), f"{r.total_us:,.1f}", f"{r.mean_us:,.2f}", _s(r.family),
+            _s(r.provenance), _short(kernel_label(r.kernel), 44)]
 
     if by == "kernel":
         header = ["share", "count", "total_us", "mean_us", "family", "provenance", "decoded", "ops", "shapes",
@@ -105,7 +139,9 @@ def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
         rows = [lead(r) + [_s(r.op), _s(r.dtype), _s(r.layout), _s(r.m), _s(r.n), _s(r.k), _s(r.batch),
                            _s(r.groups), _short(_kernel_base(r.kernel), 72)]
                 for r in df.itertuples(index=False)]
-    right = {"share", "count", "total_us", "mean_us", "m", "n", "k", "batch", "groups", "shapes"}
+    if several:
+        header = ["pid"] + header
+    right = {"pid", "share", "count", "total_us", "mean_us", "m", "n", "k", "batch", "groups", "shapes"}
     return head + "\n" + render_table(header, rows, right) + _more(total, len(df))
 
 
@@ -156,9 +192,11 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
     shown = df.head(n) if n else df
     emit(shown, fmt, output, lambda: trace_table(summary, shown, total, by))
     st = summary.stats
-    if fmt != "table" and (st.bad_events or st.truncated or st.bad_durations):  # the table says it in its header
-        click.echo([ln for ln in trace_header(summary).splitlines() if ln.startswith("warning:")][-1], err=True)
-    if st.bad_events or st.truncated or st.bad_durations:
+    if fmt != "table":                 # the table says it in its header
+        for ln in trace_header(summary).splitlines():
+            if ln.startswith(("warning:", "note:", "this file holds")):
+                click.echo(ln, err=True)
+    if trace_problems(st):
         click.get_current_context().exit(EXIT_PARTIAL)
 
 
