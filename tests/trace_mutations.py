@@ -121,10 +121,17 @@ def recoverable_events(data: bytes) -> list:
     if data[:2] == b"\x1f\x8b":
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         out = bytearray()
-        for i in range(0, len(data), 1 << 16):
+        for i in range(0, len(data), 1 << 12):
             try:
-                out += d.decompress(data[i:i + (1 << 16)])
-            except zlib.error:
+                out += d.decompress(data[i:i + (1 << 12)])
+            except zlib.error:      # again a byte at a time: all zlib gives before the damage
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                out = bytearray()
+                for j in range(0, len(data)):
+                    try:
+                        out += d.decompress(data[j:j + 1])
+                    except zlib.error:
+                        break
                 break
         data = bytes(out)
     text = data.decode("utf-8", "replace").lstrip("\ufeff")
