@@ -13,7 +13,7 @@ and csv formats. For every run:
   of the file summed here (`trace_mutations.gemm_truth`: the file's own events and the name decoder, nothing
   else of the package) within 0.1 %, or a note states the loss with its size;
 - no ``nan``, ``inf``, negative time or share over 100 % in any format;
-- CPU time within 2× that of the unmutated input (scaled by the events added) + 0.5 s;
+- CPU time within 2× that of the unmutated input (scaled by the events added) + 0.5 s (`_slower`);
 - mutations that change nothing a reader needs (flow arrows, GPU-side annotations, repeated or B/E step
   ranges, ids >= 2^63, a BOM, ...) give the unmutated input's figures, and a second rank of the same program
   never lowers the GEMM time per step.
@@ -46,8 +46,7 @@ TURNS = ["compiled_mlp", "llama_decode_with_modules", "sdpa_flash", "traces/tran
          "fp8_linear", "odd_linear", "cli_script", "compiled_mm_autotune", "sdpa_math", "sdpa_cudnn"]
 # the largest capture (a training step, forward and backward) for the mutations about steps, ranks, links
 BIG = "gpt2_train"
-BIG_MUTATIONS = {"steps_duplicated", "steps_be_pairs", "merge_same_program", "drop_sequence_numbers",
-                 "dur_negative"}
+BIG_MUTATIONS = {"steps_duplicated", "merge_same_program", "drop_sequence_numbers"}
 
 
 def _cases() -> list[tuple[str, str]]:
@@ -193,15 +192,27 @@ def _conserved(label, got_us, truth_us, texts, steps, problems):
 _BASE: dict = {}
 
 
+def _slower(cmd, argv, t, base, size_ratio, problems):
+    """CPU time `t` of the mutated run against 2x the unmutated one's (scaled by the events added) + 0.5 s.
+    The first unmutated time taken serves while the mutated run is within it; over it, the unmutated run is
+    timed again now, beside the mutated one, so that a busy machine does not pass for a slow mutation."""
+    limit = lambda t0: 2 * t0 * size_ratio + 0.5
+    if t <= limit(base[f"{cmd}_s"]):
+        return
+    _, t0 = _run(argv)
+    if t > limit(t0):
+        problems.append(f"[time] {cmd}: {t:.2f} s CPU against {t0:.2f} s unmutated")
+
+
 def _baseline(src):
     """The unmutated input's trace and audit jsonl figures (sum of GEMM µs, steps)."""
     if src.name not in _BASE:
-        ra, _ = _run(["audit", src.target, "-f", "jsonl"])
+        ra, ta = _run(["audit", src.target, "-f", "jsonl"])
         rt, _ = _run(["audit", src.target])
-        tr, _ = _run(["trace", src.trace, "-f", "jsonl", "--top", "0"])
+        tr, tt = _run(["trace", src.trace, "-f", "jsonl", "--top", "0"])
         assert ra.exit_code == 0 and tr.exit_code == 0, (ra.stderr, tr.stderr)
         _BASE[src.name] = dict(audit_us=sum(json.loads(x)["gpu_us"] for x in ra.stdout.splitlines()),
-                               rows=len(ra.stdout.splitlines()), steps=_steps(rt.stdout),
+                               rows=len(ra.stdout.splitlines()), steps=_steps(rt.stdout), audit_s=ta, trace_s=tt,
                                trace_us=sum(json.loads(x)["total_us"] for x in tr.stdout.splitlines()))
     return _BASE[src.name]
 
@@ -212,9 +223,6 @@ def check(m: TM.Mutation, src: TM.Source, b: TM.Built, csv_too: bool = True) -> 
     truth_us, n_gemm, _ = TM.gemm_truth(b.events)
     merged = m.name.startswith("merge")
     base = _baseline(src)
-    # the unmutated input's CPU time, measured next to the mutated one's
-    _, t_trace0 = _run(["trace", src.trace, "-f", "jsonl", "--top", "0"])
-    _, t_audit0 = _run(["audit", src.target, "-f", "jsonl"])
 
     # ---- trace
     tj, t_trace = _run(["trace", b.trace, "-f", "jsonl", "--top", "0"])
@@ -232,8 +240,7 @@ def check(m: TM.Mutation, src: TM.Source, b: TM.Built, csv_too: bool = True) -> 
                 REL * base["trace_us"] + 1e-6:
             problems.append(f"[invariant] trace jsonl: GEMM µs {sum(o.get('total_us') or 0 for o in rows):,.1f} "
                             f"against {base['trace_us']:,.1f} unmutated")
-    if t_trace > 2 * t_trace0 * b.size_ratio + 0.5:
-        problems.append(f"[time] trace: {t_trace:.2f} s CPU against {t_trace0:.2f} s unmutated")
+    _slower("trace", ["trace", src.trace, "-f", "jsonl", "--top", "0"], t_trace, base, b.size_ratio, problems)
 
     # ---- audit
     aj, t_audit = _run(["audit", b.target, "-f", "jsonl"])
@@ -269,8 +276,7 @@ def check(m: TM.Mutation, src: TM.Source, b: TM.Built, csv_too: bool = True) -> 
             if m.name == "merge_same_program" and per_step < (1 - REL) * base["audit_us"]:
                 problems.append(f"[invariant] audit: a second rank lowers the GEMM time per step: "
                                 f"{per_step:,.1f} µs against {base['audit_us']:,.1f} µs for one")
-    if t_audit > 2 * t_audit0 * b.size_ratio + 0.5:
-        problems.append(f"[time] audit: {t_audit:.2f} s CPU against {t_audit0:.2f} s unmutated")
+    _slower("audit", ["audit", src.target, "-f", "jsonl"], t_audit, base, b.size_ratio, problems)
     return problems
 
 
@@ -286,7 +292,7 @@ def test_mutated_capture(mutation, source, tmp_path):
 GZ_SOURCE = "fp8_linear"
 
 
-@settings(max_examples=12, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
+@settings(max_examples=8, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frac=hs.floats(0.0, 1.0), width=hs.integers(1, 64), cut=hs.booleans())
 def test_gzip_damaged_anywhere(frac, width, cut, tmp_path_factory):

@@ -124,10 +124,10 @@ def recoverable_events(data: bytes) -> list:
         for i in range(0, len(data), 1 << 12):
             try:
                 out += d.decompress(data[i:i + (1 << 12)])
-            except zlib.error:      # again a byte at a time: all zlib gives before the damage
+            except zlib.error:      # that block again a byte at a time: all zlib gives before the damage
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                out = bytearray()
-                for j in range(0, len(data)):
+                out = bytearray(d.decompress(data[:i]))
+                for j in range(i, min(i + (1 << 12), len(data))):
                     try:
                         out += d.decompress(data[j:j + 1])
                     except zlib.error:
