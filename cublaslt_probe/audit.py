@@ -8,11 +8,12 @@ advice; `render_text` and `render_html` draw them. docs/audit.md describes each 
 
 How a GEMM launch is attributed (the trace's own links; `trace.read_chrome_trace(detail=True)` reads them):
 - to a step: its launch call's CPU time lies inside a ``runfiles.STEP_PREFIX`` range (else a torch.profiler
-  ``ProfilerStep#N`` range; without either the whole trace is one step);
+  ``ProfilerStep#N`` range; without either the whole trace is one step), the ranges checked first
+  (`_step_ranges`); a kernel without a launch record is placed by its GPU time (`_place_by_gpu_time`);
 - to a module: its launching op (External id / correlation) lies inside the innermost ``runfiles.MODULE_PREFIX``
   range of its thread (else inside an ``nn.Module: Class_N`` python function of ``with_modules=True``);
 - backward: an op inside ``autograd::engine::evaluate_function: XBackward0`` takes that node's ``Sequence
-  number``, and the module of the forward op that recorded the same number (``pass`` = bwd).
+  number``, and the module of the forward op that recorded the same number in its process (``pass`` = bwd).
 A GEMM counts whatever launched it: every GEMM-kind kernel of the step is in exactly one row, so the rows'
 ``gpu_us`` add up to the step's GEMM time.
 """
@@ -130,7 +131,7 @@ class Audit:
     steps: int
     step_gpu_us: float                    # GPU time per step, every kernel
     gemm_gpu_us: float                    # per step, GEMM-kind kernels (with their reduces)
-    env: dict
+    env: dict                             # env.json's usable fields, GPU facts as used (`_read_env`, `_gpu_facts`)
     gpu: str | None
     attribution: str                      # capture ranges | nn.Module | none
     notes: list[str] = field(default_factory=list)
@@ -619,9 +620,10 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
         det = det.for_process(pid)
     elif len(pids) > 1:
         notes.append(f"the trace holds {len(pids)} processes ({', '.join(map(str, pids[:8]))}"
-                     f"{', …' if len(pids) > 8 else ''}): the rows add up all of them and each process's step "
-                     "ranges are steps (per-step figures are one process's step); --pid PID audits one")
-    facts, devices = _gpu_facts(env, s.meta, notes)
+                     f"{', …' if len(pids) > 8 else ''}): the rows add up all of them, a step is every process's "
+                     "step of that number (per-step figures are all processes' together); --pid PID audits one")
+    used = set(det.launches["device"].tolist()) if "device" in det.launches.columns else None
+    facts, devices = _gpu_facts(env, s.meta, notes, used)
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
     L, steps = _in_steps(det, env, notes, gpu_ranges)
@@ -726,14 +728,18 @@ def _trace_devices(meta: dict) -> dict[int, GpuFacts]:
     return out
 
 
-def _gpu_facts(env: dict, meta: dict, notes: list[str]) -> tuple[GpuFacts, dict[int, GpuFacts]]:
-    """The run's GPU facts, and each trace device's.
+def _gpu_facts(env: dict, meta: dict, notes: list[str], used: set | None = None
+               ) -> tuple[GpuFacts, dict[int, GpuFacts]]:
+    """The run's GPU facts, and each trace device's (of the devices `used` by its kernels, when the trace
+    describes them: a machine's other GPUs are listed too).
 
     The trace's ``deviceProperties`` describe the GPUs that ran the trace, so they win where env.json (written
     by the capture, or copied from another run) disagrees; env.json fills in what the trace does not record
     when it names the same GPU or the trace names none. A trace of several kinds of GPU has no single facts:
     each launch is judged with its own device's (the run's facts then hold the names only)."""
     devs = _trace_devices(meta)
+    if used and used & set(devs):
+        devs = {d: f for d, f in devs.items() if d in used}
     e = GpuFacts(env.get("gpu"), env.get("sm_count"), env.get("cc"))
     kinds = list(dict.fromkeys(devs.values()))
     if not kinds:
@@ -813,8 +819,8 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
       twice) is one step.
     - A range that encloses other step ranges of its thread (an outer ``step`` around the loop) is a stretch
       of steps, not a step.
-    - Ranges of several threads or processes may overlap in time: each is a step (a rank's step is a step;
-      per-step figures are per rank), and `_contained` gives each launch one of them."""
+    - Ranges of several threads or processes may overlap in time: `_contained` gives each launch one of them
+      (its own process's first), and `_step_count` says how many steps they stand for."""
     if not len(cpu):
         return cpu
     steps = cpu[cpu["name"].str.startswith(runfiles.STEP_PREFIX)]
@@ -853,8 +859,7 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     t_sorted, e_sorted = steps["ts"].to_numpy()[o], steps["end"].to_numpy()[o]
     if len(o) > 1 and (t_sorted[1:] < np.maximum.accumulate(e_sorted)[:-1]).any():
         who = "processes" if "pid" in steps.columns and steps["pid"].nunique() > 1 else "threads"
-        notes.append(f"step ranges of several {who} overlap in time: each is a step, and each launch is "
-                     "counted in one of them")
+        notes.append(f"step ranges of several {who} overlap in time: each launch is counted in one of them")
     return steps
 
 
@@ -878,10 +883,20 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None)
     if unknown.any():
         step[unknown] = -1
         step = _place_by_gpu_time(L, step, unknown, steps_r, cpu, gpu, notes)
-    outside = int(((step < 0) & ~unknown).sum())
-    if outside:
-        notes.append(f"{outside:,} launches outside the {len(steps_r)} step ranges are left out")
-    return L[step >= 0], len(steps_r)
+    out = (step < 0) & ~unknown
+    if out.any():
+        notes.append(f"{int(out.sum()):,} launches outside the {len(steps_r)} step ranges are left out"
+                     + _gemm_part(L, out))
+    return L[step >= 0], _step_count(steps_r)
+
+
+def _step_count(steps_r: pd.DataFrame) -> int:
+    """How many steps the ranges stand for: one process's ranges are its steps; several processes (merged
+    rank traces) run the same steps at once, so a step is every process's step of that number and the
+    count is the largest any one process has."""
+    if "pid" in steps_r.columns and steps_r["pid"].nunique() > 1:
+        return int(steps_r.groupby("pid").size().max())
+    return len(steps_r)
 
 
 def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, steps_r: pd.DataFrame,
@@ -961,8 +976,14 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
     notes.append(f"{n:,} launches have no launch record (no runtime event or op links them to a CPU time): "
                  "placed in steps by GPU time" + (f": {', '.join(f'{v:,} {k}' for k, v in how.items())}"
                                                   if how else "")
-                 + (f"; {left:,} outside every step are left out" if left else ""))
+                 + (f"; {left:,} outside every step are left out{_gemm_part(L, todo)}" if left else ""))
     return step
+
+
+def _gemm_part(L: pd.DataFrame, mask: np.ndarray) -> str:
+    """`` (X µs of GEMM time)`` of the launches in `mask`, for a note on launches left out; empty without."""
+    us = float(L["dur"].to_numpy()[mask & (L["kind"].to_numpy() > 0)].sum())
+    return f" ({us:,.1f} µs of GEMM time in all)" if us > 0 else ""
 
 
 def _contained_own(ranges: pd.DataFrame, pts: np.ndarray, owners: pd.DataFrame) -> np.ndarray:
@@ -986,19 +1007,22 @@ def _gpu_copy_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, steps_r: pd.DataFrame)
     one of the same name (and process, where the copy's is known) that started at or before the copy (a
     kernel runs after its launch)."""
     out = np.full(len(gpu), -1, dtype=np.int64)
-    c_names, g_names = cpu["name"].to_numpy(), gpu["name"].to_numpy()
-    c_ts, g_ts = cpu["ts"].to_numpy(), gpu["ts"].to_numpy()
-    c_step = _contained_own(steps_r, c_ts, cpu)
+    if not len(gpu) or not len(cpu):
+        return out
     own = "pid" in gpu.columns and "pid" in cpu.columns
-    c_pid = cpu["pid"].to_numpy() if own else np.zeros(len(cpu), dtype=np.int64)
-    g_pid = gpu["pid"].to_numpy() if own else np.full(len(gpu), -1, dtype=np.int64)
-    for name in np.intersect1d(np.unique(g_names), np.unique(c_names)):
-        for p in np.unique(g_pid[g_names == name]):
-            gi = np.flatnonzero((g_names == name) & (g_pid == p))
-            ci = np.flatnonzero((c_names == name) & ((c_pid == p) if p != -1 else True))
-            ci = ci[np.argsort(c_ts[ci], kind="stable")]
-            j = np.searchsorted(c_ts[ci], g_ts[gi], side="right") - 1
-            out[gi[j >= 0]] = c_step[ci[j[j >= 0]]]
+    c = pd.DataFrame({"name": cpu["name"].to_numpy(), "ts": cpu["ts"].to_numpy(dtype=np.float64),
+                      "pid": cpu["pid"].to_numpy() if own else 0,
+                      "step": _contained_own(steps_r, cpu["ts"].to_numpy(), cpu)})
+    g = pd.DataFrame({"name": gpu["name"].to_numpy(), "ts": gpu["ts"].to_numpy(dtype=np.float64),
+                      "pid": gpu["pid"].to_numpy() if own else -1, "row": np.arange(len(gpu))})
+    c, g = c[np.isfinite(c["ts"])].sort_values("ts"), g[np.isfinite(g["ts"])].sort_values("ts")
+    known = g["pid"].to_numpy() != -1
+    for part, by in ((g[known], ["name", "pid"]), (g[~known], ["name"])):
+        if len(part):
+            m = pd.merge_asof(part, c[["ts", "step", *by]], on="ts", by=by, direction="backward")
+            got = m["step"].to_numpy(dtype=np.float64)
+            hit = np.isfinite(got)
+            out[m["row"].to_numpy()[hit]] = got[hit].astype(np.int64)
     return out
 
 
@@ -1018,8 +1042,10 @@ def _attribute(G: pd.DataFrame, det, naming: str | None = None) -> tuple[pd.Data
     module = np.full(len(G), -1, dtype=np.int64)
     bwd = np.zeros(len(G), dtype=bool)
     if len(mods) and len(G):
-        m_ts, m_end, m_tid = mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy()
-        o_ts, o_tid, o_seq = ops["ts"].to_numpy(), ops["tid"].to_numpy(), ops["seq"].to_numpy()
+        (m_tid, o_tid), o_proc = _threads(mods, ops), _processes(ops)
+        m_ts, m_end = mods["ts"].to_numpy(), mods["end"].to_numpy()
+        o_ts = ops["ts"].to_numpy()
+        o_seq = np.where(ops["seq"].to_numpy() >= 0, o_proc * SEQ_SPAN + ops["seq"].to_numpy(), -1)
         linked = op_row >= 0
         module[linked] = _innermost(m_ts, m_end, m_tid, o_ts[op_row[linked]], o_tid[op_row[linked]])
         # backward: the evaluate_function node around the op, its sequence number, the forward op's module
@@ -1057,13 +1083,33 @@ def _attribute(G: pd.DataFrame, det, naming: str | None = None) -> tuple[pd.Data
     return G, attribution
 
 
+SEQ_SPAN = 1 << 40       # sequence numbers count per process: (process, number) as one integer
+
+
+def _threads(*frames: pd.DataFrame) -> list[np.ndarray]:
+    """One integer per (process, thread) for each row of the frames, the same across them: thread ids repeat
+    across the processes of a merged file."""
+    cols = [(f["pid"].to_numpy() if "pid" in f.columns else np.zeros(len(f), dtype=np.int64), f["tid"].to_numpy())
+            for f in frames]
+    codes = pd.factorize(pd.MultiIndex.from_arrays([np.concatenate([c[0] for c in cols]),
+                                                    np.concatenate([c[1] for c in cols])]))[0]
+    return np.split(codes.astype(np.int64), np.cumsum([len(f) for f in frames])[:-1])
+
+
+def _processes(ops: pd.DataFrame) -> np.ndarray:
+    """A small integer per row's process (0 without a ``pid`` column)."""
+    if "pid" not in ops.columns:
+        return np.zeros(len(ops), dtype=np.int64)
+    return pd.factorize(ops["pid"])[0].astype(np.int64)
+
+
 def _module_names(mods: pd.DataFrame, prefix: str, attribution: str) -> list[str]:
     """Each module range's name; for ``nn.Module:`` ranges (class-and-order names) the path of the ranges
     that enclose it (``Model_0.Linear_1``)."""
     names = mods["name"].str.slice(len(prefix)).tolist() if len(mods) else []
     if attribution != "nn.Module":
         return names
-    par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy())
+    par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), _threads(mods)[0])
     out = []
     for i in range(len(names)):
         j, path = par[i], [names[i]]

@@ -6,8 +6,8 @@ Two readers, one result (`TraceSummary`, whose `.kernels` is a tidy DataFrame; c
 - `read_chrome_trace(path)`: a torch.profiler / Kineto Chrome trace (`.json` or gzip `.json.gz`; gzip is
   recognised by its magic bytes). The file is one JSON object whose ``traceEvents`` array holds every
   event; it is streamed: read in chunks, one event object decoded at a time with the json module's C
-  scanner, and only compact numbers kept (``array`` columns: ~60 bytes per GEMM-kind launch, 12 per CPU
-  op, 16 per launch call), so memory grows by a few MB per 100 MB of trace, not with its text (docs/trace.md
+  scanner, and only compact numbers kept (``array`` columns: ~60 bytes per GEMM-kind launch, 16 per CPU
+  op, 28 per launch call), so memory grows by a few MB per 100 MB of trace, not with its text (docs/trace.md
   gives the measured figures). A malformed event is skipped and counted, a truncated file ends the stream
   with a warning; neither raises.
 - `read_nsys_sqlite(path)`: an Nsight Systems SQLite export (``nsys export --type sqlite``), through the
@@ -29,6 +29,8 @@ What is linked to what (Chrome trace, as torch.profiler writes it):
 - a split-K reduce kernel (family ``splitk_reduce``) is counted with the GEMM launched just before it on the
   same device and stream (by the same op when both are linked): its time is added to that GEMM's
   ``total_us`` and shown in ``reduce_us``. A reduce with no such GEMM keeps its own row.
+- correlation and External ids are counted per process: in a file of several processes (merged rank
+  traces) they are joined only within their process (`_link`), and the rows are per process (``pid``).
 """
 from __future__ import annotations
 
@@ -654,8 +656,8 @@ def op_key_json(key: tuple) -> tuple:
             continue
         try:
             out.append(_js(ast.literal_eval(r)))
-        except (ValueError, SyntaxError):
-            out.append(r)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            out.append(None)          # not a JSON value (nan, inf): not a record this reader can show
     return (name, *out)
 
 
@@ -674,8 +676,9 @@ class TraceDetail:
     - ``ranges``: the attribution ranges (`RANGE_PREFIXES` annotations and ``nn.Module:`` python functions,
       written as complete events or as B/E pairs): ``name``, ``ts``, ``end``, ``tid``, ``pid``, ``gpu``,
       ``device``. ``gpu`` is True for the GPU-timeline copies of the annotations (``gpu_user_annotation``:
-      their ``tid`` is the stream, ``device`` the GPU, ``pid`` the process owning that GPU, -1 when several
-      or none do); CPU ranges have ``gpu`` False and ``device`` -1.
+      their ``tid`` is the stream, ``device`` the GPU, ``pid`` the GPU's only launching process, else the one
+      process whose kernels start inside the range on its stream, else -1); CPU ranges have ``gpu`` False
+      and ``device`` -1.
 
     A file may hold several processes (merged rank traces): `processes` lists them, `for_process` keeps one.
     """
@@ -691,7 +694,7 @@ class TraceDetail:
         its launches, "0, 1"), ``gemm_launches``, ``gpu_time_us`` (its launches' summed time); a last row
         with pid -1 holds the launches whose process cannot be told, when there are any."""
         L = self.launches
-        pids = sorted(set(self.ops["pid"].tolist()) | set(L["pid"].tolist()) - {-1})
+        pids = sorted((set(self.ops["pid"].tolist()) | set(L["pid"].tolist())) - {-1})
         rows = []
         for p in pids + ([-1] if (L["pid"] == -1).any() else []):
             mine = L[L["pid"] == p]
@@ -706,7 +709,7 @@ class TraceDetail:
         kept ops."""
         L, ops, rng = self.launches, self.ops, self.ranges
         if pid not in set(ops["pid"].tolist()) | set(L["pid"].tolist()):
-            known = sorted(set(ops["pid"].tolist()) | set(L["pid"].tolist()) - {-1})
+            known = sorted((set(ops["pid"].tolist()) | set(L["pid"].tolist())) - {-1})
             raise ProbeError(f"no process {pid} in this trace: it holds {', '.join(map(str, known)) or 'none'}")
         devices = set(L.loc[L["pid"] == pid, "device"].tolist())
         keep_ops = (ops["pid"] == pid).to_numpy()
@@ -742,6 +745,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
     names = _Interner()                       # kernel names of the launches kept
     ops = _Interner()                         # (op name, dims, types, strides) as JSON strings
     pids = _Interner()                        # OS pids of the processes (ops, runtime calls, CPU ranges)
+    pid_index = pids.index
     kind_cache: dict[str, int] = {}
     per_name: dict[str, list] = {}            # every kernel name -> [count, total_us]
     # one entry per GEMM-kind or reduce launch (detail: per launch of any kernel)
@@ -769,9 +773,12 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
         if type(ev) is not dict:
             bad(ev, "not an object")
             continue
-        name, args = ev.get("name"), ev.get("args")
+        name, args, cat = ev.get("name"), ev.get("args"), ev.get("cat")
         if name is not None and type(name) is not str:
             bad(ev, "name is not a string")
+            continue
+        if cat is not None and type(cat) is not str:
+            bad(ev, "cat is not a string")
             continue
         if args is not None and type(args) is not dict:
             bad(ev, "args is not an object")
@@ -791,7 +798,6 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                     continue
                 pend = []
                 open_b.setdefault(key, []).append(pend)
-        cat = ev.get("cat")
         if cat in _KERNEL_CATS or cat in _COPY_CATS:
             name = name or ""
             dur = ev.get("dur")
@@ -851,7 +857,9 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
             else:
                 key = (name, repr(dims), repr(args.get("Input type")), repr(args.get("Input Strides")))
             pid = ev.get("pid")
-            pid = pids(pid if type(pid) is int and -_I64 <= pid < _I64 else _as_int(pid))
+            pid = pid_index.get(pid) if type(pid) is int else None
+            if pid is None:
+                pid = pids(_as_int(ev.get("pid")))
             if cat == "user_annotation":
                 a_ext.append(ext)
                 a_idx.append(ops(key))
@@ -885,11 +893,12 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                     if type(ext) is not int or not 0 <= ext < _I64:
                         ext = _as_id(ext, stats)
                     pid = ev.get("pid")
+                    pid = pid_index.get(pid) if type(pid) is int else None
                     ts = ev.get("ts")
                     r_corr.append(corr)
                     r_ext.append(ext)
                     r_ts.append(ts if type(ts) is float else _as_float(ts))
-                    r_pid.append(pids(pid if type(pid) is int and -_I64 <= pid < _I64 else _as_int(pid)))
+                    r_pid.append(pids(_as_int(ev.get("pid"))) if pid is None else pid)
         elif cat == "ac2g":
             n_flows += 1
         elif detail and cat in _PYTHON_CATS and (name or "").startswith(PY_MODULE_PREFIX):
@@ -906,23 +915,34 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                            _as_int(args.get("device"), _as_int(ev.get("pid"), 0))])
     stats.kernels, stats.copies, stats.gpu_time_us = n_kernels, n_copies, gpu_us
     stats.cpu_ops, stats.flows = n_ops, n_flows
-    stats.processes = len(pids.items)
     _device_properties(meta)
+    # events whose pid cannot be read (pid -1) are a group of their own beside several processes, and the
+    # one process's when there is one
+    items = pids.items
+    o_pid_n, a_pid_n, r_pid_n = _np(o_pid, np.int32), _np(a_pid, np.int32), _np(r_pid, np.int32)
+    real = [p for p in items if p != -1]
+    if len(real) == 1 and len(items) == 2:
+        o_pid_n, a_pid_n, r_pid_n = (np.zeros(len(x), np.int32) for x in (o_pid_n, a_pid_n, r_pid_n))
+        for r in ranges:
+            if not r[5]:
+                r[4] = 0
+        items = real
+    stats.processes = len(real)
 
     dev = _np(l_dev, np.int64)
     corr = _np(l_corr, np.int64)
     ext = _np(l_ext, np.int64).copy()
     del l_ext
     l_pid, r_row = _link(corr, ext, dev, _np(l_ts, np.float64), _np(r_corr, np.int64), _np(r_ext, np.int64),
-                         _np(r_ts, np.float64), _np(r_pid, np.int32), len(pids.items), stats)
+                         _np(r_ts, np.float64), r_pid_n, len(items), stats)
     del l_corr
     # op row of each launch: the innermost cpu_op with its External id in its process, else an annotation
     # (rows after the ops)
     n_o = len(o_ext)
-    op_row = _lookup_in(l_pid, ext, _np(o_pid, np.int32), _np(o_ext, np.int64), np.arange(n_o))
+    op_row = _lookup_in(l_pid, ext, o_pid_n, _np(o_ext, np.int64), np.arange(n_o))
     missing = op_row < 0
     if missing.any() and len(a_ext):
-        got = _lookup_in(l_pid[missing], ext[missing], _np(a_pid, np.int32), _np(a_ext, np.int64),
+        got = _lookup_in(l_pid[missing], ext[missing], a_pid_n, _np(a_ext, np.int64),
                          np.arange(len(a_ext)))
         op_row[missing] = np.where(got >= 0, got + n_o, -1)
     key_of_row = np.concatenate([_np(o_idx, np.int32), _np(a_idx, np.int32)]).astype(np.int64)
@@ -939,11 +959,11 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
     del r_corr, r_ext, o_ext, a_ext
     att = _attach(_np(l_kind, np.int8), _np(l_ts, np.float64), _np(l_dur, np.float64), dev,
                   _np(l_stream, np.int64), ext, l_pid, stats)
-    pid_of = np.array(pids.items + [-1], dtype=np.int64)       # pid index -> OS pid; -1 -> -1
+    pid_of = np.array(items + [-1], dtype=np.int64)            # pid index -> OS pid; -1 -> -1
     groups = _group(_np(l_name, np.int32), _np(l_kind, np.int8), op_idx, att, l_pid)
     name_of = names.items
     out = _finish(groups.assign(kernel=[name_of[i] for i in groups["name"]],
-                                pid=[int(pid_of[i]) if i >= 0 else None for i in groups["pid"]]),
+                                pid=[int(pid_of[i]) if pid_of[i] >= 0 else None for i in groups["pid"]]),
                   [op_key_json(ops.items[i]) if i >= 0 else None for i in groups["op"]], stats)
     det = None
     if detail:
@@ -954,7 +974,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
         if len(rng):
             gpu = rng["gpu"].to_numpy()
             rp = rng["pid"].to_numpy().copy()
-            rp[gpu] = _device_owner(rng["device"].to_numpy()[gpu], dev, l_pid)
+            rp[gpu] = _gpu_range_owner(rng[gpu], dev, _np(l_stream, np.int64), _np(l_ts, np.float64), l_pid)
             rng["pid"] = np.where(rp >= 0, pid_of[np.maximum(rp, 0)], -1)
         det = TraceDetail(
             names=name_of, op_keys=ops.items,
@@ -967,13 +987,13 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
                               "end": row_ts + np.concatenate([_np(o_dur, np.float64), _np(a_dur, np.float64)]),
                               "tid": np.concatenate([_np(o_tid, np.int64), _np(a_tid, np.int64)]),
                               "seq": np.concatenate([_np(o_seq, np.int64), np.full(len(a_ts), -1, np.int64)]),
-                              "pid": pid_of[np.concatenate([_np(o_pid, np.int32), _np(a_pid, np.int32)])]}),
+                              "pid": pid_of[np.concatenate([o_pid_n, a_pid_n])]}),
             ranges=rng)
     stats.seconds = time.perf_counter() - t0
     log.info("%s", stats.line())
     timeline = timeline_frame(per_name, stats.gpu_time_us)
     return TraceSummary(out, stats.gpu_time_us, stats, meta, _families(timeline), timeline, det,
-                        pids=list(pids.items))
+                        pids=real)
 
 
 def _close(pend: list, end: float, ranges: list, o_ts, o_dur, a_ts, a_dur) -> None:
@@ -1050,6 +1070,32 @@ def _device_owner(devices: np.ndarray, l_dev: np.ndarray, l_pid: np.ndarray) -> 
     d, first, n = np.unique(pairs[0], return_index=True, return_counts=True)
     owner = dict(zip(d[n == 1].tolist(), pairs[1][first[n == 1]].tolist()))
     return np.array([owner.get(x, -1) for x in devices.tolist()], dtype=np.int64)
+
+
+def _gpu_range_owner(rng: pd.DataFrame, l_dev: np.ndarray, l_stream: np.ndarray, l_ts: np.ndarray,
+                     l_pid: np.ndarray) -> np.ndarray:
+    """The process index of each GPU-timeline range: its device's only launching process; on a device that
+    several share, the one process whose kernels start inside the range on its stream; else -1."""
+    out = _device_owner(rng["device"].to_numpy(), l_dev, l_pid)
+    todo = np.flatnonzero(out < 0)
+    if not len(todo):
+        return out
+    r_dev, r_stream = rng["device"].to_numpy()[todo], rng["tid"].to_numpy()[todo]
+    r_ts, r_end = rng["ts"].to_numpy()[todo], rng["end"].to_numpy()[todo]
+    known = l_pid >= 0
+    for d, st in set(zip(r_dev.tolist(), r_stream.tolist())):
+        mine = np.flatnonzero(known & (l_dev == d) & (l_stream == st))
+        if not len(mine):
+            continue
+        mine = mine[np.argsort(l_ts[mine], kind="stable")]
+        t, p = l_ts[mine], l_pid[mine]
+        sel = np.flatnonzero((r_dev == d) & (r_stream == st))
+        lo = np.searchsorted(t, r_ts[sel], "left")
+        hi = np.searchsorted(t, r_end[sel], "right")
+        for i, a, b in zip(sel.tolist(), lo.tolist(), hi.tolist()):
+            if b > a and p[a:b].min() == p[a:b].max():
+                out[todo[i]] = p[a]
+    return out
 
 
 def _link(corr: np.ndarray, ext: np.ndarray, dev: np.ndarray, ts: np.ndarray, r_corr: np.ndarray,
@@ -1318,7 +1364,11 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
         types = json.loads(types_json) if types_json else []
         strides = json.loads(strides_json) if strides_json else []
         a, b = dims[where[0]], dims[where[1]]
-    except (ValueError, IndexError, TypeError):
+    except (ValueError, IndexError, TypeError, KeyError):
+        return {}
+    types = types if isinstance(types, list) else []
+    strides = strides if isinstance(strides, list) else []
+    if not (isinstance(a, list) and isinstance(b, list)):
         return {}
     out: dict[str, Any] = {}
     try:
@@ -1337,8 +1387,11 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
             return {}
     except (IndexError, TypeError):
         return {}
-    ta = _TORCH_DTYPES.get(types[where[0]]) if len(types) > where[0] else None
-    tb = _TORCH_DTYPES.get(types[where[1]]) if len(types) > where[1] else None
+    if any(type(out.get(c)) is not int for c in ("m", "n", "k", "batch")) or \
+            ("groups" in out and out["groups"] is not None and type(out["groups"]) is not int):
+        return {}                 # dims that are not integers: not a shape this reader can use
+    ta = _TORCH_DTYPES.get(types[where[0]]) if len(types) > where[0] and type(types[where[0]]) is str else None
+    tb = _TORCH_DTYPES.get(types[where[1]]) if len(types) > where[1] and type(types[where[1]]) is str else None
     if ta and ta.startswith("fp8"):
         out["dtype"] = "fp8" if (ta, tb) == ("fp8_e4m3", "fp8_e4m3") else \
             "fp8_e5m2" if (ta, tb) == ("fp8_e5m2", "fp8_e4m3") else f"{ta}x{tb}"
@@ -1347,8 +1400,11 @@ def problem_of(op: str | None, dims_json: str | None, types_json: str | None,
     if op in ("aten::mv", "aten::addmv"):
         out["layout"] = None
     else:
-        la = _letter(a, strides[where[0]] if len(strides) > where[0] else None)
-        lb = _letter(b, strides[where[1]] if len(strides) > where[1] else None)
+        try:
+            la = _letter(a, strides[where[0]] if len(strides) > where[0] else None)
+            lb = _letter(b, strides[where[1]] if len(strides) > where[1] else None)
+        except TypeError:             # strides that are not integers
+            la = lb = None
         out["layout"] = la + lb if la and lb else None
     return out
 

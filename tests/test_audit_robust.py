@@ -295,7 +295,14 @@ def test_kernels_without_launch_records_are_placed_by_gpu_time(tmp_path, base, p
     assert a.gemm_gpu_us * a.steps == pytest.approx(plain_gemm_us(doc))
     assert a.step_gpu_us == pytest.approx(b.step_gpu_us)
     assert a.rows.module.isna().all() and a.rows.op.isna().all()
-    assert any("have no launch record" in n and "placed in steps by GPU time" in n for n in a.notes)
+    placed = next(n for n in a.notes if "have no launch record" in n and "placed in steps by GPU time" in n)
+    copies = sum(1 for e in doc["traceEvents"] if e.get("cat") == "gpu_user_annotation"
+                 and e["name"].startswith(runfiles.MODULE_PREFIX))
+    backward = any(e.get("cat") == "cpu_op" and e["name"].startswith("autograd::engine") for e in doc["traceEvents"])
+    if copies:                                # GPU copies of the module ranges: around every forward kernel
+        n = re.match(r"([\d,]+) launches", placed).group(1)
+        assert "inside the GPU copy of one of its step's ranges" in placed
+        assert backward or f"placed in steps by GPU time: {n} inside the GPU copy" in placed
     assert any("not linked to the ops" in n and "no External id" in n for n in a.notes)
     assert not any("record_shapes" in n for n in a.notes)
     assert_readable(run)
@@ -392,17 +399,20 @@ def test_log_of_another_process_is_not_joined(tmp_path, base):
     assert any("lines of process 4242" in n and "left out" in n for n in c.notes)
 
 
-def _second_rank(doc):
+def _second_rank(doc, same_tid=False, prefix=""):
     """The same program run a second later by a second process on a second GPU of the same kind, merged into
-    one file (as HTA and Perfetto users merge rank traces): its ids repeat the first's."""
+    one file (as HTA and Perfetto users merge rank traces): its ids and autograd sequence numbers repeat the
+    first's (`same_tid`: its thread ids too; `prefix`: its module names get one, as another program's)."""
     rank = []
     for e in doc["traceEvents"]:
         e2 = json.loads(json.dumps(e))
         if isinstance(e2.get("ts"), (int, float)):
             e2["ts"] += 1e6
+        if prefix and str(e2.get("name", "")).startswith(runfiles.MODULE_PREFIX):
+            e2["name"] = runfiles.MODULE_PREFIX + prefix + e2["name"][len(runfiles.MODULE_PREFIX):]
         if e.get("pid") == 454:
             e2["pid"] = 455
-            if e2.get("tid") == 454:
+            if e2.get("tid") == 454 and not same_tid:
                 e2["tid"] = 455
         elif e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy", "gpu_user_annotation", "ac2g") or \
                 e.get("ph") == "M":
@@ -416,14 +426,16 @@ def _second_rank(doc):
     doc["deviceProperties"].append({**doc["deviceProperties"][0], "id": 1})
 
 
-def test_two_ranks_merged_each_step_per_rank(tmp_path, base):
-    """Two processes running the same decode steps merged into one file: 4 steps (2 per rank), every row and
-    per-step figure the one process's (no launch of one rank folded into the other's), a note naming both
-    pids; --pid keeps one (and the run's log, process 454's, is not joined to process 455)."""
+def test_two_ranks_merged_step_is_both_ranks_step(tmp_path, base):
+    """Two processes running the same decode steps merged into one file: 2 steps, each both ranks' (calls and
+    GPU time per step twice one process's, no launch of one rank folded into the other's; the rest of every
+    row the one process's), a note naming both pids; --pid keeps one (and the run's log, process 454's, is
+    not joined to process 455)."""
     run = run_copy(tmp_path, "llama_decode", trace=_second_rank)
     a, b = audit(run), base("llama_decode")
-    assert a.steps == 4
-    same_rows(a, b)
+    assert a.steps == 2
+    assert a.gemm_gpu_us == pytest.approx(2 * b.gemm_gpu_us) and a.step_gpu_us == pytest.approx(2 * b.step_gpu_us)
+    same_rows(a.rows.assign(calls=a.rows.calls / 2, gpu_us=a.rows.gpu_us / 2), b)
     assert any("2 processes (454, 455)" in n for n in a.notes)
     one = audit(run, pid=455)                  # the run folder's log is process 454's: not joined
     assert one.steps == 2
@@ -432,3 +444,49 @@ def test_two_ranks_merged_each_step_per_rank(tmp_path, base):
     r = cli(run, "--pid", "455", "-f", "jsonl", "--top", "0")
     assert r.exit_code == 0 and len(r.output.strip().splitlines()) >= len(b.rows)
     assert "no process 999" in cli(run, "--pid", "999").output
+
+
+def test_two_ranks_each_keep_their_modules(tmp_path, base):
+    """A training step and another program's (module names prefixed ``r1.``) merged, with the same thread id
+    and the same autograd sequence numbers: each rank's forward and backward GEMMs keep their own modules."""
+    run = run_copy(tmp_path, "gpt2_train", trace=lambda d: _second_rank(d, same_tid=True, prefix="r1."))
+    a, b = audit(run), base("gpt2_train")
+    r1 = a.rows.module.str.startswith("r1.").fillna(False).astype(bool)
+    for part in (a.rows[r1], a.rows[~r1]):
+        assert part.gpu_us.sum() == pytest.approx(b.rows.gpu_us.sum())
+        got = part.assign(module=part.module.str.replace("r1.", "", regex=False))
+        assert sorted(zip(got.module, got["pass"], got.m, got.n, got.k)) == \
+            sorted(zip(b.rows.module, b.rows["pass"], b.rows.m, b.rows.n, b.rows.k))
+
+
+def test_an_idle_gpu_of_another_kind_changes_nothing(tmp_path, base):
+    """deviceProperties that list a second GPU of another kind on which no kernel ran (the machine's other
+    GPUs): the audit is the unchanged capture's, with the GPU that ran the kernels."""
+    def mutate(doc):
+        doc["deviceProperties"].append({**doc["deviceProperties"][0], "id": 1, "name": "NVIDIA H100 PCIe",
+                                        "numSms": 114})
+    a, b = audit(run_copy(tmp_path, "llama_decode", trace=mutate)), base("llama_decode")
+    same_rows(a, b)
+    assert a.gpu == "NVIDIA H200" and a.env["sm_count"] == 132 and not any("kinds of GPU" in n for n in a.notes)
+
+
+def test_launches_left_out_say_their_gemm_time(tmp_path):
+    """The last step's range lost (a capture stopped before its mark was written): its launches are outside
+    every step, and the note gives their GEMM time, as a plain json.load of the file sums it."""
+    def mutate(doc):
+        last = max(_step_events(doc), key=lambda e: e["ts"])
+        doc["_cut"] = (last["ts"], last["ts"] + last["dur"])
+        doc["traceEvents"].remove(last)
+    run = run_copy(tmp_path, "llama_decode", trace=mutate)
+    with gzip.open(run / runfiles.TRACE_FILE, "rt") as f:
+        doc = json.load(f)
+    launch = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"]
+              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    lo, hi = doc["_cut"]
+    lost = sum(e["dur"] for e in doc["traceEvents"] if e.get("cat") == "kernel"
+               and decode(e["name"]).kind == "gemm" and lo <= launch[e["args"]["correlation"]] <= hi)
+    a = audit(run)
+    assert a.steps == 1
+    note = next(n for n in a.notes if "outside the 1 step ranges are left out" in n)
+    said = re.search(r"\(([\d,.]+) µs of GEMM time", note).group(1)
+    assert float(said.replace(",", "")) == pytest.approx(lost, abs=0.05)

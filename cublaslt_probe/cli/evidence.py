@@ -166,7 +166,8 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
     untested on a real export). Split-K reduce kernels are counted with their GEMM. The calling op
     (aten::mm, aten::addmm, aten::_scaled_mm, ...) and its input shapes appear when the trace recorded
     them (torch.profiler with record_shapes=True); for GEMM ops the torch-view m, n, k, dtype and layout
-    follow from them.
+    follow from them. A file that holds several processes (rank traces merged into one) is joined within
+    each process, and its rows carry the process's pid.
 
     \b
     Capture a trace:
