@@ -32,7 +32,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, Phase, given, settings, strategies as hs
+from hypothesis import HealthCheck, Phase, example, given, settings, strategies as hs
 
 from cublaslt_probe.cli import main
 
@@ -292,9 +292,11 @@ def test_mutated_capture(mutation, source, tmp_path):
 GZ_SOURCE = "fp8_linear"
 
 
-@settings(max_examples=8, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
+@settings(max_examples=8, derandomize=True, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frac=hs.floats(0.0, 1.0), width=hs.integers(1, 64), cut=hs.booleans())
+@example(frac=0.005, width=8, cut=False)     # inside the first block, where the sniffer reads
+@example(frac=0.999, width=4, cut=False)     # the trailer (CRC, size): every event is there
 def test_gzip_damaged_anywhere(frac, width, cut, tmp_path_factory):
     src = SRC[GZ_SOURCE]
 
