@@ -129,7 +129,10 @@ def test_stall_lines_read_a_missing_module_as_missing_in_any_dtype(tmp_path):
     # the same stall in a string column (pandas 3 makes [str, None] one, with NaN): still no "(nan)"
     from cublaslt_probe.audit import audit, stall_lines
     a = audit(_without_module_ranges(PROGRAMS / "llama_decode", tmp_path / "run"))
-    for dtype in ("object", "string", "str"):
-        a.stalls = a.stalls.astype({"module": dtype})
+    stalls = a.stalls
+    # "str" is pandas 3's string dtype (missing stays missing); pandas 2 writes a missing value as the text "<NA>"
+    dtypes = ("object", "string") + (("str",) if int(pd.__version__.split(".")[0]) >= 3 else ())
+    for dtype in dtypes:
+        a.stalls = stalls.astype({"module": dtype})
         (line,) = stall_lines(a)
         assert line.startswith("host stall: ") and " in aten::_cudnn_attention_forward for " in line, line
