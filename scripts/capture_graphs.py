@@ -6,7 +6,7 @@
 Programs (OUT/NAME/ each; a program that fails is reported in OUT/summary.json and the others still run):
 - script_train: `python3 -m cublaslt_probe capture -o OUT/script_train -- scripts/example_user_script.py`
   (a bf16 MLP, three forward+backward steps; the script is not edited).
-- script_infer: the same command on a small inference script this one writes to OUT/infer_script.py: a
+- script_infer: the same command on scripts/example_infer_script.py: a
   GPT-2-shaped model built from a config (6 layers, random weights, built on the CPU and copied to the GPU as a
   loaded model is), four forward calls of 8 x 256 tokens under torch.no_grad.
 - graph_captured: a Llama-3-8B-shaped decode loop (2 layers, real widths and vocabulary, static KV cache of
@@ -38,21 +38,6 @@ DEV = "cuda"
 BF16 = torch.bfloat16
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, VOCAB, LAYERS = 4096, 14336, 32, 8, 128, 128256, 2
 BATCH, MAX_LEN, PROMPT = 16, 512, 128
-
-INFER_SCRIPT = '''"""A user's inference script: a GPT-2-shaped model from a config, four forward calls."""
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-
-cfg = GPT2Config(n_layer=6, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024)
-model = GPT2LMHeadModel(cfg).eval().to(torch.bfloat16).cuda()
-ids = torch.randint(0, cfg.vocab_size, (8, 256), device="cuda")
-with torch.no_grad():
-    for _ in range(4):
-        logits = model(ids).logits
-torch.cuda.synchronize()
-print("done", tuple(logits.shape))
-'''
-
 
 class RMSNorm(torch.nn.Module):
     def __init__(self, n):
@@ -215,12 +200,9 @@ def main() -> int:
     ap.add_argument("--only", default=None)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    infer = os.path.join(args.out, "infer_script.py")
-    with open(infer, "w") as f:
-        f.write(INFER_SCRIPT)
     progs = {
         "script_train": lambda o: cli(o, "scripts/example_user_script.py"),
-        "script_infer": lambda o: cli(o, os.path.abspath(infer)),
+        "script_infer": lambda o: cli(o, "scripts/example_infer_script.py"),
         "graph_captured": graph_captured,
         "graph_before": graph_before,
     }
