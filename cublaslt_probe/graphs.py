@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
+from cublaslt_probe.trace.ranges import innermost
 
 GRAPH_LAUNCH = "cudaGraphLaunch"
 # the runtime and driver calls that add one node (kernel, memset, memcpy) while a stream is captured
@@ -121,7 +122,6 @@ def join(trace_path, det, L: pd.DataFrame, ev: GraphEvents | None = None) -> tup
     graph whose capture the trace holds, and a ``graph`` column (the graph's number, -1: not from a captured
     graph; -2: replayed from a graph whose capture the trace does not hold); and the notes that say what was
     joined and what was not, with the fix."""
-    from cublaslt_probe.audit import _innermost
     L = L.assign(graph=np.full(len(L), -1, dtype=np.int64))
     ev = ev or read_graph_events(trace_path)
     if not len(ev.graph_launches) or not len(ev.kernels):
@@ -133,7 +133,7 @@ def join(trace_path, det, L: pd.DataFrame, ev: GraphEvents | None = None) -> tup
                             & (ev.launch_calls["pid"] == c.pid) & (ev.launch_calls["tid"] == c.tid)]
         s = s.sort_values("ts", kind="stable")
         mine = ops[ops["pid"] == c.pid] if "pid" in ops.columns else ops
-        at = _innermost(mine["ts"].to_numpy(), mine["end"].to_numpy(), mine["tid"].to_numpy(),
+        at = innermost(mine["ts"].to_numpy(), mine["end"].to_numpy(), mine["tid"].to_numpy(),
                         s["ts"].to_numpy(), s["tid"].to_numpy())
         sequences[int(c.graph)] = s.assign(op_row=np.where(at >= 0, mine.index.to_numpy()[np.maximum(at, 0)], -1))
     ts_l = L["ts"].to_numpy(dtype=np.float64)

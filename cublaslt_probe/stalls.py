@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
+from cublaslt_probe.trace.ranges import innermost
 
 MIN_HOST_US = 1000.0   # one call must hold the host this long ...
 MIN_RATIO = 10.0       # ... and this many times its kernels' GPU time
@@ -25,8 +26,7 @@ STALL_COLUMNS = ("op", "module", "calls", "host_us", "gpu_us", "worst_us", "kern
 
 def _modules(detail, op_rows: np.ndarray) -> list[str | None]:
     """The innermost capture module range (``runfiles.MODULE_PREFIX``) of each op's thread around its start,
-    without the prefix; None where no module range holds it. One sweep over the ranges (`audit._innermost`)."""
-    from cublaslt_probe.audit import _innermost
+    without the prefix; None where no module range holds it. One sweep over the ranges (`trace.ranges.innermost`)."""
     rng = detail.ranges
     out: list[str | None] = [None] * len(op_rows)
     if rng is None or not len(rng) or not len(op_rows):
@@ -35,7 +35,7 @@ def _modules(detail, op_rows: np.ndarray) -> list[str | None]:
     if not len(mods):
         return out
     ops = detail.ops.loc[op_rows]
-    at = _innermost(mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy(),
+    at = innermost(mods["ts"].to_numpy(), mods["end"].to_numpy(), mods["tid"].to_numpy(),
                     ops["ts"].to_numpy(), ops["tid"].to_numpy())
     names = mods["name"].tolist()
     cut = len(runfiles.MODULE_PREFIX)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
+from cublaslt_probe.trace.ranges import range_parents
 from cublaslt_probe.trace import PY_MODULE_PREFIX
 
 WARMUP = 1                                  # steps left out as warm-up by default
@@ -41,9 +42,8 @@ def _module_name(name: str) -> str:
 
 def _outermost(mods: pd.DataFrame) -> pd.DataFrame:
     """The module ranges that no other module range of their thread (and process) encloses."""
-    from cublaslt_probe.audit import _range_parents
     key = pd.factorize(pd.MultiIndex.from_frame(mods[["pid", "tid"]]))[0] if len(mods) else np.zeros(0)
-    par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), key)
+    par = range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), key)
     return mods[par < 0]
 
 

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import trace as trace_mod
+from cublaslt_probe.trace import events as trace_events
 from cublaslt_probe.audit import audit
 from cublaslt_probe.cli import main
 from cublaslt_probe.cli._common import sniff
@@ -283,14 +284,14 @@ def test_one_huge_event_is_read_with_linear_buffering(tmp_path, monkeypatch):
     op["args"]["Concrete Inputs"] = [[i, i + 1] for i in range(150_000)]
     p = write(tmp_path / "big.json", doc)
     built = []
-    fill = trace_mod._JsonStream.fill
+    fill = trace_events._JsonStream.fill
 
     def counting(self, *a, **k):
         got = fill(self, *a, **k)
         built.append(len(self.buf))
         return got
 
-    monkeypatch.setattr(trace_mod._JsonStream, "fill", counting)
+    monkeypatch.setattr(trace_events._JsonStream, "fill", counting)
     events = list(trace_mod.iter_chrome_events(p, chunk_bytes=1 << 16))
     assert events == json.loads(p.read_text())["traceEvents"]
     assert sum(built) < 6 * p.stat().st_size

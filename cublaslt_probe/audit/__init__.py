@@ -17,8 +17,8 @@ This module re-exports the names the CLI, scripts and tests import.
 """
 from cublaslt_probe.audit.schema import AUDIT_COLUMNS, AUDIT_SCHEMA, FIXED_KEYS, Audit, jsonl_frame, row_label
 from cublaslt_probe.audit.attribute import (CAPTURE_FIELDS, CLOCK_SLACK_S, ENV_FIELDS, EVAL_PREFIX, GAP_US,
-                                            GpuFacts, SEQ_SPAN, TZ_MAX_S, TZ_STEP_S, _innermost, _log_dtype,
-                                            _range_parents, collapse, gpu_rates, resolve)
+                                            GpuFacts, SEQ_SPAN, TZ_MAX_S, TZ_STEP_S, _log_dtype,
+                                            collapse, gpu_rates, resolve)
 from cublaslt_probe.audit.judge import NEAR_FLOOR
 from cublaslt_probe.audit.core import audit
 from cublaslt_probe.audit.advice import (ADVICE_KEYS, AdviceItem, GROUPED_RISK, GROUPED_WORDS, MIN_GAIN, PATH_WORDS,

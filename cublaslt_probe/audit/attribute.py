@@ -28,6 +28,7 @@ from cublaslt_probe import runfiles
 from cublaslt_probe.dtypes import log_dtype
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.trace import PY_MODULE_PREFIX
+from cublaslt_probe.trace.ranges import contained, innermost, range_parents
 from cublaslt_probe.audit.schema import _na
 
 
@@ -146,71 +147,6 @@ def gpu_rates(gpu: str | None) -> tuple[dict | None, float | None, str | None]:
 
 
 # --------------------------------------------------------------------------- attribution
-def _innermost(r_ts, r_end, r_tid, p_ts, p_tid) -> np.ndarray:
-    """For each point (ts, tid): the index of the innermost range of its thread that contains it, else -1.
-
-    Ranges on one thread nest (profiler ranges are scopes). A sweep per thread with a stack."""
-    out = np.full(len(p_ts), -1, dtype=np.int64)
-    if not len(r_ts) or not len(p_ts):
-        return out
-    r_ts, r_end, r_tid = np.asarray(r_ts), np.asarray(r_end), np.asarray(r_tid)
-    p_ts, p_tid = np.asarray(p_ts), np.asarray(p_tid)
-    for tid in np.intersect1d(np.unique(r_tid), np.unique(p_tid)):
-        ri = np.flatnonzero(r_tid == tid)
-        ri = ri[np.lexsort((-r_end[ri], r_ts[ri]))]          # by start, the outer (longer) one first
-        pi = np.flatnonzero(p_tid == tid)
-        pi = pi[np.argsort(p_ts[pi], kind="stable")]
-        starts, ends = r_ts[ri].tolist(), r_end[ri].tolist()
-        stack: list[int] = []
-        j, nr = 0, len(ri)
-        for p, t in zip(pi.tolist(), p_ts[pi].tolist()):
-            while j < nr and starts[j] <= t:
-                while stack and ends[stack[-1]] < starts[j]:
-                    stack.pop()
-                stack.append(j)
-                j += 1
-            while stack and ends[stack[-1]] < t:
-                stack.pop()
-            if stack:
-                out[p] = ri[stack[-1]]
-    return out
-
-
-def _contained(r_ts, r_end, pts) -> np.ndarray:
-    """For each point, the index of a range that contains it, else -1. Ranges may overlap (steps of two
-    threads or processes): of those started at or before the point, the one that ends last is taken, so a
-    point inside several ranges gets exactly one."""
-    out = np.full(len(pts), -1, dtype=np.int64)
-    if not len(r_ts) or not len(pts):
-        return out
-    r_ts, r_end, pts = np.asarray(r_ts, dtype=np.float64), np.asarray(r_end, dtype=np.float64), np.asarray(pts)
-    order = np.argsort(r_ts, kind="stable")
-    s, e = r_ts[order], r_end[order]
-    reach = np.maximum.accumulate(e)                                   # the latest end among ranges so far
-    who = np.maximum.accumulate(np.where(e >= reach, np.arange(len(e)), 0))   # ... and the range ending there
-    i = np.searchsorted(s, pts, side="right") - 1
-    ok = (i >= 0) & (pts <= reach[np.maximum(i, 0)])
-    out[ok] = order[who[i[ok]]]
-    return out
-
-
-def _range_parents(r_ts, r_end, r_tid) -> np.ndarray:
-    """For each range, the index of the range that directly encloses it on its thread, else -1."""
-    r_ts, r_end, r_tid = np.asarray(r_ts), np.asarray(r_end), np.asarray(r_tid)
-    out = np.full(len(r_ts), -1, dtype=np.int64)
-    for tid in np.unique(r_tid):
-        ri = np.flatnonzero(r_tid == tid)
-        ri = ri[np.lexsort((-r_end[ri], r_ts[ri]))]
-        stack: list[int] = []
-        for j in ri.tolist():
-            while stack and r_end[stack[-1]] < r_ts[j]:
-                stack.pop()
-            if stack:
-                out[j] = stack[-1]
-            stack.append(j)
-    return out
-
-
 def collapse(name: str, class_order: bool | None = None) -> str:
     """Repeated layers as one module name.
 
@@ -502,7 +438,7 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
       twice) is one step.
     - A range that encloses other step ranges of its thread (an outer ``step`` around the loop) is a stretch
       of steps, not a step.
-    - Ranges of several threads or processes may overlap in time: `_contained` gives each launch one of them
+    - Ranges of several threads or processes may overlap in time: `contained` gives each launch one of them
       (its own process's first), and `_step_count` says how many steps they stand for."""
     if not len(cpu):
         return cpu
@@ -644,7 +580,7 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
             w = np.flatnonzero((w_step >= 0) & (w_dev == dev[on][0]))
             if not len(w):                      # no copy of a step's range on this GPU
                 return np.full(int(on.sum()), -1, dtype=np.int64)
-            got = _contained(w_ts[w], w_end[w], ts[on])
+            got = contained(w_ts[w], w_end[w], ts[on])
             return np.where(got >= 0, w_step[w][np.maximum(got, 0)], -1)
         put(per_device(copies), "inside the GPU copy of one of its step's ranges")
     placed = (step >= 0) & ~unknown
@@ -653,7 +589,7 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
             mine = placed & on
             sp = pd.DataFrame({"step": step[mine], "ts": ts[mine], "end": end[mine]}).groupby("step").agg(
                 ts=("ts", "min"), end=("end", "max"))
-            got = _contained(sp["ts"].to_numpy(), sp["end"].to_numpy(), ts[on])
+            got = contained(sp["ts"].to_numpy(), sp["end"].to_numpy(), ts[on])
             return np.where(got >= 0, sp.index.to_numpy()[np.maximum(got, 0)] if len(sp) else -1, -1)
         put(per_device(span), "inside the GPU time span of its step's launched kernels")
     if todo.any():                                                  # 3. the step's CPU range
@@ -690,7 +626,7 @@ def _gemm_part(L: pd.DataFrame, mask: np.ndarray) -> str:
 
 
 def _contained_own(ranges: pd.DataFrame, pts: np.ndarray, owners: pd.DataFrame) -> np.ndarray:
-    """`_contained` for points with an owning process (``owners.pid``, -1: unknown): a range of the point's own
+    """`contained` for points with an owning process (``owners.pid``, -1: unknown): a range of the point's own
     process first (where the ranges tell processes apart), else any."""
     r_ts, r_end = ranges["ts"].to_numpy(), ranges["end"].to_numpy()
     out = np.full(len(pts), -1, dtype=np.int64)
@@ -698,10 +634,10 @@ def _contained_own(ranges: pd.DataFrame, pts: np.ndarray, owners: pd.DataFrame) 
         pp, rp = owners["pid"].to_numpy(), ranges["pid"].to_numpy()
         for p in np.intersect1d(np.unique(pp[pp != -1]), np.unique(rp)):
             pi, ri = np.flatnonzero(pp == p), np.flatnonzero(rp == p)
-            got = _contained(r_ts[ri], r_end[ri], pts[pi])
+            got = contained(r_ts[ri], r_end[ri], pts[pi])
             out[pi[got >= 0]] = ri[got[got >= 0]]
     rest = out < 0
-    out[rest] = _contained(r_ts, r_end, pts[rest])
+    out[rest] = contained(r_ts, r_end, pts[rest])
     return out
 
 
@@ -750,7 +686,7 @@ def _attribute(G: pd.DataFrame, det, naming: str | None = None) -> tuple[pd.Data
         o_ts = ops["ts"].to_numpy()
         o_seq = np.where(ops["seq"].to_numpy() >= 0, o_proc * SEQ_SPAN + ops["seq"].to_numpy(), -1)
         linked = op_row >= 0
-        module[linked] = _innermost(m_ts, m_end, m_tid, o_ts[op_row[linked]], o_tid[op_row[linked]])
+        module[linked] = innermost(m_ts, m_end, m_tid, o_ts[op_row[linked]], o_tid[op_row[linked]])
         # backward: the evaluate_function node around the op, its sequence number, the forward op's module
         need = linked & (module < 0)
         if need.any():
@@ -761,13 +697,13 @@ def _attribute(G: pd.DataFrame, det, naming: str | None = None) -> tuple[pd.Data
             rn = op_row[need]
             seq = np.full(len(rn), -1, dtype=np.int64)
             if len(ev_rows):                  # a forward-only trace has no autograd nodes
-                inner = _innermost(o_ts[ev_rows], ops["end"].to_numpy()[ev_rows], o_tid[ev_rows], o_ts[rn],
+                inner = innermost(o_ts[ev_rows], ops["end"].to_numpy()[ev_rows], o_tid[ev_rows], o_ts[rn],
                                    o_tid[rn])
                 seq = np.where(inner >= 0, o_seq[ev_rows[np.maximum(inner, 0)]], -1)
             wanted = np.unique(seq[seq >= 0])
             if len(wanted):
                 fwd = np.flatnonzero(np.isin(o_seq, wanted) & ~is_eval)
-                fmod = _innermost(m_ts, m_end, m_tid, o_ts[fwd], o_tid[fwd])
+                fmod = innermost(m_ts, m_end, m_tid, o_ts[fwd], o_tid[fwd])
                 ok = fmod >= 0
                 f = pd.DataFrame({"seq": o_seq[fwd][ok], "ts": o_ts[fwd][ok], "mod": fmod[ok]})
                 seq_mod = f.sort_values("ts").groupby("seq")["mod"].last()     # the op that made the node
@@ -812,7 +748,7 @@ def _module_names(mods: pd.DataFrame, prefix: str, attribution: str) -> list[str
     names = mods["name"].str.slice(len(prefix)).tolist() if len(mods) else []
     if attribution != "nn.Module":
         return names
-    par = _range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), _threads(mods)[0])
+    par = range_parents(mods["ts"].to_numpy(), mods["end"].to_numpy(), _threads(mods)[0])
     out = []
     for i in range(len(names)):
         j, path = par[i], [names[i]]
