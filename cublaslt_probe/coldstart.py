@@ -147,7 +147,8 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
         raise ProbeError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
     args, desc = target_args(target)
     names = env_names(env_set, envs)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import cublaslt_probe
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cublaslt_probe.__file__)))
     out = {"schema": SCHEMA, "label": label or desc.get("spec") or desc.get("argv", [""])[0], "target": desc,
            "steps": steps, "envs": names, "cupti": cupti,
            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": {}}

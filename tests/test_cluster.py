@@ -378,7 +378,7 @@ def test_many_small_parts_merge_in_few_tasks_each_row_under_its_own_parts_enviro
     for j in range(1, 25):
         sub = sweep.WHOLE.cut(j, 24)
         parts.append(sweep.raw_path(sweep.part_path(str(out), sub)))
-        sweep.capture(sub.take(PLAN.cases), parts[-1], sweep.NumpyExecutor(), progress=False,
+        sweep.run_raw(sub.take(PLAN.cases), parts[-1], sweep.NumpyExecutor(), progress=False,
                       meta=sweep.run_meta(PLAN, sub))
     gpu = {}
     for j, path in enumerate(parts):
@@ -397,11 +397,11 @@ def test_many_small_parts_merge_in_few_tasks_each_row_under_its_own_parts_enviro
 
 def test_record_ranges_pack_into_tasks_of_a_least_size_in_order():
     ranges = [(i, 0, None) for i in range(7)]
-    assert sweep._tasks(ranges, [3] * 7, 7) == [ranges[0:3], ranges[3:6], ranges[6:7]]
-    assert sweep._tasks(ranges, [10] * 7, 7) == [[r] for r in ranges]
-    assert sweep._tasks([], [], 7) == []
+    assert sweep.parts._tasks(ranges, [3] * 7, 7) == [ranges[0:3], ranges[3:6], ranges[6:7]]
+    assert sweep.parts._tasks(ranges, [10] * 7, 7) == [[r] for r in ranges]
+    assert sweep.parts._tasks([], [], 7) == []
     gap = [(0, 0, None), (1, 0, None), (3, 0, None), (4, 0, None)]   # part 2 is a dataset: rows stay in part order
-    assert sweep._tasks(gap, [1] * 4, 7) == [gap[:2], gap[2:]]
+    assert sweep.parts._tasks(gap, [1] * 4, 7) == [gap[:2], gap[2:]]
 
 
 def test_merge_reads_a_fresh_dataset_else_the_raw_file(tmp_path, four_parts):
@@ -537,7 +537,7 @@ def test_a_group_of_blocks_runs_in_whole_windows_each_record_in_its_blocks_part(
     parts = [(c, r, sweep.run_meta(PLAN, sub)) for c, r, sub in zip(cases, raws, subs)]
     n = sum(len(c) for c in cases)
     ex = sweep.NumpyExecutor()
-    assert sweep.capture_parts(parts, ex, window=8, progress=False)[0] == n
+    assert sweep.run_raw_parts(parts, ex, window=8, progress=False)[0] == n
     assert ex.windows == 2
     for c, r, sub in zip(cases, raws, subs):
         env, recs = dataset.read_raw(r)
@@ -545,10 +545,10 @@ def test_a_group_of_blocks_runs_in_whole_windows_each_record_in_its_blocks_part(
     for r in raws:
         os.remove(r)
     with pytest.raises(KeyboardInterrupt):
-        sweep.capture_parts(parts, sweep.NumpyExecutor(stop_after=1), window=8, progress=False)
+        sweep.run_raw_parts(parts, sweep.NumpyExecutor(stop_after=1), window=8, progress=False)
     held = [len(dataset.read_raw(r)[1]) for r in raws]
     assert held == [5, 3, 0]        # the first window: block 2 and the first 3 GEMMs of block 3
-    assert sweep.capture_parts(parts, sweep.NumpyExecutor(), window=8, progress=False, resume=True)[0] == n - 8
+    assert sweep.run_raw_parts(parts, sweep.NumpyExecutor(), window=8, progress=False, resume=True)[0] == n - 8
     for c, r in zip(cases, raws):
         assert sorted(x["key"] for x in dataset.read_raw(r)[1]) == sorted(x.key for x in c)
 
@@ -569,7 +569,7 @@ def test_a_worker_takes_the_slices_another_left_and_the_parts_cover_the_plan(tmp
     r = CliRunner().invoke(main, ["merge", *parts[1:], "-o", str(tmp_path / "m.parquet")])
     assert r.exit_code == 1 and "blocks 1 of 6 of slice 1/1 are missing (no part)" in r.output, r.output
     sub = sweep.WHOLE.cut(1, 6)
-    sweep.capture(sub.take(PLAN.cases), parts[0], sweep.NumpyExecutor(), progress=False, meta=sweep.run_meta(PLAN, sub))
+    sweep.run_raw(sub.take(PLAN.cases), parts[0], sweep.NumpyExecutor(), progress=False, meta=sweep.run_meta(PLAN, sub))
     m = sweep.merge(parts, str(tmp_path / "m.parquet"))
     assert m.rows == len(PLAN.cases) and _merged_keys(tmp_path / "m.parquet") == sorted(PLAN.cases.keys())
 
@@ -596,10 +596,10 @@ def test_a_plans_digest_is_computed_once():
 
 # --- one large raw part, turned into rows by several processes ----------------------------------------------------
 def test_a_large_raw_part_is_cut_into_ranges_of_at_least_a_chunk():
-    assert sweep._chunks(100, 4, least=40) == [(0, 50), (50, 100)]     # two ranges of 40 or more
-    assert sweep._chunks(79, 4, least=40) == [(0, None)]              # less than two: the whole part
-    assert sweep._chunks(10_000, 3, least=40) == [(0, 3334), (3334, 6668), (6668, 10_000)]
-    assert sweep._chunks(10_000, 1, least=40) == [(0, None)]
+    assert sweep.parts._chunks(100, 4, least=40) == [(0, 50), (50, 100)]     # two ranges of 40 or more
+    assert sweep.parts._chunks(79, 4, least=40) == [(0, None)]              # less than two: the whole part
+    assert sweep.parts._chunks(10_000, 3, least=40) == [(0, 3334), (3334, 6668), (6668, 10_000)]
+    assert sweep.parts._chunks(10_000, 1, least=40) == [(0, None)]
 
 
 def test_one_raw_part_built_by_several_processes_is_the_part_built_by_one(tmp_path, monkeypatch):
@@ -608,10 +608,10 @@ def test_one_raw_part_built_by_several_processes_is_the_part_built_by_one(tmp_pa
     builds."""
     import pandas as pd
     cases = PLAN.cases
-    monkeypatch.setattr(sweep, "CHUNK_ROWS", 12)   # the real threshold is 32,768 records
+    monkeypatch.setattr(sweep.parts, "CHUNK_ROWS", 12)   # the real threshold is 32,768 records
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     df = sweep.run(cases, str(tmp_path / "a.parquet"), sweep.NumpyExecutor(reps=1), window=50, progress=False)
-    assert len(cases) == 49 and len(sweep._chunks(len(cases), 3, 12)) == 3
+    assert len(cases) == 49 and len(sweep.parts._chunks(len(cases), 3, 12)) == 3
     raw = sweep.raw_path(str(tmp_path / "a.parquet"))
     part = sweep.Part(raw, True, sweep.raw_env(raw))
     part.scan(sweep.KeyIndex(cases.key_chunks()))
@@ -631,11 +631,11 @@ def test_row_builders_started_ahead_build_the_rows_one_process_builds(tmp_path, 
     in ranges of `BUILDER_ROWS` records: the same rows, in the same order, as one process builds."""
     import pandas as pd
     cases = PLAN.cases
-    monkeypatch.setattr(sweep, "BUILDER_ROWS", 12)   # the real range is 512 records at least
+    monkeypatch.setattr(sweep.parts, "BUILDER_ROWS", 12)   # the real range is 512 records at least
     with sweep.RowBuilders(jobs=3) as rb:
         df = sweep.run(cases, str(tmp_path / "a.parquet"), sweep.NumpyExecutor(reps=1), window=50, progress=False,
                        builders=rb)
-        assert len(sweep._chunks(len(cases), rb.jobs, 12)) == 3
+        assert len(sweep.parts._chunks(len(cases), rb.jobs, 12)) == 3
     raw = sweep.raw_path(str(tmp_path / "a.parquet"))
     part = sweep.Part(raw, True, sweep.raw_env(raw))
     part.scan(sweep.KeyIndex(cases.key_chunks()))

@@ -45,7 +45,8 @@ def data_dirs() -> list[Path]:
     """Where the shipped datasets are looked for, in order: the folder ``CUBLASLT_PROBE_DATA`` names, the
     repository checkout's ``data/`` (an editable install), and the installed package's shared data
     (``<prefix>/share/cublaslt-probe/data``, which ``pip install .`` fills from ``data/``)."""
-    here = Path(__file__).resolve().parent.parent  # cublaslt_probe/
+    import cublaslt_probe
+    here = Path(cublaslt_probe.__file__).resolve().parent  # the package folder
     dirs = [Path(os.environ["CUBLASLT_PROBE_DATA"])] if os.environ.get("CUBLASLT_PROBE_DATA") else []
     dirs.append(here.parent / "data")
     # <prefix>/lib/pythonX.Y/site-packages/cublaslt_probe -> <prefix> (a venv, --prefix or --user install)
