@@ -181,7 +181,6 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
     its sizes (positive by construction), so it is asked once per combination of a group; the shapes are
     expanded as arrays.
     """
-    import numpy as np
     if not isinstance(spec, dict) or "group" not in spec:
         raise SpecError("a sweep spec needs at least one [[group]] table (see docs/sweep.md)")
     groups = spec["group"]
@@ -199,66 +198,84 @@ def plan_from_spec(spec: dict, backends: list[str] | None = None) -> Plan:
         ops = _choice(g, "ops", OPS, ["mm"])
         dts = _choice(g, "dtypes", DTYPES, ["bf16"])
         lays = _choice(g, "layouts", LAYOUTS, ["NN"])
-        if "shapes" in g:
-            shapes = []
-            for s in g["shapes"]:
-                if not (isinstance(s, list) and len(s) in (3, 4) and
-                        all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in s)):
-                    raise SpecError(f"group {gi}: shape {s!r} must be [m, n, k] or [m, n, k, batch] of positive ints")
-                shapes.append(tuple(s) if len(s) == 4 else (*s, 1))
-            repeats = repeats or len(set(shapes)) < len(shapes)     # (a product of axes never repeats)
-            shapes = np.array(shapes, dtype=np.int64).reshape(-1, 4)
-        else:
-            for ax in ("m", "n", "k"):
-                if ax not in g:
-                    raise SpecError(f"group {gi}: give `shapes` or all of m, n, k")
-            axes = [expand_axis(g[a], a) for a in ("m", "n", "k")] + [expand_axis(g.get("batch", 1), "batch")]
-            grid = np.meshgrid(*(np.array(a, dtype=np.int64) for a in axes), indexing="ij")
-            shapes = np.stack([x.ravel() for x in grid], axis=1)
+        shapes, listed_twice = _group_shapes(gi, g)
+        repeats = repeats or listed_twice
         if not len(shapes):
             continue
         if any(op in GROUPED_OPS for op in ops) or "groups" in g or "group_sizes" in g:
             block = _grouped_block(gi, g, shapes, ops, dts, lays, bes, skipped)
-            if block is not None:
-                blocks.append(block)
-                repeats = True
-            continue
-        combos = []   # the valid combinations, in product order
-        for op, dt, lay, be in itertools.product(ops, dts, lays, bes):
-            m, n, k, b = (int(x) for x in shapes[0])
-            c = Case(be, op, dt, lay, m, n, k, (8 if b == 1 else b) if op == "bmm" else 1)
-            why = invalid_reason(c) if be != "numpy" else numpy_invalid(c)
-            if why:
-                skipped[why.split(": ", 1)[-1]] += len(shapes)
-            else:
-                combos.append((NAMES["backend"].index(be), OPS.index(op), DTYPES.index(dt), LAYOUTS.index(lay)))
-        if not combos:
-            continue
-        repeats = repeats or bool((shapes[:, 3] != 1).any())    # batch 1 runs bmm as 8; mm drops the batch
-        if shapes.max() > np.iinfo(np.int32).max:
-            raise SpecError(f"group {gi}: sizes above {np.iinfo(np.int32).max} cannot run")
-        combos = np.array(combos, dtype=np.int8)
-        shapes = shapes.astype(np.int32)
-        si = np.repeat(np.arange(len(shapes)), len(combos))
-        ci = np.tile(np.arange(len(combos)), len(shapes))
-        cols = {f: combos[ci, j] for j, f in enumerate(NAMES)}     # int8 codes and int32 sizes: 20 bytes a GEMM
-        cols.update({f: shapes[si, j] for j, f in enumerate(SIZES)})
-        del si, ci
-        bmm = cols["op"] == OPS.index("bmm")
-        cols["batch"] = np.where(bmm, np.where(cols["batch"] == 1, 8, cols["batch"]), 1).astype(np.int32)
-        blocks.append(cols)
+            repeats = repeats or block is not None
+        else:
+            block = _dense_block(gi, shapes, ops, dts, lays, bes, skipped)
+            # batch 1 runs bmm as 8 and mm drops the batch: such a block may repeat a GEMM
+            repeats = repeats or (block is not None and bool((shapes[:, 3] != 1).any()))
+        if block is not None:
+            blocks.append(block)
+    return Plan(spec.get("name", "spec"), Cases(_joined(blocks, repeats)), skipped, spec=spec, backends=backends)
+
+
+def _group_shapes(gi: int, g: dict):
+    """(the group's shapes as an int64 array of rows m, n, k, batch; whether a listed shape repeats): from
+    `shapes`, else the product of the m, n, k (and batch) axes, which never repeats."""
+    import numpy as np
+    if "shapes" not in g:
+        for ax in ("m", "n", "k"):
+            if ax not in g:
+                raise SpecError(f"group {gi}: give `shapes` or all of m, n, k")
+        axes = [expand_axis(g[a], a) for a in ("m", "n", "k")] + [expand_axis(g.get("batch", 1), "batch")]
+        grid = np.meshgrid(*(np.array(a, dtype=np.int64) for a in axes), indexing="ij")
+        return np.stack([x.ravel() for x in grid], axis=1), False
+    shapes = []
+    for s in g["shapes"]:
+        if not (isinstance(s, list) and len(s) in (3, 4) and
+                all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in s)):
+            raise SpecError(f"group {gi}: shape {s!r} must be [m, n, k] or [m, n, k, batch] of positive ints")
+        shapes.append(tuple(s) if len(s) == 4 else (*s, 1))
+    return np.array(shapes, dtype=np.int64).reshape(-1, 4), len(set(shapes)) < len(shapes)
+
+
+def _dense_block(gi: int, shapes, ops, dts, lays, bes, skipped: Counter) -> dict | None:
+    """The columns of a group of dense GEMMs: shapes x op x dtype x layout x backend, the valid combinations in
+    product order (the others counted in `skipped` by reason); None when none is valid."""
+    import numpy as np
+    combos = []
+    for op, dt, lay, be in itertools.product(ops, dts, lays, bes):
+        m, n, k, b = (int(x) for x in shapes[0])
+        c = Case(be, op, dt, lay, m, n, k, (8 if b == 1 else b) if op == "bmm" else 1)
+        why = invalid_reason(c) if be != "numpy" else numpy_invalid(c)
+        if why:
+            skipped[why.split(": ", 1)[-1]] += len(shapes)
+        else:
+            combos.append((NAMES["backend"].index(be), OPS.index(op), DTYPES.index(dt), LAYOUTS.index(lay)))
+    if not combos:
+        return None
+    if shapes.max() > np.iinfo(np.int32).max:
+        raise SpecError(f"group {gi}: sizes above {np.iinfo(np.int32).max} cannot run")
+    combos = np.array(combos, dtype=np.int8)
+    shapes = shapes.astype(np.int32)
+    si = np.repeat(np.arange(len(shapes)), len(combos))
+    ci = np.tile(np.arange(len(combos)), len(shapes))
+    cols = {f: combos[ci, j] for j, f in enumerate(NAMES)}     # int8 codes and int32 sizes: 20 bytes a GEMM
+    cols.update({f: shapes[si, j] for j, f in enumerate(SIZES)})
+    del si, ci
+    bmm = cols["op"] == OPS.index("bmm")
+    cols["batch"] = np.where(bmm, np.where(cols["batch"] == 1, 8, cols["batch"]), 1).astype(np.int32)
+    return cols
+
+
+def _joined(blocks: list[dict], repeats: bool) -> dict:
+    """The groups' columns as one plan's: concatenated, each GEMM once (the first kept) when any may repeat."""
+    import numpy as np
     if not blocks:
-        cols = {f: np.zeros(0, dtype=np.int8 if f in NAMES else np.int32) for f in (*NAMES, *SIZES)}
-    elif len(blocks) == 1 and not repeats:   # one product of distinct shapes: nothing repeats
-        cols = blocks[0]
-    else:
-        if any("groups" in b for b in blocks):   # dense blocks get no groups, grouped ones keep theirs
-            for b in blocks:
-                b.setdefault("groups", np.zeros(len(b["m"]), dtype=np.int32))
-                b.setdefault("sizes", np.full(len(b["m"]), "", dtype=object))
-        cols = {f: np.concatenate([b.pop(f) for b in blocks]) for f in (*NAMES, *SIZES, *GROUPED) if f in blocks[0]}
-        cols = _first_of_each(cols)
-    return Plan(spec.get("name", "spec"), Cases(cols), skipped, spec=spec, backends=backends)
+        return {f: np.zeros(0, dtype=np.int8 if f in NAMES else np.int32) for f in (*NAMES, *SIZES)}
+    if len(blocks) == 1 and not repeats:   # one product of distinct shapes: nothing repeats
+        return blocks[0]
+    if any("groups" in b for b in blocks):   # dense blocks get no groups, grouped ones keep theirs
+        for b in blocks:
+            b.setdefault("groups", np.zeros(len(b["m"]), dtype=np.int32))
+            b.setdefault("sizes", np.full(len(b["m"]), "", dtype=object))
+    cols = {f: np.concatenate([b.pop(f) for b in blocks]) for f in (*NAMES, *SIZES, *GROUPED) if f in blocks[0]}
+    return _first_of_each(cols)
 
 
 def _grouped_block(gi: int, g: dict, shapes, ops, dts, lays, bes, skipped: Counter) -> dict | None:

@@ -74,9 +74,28 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
         if kernel_kind(name, kind_cache) and sid is not None:
             gemm_ids.append(sid)
     stats.events = stats.kernels
-    # stream the GEMM and reduce launches in (device, stream, start) order; attach each reduce to the GEMM
-    # launched before it on its stream
-    agg: dict[str, list] = {}       # name -> [count, total, min, max, reduce]
+    agg: dict[str, list] = {}
+    if gemm_ids:
+        con.execute("CREATE TEMP TABLE _gemm_ids(id INTEGER PRIMARY KEY)")
+        con.executemany("INSERT INTO _gemm_ids VALUES (?)", [(i,) for i in gemm_ids])
+        q = (f"SELECT {dev}, {stream}, k.start, k.end, s.value FROM {_NSYS_KERNEL} k "
+             f"JOIN StringIds s ON s.id = {name_expr} WHERE {name_expr} IN (SELECT id FROM _gemm_ids) "
+             f"ORDER BY {dev}, {stream}, k.start")
+        agg = _gemm_groups(con.execute(q), stats, kind_cache)
+    groups = pd.DataFrame([(name, -1, *a) for name, a in agg.items()],
+                          columns=["kernel", "op", "count", "total_us", "min_us", "max_us", "reduce_us"])
+    out = finish(groups, [None] * len(groups), stats)
+    stats.seconds = time.perf_counter() - t0
+    log.info("%s", stats.line())
+    timeline = timeline_frame(per_name, stats.gpu_time_us)
+    return TraceSummary(out, stats.gpu_time_us, stats, {}, families(timeline), timeline)
+
+
+def _gemm_groups(launches, stats: TraceStats, kind_cache: dict) -> dict[str, list]:
+    """The GEMM and reduce launches (device, stream, start, end, name), in (device, stream, start) order,
+    grouped by kernel name: [count, total µs, min, max, reduce µs]; each reduce is counted with the GEMM
+    launched before it on its stream (an orphan reduce is a row of its own)."""
+    agg: dict[str, list] = {}
     last: dict[tuple, list] = {}    # (dev, stream) -> the latest GEMM launch [name, dur, reduce]
 
     def close(entry):
@@ -92,36 +111,22 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
             a[3] = max(a[3], t)
             a[4] += r
 
-    if gemm_ids:
-        con.execute("CREATE TEMP TABLE _gemm_ids(id INTEGER PRIMARY KEY)")
-        con.executemany("INSERT INTO _gemm_ids VALUES (?)", [(i,) for i in gemm_ids])
-        q = (f"SELECT {dev}, {stream}, k.start, k.end, s.value FROM {_NSYS_KERNEL} k "
-             f"JOIN StringIds s ON s.id = {name_expr} WHERE {name_expr} IN (SELECT id FROM _gemm_ids) "
-             f"ORDER BY {dev}, {stream}, k.start")
-        for d, st, start, end, name in con.execute(q):
-            dur = (end - start) / 1e3
-            kind = kernel_kind(name, kind_cache)
-            key = (d, st)
-            if kind == 1:
-                stats.gemm_launches += 1
-                prev = last.get(key)
-                if prev is not None:
-                    close(prev)
-                last[key] = [name, dur, 0.0]
+    for d, st, start, end, name in launches:
+        dur = (end - start) / 1e3
+        key = (d, st)
+        prev = last.get(key)
+        if kernel_kind(name, kind_cache) == 1:
+            stats.gemm_launches += 1
+            if prev is not None:
+                close(prev)
+            last[key] = [name, dur, 0.0]
+        else:
+            stats.reduce_launches += 1
+            if prev is not None:
+                prev[2] += dur
+                stats.reduce_attached += 1
             else:
-                stats.reduce_launches += 1
-                prev = last.get(key)
-                if prev is not None:
-                    prev[2] += dur
-                    stats.reduce_attached += 1
-                else:
-                    close([name, dur, 0.0])
-        for entry in last.values():
-            close(entry)
-    groups = pd.DataFrame([(name, -1, *a) for name, a in agg.items()],
-                          columns=["kernel", "op", "count", "total_us", "min_us", "max_us", "reduce_us"])
-    out = finish(groups, [None] * len(groups), stats)
-    stats.seconds = time.perf_counter() - t0
-    log.info("%s", stats.line())
-    timeline = timeline_frame(per_name, stats.gpu_time_us)
-    return TraceSummary(out, stats.gpu_time_us, stats, {}, families(timeline), timeline)
+                close([name, dur, 0.0])
+    for entry in last.values():
+        close(entry)
+    return agg
