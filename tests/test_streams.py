@@ -33,15 +33,16 @@ def _run(*args):
 
 
 def test_merge_and_dataset_keep_the_same_records_of_a_cut_gzip_raw_file(tmp_path):
-    """Both commands keep every complete record before the cut, the same ones: the sweep's reader sniffs
-    gzip and reads a cut stream as `dataset`'s does (never an internal error)."""
+    """Both commands keep every complete record before the cut, the same ones, and exit 3 saying the file is
+    cut: the sweep's reader sniffs gzip and reads a cut stream as `dataset`'s does (never an internal error)."""
     cut = _cut_gzip(RAW, tmp_path / "cut.raw.jsonl.gz")
     r = _run("dataset", cut, "-o", tmp_path / "d.parquet")
     assert r.exit_code == 3 and "cut off after line" in r.stderr, r.output
     kept = pd.read_parquet(tmp_path / "d.parquet")
     assert 100 < len(kept) < RAW.read_text().count("\n")
     r = _run("merge", cut, "-o", tmp_path / "m.parquet")
-    assert r.exit_code == 0 and "internal error" not in r.output, r.output
+    assert r.exit_code == 3 and "internal error" not in r.output, r.output   # partial input: exit 3, said
+    assert f"{cut}: the gzip stream ends early" in r.stderr, r.output
     merged = pd.read_parquet(tmp_path / "m.parquet")
     assert sorted(merged.key) == sorted(kept.key)
     assert [k for k in sweep.raw_keys(str(cut)) if k is not None] == list(kept.key)

@@ -196,6 +196,7 @@ def merge_cmd(parts, out, allow_env_mismatch, jobs):
 
     Checks first that they come from one environment and one plan and hold each of its GEMMs exactly once,
     naming the slices that are missing and the GEMMs held twice. Streams: memory does not grow with the rows.
+    Exit status 3 when a gzip part is cut off or damaged after the records it holds (the dataset is written).
     """
     from cublaslt_probe import sweep
     from cublaslt_probe.cli._common import check_dataset_file, check_writable
@@ -203,8 +204,14 @@ def merge_cmd(parts, out, allow_env_mismatch, jobs):
     for p in parts:
         check_dataset_file(p, raw_ok=True)
     m = sweep.merge(list(parts), out, allow_env_mismatch, jobs)
+    for path, why in m.cuts:
+        click.echo(f"warning: {path}: the gzip stream ends early ({why}) after the records merged; copy the "
+                   "part again from where the sweep wrote it", err=True)
     click.echo(f"wrote {out}: {m.rows} rows from {m.parts} parts"
                + (f" (plan {m.plan!r}, each GEMM once)" if m.plan else ""), err=True)
+    if m.cuts:
+        from cublaslt_probe.cli._common import EXIT_PARTIAL
+        click.get_current_context().exit(EXIT_PARTIAL)
 
 
 @click.command("dataset")

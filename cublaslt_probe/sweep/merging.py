@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cublaslt_probe.kinds import ENV_MATCH
 from cublaslt_probe.sweep.parts import KeyIndex, Part, find_parts, write_dataset
@@ -22,6 +22,7 @@ class Merged:
     rows: int
     parts: int
     plan: str | None
+    cuts: list = field(default_factory=list)   # (part, why): gzip parts cut off or damaged after their records
 
 
 def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: int | None = None) -> Merged:
@@ -85,7 +86,7 @@ def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: i
     rows = write_dataset(parts, out, env, jobs=n_jobs)
     log.info("merge: wrote %d rows to %s in %.1f s (up to %d processes for raw parts)", rows, out, time.time() - t0,
              n_jobs)
-    return Merged(out, rows, len(parts), plan_.name if plan_ else None)
+    return Merged(out, rows, len(parts), plan_.name if plan_ else None, [c for p in parts for c in p.cuts])
 
 
 def _coverage(parts: list[Part], index: KeyIndex, plan_, key_of) -> list[str]:

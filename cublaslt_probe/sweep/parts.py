@@ -10,7 +10,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from cublaslt_probe.streams import open_text
+from cublaslt_probe.streams import complete_lines, cut_note, open_text
 from cublaslt_probe.sweep.slices import Slice, WHOLE, _first_count, parse_shard, shard
 
 log = logging.getLogger("cublaslt_probe.sweep")
@@ -25,12 +25,14 @@ BATCH_ROWS = 8192
 PART_PATTERNS = ("*.part-*-of-*.raw.jsonl", "*.part-*-of-*.raw.jsonl.gz", "*.part-*-of-*.parquet")
 
 
-def _raw_lines(path: str):
+def _raw_lines(path: str, cuts: list | None = None):
     """(line, fast_key) for each record line of a raw file: every non-empty line but the env line. fast_key is
-    the key of a line `run` wrote (its key comes first; read without parsing the JSON), else None."""
+    the key of a line `run` wrote (its key comes first; read without parsing the JSON), else None. A gzip
+    file that is cut off or damaged gives its lines before the damage, and its note (`streams.cut_note`)
+    goes into `cuts`."""
     n = len(_GEMM_PREFIX)
     with open_text(path) as f:
-        for line in f:
+        for line in complete_lines(f):
             if line.startswith(_GEMM_PREFIX) and line.endswith("\n"):
                 end = line.find('"', n)
                 if end > n and "\\" not in line[n:end]:
@@ -38,12 +40,15 @@ def _raw_lines(path: str):
                     continue
             if line.strip() and not line.startswith('{"type": "env"'):
                 yield line, None
+        note = cut_note(f)
+        if note and cuts is not None:
+            cuts.append((path, note))
 
 
-def raw_keys(path: str):
+def raw_keys(path: str, cuts: list | None = None):
     """The key of each record of a raw file, in order; None for a line that cannot be read (a record cut off
-    mid-write) or holds no key."""
-    for line, key in _raw_lines(path):
+    mid-write) or holds no key. A cut or damaged gzip file's note goes into `cuts` (`_raw_lines`)."""
+    for line, key in _raw_lines(path, cuts):
         if key is None:
             try:
                 obj = json.loads(line)
@@ -115,6 +120,7 @@ class Part:
     positions: object = None     # numpy int32: plan position of each record (-1 unreadable, -2 not in the plan)
     keep: object = None          # numpy bool: the record that stands for its GEMM (a raw file's last one)
     strangers: list = field(default_factory=list)   # a few keys not in the plan
+    cuts: list = field(default_factory=list)        # (path, why) when its gzip stream is cut off or damaged
 
     @classmethod
     def open(cls, path: str) -> "Part":
@@ -142,7 +148,8 @@ class Part:
         """Each record's key, in order, a batch at a time."""
         if self.raw:
             batch = []
-            for k in raw_keys(self.path):
+            del self.cuts[:]
+            for k in raw_keys(self.path, self.cuts):
                 batch.append(k)
                 if len(batch) == 1 << 16:
                     yield batch
