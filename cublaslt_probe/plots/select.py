@@ -244,13 +244,30 @@ def select(df: pd.DataFrame, x: str = "m", y: str | None = None, *, backend=None
     for c, v in given.items():
         if v is not None and c in axes:
             raise ProbeError(f"--{c} pins {c}, but {c} is an axis of the {what}: drop one of them")
-    cur = df
     pins: dict = {}
     auto: set = set()
+    cur = _pin_categories(df, given, axes, pins, auto)
+    cur = _pin_shapes(df, cur, given, axes, pins)
+    cur, xs_all, ys_all = _one_row_per_cell(cur, x, y, axes, pins, auto, what)
+    if len(cur) == 0:
+        raise ProbeError(f"no rows left for {_pins_text(pins)}")
+    cur = cur.copy()
+    cur[x] = xs_all
+    cur[y] = ys_all
+    sel = Selection(df=cur, x=x, y=y, xs=ordered(cur[x], x), ys=ordered(cur[y], y), pins=pins, auto=auto,
+                    env=env_of(df))
+    log.info("%s: %d cells (%d × %d) for %s", what, len(cur), len(sel.xs), len(sel.ys), _pins_text(pins))
+    return sel
 
-    def describe_pins() -> str:
-        return ", ".join(f"{c}={fmt_value(v)}" for c, v in pins.items())
 
+def _pins_text(pins: dict) -> str:
+    return ", ".join(f"{c}={fmt_value(v)}" for c, v in pins.items())
+
+
+def _pin_categories(df: pd.DataFrame, given: dict, axes: set, pins: dict, auto: set) -> pd.DataFrame:
+    """`df` with each categorical column that is not an axis pinned: to the value given, else to its preferred
+    value (`PREFERRED`) where present, else to its most frequent one (noted in `auto`)."""
+    cur = df
     for c in CATEGORICAL:
         if c in axes:
             continue
@@ -262,15 +279,19 @@ def select(df: pd.DataFrame, x: str = "m", y: str | None = None, *, backend=None
                 everywhere = ordered(df[c].dropna().astype(str), c)
                 if v not in everywhere:
                     raise ProbeError(f"no rows for {c}={v}; {c}s in this dataset: {_listing(everywhere, c)}")
-                raise ProbeError(f"no rows for {c}={v} with {describe_pins()}; {c}s there: {_listing(vals, c)}")
+                raise ProbeError(f"no rows for {c}={v} with {_pins_text(pins)}; {c}s there: {_listing(vals, c)}")
         elif not vals:
-            raise ProbeError(f"no rows with a {c} for {describe_pins() or 'this dataset'}")
+            raise ProbeError(f"no rows with a {c} for {_pins_text(pins) or 'this dataset'}")
         else:
             v = PREFERRED[c] if PREFERRED[c] in vals else cur[c].astype(str).value_counts().index[0]
             auto.add(c)
         pins[c] = v
         cur = cur[cur[c].astype(str) == v]
+    return cur
 
+
+def _pin_shapes(df: pd.DataFrame, cur: pd.DataFrame, given: dict, axes: set, pins: dict) -> pd.DataFrame:
+    """`cur` with the shape columns given (and not axes) pinned to their value."""
     for c in SHAPE:
         v = given[c]
         if c in axes or v is None:
@@ -278,37 +299,36 @@ def select(df: pd.DataFrame, x: str = "m", y: str | None = None, *, backend=None
         require_columns(df, [c], f"--{c}")
         vals = ordered(cur[c].dropna(), c)
         if int(v) not in vals:
-            raise ProbeError(f"no rows for {c}={v} with {describe_pins()}; {c} values there: {_listing(vals, c)}")
+            raise ProbeError(f"no rows for {c}={v} with {_pins_text(pins)}; {c} values there: {_listing(vals, c)}")
         pins[c] = int(v)
         cur = cur[cur[c] == int(v)]
+    return cur
 
+
+def _one_row_per_cell(cur: pd.DataFrame, x: str, y: str, axes: set, pins: dict, auto: set, what: str):
+    """(`cur` with one row per (x, y) cell, its x values, its y values): K (4096 by preference) and batch (1)
+    pinned when they make cells ambiguous; ProbeError naming the columns to pin when cells still hold several
+    rows."""
+    xs_all, ys_all = _axis_series(cur, x), _axis_series(cur, y)
+    key = pd.DataFrame({"x": xs_all.astype(str), "y": ys_all.astype(str)}, index=cur.index)
+    if not key.duplicated().any():
+        return cur, xs_all, ys_all
+    for c in ("k", "batch"):
+        if c in axes or c in pins or c not in cur or cur[c].nunique() <= 1:
+            continue
+        vals = ordered(cur[c].dropna(), c)
+        v = PREFERRED[c] if PREFERRED[c] in vals else cur[c].value_counts().index[0]
+        pins[c], cur = int(v), cur[cur[c] == v]
+        auto.add(c)
+        log.info("%s: several rows per cell; pinned %s=%s (values: %s)", what, c, v, _listing(vals, c))
     xs_all, ys_all = _axis_series(cur, x), _axis_series(cur, y)
     key = pd.DataFrame({"x": xs_all.astype(str), "y": ys_all.astype(str)}, index=cur.index)
     if key.duplicated().any():
-        for c in ("k", "batch"):   # pin K (4096 by preference) and batch (1) when they make cells ambiguous
-            if c in axes or c in pins or c not in cur or cur[c].nunique() <= 1:
-                continue
-            vals = ordered(cur[c].dropna(), c)
-            v = PREFERRED[c] if PREFERRED[c] in vals else cur[c].value_counts().index[0]
-            pins[c], cur = int(v), cur[cur[c] == v]
-            auto.add(c)
-            log.info("%s: several rows per cell; pinned %s=%s (values: %s)", what, c, v, _listing(vals, c))
-        xs_all, ys_all = _axis_series(cur, x), _axis_series(cur, y)
-        key = pd.DataFrame({"x": xs_all.astype(str), "y": ys_all.astype(str)}, index=cur.index)
-        if key.duplicated().any():
-            dup = cur[key.duplicated(keep=False)]
-            varying = [c for c in CATEGORICAL + SHAPE if c not in axes and c in dup.columns
-                       and dup.groupby([key["x"], key["y"]])[c].nunique().max() > 1]
-            hints = "; ".join(f"pin {c} with --{c} (values: {_listing(cur[c].dropna(), c)})" for c in varying)
-            raise ProbeError(f"several rows per cell of the {what} ({x} × {y}) with {describe_pins()}: "
-                             f"{hints or 'duplicate rows in the dataset'}"
-                             + ("; or use --y nk" if "n" in varying or "k" in varying else ""))
-    if len(cur) == 0:
-        raise ProbeError(f"no rows left for {describe_pins()}")
-    cur = cur.copy()
-    cur[x] = xs_all
-    cur[y] = ys_all
-    sel = Selection(df=cur, x=x, y=y, xs=ordered(cur[x], x), ys=ordered(cur[y], y), pins=pins, auto=auto,
-                    env=env_of(df))
-    log.info("%s: %d cells (%d × %d) for %s", what, len(cur), len(sel.xs), len(sel.ys), describe_pins())
-    return sel
+        dup = cur[key.duplicated(keep=False)]
+        varying = [c for c in CATEGORICAL + SHAPE if c not in axes and c in dup.columns
+                   and dup.groupby([key["x"], key["y"]])[c].nunique().max() > 1]
+        hints = "; ".join(f"pin {c} with --{c} (values: {_listing(cur[c].dropna(), c)})" for c in varying)
+        raise ProbeError(f"several rows per cell of the {what} ({x} × {y}) with {_pins_text(pins)}: "
+                         f"{hints or 'duplicate rows in the dataset'}"
+                         + ("; or use --y nk" if "n" in varying or "k" in varying else ""))
+    return cur, xs_all, ys_all
