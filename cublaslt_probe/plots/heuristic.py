@@ -56,66 +56,8 @@ def heuristic_plot(df: pd.DataFrame, x: str = "m", *, backend=None, op=None, dty
     fig = Figure(figsize=(12, 4.6), layout="constrained", dpi=100)
     a1, a2 = fig.subplots(1, 2, width_ratios=[1, 1.6])
 
-    # left: boxes per dtype, miss and hit side by side
-    pos, data, cols, hatches = [], [], [], []
-    for i, dt in enumerate(dtypes):
-        s = d[d["dtype"].astype(str) == dt]
-        for off, col, h in ((-0.18, "heuristic_miss_us", ""), (0.18, "heuristic_hit_us", "////")):
-            v = s[col].dropna().to_numpy(dtype=float)
-            if len(v):
-                pos.append(i + off)
-                data.append(v)
-                cols.append(colors[dt])
-                hatches.append(h)
-    bp = a1.boxplot(data, positions=pos, widths=0.32, patch_artist=True, whis=(5, 95), showfliers=True,
-                    flierprops={"markersize": 2, "alpha": 0.4}, medianprops={"color": "black"})
-    for box, c, h in zip(bp["boxes"], cols, hatches):
-        box.set_facecolor(c)
-        box.set_alpha(0.85)
-        box.set_hatch(h)
-        box.set_edgecolor("#333333")
-    a1.set_yscale("log")
-    ticks = []
-    for dt in dtypes:
-        g = d[d["dtype"].astype(str) == dt]
-        miss, hit = _fmt_us(g["heuristic_miss_us"].median()), _fmt_us(g["heuristic_hit_us"].median())
-        ticks.append(f"{dt}\nmiss {miss}\nhit {hit}")
-    a1.set_xticks(range(len(dtypes)))
-    a1.set_xticklabels(ticks, fontsize=8)
-    a1.set_ylabel("host time of cublasLtMatmulAlgoGetHeuristic (µs)")
-    a1.set_title("per dtype: miss (plain) and hit (hatched) µs;\nwhiskers 5–95 %, medians under each dtype",
-                 fontsize=9)
-    a1.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    a1.grid(axis="y", which="both", alpha=0.25)
-
-    # right: median against the shape axis
-    xs = ordered(d[x].dropna().astype(object), x)
-    xi = {v: i for i, v in enumerate(xs)}
-    for dt in dtypes:
-        s = d[d["dtype"].astype(str) == dt]
-        g = s.groupby(s[x].astype(object))[list(HEURISTIC_COLUMNS)].median()
-        idx = [xi[v] for v in g.index]
-        a2.plot(idx, g["heuristic_miss_us"], "-o", color=colors[dt], ms=3.5, lw=1.4, label=dt)
-        a2.plot(idx, g["heuristic_hit_us"], "--", color=colors[dt], lw=1.0, alpha=0.8)
-    if "time_us" in d:
-        t = d.groupby(d[x].astype(object))["time_us"].median()
-        a2.plot([xi[v] for v in t.index], t.to_numpy(dtype=float), ":", color="black", lw=1.4)
-    a2.set_yscale("log")
-    a2.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
-    a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    a2.set_xticks(range(len(xs)))
-    labels = [fmt_value(v) for v in xs]
-    a2.set_xticklabels(labels, rotation=90 if len(xs) > 14 else 0, fontsize=7.5)
-    a2.set_xlabel(axis_title(x, xs))
-    a2.set_ylabel("median µs")
-    a2.set_title("median against shape: miss (solid), hit (dashed), GEMM time (dotted)", fontsize=9)
-    a2.grid(axis="y", which="both", alpha=0.25)
-    style = [Line2D([], [], color="grey", ls="-", marker="o", ms=3, label="miss (cache off)"),
-             Line2D([], [], color="grey", ls="--", label="hit (cache warm)"),
-             Line2D([], [], color="black", ls=":", label="GEMM time, all dtypes")]
-    dt_handles = [Line2D([], [], color=colors[dt], lw=6, label=dt) for dt in dtypes]
-    a2.legend(handles=dt_handles + style, loc="upper left",
-              bbox_to_anchor=(1.01, 1), fontsize=7.5, frameon=False)
+    _boxes(a1, d, dtypes, colors)
+    _medians(a2, d, x, dtypes, colors)
 
     env = env_of(df)
     pins = [f"{c} {v}" for c, v in (("backend", backend), ("op", op), ("dtype", dtype), ("layout", layout),
@@ -126,3 +68,68 @@ def heuristic_plot(df: pd.DataFrame, x: str = "m", *, backend=None, op=None, dty
                  f"overall median miss {d['heuristic_miss_us'].median():.0f} µs, hit "
                  f"{d['heuristic_hit_us'].median():.1f} µs", fontsize=10, x=0.01, ha="left")
     return fig
+
+
+def _boxes(ax, d: pd.DataFrame, dtypes: list, colors: dict) -> None:
+    """The left panel: boxes per dtype, miss and hit side by side, medians under each dtype."""
+    pos, data, cols, hatches = [], [], [], []
+    for i, dt in enumerate(dtypes):
+        s = d[d["dtype"].astype(str) == dt]
+        for off, col, h in ((-0.18, "heuristic_miss_us", ""), (0.18, "heuristic_hit_us", "////")):
+            v = s[col].dropna().to_numpy(dtype=float)
+            if len(v):
+                pos.append(i + off)
+                data.append(v)
+                cols.append(colors[dt])
+                hatches.append(h)
+    bp = ax.boxplot(data, positions=pos, widths=0.32, patch_artist=True, whis=(5, 95), showfliers=True,
+                    flierprops={"markersize": 2, "alpha": 0.4}, medianprops={"color": "black"})
+    for box, c, h in zip(bp["boxes"], cols, hatches):
+        box.set_facecolor(c)
+        box.set_alpha(0.85)
+        box.set_hatch(h)
+        box.set_edgecolor("#333333")
+    ax.set_yscale("log")
+    ticks = []
+    for dt in dtypes:
+        g = d[d["dtype"].astype(str) == dt]
+        miss, hit = _fmt_us(g["heuristic_miss_us"].median()), _fmt_us(g["heuristic_hit_us"].median())
+        ticks.append(f"{dt}\nmiss {miss}\nhit {hit}")
+    ax.set_xticks(range(len(dtypes)))
+    ax.set_xticklabels(ticks, fontsize=8)
+    ax.set_ylabel("host time of cublasLtMatmulAlgoGetHeuristic (µs)")
+    ax.set_title("per dtype: miss (plain) and hit (hatched) µs;\nwhiskers 5–95 %, medians under each dtype",
+                 fontsize=9)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.grid(axis="y", which="both", alpha=0.25)
+
+
+def _medians(ax, d: pd.DataFrame, x: str, dtypes: list, colors: dict) -> None:
+    """The right panel: median miss and hit µs against the shape axis `x`, with the median GEMM time."""
+    xs = ordered(d[x].dropna().astype(object), x)
+    xi = {v: i for i, v in enumerate(xs)}
+    for dt in dtypes:
+        s = d[d["dtype"].astype(str) == dt]
+        g = s.groupby(s[x].astype(object))[list(HEURISTIC_COLUMNS)].median()
+        idx = [xi[v] for v in g.index]
+        ax.plot(idx, g["heuristic_miss_us"], "-o", color=colors[dt], ms=3.5, lw=1.4, label=dt)
+        ax.plot(idx, g["heuristic_hit_us"], "--", color=colors[dt], lw=1.0, alpha=0.8)
+    if "time_us" in d:
+        t = d.groupby(d[x].astype(object))["time_us"].median()
+        ax.plot([xi[v] for v in t.index], t.to_numpy(dtype=float), ":", color="black", lw=1.4)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xticks(range(len(xs)))
+    labels = [fmt_value(v) for v in xs]
+    ax.set_xticklabels(labels, rotation=90 if len(xs) > 14 else 0, fontsize=7.5)
+    ax.set_xlabel(axis_title(x, xs))
+    ax.set_ylabel("median µs")
+    ax.set_title("median against shape: miss (solid), hit (dashed), GEMM time (dotted)", fontsize=9)
+    ax.grid(axis="y", which="both", alpha=0.25)
+    style = [Line2D([], [], color="grey", ls="-", marker="o", ms=3, label="miss (cache off)"),
+             Line2D([], [], color="grey", ls="--", label="hit (cache warm)"),
+             Line2D([], [], color="black", ls=":", label="GEMM time, all dtypes")]
+    dt_handles = [Line2D([], [], color=colors[dt], lw=6, label=dt) for dt in dtypes]
+    ax.legend(handles=dt_handles + style, loc="upper left",
+              bbox_to_anchor=(1.01, 1), fontsize=7.5, frameon=False)
