@@ -87,87 +87,98 @@ def cutlass3_fields(tree: Tree) -> tuple[dict, list[str]]:
     gu = root.find(lambda n: n.short in ("GemmUniversal", "Gemm", "GemmArray", "GemmGrouped"))
     cm = root.find(lambda n: n.short == "CollectiveMma" or n.short.startswith("CollectiveMma"))
     if gu is not None and cm is not None:
-        problem = gu.args[0].text() if gu.args else ""
-        policy = cm.args[0] if cm.args else Node("")
-        f["variant"] = policy.short or None
-        f["arch"] = _arch_of(policy.short)
-        ints = [v for v in (int_value(a) for a in policy.args) if v is not None]
-        if ints:
-            f["stages"] = ints[0]
-        for a in policy.args:
-            sv = static_ints(a)
-            if sv is not None and len(sv) == 3:
-                f["cluster_m"], f["cluster_n"], f["cluster_k"] = sv
-            elif a.short.startswith("Kernel"):
-                f["schedule"] = _schedule_short(a.name)
-        if "stages" not in f:
-            sc = cm.find(lambda n: n.short.startswith("StageCount"))
-            if sc is not None:
-                v = int_value(sc.args[0]) if sc.args and sc.short == "StageCount" else None
-                if v is not None:
-                    f["stages"] = v
-        if len(cm.args) > 1:
-            tile = static_ints(cm.args[1])
-            if tile is not None and len(tile) >= 2:
-                f["tile_m"], f["tile_n"] = tile[0], tile[1]
-                if len(tile) > 2:
-                    f["tile_k"] = tile[2]
-        if len(cm.args) > 4:
-            f["a_type"] = cxx_dtype(cm.args[2])
-            f["b_type"] = cxx_dtype(cm.args[4])
-        atom = cm.find(lambda n: n.short in ("MMA_Atom", "MMA_Traits"))
-        if atom is not None and atom.args:
-            a0 = atom.args[0]
-            if a0.short == "MMA_Traits" and a0.args:
-                if len(a0.args) > 3 and cxx_dtype(a0.args[3]) is not None:
-                    f["compute_type"] = cxx_dtype(a0.args[3])     # MMA_Traits<atom, A, B, accumulator, ...>
-                a0 = a0.args[0]
-            _atom_fields(a0.name.replace("cute::", ""), f)
-        ep = root.find(lambda n: n.short == "CollectiveEpilogue" or n.short == "DefaultEpilogue"
-                       or n.short.startswith("Epilogue"))
-        texts = [policy.name, f.get("schedule") or ""]
-        if ep is not None and ep.args:
-            epol = ep.args[0]
-            f["epilogue"] = epol.short if epol.short else None
-            texts.append(epol.name)
-            if len(ep.args) > 5:
-                f["c_type"] = cxx_dtype(ep.args[3])
-                f["d_type"] = cxx_dtype(ep.args[5])
-            fusion = ep.find(lambda n: n.name.startswith("cutlass::epilogue::fusion::") and
-                             n.short not in ("FusionCallbacks",))
-            if fusion is not None:
-                flags.append(fusion.short)
-        f["problem_shape"] = _problem_shape(problem, texts)
-        if f.get("schedule") is None:
-            f["schedule"] = policy.short or None
+        _universal_fields(root, gu, cm, f, flags)
     else:
-        # vLLM-style wrappers (cutlass_3x_gemm<A, D, Epilogue, Tile, Cluster, KernelSchedule, EpiSchedule>)
-        # and other non-GemmUniversal templates: static 3-tuples in order are the tile then the cluster.
-        tuples = [sv for sv in (static_ints(n) for n in inner.walk()) if sv is not None and len(sv) == 3]
-        if tuples:
-            f["tile_m"], f["tile_n"], f["tile_k"] = tuples[0]
-        if len(tuples) > 1:
-            f["cluster_m"], f["cluster_n"], f["cluster_k"] = tuples[1]
-        dts = [d for d in (cxx_dtype(n) for n in inner.args) if d is not None]
-        if dts:
-            f["a_type"] = f["b_type"] = dts[0]
-            if len(dts) > 1:
-                f["d_type"] = dts[1]
-        for n in inner.walk():
-            if n.short.startswith("Kernel") and "schedule" not in f:
-                f["schedule"] = n.short
-            elif n.name.startswith("cutlass::epilogue::") and "epilogue" not in f:
-                f["epilogue"] = n.short
-        texts = [f.get("schedule") or "", f.get("epilogue") or ""]
-        f["problem_shape"] = _problem_shape(inner.text() if "GroupProblemShape" in inner.text() else "", texts)
-        if f.get("schedule"):
-            f["arch"] = "sm90" if "TmaWarpSpecialized" in f["schedule"] else None
+        _wrapper_fields(inner, f)
     a = f.pop("_atom_a", None)
     if f.get("a_type") is None and a is not None:
         f["a_type"] = f["b_type"] = a
     if tree.truncated:
         flags.append("truncated")
     return {k: v for k, v in f.items() if v is not None}, flags
+
+
+def _universal_fields(root: Node, gu: Node, cm: Node, f: dict, flags: list[str]) -> None:
+    """Fields of a ``GemmUniversal`` kernel into `f`: its collective MMA's policy (variant, arch, stages,
+    cluster, schedule), tile, operand and accumulator types, its epilogue and fusion, the problem shape."""
+    problem = gu.args[0].text() if gu.args else ""
+    policy = cm.args[0] if cm.args else Node("")
+    f["variant"] = policy.short or None
+    f["arch"] = _arch_of(policy.short)
+    ints = [v for v in (int_value(a) for a in policy.args) if v is not None]
+    if ints:
+        f["stages"] = ints[0]
+    for a in policy.args:
+        sv = static_ints(a)
+        if sv is not None and len(sv) == 3:
+            f["cluster_m"], f["cluster_n"], f["cluster_k"] = sv
+        elif a.short.startswith("Kernel"):
+            f["schedule"] = _schedule_short(a.name)
+    if "stages" not in f:
+        sc = cm.find(lambda n: n.short.startswith("StageCount"))
+        if sc is not None:
+            v = int_value(sc.args[0]) if sc.args and sc.short == "StageCount" else None
+            if v is not None:
+                f["stages"] = v
+    if len(cm.args) > 1:
+        tile = static_ints(cm.args[1])
+        if tile is not None and len(tile) >= 2:
+            f["tile_m"], f["tile_n"] = tile[0], tile[1]
+            if len(tile) > 2:
+                f["tile_k"] = tile[2]
+    if len(cm.args) > 4:
+        f["a_type"] = cxx_dtype(cm.args[2])
+        f["b_type"] = cxx_dtype(cm.args[4])
+    atom = cm.find(lambda n: n.short in ("MMA_Atom", "MMA_Traits"))
+    if atom is not None and atom.args:
+        a0 = atom.args[0]
+        if a0.short == "MMA_Traits" and a0.args:
+            if len(a0.args) > 3 and cxx_dtype(a0.args[3]) is not None:
+                f["compute_type"] = cxx_dtype(a0.args[3])     # MMA_Traits<atom, A, B, accumulator, ...>
+            a0 = a0.args[0]
+        _atom_fields(a0.name.replace("cute::", ""), f)
+    ep = root.find(lambda n: n.short == "CollectiveEpilogue" or n.short == "DefaultEpilogue"
+                   or n.short.startswith("Epilogue"))
+    texts = [policy.name, f.get("schedule") or ""]
+    if ep is not None and ep.args:
+        epol = ep.args[0]
+        f["epilogue"] = epol.short if epol.short else None
+        texts.append(epol.name)
+        if len(ep.args) > 5:
+            f["c_type"] = cxx_dtype(ep.args[3])
+            f["d_type"] = cxx_dtype(ep.args[5])
+        fusion = ep.find(lambda n: n.name.startswith("cutlass::epilogue::fusion::") and
+                         n.short not in ("FusionCallbacks",))
+        if fusion is not None:
+            flags.append(fusion.short)
+    f["problem_shape"] = _problem_shape(problem, texts)
+    if f.get("schedule") is None:
+        f["schedule"] = policy.short or None
+
+
+def _wrapper_fields(inner: Node, f: dict) -> None:
+    """Fields of a template that is not ``GemmUniversal`` into `f`."""
+    # vLLM-style wrappers (cutlass_3x_gemm<A, D, Epilogue, Tile, Cluster, KernelSchedule, EpiSchedule>)
+    # and other non-GemmUniversal templates: static 3-tuples in order are the tile then the cluster.
+    tuples = [sv for sv in (static_ints(n) for n in inner.walk()) if sv is not None and len(sv) == 3]
+    if tuples:
+        f["tile_m"], f["tile_n"], f["tile_k"] = tuples[0]
+    if len(tuples) > 1:
+        f["cluster_m"], f["cluster_n"], f["cluster_k"] = tuples[1]
+    dts = [d for d in (cxx_dtype(n) for n in inner.args) if d is not None]
+    if dts:
+        f["a_type"] = f["b_type"] = dts[0]
+        if len(dts) > 1:
+            f["d_type"] = dts[1]
+    for n in inner.walk():
+        if n.short.startswith("Kernel") and "schedule" not in f:
+            f["schedule"] = n.short
+        elif n.name.startswith("cutlass::epilogue::") and "epilogue" not in f:
+            f["epilogue"] = n.short
+    texts = [f.get("schedule") or "", f.get("epilogue") or ""]
+    f["problem_shape"] = _problem_shape(inner.text() if "GroupProblemShape" in inner.text() else "", texts)
+    if f.get("schedule"):
+        f["arch"] = "sm90" if "TmaWarpSpecialized" in f["schedule"] else None
 
 
 def cutlass2_fields(tree: Tree) -> tuple[dict, list[str]]:
