@@ -583,11 +583,12 @@ def _diff(a: dict | None, b: dict | None) -> float | None:
 
 
 def triton_route(run: dict) -> str:
-    """Who made the Triton kernels of a run: ``triton`` (torch.compile: its timers ran), ``triton-direct``
+    """Who made the Triton kernels of a run: ``triton`` (torch.compile: its timers ran or Inductor wrote its
+    cache), ``triton-direct``
     (`JITFunction.run` compiled or loaded them), else ``triton-jit`` (no caller observed: a run saved without the
     child's entry-point timers)."""
     ws = run.get("windows") or []
-    if any(w.get("compile_s") for w in ws):
+    if any(w.get("compile_s") or new_files(w, "TORCHINDUCTOR_CACHE_DIR").get("count") for w in ws):
         return "triton"
     if any("triton-direct" in jit_mechanisms(w) for w in ws):
         return "triton-direct"
