@@ -682,7 +682,10 @@ def _jit_evidence(name: str, w: dict, mech: dict, hints: list) -> None:
                 f"({jit_seconds(w, 'triton.load.direct') * 1e3:.1f} ms)")
         if built:
             line += f"; {built} C modules built with the host compiler ({jit_seconds(w, 'triton.build') * 1e3:.1f} ms)"
-        mech.setdefault("triton-direct", []).append(line)
+        if w.get("triton_kernels") or built:
+            mech.setdefault("triton-direct", []).append(line)
+        else:  # no binary written: compile found the kernel in Triton's cache
+            hints.append(line + "; served from Triton's cache (no new binary)")
     if "numba" in jit_mechanisms(w):
         mech.setdefault("numba", []).append(
             f"{where}: Numba compiled {jit_calls(w, 'numba.compile')} kernel signatures "
