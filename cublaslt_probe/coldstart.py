@@ -7,7 +7,9 @@ its evidence; `render(analysis)` prints it; `observed_provenance(result)` lists 
 compiling or loading from PTX. `cold_start(...)` is run + analyse.
 
 The environments are `ENVS` (what each separates: docs/coldstart.md); `--env-set default` runs cold, warm,
-preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`).
+preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`); noautotune is added when
+the cold run compiled with XLA (`AUTO_ENVS`). Each run has its own folder for every compile cache a process may
+use (`CACHE_DIRS`: ComputeCache, Inductor, Triton, torch's kernels and extensions, CuPy, Numba, JAX).
 
 The breakdown of the cold run's step 1: excess = step 1 − steady state (median of steps 3…N) =
 (cold − warm) + (warm − preinit) + (preinit − eager) + (eager step 1 − steady); the first three are the
@@ -15,9 +17,12 @@ cold-cache compilation (split between the framework and PTX JIT by what was writ
 module loading; the last is split into what was observed inside the eager run's step 1: framework compilation
 with warm caches (torch.compile's own timers), benchmark-based autotuning (its autotuning timers), cuBLASLt
 heuristic misses (new problems in the step's level-2 log × the miss time measured by `nocache`) and allocator
-growth (time in the driver's allocation calls, seen by CUPTI). What none of these explains is reported as
-"unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A difference between two
-runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was measured.
+growth (time in the driver's allocation calls, seen by CUPTI). The compile routes whose entry points the child
+timed (CuPy/NVRTC, Triton used directly, Numba, JAX/XLA and XLA's GEMM autotuning) take their own share of
+cold − warm (their timers' difference) and of the eager run's step 1 (their timers there). What none of these
+explains is reported as "unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A
+difference between two runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was
+measured.
 """
 from __future__ import annotations
 
@@ -788,7 +793,8 @@ def analyse(result: dict) -> dict:
                     "runtime compilation, framework (cold cache)")
         if timed and not torch_fw:
             if cc_files:
-                add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest, "cold − warm − timed routes",
+                add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest,
+                    "cold − warm − timed routes",
                     [f"{cc_files} ComputeCache files written by the cold run"])
             else:
                 out["evidence"].append(f"cold − warm less the timed compile routes: {rest * 1e3:+.1f} ms, not "
@@ -907,7 +913,8 @@ def _cold_timed(runs: dict, a1: dict, b1: dict) -> list[tuple]:
                     [f"inside JITFunction.run in step 1: {ms(c)} cold ({jit_calls(a1, 'triton.run')} launches; "
                      f"compile {ms(jit_seconds(a1, 'triton.compile.direct'))}, C modules built "
                      f"{jit_calls(a1, 'triton.build')} in {ms(jit_seconds(a1, 'triton.build'))}), {ms(w)} warm "
-                     f"(compile {ms(jit_seconds(b1, 'triton.compile.direct'))}, built {jit_calls(b1, 'triton.build')})"]))
+                     f"(compile {ms(jit_seconds(b1, 'triton.compile.direct'))}, "
+                     f"built {jit_calls(b1, 'triton.build')})"]))
     if "numba" in jit_mechanisms(a1):
         c, w = jit_seconds(a1, "numba.compile"), jit_seconds(b1, "numba.compile")
         out.append(("numba", "Numba, cold caches", c - w, "Numba compile timer (cold − warm)",
@@ -966,7 +973,8 @@ def _warm_timed(runs: dict, R: dict, rname: str, r1: dict) -> list[tuple]:
         nvvm = jit_calls(r1, "numba.nvvm")
         out.append(("numba_warm", "Numba, " + ("compiled again (no disk cache)" if nvvm else "cache load"),
                     jit_seconds(r1, "numba.compile"), f"Numba compile timer ({rname})",
-                    [f"{rname} step 1: {jit_calls(r1, 'numba.compile')} compile calls, {ms(jit_seconds(r1, 'numba.compile'))}"
+                    [f"{rname} step 1: {jit_calls(r1, 'numba.compile')} compile calls, "
+                     f"{ms(jit_seconds(r1, 'numba.compile'))}"
                      f" (NVVM {nvvm} calls, {ms(jit_seconds(r1, 'numba.nvvm'))}; link "
                      f"{ms(jit_seconds(r1, 'numba.link'))})"]))
     if jit_seconds(r1, JAX_BACKEND) or jit_seconds(r1, *JAX_TRACE):

@@ -42,7 +42,7 @@ def _cause(a, cause):
     return next((c for c in a["components"] if c["cause"] == cause), None)
 
 
-# --- each mechanism named, by what was timed -----------------------------------------------------------------------
+# --- each mechanism named, by what was timed --------------------------------------------------------------------------
 @pytest.mark.parametrize("prog", PROGRAMS)
 @pytest.mark.parametrize("k", (1, 2))
 def test_each_program_is_named_by_its_mechanism(analysed, prog, k):
@@ -64,7 +64,7 @@ def test_no_torch_compile_wording_without_its_timers(raw, analysed, prog):
         assert "torch.compile" not in coldstart.render(analysed[(prog, k)])
 
 
-def test_a_triton_run_without_torch_compile_timers_is_not_called_torch_compile(raw):
+def test_a_triton_run_without_torch_compile_timers_is_not_called_torch_compile():
     """The torch.compile capture with torch.compile's timers and Inductor's files taken out (what a plain Triton
     program saved before the entry points were timed looks like): the cubins are Triton's, no caller is named."""
     r = copy.deepcopy(coldstart.load(FIX / "compiled_mlp.json.gz"))
@@ -83,7 +83,7 @@ def test_a_triton_run_without_torch_compile_timers_is_not_called_torch_compile(r
     assert "Triton (caller not observed)" in a["compilation"]["verdict"]
 
 
-# --- the breakdown adds up, and explains the same first step twice ---------------------------------------------------
+# --- the breakdown adds up, and explains the same first step twice ----------------------------------------------------
 @pytest.mark.parametrize("prog", PROGRAMS)
 @pytest.mark.parametrize("k", (1, 2))
 def test_causes_and_unexplained_add_up_exactly(raw, analysed, prog, k):
@@ -144,7 +144,8 @@ def test_triton_warm_cost_is_its_launch_path_beyond_steady_launches(raw, analyse
     extra, each = coldstart.triton_direct_warm(R, r1)
     assert each == pytest.approx(sorted(per)[len(per) // 2] if len(per) % 2 else
                                  (sorted(per)[len(per) // 2 - 1] + sorted(per)[len(per) // 2]) / 2)
-    assert extra == pytest.approx(coldstart.jit_seconds(r1, "triton.run") - coldstart.jit_calls(r1, "triton.run") * each)
+    assert extra == pytest.approx(coldstart.jit_seconds(r1, "triton.run")
+                                  - coldstart.jit_calls(r1, "triton.run") * each)
     assert _cause(analysed[("triton", 1)], "triton_direct_warm")["seconds"] == pytest.approx(extra)
     # the cold run built Triton's C modules with the host compiler; the warm run took them from the cache
     cold1 = coldstart.windows(raw[("triton", 1)]["runs"]["cold"])["step1"]
@@ -152,7 +153,7 @@ def test_triton_warm_cost_is_its_launch_path_beyond_steady_launches(raw, analyse
     assert coldstart.jit_calls(coldstart.windows(raw[("triton", 1)]["runs"]["warm"])["step1"], "triton.build") == 0
 
 
-# --- XLA: compile and GEMM autotuning ----------------------------------------------------------------------------------
+# --- XLA: compile and GEMM autotuning ---------------------------------------------------------------------------------
 def test_xla_autotuning_is_timed_by_the_noautotune_run(raw, analysed):
     for k in (1, 2):
         r = raw[("jax", k)]
@@ -189,7 +190,7 @@ def test_xla_recompiling_without_timing_candidates_is_not_autotuning(raw, analys
     assert coldstart.auto_envs(raw[("cupy", 1)]["runs"]["cold"]) == []
 
 
-# --- provenance from observation ----------------------------------------------------------------------------------------
+# --- provenance from observation --------------------------------------------------------------------------------------
 def test_provenance_names_the_route_that_made_each_kernel(raw):
     prov = {p: coldstart.observed_provenance(raw[(p, 1)]) for p in PROGRAMS}
     assert {k: (v["provenance"], v["mechanism"]) for k, v in prov["cupy"].items()} == {
@@ -211,7 +212,7 @@ def test_xla_gemm_fusions_are_autotuned_not_library_selected(raw, analysed):
     assert "gemm_fusion_dot_general_2: autotuned" in text
 
 
-# --- inputs: old runs, a failed program -----------------------------------------------------------------------------------
+# --- inputs: old runs, a failed program -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", OLD)
 def test_old_saved_runs_still_render(name):
     res = CliRunner().invoke(main, ["cold-start", "--from", str(FIX / f"{name}.json.gz")])
@@ -229,7 +230,7 @@ def test_a_program_that_fails_is_reported_in_one_line_per_run():
     assert "no run completed its steps" in res.output and "Traceback" not in res.output
 
 
-# --- the child's pieces that need no GPU ------------------------------------------------------------------------------------
+# --- the child's pieces that need no GPU ------------------------------------------------------------------------------
 def test_xla_flags_keep_the_users_and_isolate_xla_caches(tmp_path):
     user = "--xla_gpu_enable_triton_gemm=false --xla_gpu_dump_autotune_logs_to=/elsewhere/l.txt " \
            "--xla_gpu_per_fusion_autotune_cache_dir=/home/me/.xla"
@@ -237,7 +238,8 @@ def test_xla_flags_keep_the_users_and_isolate_xla_caches(tmp_path):
     flags = dict(f.lstrip("-").split("=", 1) for f in got.split())
     assert flags["xla_gpu_enable_triton_gemm"] == "false"
     assert flags["xla_gpu_dump_autotune_logs_to"] == str(tmp_path / "d" / "autotune_logs.txt")
-    assert flags["xla_gpu_per_fusion_autotune_cache_dir"] == str(tmp_path / "c" / "xla_gpu_per_fusion_autotune_cache_dir")
+    assert flags["xla_gpu_per_fusion_autotune_cache_dir"] == \
+        str(tmp_path / "c" / "xla_gpu_per_fusion_autotune_cache_dir")
     assert flags["xla_gpu_autotune_level"] == "0" and len(got.split()) == 5
     # the same flags for every run: JAX's persistent cache keys its entries on them
     assert got == coldstart.xla_flags(user, str(tmp_path / "d"), str(tmp_path / "c"), {"xla_gpu_autotune_level": "0"})
