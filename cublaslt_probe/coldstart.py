@@ -7,7 +7,9 @@ its evidence; `render(analysis)` prints it; `observed_provenance(result)` lists 
 compiling or loading from PTX. `cold_start(...)` is run + analyse.
 
 The environments are `ENVS` (what each separates: docs/coldstart.md); `--env-set default` runs cold, warm,
-preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`).
+preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`); noautotune is added when
+the cold run compiled with XLA (`AUTO_ENVS`). Each run has its own folder for every compile cache a process may
+use (`CACHE_DIRS`: ComputeCache, Inductor, Triton, torch's kernels and extensions, CuPy, Numba, JAX).
 
 The breakdown of the cold run's step 1: excess = step 1 − steady state (median of steps 3…N) =
 (cold − warm) + (warm − preinit) + (preinit − eager) + (eager step 1 − steady); the first three are the
@@ -15,9 +17,12 @@ cold-cache compilation (split between the framework and PTX JIT by what was writ
 module loading; the last is split into what was observed inside the eager run's step 1: framework compilation
 with warm caches (torch.compile's own timers), benchmark-based autotuning (its autotuning timers), cuBLASLt
 heuristic misses (new problems in the step's level-2 log × the miss time measured by `nocache`) and allocator
-growth (time in the driver's allocation calls, seen by CUPTI). What none of these explains is reported as
-"unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A difference between two
-runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was measured.
+growth (time in the driver's allocation calls, seen by CUPTI). The compile routes whose entry points the child
+timed (CuPy/NVRTC, Triton used directly, Numba, JAX/XLA and XLA's GEMM autotuning) take their own share of
+cold − warm (their timers' difference) and of the eager run's step 1 (their timers there). What none of these
+explains is reported as "unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A
+difference between two runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was
+measured.
 """
 from __future__ import annotations
 
@@ -40,8 +45,20 @@ SCHEMA = 1
 CONTROLLED = ("CUDA_MODULE_LOADING", "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE", "CUDA_CACHE_MAXSIZE",
               "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_PTX_JIT", "CUBLASLT_HEURISTICS_CACHE_CAPACITY",
               "CUBLASLT_LOG_LEVEL", "CUBLASLT_LOG_MASK", "CUBLASLT_LOG_FILE", "TORCHINDUCTOR_CACHE_DIR",
-              "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH")
-FRAMEWORK_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH")
+              "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH", "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
+              "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "CUBLASLT_PROBE_XLA_DUMP")
+# every compile cache a run isolates (the folder each variable names): env var -> folder prefix
+CACHE_DIRS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+              "PYTORCH_KERNEL_CACHE_PATH": "torchkernels", "CUPY_CACHE_DIR": "cupy",
+              "TORCH_EXTENSIONS_DIR": "torchextensions", "NUMBA_CACHE_DIR": "numba",
+              "JAX_COMPILATION_CACHE_DIR": "jax"}
+FRAMEWORK_VARS = tuple(CACHE_DIRS)
+# XLA flags a run sets: its autotuning dumps (evidence of what XLA timed); the user's own values are replaced
+XLA_DUMP_FLAGS = {"xla_gpu_dump_autotune_results_to": "autotune_results.txt",
+                  "xla_gpu_dump_autotune_logs_to": "autotune_logs.txt"}
+# XLA's own autotuning caches: isolated per run when the user's XLA_FLAGS turn one on
+XLA_CACHE_FLAGS = ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_experimental_autotuner_cache_dir",
+                   "xla_gpu_kernel_cache_file")
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,7 @@ class EnvSpec:
     framework_cache: str = "main"
     preinit: bool = False
     extra: dict = field(default_factory=dict)
+    xla_flags: dict = field(default_factory=dict)
 
 
 ENVS = {e.name: e for e in (
@@ -68,7 +86,12 @@ ENVS = {e.name: e for e in (
             extra={"CUDA_FORCE_PTX_JIT": "1"}),
     EnvSpec("forcejit_warm", "CUDA_FORCE_PTX_JIT=1, its ComputeCache warm", compute_cache="forced",
             extra={"CUDA_FORCE_PTX_JIT": "1"}),
+    EnvSpec("noautotune", "LAZY, empty caches, XLA autotuning off", compute_cache="noautotune",
+            framework_cache="noautotune", xla_flags={"xla_gpu_autotune_level": "0"}),
 )}
+# runs added after the listed ones when the cold run observed what they separate (not with an explicit --envs)
+AUTO_ENVS = {"noautotune": "XLA compiled in the cold run's steps: the same program with XLA's autotuning off "
+                           "times the autotuning"}
 ENV_SETS = {
     "default": ("cold", "warm", "preinit", "eager", "nocache"),
     "full": tuple(ENVS),
@@ -153,20 +176,30 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
            "steps": steps, "envs": names, "cupti": cupti,
            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": {}}
     root = tempfile.mkdtemp(prefix="coldstart_")
+    todo = list(names)
     try:
-        for name in names:
+        while todo:
+            name = todo.pop(0)
             spec = ENVS[name]
-            dirs = {"CUDA_CACHE_PATH": os.path.join(root, f"computecache_{spec.compute_cache}"),
-                    "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, f"inductor_{spec.framework_cache}"),
-                    "TRITON_CACHE_DIR": os.path.join(root, f"triton_{spec.framework_cache}"),
-                    "PYTORCH_KERNEL_CACHE_PATH": os.path.join(root, f"torchkernels_{spec.framework_cache}")}
+            dirs = {"CUDA_CACHE_PATH": os.path.join(root, f"computecache_{spec.compute_cache}")}
+            dirs.update({var: os.path.join(root, f"{prefix}_{spec.framework_cache}")
+                         for var, prefix in CACHE_DIRS.items()})
             before = {}
             for var, d in dirs.items():
                 os.makedirs(d, exist_ok=True)
                 before[var] = _files(d)
+            # one dump folder for every run, emptied before each: the XLA flags are then the same in every run
+            # (JAX's persistent cache keys its entries on them, so a per-run folder would make every run miss)
+            dump = os.path.join(root, "xla_dump")
+            shutil.rmtree(dump, ignore_errors=True)
+            os.makedirs(dump, exist_ok=True)
             env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
             env.update(dirs)
-            env.update({"CUDA_MODULE_LOADING": spec.loading, "CUDA_CACHE_DISABLE": "0", "PYTHONUNBUFFERED": "1"})
+            env.update({"CUDA_MODULE_LOADING": spec.loading, "CUDA_CACHE_DISABLE": "0", "PYTHONUNBUFFERED": "1",
+                        "CUBLASLT_PROBE_XLA_DUMP": dump,
+                        "XLA_FLAGS": xla_flags(os.environ.get("XLA_FLAGS", ""), dump,
+                                               os.path.join(root, f"xlacache_{spec.framework_cache}"),
+                                               spec.xla_flags)})
             env.update(spec.extra)
             env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             cmd = [python or sys.executable, "-m", "cublaslt_probe.coldstart_child", "--steps", str(steps)]
@@ -180,9 +213,11 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
             except subprocess.TimeoutExpired as e:
                 rc, stdout, stderr = None, _text(e.stdout), _text(e.stderr) + f"\n(timed out after {timeout:.0f} s)"
             rec: dict = {"env": {"what": spec.what, "CUDA_MODULE_LOADING": spec.loading, **spec.extra,
+                                 **{f"XLA {k}": v for k, v in spec.xla_flags.items()},
                                  "preinit": spec.preinit, "compute_cache": spec.compute_cache,
                                  "compute_cache_warm": bool(before["CUDA_CACHE_PATH"]),
-                                 "framework_cache_warm": any(before[v] for v in FRAMEWORK_VARS)},
+                                 "framework_cache_warm": any(before[v] for v in FRAMEWORK_VARS),
+                                 "caches_before": {v: len(before[v]) for v in dirs}},
                          "returncode": rc, "wall_s": time.perf_counter() - t0}
             child = _last_json(stdout)
             if child is None:
@@ -203,9 +238,41 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
                 raise NoCudaDevice("cold-start", why)
             if log:
                 log(f"{name}: {'ok' if rec.get('ok') else 'FAILED'} in {rec['wall_s']:.1f} s")
+            if name == "cold" and not envs:
+                for extra in auto_envs(rec):
+                    if extra not in names and extra not in todo:
+                        todo.append(extra)
+                        names.append(extra)
+                        if log:
+                            log(f"{extra}: added ({AUTO_ENVS[extra]})")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def xla_flags(user: str, dump: str, cache_root: str, extra: dict) -> str:
+    """XLA_FLAGS for a run: the user's flags, less those the run sets; the autotuning dumps into `dump`; XLA's own
+    autotuning caches, where the user turned one on, moved into a folder of the run (`cache_root`); `extra`."""
+    ours = {k: os.path.join(dump, f) for k, f in XLA_DUMP_FLAGS.items()}
+    ours.update(extra)
+    kept = []
+    for flag in user.split():
+        name, _, value = flag.lstrip("-").partition("=")
+        if name in ours:
+            continue
+        if name in XLA_CACHE_FLAGS and value:
+            ours[name] = os.path.join(cache_root, name)
+            os.makedirs(ours[name] if name.endswith("_dir") else cache_root, exist_ok=True)
+            continue
+        kept.append(flag)
+    return " ".join(kept + [f"--{k}={v}" for k, v in ours.items()])
+
+
+def auto_envs(cold: dict) -> list[str]:
+    """The runs `AUTO_ENVS` adds after this cold run: noautotune when XLA compiled during its steps."""
+    seen = any(k.startswith("jax:") and k.endswith("backend_compile_duration")
+               for w in _step_windows(cold) for k in (w.get("jit_s") or {}))
+    return ["noautotune"] if seen else []
 
 
 def _no_gpu(rec: dict) -> str | None:
@@ -379,6 +446,137 @@ def libraries_loaded_in_steps(run: dict) -> dict[str, list[str]]:
     return out
 
 
+# --- the compile entry points the child timed (CPU) -----------------------------------------------------------------
+JAX_TRACE = ("jax:/jax/core/compile/jaxpr_trace_duration", "jax:/jax/core/compile/jaxpr_to_mlir_module_duration")
+JAX_BACKEND = "jax:/jax/core/compile/backend_compile_duration"
+JAX_HITS = "jax:/jax/compilation_cache/cache_hits"                  # an executable read from the cache
+JAX_RETRIEVAL = "jax:/jax/compilation_cache/cache_retrieval_time_sec"  # recorded with each hit
+JAX_WRITES = "jax:/jax/compilation_cache/cache_misses"               # JAX records it when it writes an entry
+
+
+def jit_seconds(w: dict | None, *keys: str) -> float:
+    """Seconds inside the timed entry points `keys` during a window (0 where none was called)."""
+    vals = (w or {}).get("jit_s") or {}
+    return float(sum((vals.get(k) or {}).get("s", 0.0) for k in keys))
+
+
+def jit_calls(w: dict | None, key: str) -> int:
+    return int((((w or {}).get("jit_s") or {}).get(key) or {}).get("n", 0))
+
+
+def xla_seconds(w: dict | None) -> float:
+    """JAX's compile path in a window: tracing, lowering to MLIR, and the backend compile (or cache load)."""
+    return jit_seconds(w, *JAX_TRACE, JAX_BACKEND)
+
+
+def xla_hits(w: dict | None) -> int:
+    """Executables JAX's persistent cache served in a window."""
+    return max(jit_calls(w, JAX_HITS), jit_calls(w, JAX_RETRIEVAL))
+
+
+def xla_compiled(w: dict | None) -> bool:
+    """XLA compiled in the window: backend compiles beyond those JAX's persistent cache served."""
+    return jit_calls(w, JAX_BACKEND) > xla_hits(w)
+
+
+def xla_candidates_timed(w: dict | None) -> int:
+    """Candidates XLA timed in a window (its autotuning log: one ``run_time`` per candidate); 0 where XLA found
+    every result in its autotuning cache, or wrote no log."""
+    return int((((w or {}).get("xla_autotune") or {}).get("autotune_logs") or {}).get("timed", 0))
+
+
+def xla_autotune_seconds(runs: dict) -> float | None:
+    """What XLA's GEMM autotuning costs per full compile of the program: the cold run's backend compile in step 1
+    − the noautotune run's (the same compile with ``--xla_gpu_autotune_level=0``, caches empty too); None without
+    both runs compiling."""
+    A, N = runs.get("cold"), runs.get("noautotune")
+    if not (usable(A) and usable(N)):
+        return None
+    a1, n1 = windows(A).get("step1"), windows(N).get("step1")
+    if not (xla_compiled(a1) and xla_compiled(n1) and xla_candidates_timed(a1)):
+        return None
+    return jit_seconds(a1, JAX_BACKEND) - jit_seconds(n1, JAX_BACKEND)
+
+
+def xla_autotuned(run: dict) -> dict:
+    """What XLA's autotuning dumps of a run's steps hold: GEMMs autotuned (results), candidates timed (logs)."""
+    out = {"results": 0, "timed": 0, "kinds": {}, "windows": []}
+    for w in _step_windows(run):
+        xa = w.get("xla_autotune") or {}
+        if not xa:
+            continue
+        out["windows"].append(w["name"])
+        out["results"] += autotuned_instructions(xa)
+        lg = xa.get("autotune_logs") or {}
+        out["timed"] += int(lg.get("timed", 0))
+        for k, v in (lg.get("kinds") or {}).items():
+            out["kinds"][k] = out["kinds"].get(k, 0) + int(v)
+    return out
+
+
+def autotuned_instructions(xa: dict) -> int:
+    """GEMM fusions XLA autotuned, from its dumps: one ``instruction_profiles`` (or, in older XLA, ``logs``) entry
+    of the log per fusion, else the result file's ``entries``/``results``."""
+    lg, res = xa.get("autotune_logs") or {}, xa.get("autotune_results") or {}
+    for d in (lg, res):
+        text = d.get("text") or ""
+        n = len(re.findall(r"^(?:instruction_profiles|logs|entries|results)\s*\{", text, re.M))
+        if n:
+            return n
+        if d.get("logs") or d.get("results"):
+            return int(d.get("logs") or d.get("results"))
+    return 0
+
+
+def _chosen(xa: dict) -> str:
+    """The backends XLA's autotuning chose (its results file: ``optimal_config { backend: ... }``), counted."""
+    text = ((xa.get("autotune_results") or {}).get("text") or "")
+    got: dict[str, int] = {}
+    for m in re.finditer(r"optimal_config\s*\{\s*backend:\s*(\w+)", text):
+        got[m.group(1)] = got.get(m.group(1), 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(got.items()))
+
+
+def triton_direct_warm(run: dict, w: dict | None) -> tuple[float, float]:
+    """(Triton's own host time in `w` beyond its steady launches, the steady time per launch): the seconds inside
+    `JITFunction.run` in the window − its calls × the median per-call time of steps 3…N."""
+    per = [jit_seconds(x, "triton.run") / jit_calls(x, "triton.run") for x in _step_windows(run)[2:]
+           if jit_calls(x, "triton.run")]
+    each = statistics.median(per) if per else 0.0
+    return jit_seconds(w, "triton.run") - jit_calls(w, "triton.run") * each, each
+
+
+def jit_mechanisms(w: dict | None) -> set[str]:
+    """The compile routes a window was seen in (their entry points were called and compiled or loaded)."""
+    out = set()
+    if jit_calls(w, "cupy.compile"):
+        out.add("nvrtc-cupy")
+    if jit_calls(w, "triton.compile.direct"):
+        out.add("triton-direct")
+    if jit_calls(w, "numba.compile") and (jit_calls(w, "numba.nvvm") or jit_calls(w, "numba.link")):
+        out.add("numba")
+    if jit_seconds(w, JAX_BACKEND):
+        out.add("xla")
+    return out
+
+
+def span_owner(w: dict | None, t_ms: float) -> str | None:
+    """The mechanism whose timed entry point was running at `t_ms` (ms from the window's start), or None."""
+    inside = [sp for sp in (w or {}).get("jit_spans") or [] if sp["t0_ms"] <= t_ms <= sp["t1_ms"]]
+    if not inside:
+        return None
+    key = max(inside, key=lambda sp: sp["t1_ms"] - sp["t0_ms"])["key"]  # the outermost call names the route
+    return _SPAN_MECH.get(key) or next((m for p, m in _SPAN_PREFIX if key.startswith(p)), None)
+
+
+_SPAN_MECH = {"cupy.compile": "nvrtc-cupy", "cupy.nvrtc": "nvrtc-cupy", "cupy.nvcc": "nvrtc-cupy",
+              "triton.run": "triton-direct", "triton.compile.direct": "triton-direct",
+              "triton.load.direct": "triton-direct", "triton.compile.other": "triton-jit",
+              "triton.load.other": "triton-jit", "triton.launcher": "triton-jit", "triton.build": "triton-jit",
+              "numba.compile": "numba", "numba.nvvm": "numba", "numba.link": "numba"}
+_SPAN_PREFIX = (("jax:", "xla"),)
+
+
 # --- analysis (CPU) -----------------------------------------------------------------------------------------------
 def _ms(s: float | None) -> str:
     return "n/a" if s is None else f"{s * 1e3:.1f} ms"
@@ -390,6 +588,19 @@ def _diff(a: dict | None, b: dict | None) -> float | None:
     return step_walls(a)[0] - step_walls(b)[0]
 
 
+def triton_route(run: dict) -> str:
+    """Who made the Triton kernels of a run: ``triton`` (torch.compile: its timers ran or Inductor wrote its
+    cache), ``triton-direct``
+    (`JITFunction.run` compiled or loaded them), else ``triton-jit`` (no caller observed: a run saved without the
+    child's entry-point timers)."""
+    ws = run.get("windows") or []
+    if any(w.get("compile_s") or new_files(w, "TORCHINDUCTOR_CACHE_DIR").get("count") for w in ws):
+        return "triton"
+    if any("triton-direct" in jit_mechanisms(w) for w in ws):
+        return "triton-direct"
+    return "triton-jit"
+
+
 def runtime_compilation(runs: dict) -> dict:
     """What the process was seen compiling (not forced runs): mechanisms with their evidence."""
     mech: dict[str, list[str]] = {}
@@ -397,11 +608,12 @@ def runtime_compilation(runs: dict) -> dict:
     for name, r in runs.items():
         if not r or str(r.get("env", {}).get("CUDA_FORCE_PTX_JIT")) == "1":
             continue
+        route = triton_route(r)
         for w in _step_windows(r):
             tri = w.get("triton_kernels") or []
             ind = new_files(w, "TORCHINDUCTOR_CACHE_DIR")
             if tri:
-                mech.setdefault("triton", []).append(
+                mech.setdefault(route, []).append(
                     f"{name} {w['name']}: Triton wrote {len(tri)} new kernel binaries (.cubin), e.g. {tri[0]}")
             if ind.get("count"):
                 mech.setdefault("inductor", []).append(
@@ -415,11 +627,16 @@ def runtime_compilation(runs: dict) -> dict:
             if kc.get("count"):
                 mech.setdefault("nvrtc", []).append(
                     f"{name} {w['name']}: torch's NVRTC kernel cache got {kc['count']} new files")
+            _jit_evidence(name, w, mech, hints)
         warm_cc = bool((r.get("env") or {}).get("compute_cache_warm")) and not compute_cache_written(r)
+        wins = windows(r)
         for c in ptx_loads(r):
             what = c.get("image") if c.get("image") == "ptx" else c.get("input")
+            owner = span_owner(wins.get(c["window"]), c.get("t_ms", -1.0))
             line = (f"{name} {c['window']}: {c['name']} was handed {what} "
                     f"({c.get('image_bytes', 0) / 1024:.0f} KiB), {c['seconds'] * 1e3:.1f} ms in the call")
+            if owner:
+                line += f", inside {_MECH_LABEL.get(owner, owner)}'s compile"
             if c.get("rc"):
                 hints.append(line + f", and failed (CUDA error {c['rc']})")
             elif warm_cc:
@@ -428,24 +645,82 @@ def runtime_compilation(runs: dict) -> dict:
                 mech.setdefault("ptx-jit", []).append(line)
         for lib, ws in libraries_loaded_in_steps(r).items():
             where = f"{name}: {lib} was loaded during {', '.join(ws)}"
+            owners = set().union(*(jit_mechanisms(wins.get(x)) for x in ws))
             if lib.startswith("libnvidia-ptxjitcompiler"):
                 mech.setdefault("ptx-jit", []).append(where + " (the driver's PTX JIT compiler)")
+            elif lib.startswith(("libnvrtc", "libnvJitLink", "libnvptxcompiler", "libnvvm")) and owners:
+                for o in sorted(owners):  # the compiler library of a route seen compiling in the same step
+                    mech.setdefault(o, []).append(where)
             elif lib.startswith(("libnvrtc", "libnvJitLink", "libnvptxcompiler")):
                 mech.setdefault("nvjitlink" if "nvJitLink" in lib else "nvrtc", []).append(where)
             elif "runtime_compiled" in lib:
                 hints.append(where + " (cuDNN's runtime-compiled engines: they compile with NVRTC when chosen)")
-    seen = sorted(mech)
+    seen = [m for m in _MECH_LABEL if m in mech] + sorted(m for m in mech if m not in _MECH_LABEL)
     if seen:
         verdict = "runtime compilation observed: " + ", ".join(_MECH_LABEL.get(m, m) for m in seen)
     else:
-        verdict = ("no runtime compilation observed: no ComputeCache, Triton, Inductor or kernel-cache files were "
-                   "written during the steps, no PTX was handed to the driver, and no NVRTC/nvJitLink was loaded")
-    return {"observed": bool(seen), "mechanisms": {m: v[:6] for m, v in mech.items()}, "hints": hints[:6],
+        verdict = ("no runtime compilation observed: no ComputeCache, Triton, Inductor, CuPy, Numba, XLA or "
+                   "kernel-cache work was seen during the steps, no PTX was handed to the driver, and no "
+                   "NVRTC/nvJitLink was loaded")
+    return {"observed": bool(seen), "mechanisms": {m: mech[m][:6] for m in seen}, "hints": hints[:8],
             "verdict": verdict}
 
 
-_MECH_LABEL = {"triton": "Triton (torch.compile)", "inductor": "Inductor code generation",
-               "ptx-jit": "PTX JIT by the driver", "nvrtc": "NVRTC", "nvjitlink": "nvJitLink"}
+def _jit_evidence(name: str, w: dict, mech: dict, hints: list) -> None:
+    """The compile entry points a step window called, as evidence of their mechanism (or hints: cache hits)."""
+    where = f"{name} {w['name']}"
+    n, nv = jit_calls(w, "cupy.compile"), jit_calls(w, "cupy.nvrtc") + jit_calls(w, "cupy.nvcc")
+    cupy_files = new_files(w, "CUPY_CACHE_DIR")
+    if nv:
+        mech.setdefault("nvrtc-cupy", []).append(
+            f"{where}: CuPy compiled {nv} kernels with NVRTC ({jit_seconds(w, 'cupy.nvrtc', 'cupy.nvcc') * 1e3:.1f} ms "
+            f"in the compiler; {n} cached-compile calls, {jit_seconds(w, 'cupy.compile') * 1e3:.1f} ms in all), "
+            f"{cupy_files.get('count', 0)} files written to CUPY_CACHE_DIR")
+    elif n:
+        hints.append(f"{where}: CuPy took {n} kernels from its cache (CUPY_CACHE_DIR), no NVRTC call: "
+                     f"{jit_seconds(w, 'cupy.compile') * 1e3:.1f} ms to look up and load them")
+    nd = jit_calls(w, "triton.compile.direct")
+    if nd:
+        built = jit_calls(w, "triton.build")
+        line = (f"{where}: JITFunction.run called triton.compile {nd} times "
+                f"({jit_seconds(w, 'triton.compile.direct') * 1e3:.1f} ms), loaded "
+                f"{jit_calls(w, 'triton.load.direct')} kernels with their launchers "
+                f"({jit_seconds(w, 'triton.load.direct') * 1e3:.1f} ms)")
+        if built:
+            line += f"; {built} C modules built with the host compiler ({jit_seconds(w, 'triton.build') * 1e3:.1f} ms)"
+        if w.get("triton_kernels") or built:
+            mech.setdefault("triton-direct", []).append(line)
+        else:  # no binary written: compile found the kernel in Triton's cache
+            hints.append(line + "; served from Triton's cache (no new binary)")
+    if "numba" in jit_mechanisms(w):
+        mech.setdefault("numba", []).append(
+            f"{where}: Numba compiled {jit_calls(w, 'numba.compile')} kernel signatures "
+            f"({jit_seconds(w, 'numba.compile') * 1e3:.1f} ms: NVVM {jit_seconds(w, 'numba.nvvm') * 1e3:.1f} ms, "
+            f"link {jit_seconds(w, 'numba.link') * 1e3:.1f} ms)")
+    if jit_seconds(w, JAX_BACKEND):
+        line = (f"{where}: XLA backend compile {jit_seconds(w, JAX_BACKEND) * 1e3:.1f} ms in "
+                f"{jit_calls(w, JAX_BACKEND)} calls (tracing and lowering {jit_seconds(w, *JAX_TRACE) * 1e3:.1f} ms); "
+                f"JAX's persistent cache served {xla_hits(w)}, got {jit_calls(w, JAX_WRITES)} new entries")
+        (mech.setdefault("xla", []).append if xla_compiled(w) else hints.append)(
+            line if xla_compiled(w) else line + " (served from JAX's persistent cache)")
+    xa = w.get("xla_autotune") or {}
+    timed = xla_candidates_timed(w)
+    if timed:
+        lg = xa.get("autotune_logs") or {}
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted((lg.get("kinds") or {}).items()))
+        mech.setdefault("xla-autotune", []).append(
+            f"{where}: XLA's autotuning log: {timed} candidates timed for {autotuned_instructions(xa)} GEMM "
+            f"fusions ({kinds or 'kinds not listed'}); backends chosen: {_chosen(xa) or 'not listed'}")
+    elif xa and jit_seconds(w, JAX_BACKEND) and xla_compiled(w):
+        hints.append(f"{where}: XLA compiled and timed no candidate: its autotuning results came from its own "
+                     "autotuning cache (in JAX's cache folder)")
+
+
+_MECH_LABEL = {"triton": "Triton via torch.compile", "inductor": "Inductor code generation",
+               "triton-direct": "Triton JIT (direct)", "triton-jit": "Triton (caller not observed)",
+               "nvrtc-cupy": "NVRTC (CuPy)", "numba": "Numba", "xla": "XLA compile",
+               "xla-autotune": "XLA GEMM autotuning", "ptx-jit": "PTX JIT by the driver", "nvrtc": "NVRTC",
+               "nvjitlink": "nvJitLink"}
 
 
 def analyse(result: dict) -> dict:
@@ -502,15 +777,38 @@ def analyse(result: dict) -> dict:
             add("autotuning", "benchmark-based autotuning (cold cache)", tune, "torch.compile timers (cold − warm)",
                 [f"autotuning timers in step 1: {autotune_seconds(s1):.3f} s cold, "
                  f"{autotune_seconds(windows(B).get('step1')):.3f} s warm"])
-        if fw_files and cc_files:
-            fw = min(max(d - tune, 0.0), max(0.0, cA - cB - tune)) if (cA or cB) else max(d - tune, 0.0)
-            add("runtime_compilation", "runtime compilation, framework (cold cache)", fw, "cold − warm", ev)
-            add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", d - tune - fw, "cold − warm",
+        # the routes whose entry points were timed: each gets its own cold − warm timer difference
+        timed = _cold_timed(runs, s1, windows(B).get("step1") or {})
+        room = max(d - tune, 0.0)
+        total = sum(max(t[2], 0.0) for t in timed)
+        scale = min(1.0, room / total) if total > 0 else 0.0
+        for cause, label, sec, how, tev in timed:
+            if scale < 1.0 and sec > 0:
+                tev = tev + [f"the timed routes add up to {total * 1e3:.1f} ms, more than cold − warm "
+                             f"({room * 1e3:.1f} ms): each is scaled by {scale:.3f}"]
+            add(cause, label, sec * scale if sec > 0 else sec, how, tev)
+        used = total * scale
+        rest = d - tune - used
+        torch_fw = bool(cA or cB) or bool(new_files(s1, "TORCHINDUCTOR_CACHE_DIR").get("count"))
+        fw_label = ("runtime compilation, Triton via torch.compile (cold cache)" if torch_fw else
+                    "runtime compilation, framework (cold cache)")
+        if timed and not torch_fw:
+            if cc_files:
+                add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest,
+                    "cold − warm − timed routes",
+                    [f"{cc_files} ComputeCache files written by the cold run"])
+            else:
+                out["evidence"].append(f"cold − warm less the timed compile routes: {rest * 1e3:+.1f} ms, not "
+                                       "attributed (no other cache was written)")
+        elif fw_files and cc_files:
+            fw = min(max(rest, 0.0), max(0.0, cA - cB - tune)) if (cA or cB) else max(rest, 0.0)
+            add("runtime_compilation", fw_label, fw, "cold − warm", ev)
+            add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest - fw, "cold − warm",
                 [f"{cc_files} ComputeCache files written by the cold run"])
         elif fw_files:
-            add("runtime_compilation", "runtime compilation, framework (cold cache)", d - tune, "cold − warm", ev)
+            add("runtime_compilation", fw_label, rest, "cold − warm", ev)
         elif cc_files:
-            add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", d, "cold − warm", ev)
+            add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest, "cold − warm", ev)
         else:
             ev.append("no cache file was written: no compilation is cached, the difference is run-to-run noise")
             add("cold_caches", "cold caches (nothing was compiled)", 0.0, "cold − warm", ev)
@@ -552,6 +850,8 @@ def analyse(result: dict) -> dict:
     if at:
         add("autotuning_warm", "benchmark-based autotuning (warm caches)", at, f"torch.compile timers ({rname})",
             [f"autotuning timers in {rname} step 1: {at:.3f} s"])
+    for cause, label, sec, how, tev in _warm_timed(runs, R, rname, r1):
+        add(cause, label, sec, how, tev)
     if R.get("cudnn_benchmark"):
         out["evidence"].append("torch.backends.cudnn.benchmark was on: cuDNN times candidate engines at each new "
                                "shape (benchmark-based autotuning, not timed apart here)")
@@ -588,11 +888,143 @@ def analyse(result: dict) -> dict:
     out["unexplained_pct"] = 100.0 * out["unexplained_s"] / excess if excess > 0 else None
     out["components"] = comps
     out["what_if"] = _what_if(runs)
+    out["caches"] = cache_states(runs)
+    out["kernels"] = observed_provenance(result)
     out["forced_jit"] = forced_jit(result)
     out["runs_wall_s"], out["overhead_s"] = overhead(runs)
     out["import_s"] = sum(float(r.get("import_torch_s") or 0.0) for r in runs.values())
     out["step2_excess_s"] = walls[1] - st
     return out
+
+
+def _cold_timed(runs: dict, a1: dict, b1: dict) -> list[tuple]:
+    """(cause, label, seconds, how, evidence) for each timed compile route of the cold run's step 1: its timer
+    cold − warm (what the warm caches spared it)."""
+    out = []
+    ms = lambda x: f"{x * 1e3:.1f} ms"  # noqa: E731
+    if jit_calls(a1, "cupy.compile"):
+        c, w = jit_seconds(a1, "cupy.compile"), jit_seconds(b1, "cupy.compile")
+        out.append(("nvrtc_cupy", "NVRTC (CuPy), cold cache", c - w, "CuPy compile timer (cold − warm)",
+                    [f"CuPy's cached compile in step 1: {ms(c)} cold ({jit_calls(a1, 'cupy.nvrtc')} NVRTC compiles, "
+                     f"{ms(jit_seconds(a1, 'cupy.nvrtc'))}), {ms(w)} warm ({jit_calls(b1, 'cupy.nvrtc')} NVRTC "
+                     f"compiles); CUPY_CACHE_DIR got {new_files(a1, 'CUPY_CACHE_DIR').get('count', 0)} files"]))
+    if jit_calls(a1, "triton.run") and "triton-direct" in jit_mechanisms(a1):
+        c, w = jit_seconds(a1, "triton.run"), jit_seconds(b1, "triton.run")
+        out.append(("triton_direct", "Triton JIT (direct), cold cache", c - w, "JITFunction.run timer (cold − warm)",
+                    [f"inside JITFunction.run in step 1: {ms(c)} cold ({jit_calls(a1, 'triton.run')} launches; "
+                     f"compile {ms(jit_seconds(a1, 'triton.compile.direct'))}, C modules built "
+                     f"{jit_calls(a1, 'triton.build')} in {ms(jit_seconds(a1, 'triton.build'))}), {ms(w)} warm "
+                     f"(compile {ms(jit_seconds(b1, 'triton.compile.direct'))}, "
+                     f"built {jit_calls(b1, 'triton.build')})"]))
+    if "numba" in jit_mechanisms(a1):
+        c, w = jit_seconds(a1, "numba.compile"), jit_seconds(b1, "numba.compile")
+        out.append(("numba", "Numba, cold caches", c - w, "Numba compile timer (cold − warm)",
+                    [f"Numba's compile in step 1: {ms(c)} cold, {ms(w)} warm (NVVM {ms(jit_seconds(a1, 'numba.nvvm'))}"
+                     f" / {ms(jit_seconds(b1, 'numba.nvvm'))}, link {ms(jit_seconds(a1, 'numba.link'))} / "
+                     f"{ms(jit_seconds(b1, 'numba.link'))})"]))
+    if jit_seconds(a1, JAX_BACKEND):
+        c, w = xla_seconds(a1), xla_seconds(b1)
+        d = c - w
+        tune = xla_autotune_seconds(runs) if not xla_candidates_timed(b1) else None
+        ev = [f"JAX's compile events in step 1: {ms(c)} cold (backend {ms(jit_seconds(a1, JAX_BACKEND))}, "
+              f"{xla_candidates_timed(a1)} autotuning candidates timed), {ms(w)} warm (backend "
+              f"{ms(jit_seconds(b1, JAX_BACKEND))}, {xla_hits(b1)} executables from JAX's persistent cache, "
+              f"{xla_candidates_timed(b1)} candidates timed)"]
+        if tune is not None:
+            t = min(max(tune, 0.0), max(d, 0.0))
+            out.append(("xla_autotuning", "XLA GEMM autotuning, cold cache", t,
+                        "backend compile: cold − noautotune", _xla_tune_evidence(runs, tune)))
+            d -= t
+        out.append(("xla_compile", "XLA compile, cold cache", d, "JAX compile events (cold − warm)", ev))
+    return out
+
+
+def _xla_tune_evidence(runs: dict, tune: float) -> list[str]:
+    N = runs.get("noautotune") or {}
+    A = runs.get("cold") or {}
+    got = xla_autotuned(A)
+    return [f"XLA backend compile in step 1: {jit_seconds(windows(A).get('step1'), JAX_BACKEND) * 1e3:.1f} ms with "
+            f"autotuning, {jit_seconds(windows(N).get('step1'), JAX_BACKEND) * 1e3:.1f} ms with "
+            f"--xla_gpu_autotune_level=0 (noautotune run): {tune * 1e3:+.1f} ms",
+            f"the cold run's autotuning dumps: {got['results']} autotuned instructions, {got['timed']} candidates "
+            f"timed ({', '.join(f'{k} {v}' for k, v in sorted(got['kinds'].items())) or 'kinds not listed'})"]
+
+
+def _warm_timed(runs: dict, R: dict, rname: str, r1: dict) -> list[tuple]:
+    """(cause, label, seconds, how, evidence) for the compile routes' own work in step 1 of run R (warm caches):
+    cache lookups and loads, or compiles no cache serves (Numba, XLA under its cache threshold)."""
+    out = []
+    ms = lambda x: f"{x * 1e3:.1f} ms"  # noqa: E731
+    if jit_calls(r1, "cupy.compile"):
+        nv = jit_calls(r1, "cupy.nvrtc")
+        out.append(("nvrtc_cupy_warm", "NVRTC (CuPy), " + ("compiled again (not cached)" if nv else
+                                                            "warm cache: lookup and module load"),
+                    jit_seconds(r1, "cupy.compile"), f"CuPy compile timer ({rname})",
+                    [f"{rname} step 1: {jit_calls(r1, 'cupy.compile')} cached-compile calls, {nv} NVRTC compiles, "
+                     f"{ms(jit_seconds(r1, 'cupy.compile'))}"]))
+    if jit_calls(r1, "triton.run"):
+        extra, each = triton_direct_warm(R, r1)
+        out.append(("triton_direct_warm", "Triton JIT (direct), warm cache: specialisation, cache lookup, "
+                    "launcher and module load", extra, f"JITFunction.run timer ({rname})",
+                    [f"{rname} step 1: {ms(jit_seconds(r1, 'triton.run'))} inside JITFunction.run for "
+                     f"{jit_calls(r1, 'triton.run')} launches, {each * 1e6:.0f} µs per launch in steps 3…N; "
+                     f"compile from cache {ms(jit_seconds(r1, 'triton.compile.direct'))}, module and launcher load "
+                     f"{ms(jit_seconds(r1, 'triton.load.direct'))}"]))
+    if jit_calls(r1, "numba.compile"):
+        nvvm = jit_calls(r1, "numba.nvvm")
+        out.append(("numba_warm", "Numba, " + ("compiled again (no disk cache)" if nvvm else "cache load"),
+                    jit_seconds(r1, "numba.compile"), f"Numba compile timer ({rname})",
+                    [f"{rname} step 1: {jit_calls(r1, 'numba.compile')} compile calls, "
+                     f"{ms(jit_seconds(r1, 'numba.compile'))}"
+                     f" (NVVM {nvvm} calls, {ms(jit_seconds(r1, 'numba.nvvm'))}; link "
+                     f"{ms(jit_seconds(r1, 'numba.link'))})"]))
+    if jit_seconds(r1, JAX_BACKEND) or jit_seconds(r1, *JAX_TRACE):
+        x = xla_seconds(r1)
+        ev = [f"{rname} step 1: tracing and lowering {ms(jit_seconds(r1, *JAX_TRACE))}, backend compile "
+              f"{ms(jit_seconds(r1, JAX_BACKEND))} ({xla_hits(r1)} executables from JAX's persistent cache, "
+              f"{xla_candidates_timed(r1)} autotuning candidates timed)"]
+        if xla_compiled(r1):
+            tune = xla_autotune_seconds(runs) if xla_candidates_timed(r1) else None
+            t = min(max(tune or 0.0, 0.0), x)
+            if tune is not None:
+                out.append(("xla_autotuning_warm", "XLA GEMM autotuning (compiled again, not cached)", t,
+                            "backend compile: cold − noautotune", _xla_tune_evidence(runs, tune)))
+            out.append(("xla_compile_warm", "XLA compile (compiled again: the executable was not cached)", x - t,
+                        f"JAX compile events ({rname})",
+                        ev + ["JAX's persistent cache did not serve the executable (a compile under "
+                              "jax_persistent_cache_min_compile_time_secs is not written; XLA flags that differ "
+                              "change its key)"]))
+        else:
+            out.append(("xla_warm", "XLA, warm cache: tracing, lowering, cache load", x,
+                        f"JAX compile events ({rname})", ev))
+    return out
+
+
+def cache_states(runs: dict) -> list[dict]:
+    """Per run: which isolated caches held files before it (warm) and which it wrote to, as one line each.
+    Runs saved before the per-cache counts were kept say only whether the ComputeCache and the framework
+    caches were warm."""
+    out = []
+    for name, r in runs.items():
+        env = r.get("env") or {}
+        before = env.get("caches_before")
+        written = {v: int((c or {}).get("count", 0)) for v, c in (r.get("cache_written") or {}).items()}
+        wrote = ", ".join(f"{_CACHE_NAME.get(v, v)} {n}" for v, n in written.items() if n) or "nothing"
+        if before is None:
+            warm = [lbl for lbl, key in (("ComputeCache", "compute_cache_warm"),
+                                         ("framework caches", "framework_cache_warm")) if env.get(key)]
+            line = (f"{' and '.join(warm)} warm" if warm else "all empty") + f" → wrote {wrote}"
+        else:
+            warm = [f"{_CACHE_NAME.get(v, v)} {n}" for v, n in before.items() if n]
+            line = (f"held {', '.join(warm)}" if warm else "all empty") + f" → wrote {wrote}"
+        out.append({"run": name, "before": before, "written": written, "line": line})
+    return out
+
+
+_CACHE_NAME = {"CUDA_CACHE_PATH": "ComputeCache", "TORCHINDUCTOR_CACHE_DIR": "Inductor", "TRITON_CACHE_DIR": "Triton",
+               "PYTORCH_KERNEL_CACHE_PATH": "torch kernels", "CUPY_CACHE_DIR": "CuPy",
+               "TORCH_EXTENSIONS_DIR": "torch extensions", "NUMBA_CACHE_DIR": "Numba",
+               "JAX_COMPILATION_CACHE_DIR": "JAX"}
 
 
 def overhead(runs: dict) -> tuple[float, float]:
@@ -727,6 +1159,18 @@ def render(a: dict) -> str:
         lines.append(f"  - the runs took {a['runs_wall_s']:.1f} s in all, of which {a['overhead_s']:.1f} s outside "
                      f"the program's own setup and steps ({a['import_s']:.1f} s importing torch, the rest process "
                      "start, CUPTI and evidence)")
+    if a.get("caches"):
+        lines += ["", "caches (files before the run → files the run wrote):"]
+        for c in a["caches"]:
+            lines.append(f"  - {c['run']}: {c['line']}")
+    if a.get("kernels"):
+        k = a["kernels"]
+        lines += ["", f"kernels seen made at run time ({len(k)}):"]
+        for name, v in sorted(k.items(), key=lambda kv: (kv[1]["provenance"], kv[0]))[:12]:
+            lines.append(f"  - {name}: {v['provenance']} ({_MECH_LABEL.get(v['mechanism'], v['mechanism'])}, "
+                         f"evidence {v['evidence']}) — {v['how']}")
+        if len(k) > 12:
+            lines.append(f"  - … and {len(k) - 12} more (`--format json`: kernels)")
     if a.get("what_if"):
         lines += ["", "what-ifs:"] + [f"  - {w}" for w in a["what_if"]]
     lines += ["", f"verdict: {comp['verdict']}"]
@@ -734,27 +1178,60 @@ def render(a: dict) -> str:
 
 
 # --- provenance (CPU) ------------------------------------------------------------------------------------------------
+AUTOTUNED = "autotuned"   # chosen by timing candidates (XLA's autotuner), not by a library's heuristic
+
+
 def observed_provenance(result: dict) -> dict[str, dict]:
     """Kernel name (or ``module:<id>`` where the module's kernels are not known) -> what the process was seen
-    doing to produce it: ``{"provenance": "runtime-compiled", "mechanism": "triton" | "ptx-jit",
-    "evidence": "observed", "how": ...}``. Runs with CUDA_FORCE_PTX_JIT=1 are what-ifs and are left out."""
+    doing to produce it: ``{"provenance": "runtime-compiled" | "autotuned", "mechanism": ..., "evidence":
+    "observed", "how": ...}``. Mechanisms: ``triton`` (Triton via torch.compile), ``triton-direct``,
+    ``triton-jit`` (Triton, caller not observed) from the cubins Triton wrote; ``ptx-jit`` from modules loaded from
+    PTX text; ``nvrtc-cupy``, ``numba``, ``xla`` from modules loaded inside those routes' timed compile calls.
+    A kernel XLA loaded in several candidate modules during one compile, in a window whose autotuning log timed
+    candidates, is ``autotuned``. Runs with CUDA_FORCE_PTX_JIT=1 are what-ifs and are left out."""
     out: dict[str, dict] = {}
     for name, r in (result.get("runs") or {}).items():
         if str((r.get("env") or {}).get("CUDA_FORCE_PTX_JIT")) == "1":
             continue
+        route = triton_route(r)
         for w in _step_windows(r):
             for k in w.get("triton_kernels") or []:
-                out.setdefault(k, {"provenance": "runtime-compiled", "mechanism": "triton", "evidence": "observed",
-                                   "how": f"Triton wrote {k}.cubin to its cache during {w['name']} of the {name} run"})
+                out.setdefault(k, {"provenance": "runtime-compiled", "mechanism": route, "evidence": "observed",
+                                   "how": f"Triton wrote {k}.cubin to its cache during {w['name']} of the {name} run "
+                                          f"({_MECH_LABEL[route]})"})
+        wins = windows(r)
         for wname, g in (r.get("modules") or {}).items():
-            for m in g.get("records", []):
-                if m.get("image") != "ptx":
+            recs = g.get("records", [])
+            owners = {id(m): span_owner(wins.get(wname), m.get("t_ms", -1.0)) if m.get("loaded_by") else None
+                      for m in recs}
+            copies: dict[str, int] = {}
+            for m in recs:
+                if owners[id(m)] == "xla":
+                    for k in m.get("kernels") or []:
+                        copies[k] = copies.get(k, 0) + 1
+            timed = xla_candidates_timed(wins.get(wname))
+            for m in recs:
+                if m.get("image") == "ptx":
+                    how = (f"module {m['id']} was loaded from PTX text by {m.get('loaded_by', 'a loader')} during "
+                           f"{wname} of the {name} run (the driver JIT-compiled it)")
+                    for k in m.get("kernels") or [f"module:{m['id']}"]:
+                        out.setdefault(k, {"provenance": "runtime-compiled", "mechanism": "ptx-jit",
+                                           "evidence": "observed", "how": how})
                     continue
-                how = (f"module {m['id']} was loaded from PTX text by {m.get('loaded_by', 'a loader')} during "
-                       f"{wname} of the {name} run (the driver JIT-compiled it)")
-                for k in m.get("kernels") or [f"module:{m['id']}"]:
-                    out.setdefault(k, {"provenance": "runtime-compiled", "mechanism": "ptx-jit",
-                                       "evidence": "observed", "how": how})
+                owner = owners[id(m)]
+                if owner is None:  # (a module without kernel names, as EAGER runs record them, names nothing)
+                    continue
+                for k in m.get("kernels") or []:
+                    how = (f"module {m['id']} was loaded by {m['loaded_by']} inside {_MECH_LABEL.get(owner, owner)}'s "
+                           f"compile during {wname} of the {name} run")
+                    prov = "runtime-compiled"
+                    if owner == "xla" and copies.get(k, 0) > 1 and timed:
+                        prov = AUTOTUNED
+                        how = (f"XLA compiled and loaded {copies[k]} candidate modules of {k} during {wname} of the "
+                               f"{name} run and timed {timed} candidates (its autotuning log): chosen by timing")
+                    prev = out.get(k)
+                    if prev is None or (prov == AUTOTUNED and prev["provenance"] != AUTOTUNED):
+                        out[k] = {"provenance": prov, "mechanism": owner, "evidence": "observed", "how": how}
     return out
 
 

@@ -14,6 +14,11 @@ and reads the one JSON line this prints last. What is measured:
 - the cuBLASLt level-2 log of each step (the in-process logger of `lt.Logger`), as lines;
 - with CUPTI (`cupti.Recorder`): each module the driver loaded and the load, link and allocation calls, with
   their host timestamps;
+- the compile entry points of the runtime compilers a program may use (`JIT_HOOKS`), wrapped when their module
+  is imported: CuPy's cached compile and its NVRTC call, Triton's `JITFunction.run`, `compile`, launcher build
+  and module load, Numba's CUDA compile (NVVM, link), JAX's own compile events (`jax.monitoring`: tracing,
+  lowering, XLA backend compile, persistent-cache hits); seconds and calls per window, and the spans of the
+  calls over 1 ms; with XLA, the autotuning results and logs XLA wrote (`CUBLASLT_PROBE_XLA_DUMP`) per window;
 - with ``--preinit``: before the first step, the libraries are initialised one by one (CUDA context, cuBLAS
   handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN), each timed.
 
@@ -25,15 +30,20 @@ marks none but defines ``make_step()`` or ``step()`` at module level has that ru
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.abc
 import json
 import os
+import re
 import runpy
 import statistics
 import sys
+import threading
 import time
 import traceback
 
-CACHE_VARS = ("CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH")
+CACHE_VARS = ("CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH",
+              "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")
 # Shared libraries reported when they appear: compilers, JIT, CUDA libraries (other new libraries are not kept)
 WATCHED_LIBS = ("libnvrtc", "libnvJitLink", "libnvptxcompiler", "libnvidia-ptxjitcompiler", "libcudnn",
                 "libcublas", "libcupti", "libtriton", "libcuda", "libnvvm", "libcufft", "libcusparse",
@@ -76,6 +86,193 @@ def cache_files(root: str | None) -> dict[str, int]:
     return out
 
 
+# --- compile entry points of the runtime compilers ---------------------------------------------------------------
+SPAN_NS = 1_000_000   # calls longer than this keep their span (module loads inside them are attributed to them)
+MAX_SPANS = 5000
+XLA_DUMP_FILES = ("autotune_results.txt", "autotune_logs.txt")
+XLA_TEXT_KEPT = 24_000
+
+
+class Timers:
+    """Seconds and calls inside each watched entry point (outermost call of a key per thread), process-wide,
+    and the spans of the calls longer than `SPAN_NS`."""
+
+    def __init__(self):
+        self.acc: dict[str, list] = {}     # key -> [ns, calls]
+        self.spans: list[tuple] = []       # (key, t0_ns, t1_ns)
+        self.local = threading.local()
+        self.errors: list[str] = []
+
+    def add(self, key: str, t0: int, t1: int) -> None:
+        g = self.acc.setdefault(key, [0, 0])
+        g[0] += t1 - t0
+        g[1] += 1
+        if t1 - t0 >= SPAN_NS and len(self.spans) < MAX_SPANS:
+            self.spans.append((key, t0, t1))
+
+    def count(self, key: str) -> None:
+        self.acc.setdefault(key, [0, 0])[1] += 1
+
+    def inside(self, key: str) -> bool:
+        return bool(getattr(self.local, key.replace(".", "_"), 0))
+
+    def wrap(self, key, fn):
+        """`fn` timed under `key` (a string, or a function of nothing that names the key at call time)."""
+        timers = self
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            k = key() if callable(key) else key
+            slot = k.replace(".", "_")
+            if getattr(timers.local, slot, 0):
+                return fn(*args, **kwargs)
+            setattr(timers.local, slot, 1)
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                t1 = time.perf_counter_ns()
+                setattr(timers.local, slot, 0)
+                timers.add(k, t0, t1)
+        timed.__cublaslt_probe_timer__ = key
+        return timed
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        return {k: (v[0], v[1]) for k, v in self.acc.items()}
+
+
+TIMERS = Timers()
+
+
+def _triton_compile_key() -> str:
+    # a compile inside JITFunction.run is Triton used directly; any other caller (Inductor) is not
+    return "triton.compile.direct" if TIMERS.inside("triton.run") else "triton.compile.other"
+
+
+def _triton_load_key() -> str:
+    return "triton.load.direct" if TIMERS.inside("triton.run") else "triton.load.other"
+
+
+def _jax_listeners(mod) -> None:
+    """Register on JAX's monitoring events (durations, counts, time spans) under ``jax:EVENT``."""
+    offset = time.perf_counter_ns() - time.time_ns()
+
+    def duration(event, secs, **_):
+        g = TIMERS.acc.setdefault("jax:" + event, [0, 0])
+        g[0] += int(secs * 1e9)
+        g[1] += 1
+
+    def span(event, start, end, **_):
+        if int((end - start) * 1e9) >= SPAN_NS and len(TIMERS.spans) < MAX_SPANS:
+            TIMERS.spans.append(("jax:" + event, int(start * 1e9) + offset, int(end * 1e9) + offset))
+
+    mod.register_event_duration_secs_listener(duration)
+    mod.register_event_listener(lambda event, **_: TIMERS.count("jax:" + event))
+    if hasattr(mod, "register_event_time_span_listener"):
+        mod.register_event_time_span_listener(span)
+
+
+# module -> [(attribute, possibly Class.method, timer key)]; a missing attribute is skipped (other versions)
+JIT_HOOKS: dict[str, list] = {
+    "cupy.cuda.compiler": [("_compile_with_cache_cuda", "cupy.compile"),
+                           ("_compile_using_nvrtc_no_warning", "cupy.nvrtc"), ("compile_using_nvrtc", "cupy.nvrtc"),
+                           ("compile_using_nvcc", "cupy.nvcc")],
+    "triton.runtime.jit": [("JITFunction.run", "triton.run")],
+    "triton.compiler.compiler": [("compile", _triton_compile_key), ("CompiledKernel._init_handles", _triton_load_key)],
+    "triton.compiler": [("compile", _triton_compile_key)],
+    "triton.runtime.build": [("compile_module_from_src", "triton.launcher"), ("_build", "triton.build")],
+    "triton.backends.nvidia.driver": [("compile_module_from_src", "triton.launcher")],
+    "triton.runtime.autotuner": [("Autotuner._bench", "triton.autotune")],
+    "numba.cuda.dispatcher": [("CUDADispatcher.compile", "numba.compile")],
+    "numba.cuda.cudadrv.nvvm": [("compile_ir", "numba.nvvm")],
+    "numba.cuda.codegen": [("CUDACodeLibrary.get_cubin", "numba.link")],
+    "jax._src.monitoring": _jax_listeners,
+}
+_HOOKED: set[str] = set()
+
+
+def hook_module(name: str, mod) -> None:
+    """Wrap the watched entry points of module `name` (once); a failure is kept as text, the program runs on."""
+    if name in _HOOKED or name not in JIT_HOOKS:
+        return
+    _HOOKED.add(name)
+    spec = JIT_HOOKS[name]
+    try:
+        if callable(spec):
+            spec(mod)
+            return
+        for attr, key in spec:
+            owner, _, meth = attr.rpartition(".")
+            obj = getattr(mod, owner, None) if owner else mod
+            fn = getattr(obj, meth, None) if obj is not None else None
+            if fn is None or getattr(fn, "__cublaslt_probe_timer__", None) is not None:
+                continue
+            setattr(obj, meth, TIMERS.wrap(key, fn))
+    except Exception as e:  # noqa: BLE001
+        TIMERS.errors.append(f"{name}: {type(e).__name__}: {e}")
+
+
+def hook_loaded() -> None:
+    """Wrap the entry points of every watched module already imported."""
+    for name in JIT_HOOKS:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            hook_module(name, mod)
+
+
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Wraps a watched module's entry points as soon as the module has executed (before its importer uses it)."""
+
+    _busy = threading.local()
+
+    def find_spec(self, fullname, path, target=None):
+        # not re-entered: another finder (numba-cuda's redirector) may ask every finder again for the same name
+        if fullname not in JIT_HOOKS or fullname in _HOOKED or getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy.on = False
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return None
+
+        def exec_module(module):
+            run(module)
+            hook_module(fullname, module)
+        try:
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            return None
+        return spec
+
+
+def install_hooks() -> None:
+    if not any(isinstance(f, _PostImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportHook())
+    hook_loaded()
+
+
+def xla_autotune_summary(text: str) -> dict:
+    """Counts in an XLA autotuning results/logs text proto: entries timed (``run_time``), by candidate kind."""
+    kinds: dict[str, int] = {}
+    for m in re.finditer(r"^\s*(gemm|triton|cuda_conv|custom_kernel_fusion|algorithm|cudnn|other)\s*\{", text, re.M):
+        kinds[m.group(1)] = kinds.get(m.group(1), 0) + 1
+    return {"timed": len(re.findall(r"\brun_time\s*\{", text)), "results": len(re.findall(r"^results\s*\{", text,
+                                                                                               re.M)),
+            "logs": len(re.findall(r"^logs\s*\{", text, re.M)), "kinds": kinds, "bytes": len(text)}
+
+
 class Session:
     """Per-step bookkeeping of one child process."""
 
@@ -92,6 +289,11 @@ class Session:
         self._libs = mapped_libraries()
         self._mem = self._mem_stats()
         self._dyn = self._dynamo()
+        self._jit = TIMERS.snapshot()
+        self._spans = len(TIMERS.spans)
+        self._xla_dump = os.environ.get("CUBLASLT_PROBE_XLA_DUMP")
+        self._xla_seen: dict[str, tuple] = {}
+        self._xla_autotune()  # what the dumps held before the program ran is not the program's
         self._open: tuple[str, int] | None = None
         self._t_host = 0
         self.preinit_wanted = False
@@ -143,12 +345,55 @@ class Session:
         if triton:
             d["triton_kernels"] = triton[:200]
         self._files, self._libs, self._mem, self._dyn = files, libs, mem, dyn
+        jit = TIMERS.snapshot()
+        dj = {}
+        for k, (ns, n) in jit.items():
+            ns0, n0 = self._jit.get(k, (0, 0))
+            if n > n0 or ns > ns0:
+                dj[k] = {"s": round((ns - ns0) / 1e9, 6), "n": n - n0}
+        if dj:
+            d["jit_s"] = dj
+        self._jit = jit
+        xla = self._xla_autotune()
+        if xla:
+            d["xla_autotune"] = xla
         return d
+
+    def _xla_autotune(self) -> dict:
+        """What XLA wrote to its autotuning dumps since the last window (it rewrites them at each compilation)."""
+        out = {}
+        if not self._xla_dump:
+            return out
+        for f in XLA_DUMP_FILES:
+            p = os.path.join(self._xla_dump, f)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            sig = (st.st_mtime_ns, st.st_size)
+            if self._xla_seen.get(f) == sig:
+                continue
+            self._xla_seen[f] = sig
+            try:
+                with open(p, errors="replace") as fh:
+                    text = fh.read()
+            except OSError:
+                continue
+            out[f.split(".")[0]] = {**xla_autotune_summary(text), "text": text[:XLA_TEXT_KEPT]}
+        return out
+
+    def _take_spans(self, t0: int, t1: int) -> list[dict]:
+        spans = TIMERS.spans[self._spans:]
+        self._spans = len(TIMERS.spans)
+        return [{"key": k, "t0_ms": round((a - t0) / 1e6, 3), "t1_ms": round((b - t0) / 1e6, 3)}
+                for k, a, b in spans if b >= t0 and a <= t1][:500]
 
     # --- windows -----------------------------------------------------------------------------------------
     def begin(self, name: str) -> None:
         self.torch.cuda.synchronize()
         self._take_log(None)
+        hook_loaded()
+        self._spans = len(TIMERS.spans)
         self._open = (name, time.perf_counter_ns())
 
     def end(self, ok: bool = True, error: str | None = None) -> dict:
@@ -166,6 +411,9 @@ class Session:
         if error:
             w["error"] = error
         w.update(self._delta())
+        spans = self._take_spans(t0, t1)
+        if spans:
+            w["jit_spans"] = spans
         self._take_log(name)
         self.windows.append(w)
         self._open = None
@@ -293,6 +541,13 @@ def load_callable(spec: str):
     return obj
 
 
+def _no_paths(var: str, value: str) -> str:
+    """An environment value as reported: the folders this run made are named by their last part only."""
+    if var in CACHE_VARS or var == "CUBLASLT_PROBE_XLA_DUMP":
+        return os.path.basename(value)
+    return re.sub(r"=/\S*/([^/\s]+)", r"=\1", value) if var == "XLA_FLAGS" else value
+
+
 def main(argv: list[str] | None = None) -> dict:
     global _ACTIVE
     ap = argparse.ArgumentParser(prog="python -m cublaslt_probe.coldstart_child")
@@ -303,8 +558,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--script", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     res: dict = {"ok": False, "pid": os.getpid(),
-                 "env_seen": {k: (os.path.basename(v) if k in CACHE_VARS else v) for k, v in sorted(os.environ.items())
-                              if k.startswith(("CUDA_", "CUBLASLT_", "TORCHINDUCTOR_", "TRITON_", "PYTORCH_KERNEL"))}}
+                 "env_seen": {k: _no_paths(k, v) for k, v in sorted(os.environ.items())
+                              if k.startswith(("CUDA_", "CUBLASLT_", "TORCHINDUCTOR_", "TRITON_", "PYTORCH_KERNEL",
+                                               "CUPY_", "NUMBA_", "JAX_", "TORCH_EXTENSIONS", "XLA_"))}}
+    install_hooks()
     t = time.perf_counter()
     import torch
     res["import_torch_s"] = time.perf_counter() - t
@@ -406,6 +663,9 @@ def main(argv: list[str] | None = None) -> dict:
     res["windows"] = s.windows
     res["lt_lines"] = s.lt_lines
     res["lt_counts"] = s.lt_counts
+    res["jit_hooks"] = sorted(_HOOKED)
+    if TIMERS.errors:
+        res["jit_hook_errors"] = TIMERS.errors[:20]
     if rec is not None:
         res["modules"], res["driver_calls"] = _events(rec, s.windows)
         if rec.errors:

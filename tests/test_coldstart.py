@@ -196,7 +196,7 @@ def test_every_watched_call_was_resolved_by_the_installed_cupti(raw):
 def test_cli_renders_a_saved_run():
     res = CliRunner().invoke(main, ["cold-start", "--from", str(FIX / "compiled_mlp.json.gz")])
     assert res.exit_code == 0, res.output
-    assert "runtime compilation, framework (cold cache)" in res.output
+    assert "runtime compilation, Triton via torch.compile (cold cache)" in res.output
     assert "verdict: runtime compilation observed" in res.output
     res = CliRunner().invoke(main, ["cold-start", "--from", str(FIX / "fp8_linear.json.gz"), "--format", "json"])
     a = json.loads(res.output)

@@ -10,7 +10,8 @@ import click
 @click.option("--steps", default=6, show_default=True, help="steps per run; the steady state is the median of 3…N")
 @click.option("--env-set", default="default", show_default=True,
               type=click.Choice(["default", "full", "compile", "jit"]),
-              help="default: cold, warm, preinit, eager, nocache; full adds nojit, forcejit, forcejit_warm")
+              help="default: cold, warm, preinit, eager, nocache; full adds nojit, forcejit, forcejit_warm; "
+                   "noautotune is added when the cold run compiled with XLA")
 @click.option("--envs", default=None, help="an explicit comma list of runs instead (e.g. cold,warm,forcejit)")
 @click.option("--no-cupti", is_flag=True, help="no CUPTI subscriber in the children (no module/driver-call evidence)")
 @click.option("--timeout", default=600.0, show_default=True, help="seconds per child process")
@@ -22,8 +23,9 @@ import click
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
 def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, from_path, script):
     """Run `python SCRIPT [ARGS]` (after `--`) in fresh processes under controlled environments (fresh and
-    warm ComputeCache and framework caches, LAZY/EAGER module loading, heuristics cache off, PTX JIT off or
-    forced) and split the first step's excess over the steady state by cause, each with its evidence.
+    warm ComputeCache and compile caches of torch, Triton, CuPy, Numba and JAX, LAZY/EAGER module loading,
+    heuristics cache off, PTX JIT off or forced, XLA autotuning off) and split the first step's excess over the
+    steady state by cause, each with its evidence.
 
     SCRIPT either marks its steps (`with cublaslt_probe.coldstart.cold_start_step():`) or defines `make_step()` (returns
     the step) or `step()` at module level. Needs a GPU unless --from."""

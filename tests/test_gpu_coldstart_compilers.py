@@ -1,0 +1,81 @@
+"""GPU tests of `cold-start` on the runtime compilers other than torch's: each program of
+scripts/coldstart_programs/ in real child processes, its mechanism named from the timed entry points."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cublaslt_probe import coldstart
+
+PROGS = Path(__file__).resolve().parent.parent / "scripts" / "coldstart_programs"
+
+
+def _need(module):
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed on this machine: its compile route cannot be tried")
+
+
+def _run(name, envs="cold,warm"):
+    raw = coldstart.run(["python", str(PROGS / f"{name}_prog.py")], steps=4, envs=envs, timeout=300)
+    bad = {k: r.get("error") for k, r in raw["runs"].items() if not r.get("ok")}
+    assert not bad, bad
+    a = coldstart.analyse(raw)
+    total = sum(c["seconds"] for c in a["components"]) + a["unexplained_s"]
+    assert total == pytest.approx(a["excess_s"], abs=1e-9)
+    assert "torch.compile" not in a["compilation"]["verdict"] or name == "torch_compile"
+    return raw, a
+
+
+@pytest.mark.gpu
+def test_cupy_is_nvrtc_cupy_and_its_cache_is_isolated():
+    _need("cupy")
+    raw, a = _run("cupy")
+    assert "nvrtc-cupy" in a["compilation"]["mechanisms"], a["compilation"]
+    cold, warm = raw["runs"]["cold"], raw["runs"]["warm"]
+    assert cold["env"]["caches_before"]["CUPY_CACHE_DIR"] == 0 and cold["cache_written"]["CUPY_CACHE_DIR"]["count"]
+    assert warm["env"]["caches_before"]["CUPY_CACHE_DIR"] > 0
+    assert coldstart.jit_calls(coldstart.windows(warm)["step1"], "cupy.nvrtc") == 0
+
+
+@pytest.mark.gpu
+def test_plain_triton_is_triton_direct_not_torch_compile():
+    _need("triton")
+    raw, a = _run("triton")
+    assert "triton-direct" in a["compilation"]["mechanisms"] and "triton" not in a["compilation"]["mechanisms"]
+    assert "Triton JIT (direct)" in a["compilation"]["verdict"]
+    assert any(c["cause"] == "triton_direct" for c in a["components"])
+
+
+NUMBA_CHECK = ("from numba import cuda\n"
+               "def k(x):\n    x[0] = 1.0\n"
+               "cuda.jit('void(float32[:])')(k)\n")
+
+
+@pytest.mark.gpu
+def test_numba_is_numba():
+    _need("numba")
+    # numba's CUDA target must compile at all with the numpy installed (numba 0.68 under numpy 2.5 does not)
+    p = subprocess.run([sys.executable, "-c", NUMBA_CHECK], capture_output=True, text=True, timeout=120)
+    if p.returncode:
+        pytest.skip("numba cannot compile a CUDA kernel on this machine: "
+                    + (p.stderr.strip().splitlines() or ["no output"])[-1])
+    raw, a = _run("numba")
+    assert "numba" in a["compilation"]["mechanisms"], a["compilation"]
+
+
+@pytest.mark.gpu
+def test_jax_is_xla_compile_and_its_autotuning_is_timed():
+    _need("jax")
+    raw, a = _run("jax", envs="cold,warm,noautotune")
+    assert "xla" in a["compilation"]["mechanisms"], a["compilation"]
+    assert coldstart.xla_autotune_seconds(raw["runs"]) is not None
+
+
+@pytest.mark.gpu
+def test_torch_compile_is_still_triton_via_torch_compile():
+    raw, a = _run("torch_compile")
+    assert "triton" in a["compilation"]["mechanisms"] and "triton-direct" not in a["compilation"]["mechanisms"]
