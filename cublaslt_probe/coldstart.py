@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.names.classes import AUTOTUNED
 from cublaslt_probe.streams import open_text
 
 SCHEMA = 1
@@ -1178,7 +1179,6 @@ def render(a: dict) -> str:
 
 
 # --- provenance (CPU) ------------------------------------------------------------------------------------------------
-AUTOTUNED = "autotuned"   # chosen by timing candidates (XLA's autotuner), not by a library's heuristic
 
 
 def observed_provenance(result: dict) -> dict[str, dict]:

@@ -31,6 +31,8 @@ AHEAD_OF_TIME = "ahead-of-time"         # compiled into a binary / shipped as a 
 RUNTIME_COMPILED = "runtime-compiled"   # generated and compiled while the program runs
 UNKNOWN = "unknown"
 PROVENANCES: tuple[str, ...] = (LIBRARY_SELECTED, AHEAD_OF_TIME, RUNTIME_COMPILED, UNKNOWN)
+AUTOTUNED = "autotuned"                 # chosen by timing candidates (XLA's autotuner): only observed, a name
+                                        # cannot tell it (cold-start sets it from the autotuner's own logs)
 
 # --------------------------------------------------------------------------------------- evidence
 BY_NAME = "name"          # inferred from the kernel name's family (all the decoder can know)

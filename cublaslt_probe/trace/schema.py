@@ -28,7 +28,9 @@ TRACE_SCHEMA: dict[str, tuple[str, str]] = {
     "family": ("category", "decoded family (nvjet, xmma, cutlass, ...; splitk_reduce for an orphan reduce)"),
     "provenance": ("category", "how the kernel came to exist: library-selected (a cuBLAS/cuBLASLt heuristic "
                                "picked it), ahead-of-time (compiled into a binary, launched directly), "
-                               "runtime-compiled, unknown (decoded from the name: docs/provenance.md)"),
+                               "runtime-compiled, unknown (decoded from the name: docs/provenance.md); "
+                               "observed by a cold-start run: runtime-compiled by a named route, or autotuned "
+                               "(chosen by timing candidates)"),
     "kernel_short": ("string", "compact decoded form, e.g. 256x128 · 64x4 · 1x2 · coopA"),
     "arch": ("category", "decoded architecture (sm90, ...)"),
     "types": ("string", "decoded dtype code as the name writes it (nvjet: tst), else a/c/compute types"),
