@@ -9,10 +9,16 @@ records every op and every runtime launch call made inside it, in the order the 
 `join(trace_path, det, L)` gives each replayed kernel the op of the launch call it repeats: the i-th node of a
 replay (kernels, memsets and memcpys by GPU start, split-K reduces included) is the i-th call that adds a node
 (`NODE_CALLS`) between ``cudaStreamBeginCapture`` and ``cudaStreamEndCapture`` inside its graph's capture range
-(calls before the begin, such as the RNG state torch fills for the graph, run eagerly). A replay whose node
-count differs from the capture's, or whose GEMM kernels would land on calls made outside any op, is not joined
-(a note says so). A graph launch whose capture the trace does not
-hold is named with the fix: open the capture before the warm-up and the graph capture.
+(calls before the begin, such as the RNG state torch fills for the graph, run eagerly). A graph launched inside
+an op (Inductor's cudagraph trees launch it inside Dynamo's ``Torch-Compiled Region``) has kernels whose External
+id names that op: it did not build them, so the link is dropped before the join. A replay whose node count
+differs from the capture's launch calls has its GEMM kernels joined to the capture's GEMM ops in order when
+their counts agree; otherwise, or when its GEMM kernels would land on calls made outside any op, it is not
+joined (a note says so). A graph launch whose capture the trace does not hold is named with the fix: open the
+capture before the warm-up and the graph capture.
+
+`compiled_module_ranges(det, records)` names the modules of GEMMs that compiled code ran (no module hook runs
+inside a compiled graph) from the graph nodes `recorder.CompiledGemms` recorded while Inductor compiled them.
 """
 from __future__ import annotations
 
