@@ -23,6 +23,10 @@ transformers' `batched_mm` experts forward (`batched_mm_variant`), with each var
 original on the same operands (`_grouped_numerics`); ``implementations`` maps transformers'
 `config._experts_implementation` values to the variants that run as they do (`EXPERTS_IMPLEMENTATIONS`).
 
+A GEMM its program replays from a CUDA graph (the audit row's ``graph``) is timed replayed from a graph too
+(`use_graph_times`: ``timing`` = graph, each time's eager value kept as ``eager_us``): a graph pays no launch per
+call, which changes what a small GEMM's alternatives cost.
+
 GEMMs the probe cannot rebuild (a weight gradient's grouped GEMM, whose offsets split k; Triton templates, ops it
 does not know) are listed with the reason, not dropped. Imports torch only inside functions (GPU side).
 """
@@ -325,6 +329,147 @@ def measure_grouped(probe, g: dict) -> dict:
     return out
 
 
+GRAPH_CALLS = 16     # calls of one GEMM captured into the CUDA graph that `graph_times` replays
+GRAPH_REPS = 10      # replays timed (the median is kept)
+GRAPH_PATHS = ("torch", "torch-lt")   # paths `graph_times` captures (the raw cuBLASLt path's call: its candidates')
+GRAPH_TIMING = (f"graph-replayed: {GRAPH_CALLS} calls of the GEMM (and of each alternative and heuristic "
+                f"candidate) captured in one CUDA graph, the median of {GRAPH_REPS} replays per call, as the "
+                "program's graph runs them")
+
+
+def _replayed_us(torch, fn, stream, calls: int, reps: int) -> float:
+    """The median µs per call of `fn` (a zero-argument launch on `stream`, warmed up) replayed from a CUDA graph
+    that holds `calls` calls of it: the CUDA-event span of each of `reps` replays divided by `calls`."""
+    import statistics
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for _ in range(calls):
+            fn()
+    try:
+        g.replay()
+        per = []
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            g.replay()
+            e1.record()
+            e1.synchronize()
+            per.append(e0.elapsed_time(e1) * 1e3 / calls)
+        return round(statistics.median(per), 3)
+    finally:
+        del g
+
+
+def graph_times(probe, cases: list[Case], calls: int = GRAPH_CALLS, reps: int = GRAPH_REPS) -> list[dict]:
+    """Each case's time per call replayed from a CUDA graph (`_replayed_us`: torch's recipe, warmed up on a side
+    stream, captured with its flags set). A GEMM that a program's graph replays pays no launch per call, so its
+    alternatives are timed the same way. One dict per case: ``graph_us`` (None when it cannot be captured) and
+    ``graph_error`` (why)."""
+    torch = probe.torch
+    out = []
+    for c in cases:
+        if c.backend not in GRAPH_PATHS:
+            out.append({"graph_us": None, "graph_error": f"the {c.backend} path is not captured into a graph"})
+            continue
+        b = None
+        try:
+            probe.builder.set_flags(c)
+            b = probe.builder.build(c)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    b.fn()
+            torch.cuda.current_stream().wait_stream(side)
+            out.append({"graph_us": _replayed_us(torch, b.fn, side, calls, reps), "graph_error": None})
+        except Exception as e:  # noqa: BLE001  the eager time stands for this one
+            torch.cuda.synchronize()
+            out.append({"graph_us": None, "graph_error": f"{type(e).__name__}: {e}"[:200]})
+        finally:
+            if b is not None:
+                b.close()
+    return out
+
+
+def graph_candidate_times(probe, c: Case, top: int, calls: int = GRAPH_CALLS, reps: int = GRAPH_REPS) -> dict:
+    """The heuristic's first `top` cuBLASLt candidates of `c` (as `probe.lt_candidates` asks for them: same
+    problem, workspace and alignment, so the same ranks), each replayed from a CUDA graph (`_replayed_us`) on a
+    stream of its own (the call is bound to the stream it was built on). Returns {rank: µs or None}."""
+    from cublaslt_probe.probe import CUBLAS_WORKSPACE, lt_problem
+    torch = probe.torch
+    out: dict[int, float | None] = {}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), probe.lt_gemm(lt_problem(Case(**{**c.as_dict(), "backend": "lt"}),
+                                                           CUBLAS_WORKSPACE)) as g:
+        for rank, r in enumerate(g.heuristic(top)):
+            try:
+                fn = g.call(r.algo)
+                for _ in range(3):
+                    fn()
+                out[rank] = _replayed_us(torch, fn, side, calls, reps)
+            except Exception as e:  # noqa: BLE001  its eager time stands
+                torch.cuda.synchronize()
+                out[rank] = None
+                log.info("graph timing of candidate %d failed: %s", rank, e)
+    torch.cuda.current_stream().wait_stream(side)
+    return out
+
+
+def use_graph_times(probe, entry: dict, todo: list[Case], recs: list[dict]) -> None:
+    """For a GEMM that its program replays from a CUDA graph: each record of `recs` (the original, the paths,
+    the what-ifs, timed eagerly by `Probe.run_window`) takes its graph-replayed time (`graph_times`) as
+    ``time_us``, its eager time kept as ``eager_us``; one whose graph could not be captured keeps the eager
+    time and says why. `entry` says ``timing``: graph-replayed (`GRAPH_TIMING`)."""
+    for rec, t in zip(recs, graph_times(probe, todo)):
+        rec["eager_us"] = rec.get("time_us")
+        if t["graph_us"] is not None:
+            rec["time_us"] = t["graph_us"]
+        else:
+            rec["graph_error"] = t["graph_error"]
+    entry["timing"] = "graph"
+    entry["timing_note"] = GRAPH_TIMING
+
+
+def use_graph_candidate_times(probe, c: Case, entry: dict, top: int) -> None:
+    """For a graph-timed GEMM: each of `entry`'s candidate rows takes its graph-replayed time
+    (`graph_candidate_times`) as ``time_us``, its eager time kept as ``eager_us``; so does the raw cuBLASLt path
+    (``lt``: the heuristic's candidate 0 with the same workspace). One that could not be replayed keeps the
+    eager time and says so (``graph_error``)."""
+    try:
+        times = graph_candidate_times(probe, c, top)
+    except Exception as e:  # noqa: BLE001  the eager times stand, with the reason
+        times, why = {}, f"{type(e).__name__}: {e}"[:200]
+    else:
+        why = "not replayed from a graph"
+    rows = [(row, row.get("rank")) for row in entry.get("candidates") or []]
+    rows += [(p, 0) for p in entry.get("paths") or [] if p.get("path") == "lt"]
+    for row, rank in rows:
+        t = times.get(rank)
+        row["eager_us"] = row.get("time_us")
+        row.pop("graph_error", None)
+        if t is not None:
+            row["time_us"] = t
+        else:
+            row["graph_error"] = why
+
+
+def _graph_fields(rows: list[dict], recs: list[dict]) -> None:
+    """Carry each record's eager time and graph error into its output row (`use_graph_times`)."""
+    for row, rec in zip(rows, recs):
+        for k in ("eager_us", "graph_error"):
+            if rec.get(k) is not None:
+                row[k] = rec[k]
+
+
+def graph_note(measure: dict | None) -> str | None:
+    """The line that says which measured GEMMs were timed replayed from a CUDA graph; None when none was."""
+    n = sum(1 for g in (measure or {}).get("gemms") or [] if g.get("timing") == "graph")
+    if not n:
+        return None
+    return f"{n} GEMM{'s' if n != 1 else ''} from CUDA graphs: times {GRAPH_TIMING}"
+
+
 def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32: bool = False,
                   probe=None, whatifs: bool = True) -> dict:
     """Measure the alternatives of each GEMM in `gemms` (dicts as `case_of` takes them, with any extra keys —
@@ -338,7 +483,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
         t0 = time.perf_counter()
         entry = {"key": {k: g.get(k) for k in ("op", "dtype", "layout", "m", "n", "k", "batch", "groups")},
                  **{k: g[k] for k in ("module", "pass", "calls", "kernel", "gpu_us", "backend", "log_function",
-                                       "group_dim", "sizes_source") if k in g}}
+                                       "group_dim", "sizes_source", "graph") if k in g}}
         if g.get("op") in GROUPED_TORCH_OPS:
             try:
                 entry.update(measure_grouped(probe, g))
@@ -363,18 +508,24 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
             entry["error"] = f"{type(e).__name__}: {e}"[:300]
             results.append(entry)
             continue
+        if g.get("graph") is not None:      # replayed from a CUDA graph in the program: timed the same way
+            use_graph_times(probe, entry, todo, recs)
         entry["original"] = _row(recs[0])
         entry["original_us"] = recs[0].get("time_us")
         entry["paths"] = [{"path": p.backend, "workspace": probe.heuristic_workspace(p), **_row(r)}
                           for p, r in zip(paths, recs[1:1 + len(paths)])]
         entry["whatifs"] = [{"dim": d, "multiple": mult, "value": getattr(alt, d), **_row(r)}
                             for (d, mult, alt), r in zip(wi, recs[1 + len(paths):])]
+        if entry.get("timing") == "graph":
+            _graph_fields([entry["original"], *entry["paths"], *entry["whatifs"]], recs)
         try:
             cands = lt_candidates(probe, Case(**{**c.as_dict(), "backend": "lt"}), top=top, reps=reps)
             entry["candidates"] = [{**{k: v for k, v in r.items() if k not in ("kernels", "kernel_us")},
                                     "kernel": _row(r)["kernel"], "ok_numerics": cand.usable(r, c.dtype)}
                                    for r in cands]
             entry["regret"] = cand.regret(cands, c.dtype)
+            if entry.get("timing") == "graph":     # the original is graph-replayed: its candidates too
+                use_graph_candidate_times(probe, c, entry, top)
         except Exception as e:  # noqa: BLE001
             entry["candidates_error"] = f"{type(e).__name__}: {e}"[:300]
         labels = [(f"path:{p.backend}", p) for p in paths] + [(f"{d}={getattr(alt, d)}", alt) for d, _, alt in wi]

@@ -14,12 +14,15 @@ records, in one go and in one process:
   every kernel can be attributed to a layer; backward kernels are attributed later through the autograd
   sequence numbers the profiler records (see `runfiles`);
 - the environment (GPU, driver, CUDA, cuBLAS, torch) and the capture's own facts, in ``env.json``;
+- the GEMM nodes of every graph `torch.compile` compiles while it is open, with their modules, in
+  ``compiled_gemms.jsonl`` (`CompiledGemms`): compiled code runs no module hook;
 - the group sizes of every grouped GEMM the program calls (``torch._grouped_mm``, ``F.grouped_mm`` and the fp8
   forms), in ``group_sizes.jsonl`` (`GroupSizes`): the offsets are a device tensor the trace does not hold.
 
 With ``model=None`` every module that runs is ranged through torch's global module hooks and named by its class
 and the order in which it was first seen (``LlamaMLP_0``), as ``with_modules`` traces name them.
-A module compiled with ``torch.compile`` is ranged as a whole; its inside is one compiled graph.
+A module compiled with ``torch.compile`` is ranged as a whole (pass the compiled module as `model`); inside it no
+hook runs, and its GEMMs are named by the modules of their compiled graph's nodes (`CompiledGemms`).
 
 torch is imported inside the functions: importing this module costs nothing on a CPU machine.
 """
@@ -307,6 +310,116 @@ class GraphRecorder:
         return replay
 
 
+# the aten GEMM ops of a compiled graph `CompiledGemms` records: op name -> where A and B sit among its arguments
+COMPILED_GEMM_NODES = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "_scaled_mm": (0, 1)}
+
+
+class CompiledGemms:
+    """Records each GEMM node of every graph Inductor (`torch.compile`) compiles while a capture is open, so
+    that `audit` can name the module of GEMMs that compiled code runs (`graphs.compiled_module_ranges`).
+    Inside a compiled graph no forward hook runs and Inductor removes profiler ranges, so the trace holds the
+    GEMM ops (``aten::mm``, with shapes) under the compiled wrapper's range only; the module each came from is
+    in the graph's node metadata (``nn_module_stack``), which this reads.
+
+    `install()` chains a pass after Inductor's post-grad passes (``torch._inductor.config
+    .post_grad_custom_post_pass``; a pass already set runs first); the pass reads the graph and changes
+    nothing. A set pass makes Inductor bypass its compiled-graph cache, so a graph compiled before is compiled
+    again and recorded. Each record: ``graph`` (the graphs seen, 0 first), ``compile_id`` (Dynamo's, as its
+    ``Torch-Compiled Region`` ranges name it), ``node`` (the GEMM's place among the graph's GEMMs), ``op`` (the
+    trace's name), ``a`` and ``b`` (dims), ``m``, ``n``, ``k``, ``batch``, and ``module`` (the qualified name
+    as `graphs.module_path` reads Dynamo's; else the name of the call that made it, ``source_fn``; None
+    without either). `uninstall()` puts the previous
+    pass back."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+        self._graphs = 0
+        self._config = None
+        self._saved = None
+
+    def install(self) -> None:
+        try:
+            from torch._inductor import config
+        except Exception:  # noqa: BLE001  no Inductor in this torch: nothing is compiled by it
+            return
+        if not hasattr(config, "post_grad_custom_post_pass"):
+            return
+        self._config, self._saved = config, config.post_grad_custom_post_pass
+        before, rec = self._saved, self
+
+        def cublaslt_probe_gemm_modules(graph):
+            if before is not None:
+                before(graph)
+            rec.see(graph)
+        config.post_grad_custom_post_pass = cublaslt_probe_gemm_modules
+
+    def uninstall(self) -> None:
+        if self._config is not None:
+            self._config.post_grad_custom_post_pass = self._saved
+            self._config = None
+
+    def see(self, graph) -> None:
+        """Record the GEMM nodes of one post-grad FX graph, in its order (never raises: a graph this cannot
+        read is skipped, the compilation goes on)."""
+        from cublaslt_probe.graphs import module_path
+        try:
+            from torch._guards import CompileContext
+            cid = CompileContext.current_compile_id()
+        except Exception:  # noqa: BLE001
+            cid = None
+        n, g = 0, self._graphs
+        self._graphs += 1
+        try:
+            for node in graph.nodes:
+                if node.op != "call_function":
+                    continue
+                parts = str(node.target).split(".")
+                where = COMPILED_GEMM_NODES.get(parts[1]) if len(parts) >= 2 and parts[0] == "aten" else None
+                if where is None or len(node.args) <= where[1]:
+                    continue
+                dims = [_dims(node.args[i]) for i in where]
+                stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+                inner = list(stack.values())[-1] if stack else None
+                path = inner[0] if isinstance(inner, tuple) and inner else inner
+                cls = inner[1] if isinstance(inner, tuple) and len(inner) > 1 else None
+                src = node.meta.get("source_fn_stack") or []
+                src = src[-1][0] if src and isinstance(src[-1], tuple) and src[-1] else None
+                rec = {"graph": g, "compile_id": None if cid is None else str(cid), "node": n,
+                       "op": "aten::" + parts[1], "a": dims[0], "b": dims[1],
+                       "module": module_path(path, getattr(cls, "__name__", cls)) or module_path(src),
+                       "source_fn": src if isinstance(src, str) else None}
+                rec.update(_problem(dims[0], dims[1]))
+                self.records.append(rec)
+                n += 1
+        except Exception:  # noqa: BLE001  the compilation must not fail for the recorder
+            return
+
+    def write(self, path) -> int:
+        """The records as JSON lines at `path`; returns how many."""
+        with open(path, "w") as f:
+            for r in self.records:
+                f.write(json.dumps(r, separators=(",", ":")) + "\n")
+        return len(self.records)
+
+
+def _dims(arg) -> list | None:
+    """The concrete dims of an FX node's tensor value, None when they are not all integers."""
+    val = getattr(arg, "meta", {}).get("val") if hasattr(arg, "meta") else None
+    try:
+        return [int(x) for x in val.shape]
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _problem(a: list | None, b: list | None) -> dict:
+    """m, n, k, batch of A x B in torch's view (as `trace.problem_of` reads recorded dims)."""
+    if a and b and len(a) == 2 and len(b) == 2:
+        return {"m": a[0], "n": b[1], "k": a[1], "batch": 1}
+    if a and b and len(a) == 3 and len(b) == 3:
+        return {"m": a[1], "n": b[2], "k": a[2], "batch": a[0]}
+    return {"m": None, "n": None, "k": None, "batch": None}
+
+
 class Capture:
     """An open capture; `step()` marks one step of the program (optional: without it the stretch is one step)."""
 
@@ -319,6 +432,7 @@ class Capture:
         self.group_sizes = group_sizes
         self._sizes: GroupSizes | None = None
         self._graphs: GraphRecorder | None = None
+        self._compiled: CompiledGemms | None = None
         self.model = model
         self.with_modules = with_modules
         self.log = log
@@ -435,6 +549,8 @@ class Capture:
             self._sizes.install()
         self._graphs = GraphRecorder(torch, self.run_dir)
         self._graphs.install()
+        self._compiled = CompiledGemms()
+        self._compiled.install()
         torch.cuda.synchronize()
         self._prof.__enter__()
         if self._logger is not None:
@@ -453,6 +569,8 @@ class Capture:
                 self._sizes.flush()
             if self._graphs is not None:
                 self._graphs.uninstall()
+            if self._compiled is not None:
+                self._compiled.uninstall()
             if self._logger is not None:
                 self._logger.set_level(0)
             self._prof.__exit__(exc_type, exc, tb)
@@ -479,6 +597,9 @@ class Capture:
         sizes = None
         if self._sizes is not None:
             sizes = self._sizes.write(self.run_dir / runfiles.GROUP_SIZES_FILE)
+        compiled = None
+        if self._compiled is not None and self._compiled.records:
+            compiled = self._compiled.write(self.run_dir / runfiles.COMPILED_GEMMS_FILE)
         torch = self._torch
         env = environment(self._lib)
         env["capture"] = {
@@ -495,6 +616,7 @@ class Capture:
             "module_naming": "qualified" if self.model is not None else "class_order",
             "modules": self.modules,
             "cuda_graphs": self._graphs.graphs if self._graphs is not None else None,
+            "compiled_gemm_nodes": compiled,   # GEMM nodes of graphs Inductor compiled (None: none compiled)
             "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
             "preferred_blas_library": str(torch.backends.cuda.preferred_blas_library()).split(".")[-1],
         }

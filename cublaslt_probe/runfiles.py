@@ -8,6 +8,9 @@ A run folder holds one profiled stretch of a user's program (one or more steps):
 - ``group_sizes.jsonl``: the group sizes of every grouped GEMM call (``aten::_grouped_mm``,
   ``aten::_scaled_grouped_mm``) the stretch made, one JSON record a call (`recorder.GroupSizes`), keyed by step,
   the call's place among the step's grouped calls, the op and its operands' dims.
+- ``compiled_gemms.jsonl``: each GEMM node of every graph `torch.compile` (Inductor) compiled while the capture
+  was open, in the graph's order, with its problem and the module it came from (`recorder.CompiledGemms`):
+  inside compiled code no module range runs, so `graphs.compiled_module_ranges` gives its GEMM ops theirs.
 - ``env.json``: the environment (GPU, SM count, driver, CUDA, cuBLAS, torch) and the capture's own facts
   (``steps``, the module names recorded, the options used).
 
@@ -26,6 +29,7 @@ LOG_FILE = "cublaslt.log"
 ENV_FILE = "env.json"
 GROUP_SIZES_FILE = "group_sizes.jsonl"
 
+COMPILED_GEMMS_FILE = "compiled_gemms.jsonl"   # each GEMM node of the graphs Inductor compiled, with its module
 GRAPHS_DIR = "graphs"   # graph_N.dot: the nodes of each CUDA graph captured while the capture was open
 
 MODULE_PREFIX = "cublaslt_probe.module:"

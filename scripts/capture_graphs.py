@@ -13,6 +13,9 @@ Programs (OUT/NAME/ each; a program that fails is reported in OUT/summary.json a
   512, batch 16, bf16) warmed up and captured into a ``torch.cuda.CUDAGraph`` with `cublaslt_probe.capture`
   open, then replayed 4 times, each replay one `cap.step()`.
 - graph_before: the same graph captured before the capture opened; only the 4 replays are captured.
+- reduce_overhead: the same layers without a cache (`Forward`, batch 16 x 8 tokens) under
+  `torch.compile(mode="reduce-overhead")` (Inductor's cudagraph trees), compiled, recorded and replayed inside
+  one capture; the trace trimmed to the graph's recording and the 4 replayed steps.
 
 The decode step is plain torch modules (embedding, RMSNorm, q/k/v/o, SDPA over the static cache with a mask
 from the position tensor, gate/up/down, lm_head, greedy next token): every op is graph-safe and the position
@@ -36,8 +39,11 @@ from cublaslt_probe.recorder import capture  # noqa: E402
 
 DEV = "cuda"
 BF16 = torch.bfloat16
-HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, VOCAB, LAYERS = 4096, 14336, 32, 8, 128, 128256, 2
-BATCH, MAX_LEN, PROMPT = 16, 512, 128
+# Llama-3-8B's widths and vocabulary, 2 layers; decode batch 16 over a static cache of 512; `build_decoder` and
+# `build_forward` take any of these as keyword arguments (a padded size, for one)
+CFG = {"hidden": 4096, "inter": 14336, "heads": 32, "kv_heads": 8, "head_dim": 128, "vocab": 128256, "layers": 2,
+       "batch": 16, "max_len": 512, "prompt": 128, "seq": 8}
+
 
 class RMSNorm(torch.nn.Module):
     def __init__(self, n):
@@ -50,47 +56,61 @@ class RMSNorm(torch.nn.Module):
 
 
 class Attention(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.q_proj = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
-        self.k_proj = torch.nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=False)
-        self.v_proj = torch.nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=False)
-        self.o_proj = torch.nn.Linear(HEADS * HEAD_DIM, HIDDEN, bias=False)
-        self.register_buffer("k_cache", torch.zeros(BATCH, KV_HEADS, MAX_LEN, HEAD_DIM))
-        self.register_buffer("v_cache", torch.zeros(BATCH, KV_HEADS, MAX_LEN, HEAD_DIM))
+    """Llama's attention: q/k/v/o projections and SDPA with grouped KV heads; with `cache`, one new token per
+    sequence written into a static KV cache at `pos` (decode), else causal over the input (no cache)."""
 
-    def forward(self, x, pos, mask):
+    def __init__(self, c: dict, cache: bool):
+        super().__init__()
+        self.c = c
+        self.q_proj = torch.nn.Linear(c["hidden"], c["heads"] * c["head_dim"], bias=False)
+        self.k_proj = torch.nn.Linear(c["hidden"], c["kv_heads"] * c["head_dim"], bias=False)
+        self.v_proj = torch.nn.Linear(c["hidden"], c["kv_heads"] * c["head_dim"], bias=False)
+        self.o_proj = torch.nn.Linear(c["heads"] * c["head_dim"], c["hidden"], bias=False)
+        if cache:
+            shape = (c["batch"], c["kv_heads"], c["max_len"], c["head_dim"])
+            self.register_buffer("k_cache", torch.zeros(shape))
+            self.register_buffer("v_cache", torch.zeros(shape))
+
+    def forward(self, x, pos=None, mask=None):
+        c = self.c
+        if pos is None:                      # [b, s, hidden], causal over s
+            b, n = x.shape[0], x.shape[1]
+            q = self.q_proj(x).view(b, n, c["heads"], c["head_dim"]).transpose(1, 2)
+            k = self.k_proj(x).view(b, n, c["kv_heads"], c["head_dim"]).transpose(1, 2)
+            v = self.v_proj(x).view(b, n, c["kv_heads"], c["head_dim"]).transpose(1, 2)
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return self.o_proj(o.transpose(1, 2).reshape(b, n, c["heads"] * c["head_dim"]))
         b = x.shape[0]
-        q = self.q_proj(x).view(b, HEADS, 1, HEAD_DIM)
-        k = self.k_proj(x).view(b, KV_HEADS, 1, HEAD_DIM)
-        v = self.v_proj(x).view(b, KV_HEADS, 1, HEAD_DIM)
+        q = self.q_proj(x).view(b, c["heads"], 1, c["head_dim"])
+        k = self.k_proj(x).view(b, c["kv_heads"], 1, c["head_dim"])
+        v = self.v_proj(x).view(b, c["kv_heads"], 1, c["head_dim"])
         self.k_cache.index_copy_(2, pos, k)
         self.v_cache.index_copy_(2, pos, v)
         o = torch.nn.functional.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask,
                                                              enable_gqa=True)
-        return self.o_proj(o.reshape(b, HEADS * HEAD_DIM))
+        return self.o_proj(o.reshape(b, c["heads"] * c["head_dim"]))
 
 
 class MLP(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, c: dict):
         super().__init__()
-        self.gate_proj = torch.nn.Linear(HIDDEN, INTER, bias=False)
-        self.up_proj = torch.nn.Linear(HIDDEN, INTER, bias=False)
-        self.down_proj = torch.nn.Linear(INTER, HIDDEN, bias=False)
+        self.gate_proj = torch.nn.Linear(c["hidden"], c["inter"], bias=False)
+        self.up_proj = torch.nn.Linear(c["hidden"], c["inter"], bias=False)
+        self.down_proj = torch.nn.Linear(c["inter"], c["hidden"], bias=False)
 
     def forward(self, x):
         return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Layer(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, c: dict, cache: bool):
         super().__init__()
-        self.input_layernorm = RMSNorm(HIDDEN)
-        self.self_attn = Attention()
-        self.post_attention_layernorm = RMSNorm(HIDDEN)
-        self.mlp = MLP()
+        self.input_layernorm = RMSNorm(c["hidden"])
+        self.self_attn = Attention(c, cache)
+        self.post_attention_layernorm = RMSNorm(c["hidden"])
+        self.mlp = MLP(c)
 
-    def forward(self, x, pos, mask):
+    def forward(self, x, pos=None, mask=None):
         x = x + self.self_attn(self.input_layernorm(x), pos, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -99,18 +119,19 @@ class Decoder(torch.nn.Module):
     """One decode step of a Llama-shaped model over a static KV cache; `tokens` and `pos` are updated in place
     (greedy next token, position + 1), so the step can be replayed from one CUDA graph."""
 
-    def __init__(self):
+    def __init__(self, c: dict):
         super().__init__()
-        self.embed_tokens = torch.nn.Embedding(VOCAB, HIDDEN)
-        self.layers = torch.nn.ModuleList(Layer() for _ in range(LAYERS))
-        self.norm = RMSNorm(HIDDEN)
-        self.lm_head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
-        self.register_buffer("tokens", torch.zeros(BATCH, dtype=torch.long))
-        self.register_buffer("pos", torch.full((1,), PROMPT, dtype=torch.long))
-        self.register_buffer("slots", torch.arange(MAX_LEN))
+        self.embed_tokens = torch.nn.Embedding(c["vocab"], c["hidden"])
+        self.layers = torch.nn.ModuleList(Layer(c, True) for _ in range(c["layers"]))
+        self.norm = RMSNorm(c["hidden"])
+        self.lm_head = torch.nn.Linear(c["hidden"], c["vocab"], bias=False)
+        self.register_buffer("tokens", torch.zeros(c["batch"], dtype=torch.long))
+        self.register_buffer("pos", torch.full((1,), c["prompt"], dtype=torch.long))
+        self.register_buffer("slots", torch.arange(c["max_len"]))
+        self.max_len = c["max_len"]
 
     def forward(self):
-        mask = (self.slots <= self.pos).view(1, 1, 1, MAX_LEN)
+        mask = (self.slots <= self.pos).view(1, 1, 1, self.max_len)
         x = self.embed_tokens(self.tokens)
         for layer in self.layers:
             x = layer(x, self.pos, mask)
@@ -120,15 +141,44 @@ class Decoder(torch.nn.Module):
         return logits
 
 
-def build_decoder():
+class Forward(torch.nn.Module):
+    """The same Llama-shaped layers over a chunk of tokens without a cache (causal attention): a pure function
+    of its input ids, as `torch.compile(mode="reduce-overhead")` replays from CUDA graphs."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(c["vocab"], c["hidden"])
+        self.layers = torch.nn.ModuleList(Layer(c, False) for _ in range(c["layers"]))
+        self.norm = RMSNorm(c["hidden"])
+        self.lm_head = torch.nn.Linear(c["hidden"], c["vocab"], bias=False)
+
+    def forward(self, ids):
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.norm(x))
+
+
+def _build(cls, **over):
+    c = {**CFG, **over}
     old = torch.get_default_dtype()
     torch.set_default_dtype(BF16)
     try:
         with torch.device(DEV):
-            m = Decoder()
+            m = cls(c)
     finally:
         torch.set_default_dtype(old)
-    return m.eval()
+    return m.eval(), c
+
+
+def build_decoder(**over):
+    """The decode model (`Decoder`) of `CFG`, any size given in `over` in its place."""
+    return _build(Decoder, **over)[0]
+
+
+def build_forward(**over):
+    """The cache-free model (`Forward`) of `CFG` and its config, any size given in `over` in its place."""
+    return _build(Forward, **over)
 
 
 def graph_of(model, warmup: int = 3):
@@ -172,6 +222,67 @@ def graph_before(out: str) -> dict:
     return {"step_wall_s": walls}
 
 
+def reduce_overhead(out: str, model=None, ids=None, steps: int = 4) -> dict:
+    """`Forward` (batch 16 x 8 tokens) under `torch.compile(mode="reduce-overhead")`, everything inside one
+    capture: the first call compiles it and runs it once (cudagraph trees' warm-up), the second records its
+    CUDA graph, then `steps` calls, each one `cap.step()`, replay it. The trace is trimmed to what the graph's
+    recording and the steps hold (`trim_trace`). Returns the summary and, under ``_run``, the compiled model
+    and its input, for a caller that measures it again."""
+    if model is None:
+        model, c = build_forward()
+        ids = torch.randint(0, c["vocab"], (c["batch"], c["seq"]), device=DEV)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    t0 = time.perf_counter()
+    with capture(out, model=compiled, label="reduce_overhead") as cap, torch.no_grad():
+        for _ in range(2):
+            torch.compiler.cudagraph_mark_step_begin()
+            compiled(ids)
+        first_s = time.perf_counter() - t0
+        walls = []
+        for _ in range(steps):
+            t1 = time.perf_counter()
+            with cap.step():
+                torch.compiler.cudagraph_mark_step_begin()
+                compiled(ids)
+            walls.append(time.perf_counter() - t1)
+    kept = trim_trace(out)
+    return {"step_wall_s": walls, "compile_and_record_s": round(first_s, 2), "trim": kept,
+            "graphs": cap._graphs.graphs if cap._graphs else None, "_run": (compiled, ids)}
+
+
+def trim_trace(run: str) -> dict:
+    """Keep in `run`'s trace the events that reach the first capture range of a CUDA graph the trace replays, or
+    later (the ranges open around it included), and every event without a time (metadata): the compilation
+    and warm-up before it are dropped. Nothing is dropped when no replayed graph's capture is in the trace.
+    Returns the counts."""
+    import gzip
+    from cublaslt_probe import runfiles
+    path = os.path.join(run, runfiles.TRACE_FILE)
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    ev = doc.get("traceEvents") or []
+    def named(prefix):
+        return [e for e in ev if isinstance(e.get("name"), str) and e["name"].startswith(prefix) and "ts" in e]
+    replayed = {e["name"][len(runfiles.GRAPH_REPLAY_PREFIX):] for e in named(runfiles.GRAPH_REPLAY_PREFIX)}
+    caps = [e["ts"] for e in named(runfiles.GRAPH_CAPTURE_PREFIX)
+            if e["name"][len(runfiles.GRAPH_CAPTURE_PREFIX):] in replayed]
+    if not caps:
+        return {"events": len(ev), "kept": len(ev)}
+    cut = float(min(caps))
+
+    def keep(e):
+        if "ts" not in e:
+            return True
+        try:
+            return float(e["ts"]) + float(e.get("dur") or 0) >= cut
+        except (TypeError, ValueError):
+            return True
+    doc["traceEvents"] = [e for e in ev if keep(e)]
+    with gzip.open(path, "wt", compresslevel=9) as f:
+        json.dump(doc, f, separators=(",", ":"))
+    return {"events": len(ev), "kept": len(doc["traceEvents"]), "cut_us": cut}
+
+
 def step_ms(g, n: int = 20) -> float:
     """Median wall time of a synchronised replay, outside any capture."""
     ts = []
@@ -205,6 +316,7 @@ def main() -> int:
         "script_infer": lambda o: cli(o, "scripts/example_infer_script.py"),
         "graph_captured": graph_captured,
         "graph_before": graph_before,
+        "reduce_overhead": reduce_overhead,
     }
     only = set(args.only.split(",")) if args.only else None
     summary = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "programs": {}}
@@ -214,6 +326,7 @@ def main() -> int:
         t0 = time.time()
         try:
             res = fn(os.path.join(args.out, name))
+            res.pop("_run", None)
             res["ok"] = True
         except Exception as e:   # one program's failure is reported; the others still run
             res = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.graphs import GRAPH_OPS, compiled_module_ranges, read_compiled_gemms
 from cublaslt_probe.audit.schema import Audit
 from cublaslt_probe.audit.attribute import (_attribute, _gpu_facts, _in_steps, _log_groups, _read_env, _split_ranges,
                                             _trace_pids, _trace_span, _with_facts, resolve)
@@ -62,8 +63,13 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     facts, devices = _gpu_facts(env, s.meta, notes, used)
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
+    compiled = read_compiled_gemms(path)
+    if compiled:                                  # compiled code runs no module hook: its graphs' records name them
+        det.ranges, note = compiled_module_ranges(det, compiled)
+        notes += [note] if note else []
     L, steps = _in_steps(det, env, notes, gpu_ranges, warmup)
-    if ((L["op_row"].to_numpy() < 0) & (L["t_launch"].to_numpy() != L["ts"].to_numpy())).any():
+    if ((L["op_row"].to_numpy() < 0) & (L["t_launch"].to_numpy() != L["ts"].to_numpy())).any() or \
+            any(str(k[0]).startswith(GRAPH_OPS) for k in det.op_keys):   # a graph launched inside an op
         from cublaslt_probe.graphs import join as join_graphs   # unlinked launches with a launch call
         L, graph_notes = join_graphs(files["trace"], det, L)
         notes += graph_notes

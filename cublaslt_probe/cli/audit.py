@@ -116,6 +116,9 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
             click.echo(f"wrote measurements of {len(meas['gemms'])} GEMMs to {save_path}", err=True)
     items = None
     if meas is not None:
+        from cublaslt_probe.measure import graph_note
+        if graph_note(meas):
+            a.notes.append(graph_note(meas))
         mg = (meas.get("env") or {}).get("gpu")
         if mg and a.gpu and mg != a.gpu:
             a.notes.append(f"the measurements were taken on {mg}, the run on {a.gpu}: advice is not shown")
