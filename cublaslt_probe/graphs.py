@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.trace.ranges import innermost
+from cublaslt_probe.trace.ranges import innermost, range_parents
 
 GRAPH_LAUNCH = "cudaGraphLaunch"
 # the runtime and driver calls that add one node (kernel, memset, memcpy) while a stream is captured
@@ -291,7 +291,6 @@ def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str 
     (repeating from its first when the region ran the graph more than once); without regions, ops under no
     module range or under an outermost one (the compiled model's own) count. Two independent GEMMs of one
     problem that Inductor's scheduler swapped are named in each other's place."""
-    from cublaslt_probe.audit.attribute import _innermost, _range_parents
     from cublaslt_probe.trace import GEMM_OPS, op_key_json, problem_of
     empty = det.ranges.iloc[:0]
     ops = det.ops
@@ -309,7 +308,7 @@ def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str 
     both = _thread_codes(pd.concat([mods[["pid", "tid"]], ops[["pid", "tid"]]], ignore_index=True))
     m_tid, tid = both[:len(mods)], both[len(mods):]     # one code per (process, thread) for ranges and ops
     o_ts, o_end = ops["ts"].to_numpy(dtype=np.float64), ops["end"].to_numpy(dtype=np.float64)
-    gemm = gemm[_range_parents(o_ts[gemm], o_end[gemm], tid[gemm]) < 0]      # outermost GEMM ops
+    gemm = gemm[range_parents(o_ts[gemm], o_end[gemm], tid[gemm]) < 0]      # outermost GEMM ops
     problems: dict[int, tuple | None] = {}
     for k in np.unique(key[gemm]).tolist():
         p = problem_of(*op_key_json(det.op_keys[k])[:4])
@@ -326,8 +325,8 @@ def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str 
         segs = [(-np.inf, np.inf, t, None) for t in np.unique(tid[gemm])]
     m_ts = mods["ts"].to_numpy(dtype=np.float64)
     m_end = mods["end"].to_numpy(dtype=np.float64)
-    inner = _innermost(m_ts, m_end, m_tid, o_ts[gemm], tid[gemm])
-    m_parent = _range_parents(m_ts, m_end, m_tid)
+    inner = innermost(m_ts, m_end, m_tid, o_ts[gemm], tid[gemm])
+    m_parent = range_parents(m_ts, m_end, m_tid)
     g_ts, g_tid = o_ts[gemm], tid[gemm]
     out, regions_named = [], 0
     taken = np.zeros(len(gemm), dtype=bool)
