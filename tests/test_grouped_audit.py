@@ -126,16 +126,19 @@ def test_a_damaged_recording_is_an_error_naming_the_line(tmp_path):
 
 
 def test_measure_rebuilds_the_grouped_gemms_it_can():
-    """The forward and data-gradient rows become probe Cases with the recorded sizes; the weight gradient's
-    (offsets along k) and an unrecorded row's equal sizes are handled as the measurement module says."""
+    """The forward and data-gradient rows become probe Cases with the recorded sizes along m, the weight
+    gradient's (offsets along k) a split-k Case with the same sizes along k; an unrecorded row gets equal sizes."""
     from cublaslt_probe.cli._common import clean
+    from cublaslt_probe.cases import grouped_alternatives
     from cublaslt_probe.measure import grouped_case_of
     sizes = read_group_sizes(MOE / "mixtral_train")[0]["sizes"]
     rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(audit(MOE / "mixtral_train")).to_dict("records")]
     for r in rows:
         c, why = grouped_case_of(r)
+        assert why is None
         if r["group_dim"] == "k":
-            assert c is None and "split k" in why
+            assert c.split_k and c.layout == "TN" and c.group_sizes() == sizes and c.k == r["k"] == sum(sizes)
+            assert grouped_alternatives(c)["pad8"].group_sizes() == [-(-x // 8) * 8 for x in sizes]
         else:
             assert c.group_sizes() == sizes and (c.m, c.n, c.k) == (r["m"], r["n"], r["k"]) and c.layout == r["layout"]
     c, _ = grouped_case_of({**rows[1], "group_sizes": None})
@@ -222,3 +225,30 @@ def test_from_renders_the_variants_table_and_the_advice(tmp_path, name):
     assert not re.search(r"\bnan\b", out, re.I)
     page = html.read_text()
     assert "original (experts_implementation grouped_mm)" in page and "group sizes (recorded)" in page
+
+
+@pytest.mark.parametrize("name, want", [
+    ("qwen3_moe", {"experts": 128, "hidden": 2048, "inter": 768, "rows": 16384, "top_k": 8, "tokens": 2048,
+                   "train": False, "top_k_source": "router"}),
+    ("mixtral_train", {"experts": 8, "hidden": 4096, "inter": 14336, "rows": 4096, "top_k": 2, "tokens": 2048,
+                       "train": True, "top_k_source": "router"}),
+])
+def test_the_experts_module_is_rebuilt_from_its_grouped_rows(name, want):
+    """The experts' whole call is rebuilt from the audit: gate+up and down paired, the recorded sizes, the
+    routing's top-k from the router GEMM beside the module (model.layers.*.mlp.gate, n = experts)."""
+    from cublaslt_probe.cli._common import clean
+    from cublaslt_probe.measure import experts_problem
+    a = audit(MOE / name)
+    rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(a).to_dict("records")]
+    prob, why = experts_problem(rows)
+    assert why is None and {k: prob[k] for k in want} == want
+    assert prob["sizes"] == read_group_sizes(MOE / name)[0]["sizes"] and prob["sizes_source"] == "recorded"
+    from cublaslt_probe.grouped import top_k
+    d = a.rows.to_dict("index")
+    i = next(j for j, r in d.items() if r["pass"] == "fwd" and r["group_dim"] == "m")
+    assert top_k(d, i, want["rows"]) == want["top_k"]
+    assert top_k({j: r for j, r in d.items() if r["module"] != "model.layers.*.mlp.gate"}, i, want["rows"]) is None
+    prob, _ = experts_problem([{**r, "group_top_k": None} for r in rows])
+    assert prob["top_k"] == 1 and prob["tokens"] == want["rows"] and prob["top_k_source"].startswith("assumed")
+    prob, why = experts_problem([r for r in rows if not (r["pass"] == "fwd" and r["n"] == want["hidden"])])
+    assert prob is None and "--top-measure" in why
