@@ -416,7 +416,8 @@ WHOLE_RISK = {
 
 def _whole(ex: dict) -> tuple[float | None, dict[str, float]]:
     """(original µs per call, {variant: µs per call}) of a `measure.measure_experts` entry."""
-    t = {v["variant"]: float(v["time_us"]) for v in ex.get("variants") or [] if v.get("time_us")}
+    t = {v["variant"]: float(v["time_us"]) for v in ex.get("variants") or []
+         if isinstance(v, dict) and isinstance(v.get("time_us"), (int, float)) and v["time_us"] > 0}
     return t.get("original"), t
 
 
@@ -492,7 +493,8 @@ def _grouped_items(rows: pd.DataFrame, ms: list[_Measured], experts: list[dict] 
         names = list(dict.fromkeys(v["variant"] for m in members for v in m.g.get("grouped") or []
                                    if v["variant"] != "original"))
         res = {n: net_of(n) for n in names}
-        ex = next((e for e in experts or [] if e.get("module") == module and e.get("groups") == groups
+        ex = next((e for e in experts or [] if isinstance(e, dict) and e.get("module") == module
+                   and e.get("groups") == groups
                    and _whole(e)[0]), None)
         if ex is not None:
             items_w, quiet_w = _whole_items(rows, ex, res, members, module, groups, in_mod, tag, touches, mod_rows)
@@ -577,8 +579,8 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
         if name.startswith("pad"):
             mult = int(name[3:])
             what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
-            v = next((v for m in members for v in [_variant(m, name)] if v), None)
-            extra = (v["rows"] - members[0].g["grouped"][0]["rows"]) if v else None
+            mv = next(((m, v) for m in members for v in [_variant(m, name)] if v), None)
+            extra = (mv[1]["rows"] - mv[0].g["grouped"][0]["rows"]) if mv else None
             risk = ((f"{extra:,} zero rows per call; " if extra else "") + "the experts' forward must place each "
                     f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and gather the real rows "
                     "back; the zero rows through the gate and the GEMMs are in the time measured")
@@ -630,7 +632,8 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
     ms, not_measured = _measured_gemms(rows, measure)
     switch, switch_quiet = _switch_items(rows, ms)
     pads, pad_quiet = _pad_items(rows, ms)
-    grouped, grouped_quiet = _grouped_items(rows, ms, measure.get("experts"))
+    ex = measure.get("experts")
+    grouped, grouped_quiet = _grouped_items(rows, ms, ex if isinstance(ex, list) else None)
     items = sorted(_pin_items(ms) + switch + pads + grouped, key=lambda x: -x.saving_us)
     for a, x in enumerate(items):
         x.excludes = [b + 1 for b, y in enumerate(items) if b != a and x.clashes(y)]
