@@ -15,16 +15,20 @@ heuristic's candidates):
 - ``numerics``: max relative difference of each path and each padded GEMM (sliced back) against the original's
   output on the same inputs.
 
-A grouped GEMM (`aten::_grouped_mm`, `_scaled_grouped_mm`; 2-D x 3-D, its offsets splitting the rows) is measured
+A grouped GEMM (`aten::_grouped_mm`, `_scaled_grouped_mm`; 2-D x 3-D, its offsets splitting the rows, or the
+weight gradient's 2-D x 2-D, its offsets splitting k) is measured
 with the group sizes the audit joined to it (``sizes_source``: recorded, or assumed equal) through
 `probe.time_grouped_alternatives` (``grouped``: the original, every group padded to 8, 16, 64, 128 rows,
 balanced sizes, one `torch.mm` per group, all groups padded to the largest as one `torch.bmm`, fp8) plus
 transformers' `batched_mm` experts forward (`batched_mm_variant`), with each variant's numerics against the
 original on the same operands (`_grouped_numerics`); ``implementations`` maps transformers'
 `config._experts_implementation` values to the variants that run as they do (`EXPERTS_IMPLEMENTATIONS`).
+Each experts module whose two forward grouped GEMMs are measured is also rebuilt and timed as one whole call of
+the program (`measure_experts`, under ``experts``): a GEMM's alternative is not the change a program makes, and
+the advice's saving rests on the whole call.
 
-GEMMs the probe cannot rebuild (a weight gradient's grouped GEMM, whose offsets split k; Triton templates, ops it
-does not know) are listed with the reason, not dropped. Imports torch only inside functions (GPU side).
+GEMMs the probe cannot rebuild (a 3-D x 3-D grouped GEMM's equal groups, Triton templates, ops it does not
+know) are listed with the reason, not dropped. Imports torch only inside functions (GPU side).
 """
 from __future__ import annotations
 
