@@ -11,7 +11,10 @@ is `groups` GEMMs of one n and k in one launch, as a mixture-of-experts layer ru
 says how the rows split into groups (`group_sizes`): in the 2-D x 3-D form MoE layers use, A is [m, k] with m
 the rows of all groups together, B is [groups, k, n], and the offsets split A's rows (batch 1); in the 3-D x 3-D
 form (`sizes` = "batched") A is [groups, m, k], every group m rows, batch = groups (the trace's convention,
-`trace.problem_of`).
+`trace.problem_of`). The weight gradient's form (a sizes code starting "k:", `SPLIT_K`) is 2-D x 2-D with the
+offsets along k: A [m, k] column-major (layout TN, as autograd passes an activation's gradient transposed),
+B [k, n], the output one [m, n] per group, each group summing over its own slice of k (the tokens its expert
+got), as an MoE layer's backward computes its experts' weight gradients.
 """
 from __future__ import annotations
 
@@ -22,8 +25,9 @@ from cublaslt_probe.kinds import BACKENDS, DTYPES, GROUPED_OPS, LAYOUTS, OPS, SC
 from cublaslt_probe.kinds import FP8_DTYPES as FP8
 
 __all__ = ["BACKENDS", "OPS", "DTYPES", "LAYOUTS", "FP8", "GROUPED_OPS", "Case", "invalid_reason", "group_sizes",
-           "sizes_summary", "sizes_code", "ALIGN_ROWS", "PAD_ROWS", "grouped_alternatives"]
+           "sizes_summary", "sizes_code", "ALIGN_ROWS", "PAD_ROWS", "SPLIT_K", "grouped_alternatives"]
 
+SPLIT_K = "k:"   # a sizes code with this prefix splits k, not m (the weight gradient's grouped GEMM)
 ALIGN_ROWS = 8   # a group whose row count is not a multiple of this is counted as unaligned (`sizes_summary`)
 
 
@@ -57,9 +61,24 @@ class Case:
     def grouped(self) -> bool:
         return self.op in GROUPED_OPS
 
+    @property
+    def split_k(self) -> bool:
+        """A grouped GEMM whose offsets split k (the weight gradient's form)."""
+        return self.grouped and self.sizes.startswith(SPLIT_K)
+
+    @property
+    def group_dim(self) -> str | None:
+        """The dimension the groups split: m (2-D x 3-D), k (`split_k`); None for the batched form or no groups."""
+        if not self.grouped or self.sizes == "batched":
+            return None
+        return "k" if self.split_k else "m"
+
     def group_sizes(self) -> list[int]:
-        """The rows of each group (`group_sizes` of this Case's sizes code); [] for an op that is not grouped."""
-        return group_sizes(self.sizes, self.m, self.groups, self.batch) if self.grouped else []
+        """The rows (along `group_dim`: k for `split_k`) of each group (`group_sizes` of this Case's sizes
+        code); [] for an op that is not grouped."""
+        if not self.grouped:
+            return []
+        return group_sizes(self.sizes, self.k if self.split_k else self.m, self.groups, self.batch)
 
     @property
     def blas(self) -> dict:
@@ -120,11 +139,24 @@ def _grouped_invalid(c: Case, combo: str) -> str | None:
         return f"{combo}: grouped GEMMs run through torch only (torch._grouped_mm): use backend torch"
     if c.op == "grouped_mm" and c.dtype not in ("bf16", "fp16"):
         return f"{combo}: torch._grouped_mm runs bf16 and fp16 (fp8: op scaled_grouped_mm)"
-    if c.layout not in ("NN", "NT"):
+    if c.layout not in ("NN", "NT", "TN"):
         return (f"{combo}: a grouped GEMM reads A row-major (layout NN or NT); torch's CUTLASS kernel stops on a "
                 "device-side assertion for a column-major A whose groups are not 16-byte multiples")
     if c.groups < 1:
         return f"{combo}: a grouped GEMM needs groups >= 1 (got {c.groups})"
+    if c.split_k:
+        if c.op != "grouped_mm" or c.layout != "TN" or c.batch != 1 or c.sizes == SPLIT_K + "batched":
+            return (f"{combo}: the weight gradient's grouped form (group_sizes {{k = ...}}) is op grouped_mm, "
+                    "layout TN (A column-major [m, k], B [k, n], as autograd passes them), batch 1")
+        try:
+            group_sizes(c.sizes, c.k, c.groups)
+        except ValueError as e:
+            return f"{combo}: {e}"
+        return None
+    if c.layout == "TN":
+        return (f"{combo}: a grouped GEMM reads A row-major (layout NN or NT); torch's CUTLASS kernel stops on a "
+                "device-side assertion for a column-major A whose groups are not 16-byte multiples (layout TN "
+                "is the weight gradient's form: group_sizes {k = ...})")
     if c.sizes == "batched":
         if c.op == "scaled_grouped_mm":
             return f"{combo}: scaled_grouped_mm is planned in the 2-D x 3-D form only (group_sizes other than batched)"
@@ -142,10 +174,16 @@ def _grouped_invalid(c: Case, combo: str) -> str | None:
 # --- group sizes ------------------------------------------------------------------------------------------
 def sizes_code(spec, m: int | None = None) -> str:
     """The canonical code of a `group_sizes` spec value: "uniform", "batched", {zipf = S} -> "zipf=S",
-    {seed = N, top_k = K} -> "seed=N,top_k=K" (top_k 1 when not given), a list of ints -> "sizes=a,b,...".
+    {seed = N, top_k = K} -> "seed=N,top_k=K" (top_k 1 when not given), a list of ints -> "sizes=a,b,...";
+    {k = X} -> "k:" + the code of X (the weight gradient's form: X splits k, not m; X not "batched").
     Raises ValueError naming what is wrong (pure)."""
     if spec in ("uniform", "batched"):
         return spec
+    if isinstance(spec, dict) and set(spec) == {"k"}:
+        inner = spec["k"]
+        if inner == "batched" or (isinstance(inner, dict) and "k" in inner):
+            raise ValueError(f"group_sizes {spec!r}: {{k = X}} takes X as m's sizes do, not batched or another k")
+        return SPLIT_K + sizes_code(inner)
     if isinstance(spec, dict):
         if set(spec) == {"zipf"}:
             s = spec["zipf"]
@@ -160,7 +198,7 @@ def sizes_code(spec, m: int | None = None) -> str:
     if isinstance(spec, list) and spec and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in spec):
         return "sizes=" + ",".join(str(x) for x in spec)
     raise ValueError(f"group_sizes {spec!r}: use \"uniform\", \"batched\", {{zipf = S}}, {{seed = N, top_k = K}} "
-                     "or a list of non-negative row counts")
+                     "or a list of non-negative row counts (any of them but batched inside {k = ...} to split k)")
 
 
 def group_sizes(code: str, m: int, groups: int, batch: int = 1) -> list[int]:
@@ -172,7 +210,8 @@ def group_sizes(code: str, m: int, groups: int, batch: int = 1) -> list[int]:
       experts gives;
     - "seed=N,top_k=K": m/K tokens, each routed to K distinct groups drawn at random (numpy's PCG64 seeded N),
       the rows a uniform top-K router gives;
-    - "sizes=a,b,...": these, which must add up to m, one per group.
+    - "sizes=a,b,...": these, which must add up to m, one per group;
+    - "k:X": X's sizes of `m` (the caller passes the GEMM's k: the groups split k).
     Made once per (code, m, groups, batch) in a process (`_sizes`: the plan checks every Case, the record and
     the builder ask again)."""
     return list(_sizes(code, m, groups, batch))
@@ -187,6 +226,8 @@ def _sizes(code: str, m: int, groups: int, batch: int) -> tuple[int, ...]:
 
 
 def _make_sizes(code: str, m: int, groups: int, batch: int) -> list[int]:
+    if code.startswith(SPLIT_K):
+        code = code[len(SPLIT_K):]
     if code == "batched":
         return [m] * groups
     if code.startswith("sizes="):
@@ -239,27 +280,32 @@ PAD_ROWS = (8, 16, 64, 128)   # the multiples `grouped_alternatives` pads every 
 
 
 def grouped_alternatives(c: Case) -> dict[str, Case]:
-    """The same expert work as grouped GEMM `c` (2-D x 3-D) done other ways, by name (pure):
+    """The same expert work as grouped GEMM `c` (2-D x 3-D, or the weight gradient's 2-D x 2-D split along k)
+    done other ways, by name (pure):
     - "original": `c` with its sizes written out (`sizes=...`);
-    - "pad8" ... "pad128": every group's rows padded up to a multiple of `PAD_ROWS` (empty groups stay empty;
-      the padding rows are extra rows of A, computed and thrown away);
+    - "pad8" ... "pad128": every group's rows (along k for `split_k`: the tokens) padded up to a multiple of
+      `PAD_ROWS` (empty groups stay empty; the padding rows are zero rows computed and thrown away);
     - "balanced": the same rows split evenly ("uniform"): what a router that balances its experts gives;
-    - "bmm_padded": every group padded to the largest one, as one batched GEMM (`torch.bmm`, groups x max rows);
-    - "fp8": the same sizes through `scaled_grouped_mm` (for bf16 and fp16 GEMMs of layout NT).
+    - "bmm_padded": every group padded to the largest one, as one batched GEMM (`torch.bmm`, groups x max rows;
+      for `split_k` groups x m x n products of the largest group's k);
+    - "fp8": the same sizes through `scaled_grouped_mm` (for bf16 and fp16 2-D x 3-D GEMMs of layout NT).
     One GEMM per group (a loop of `torch.mm`) is not a Case: `probe.time_grouped_alternatives` times it."""
     if not c.grouped or c.sizes == "batched":
-        raise ValueError(f"{c.key}: alternatives are for a 2-D x 3-D grouped GEMM")
+        raise ValueError(f"{c.key}: alternatives are for a 2-D x 3-D or a split-k grouped GEMM")
     sizes = c.group_sizes()
+    pre = SPLIT_K if c.split_k else ""
 
     def explicit(rows: list[int], op: str = c.op, dtype: str = c.dtype) -> Case:
-        return Case(c.backend, op, dtype, c.layout, sum(rows), c.n, c.k, 1, c.groups,
-                    sizes_code(rows))
+        m, k = (c.m, sum(rows)) if c.split_k else (sum(rows), c.k)
+        return Case(c.backend, op, dtype, c.layout, m, c.n, k, 1, c.groups, pre + sizes_code(rows))
     out = {"original": explicit(sizes)}
     for p in PAD_ROWS:
         out[f"pad{p}"] = explicit([-(-s // p) * p for s in sizes])
-    out["balanced"] = Case(c.backend, c.op, c.dtype, c.layout, c.m, c.n, c.k, 1, c.groups, "uniform")
+    out["balanced"] = Case(c.backend, c.op, c.dtype, c.layout, c.m, c.n, c.k, 1, c.groups, pre + "uniform")
     if c.groups > 1:
-        out["bmm_padded"] = Case(c.backend, "bmm", c.dtype, c.layout, max(max(sizes), 1), c.n, c.k, c.groups)
+        big = max(max(sizes), 1)
+        out["bmm_padded"] = (Case(c.backend, "bmm", c.dtype, c.layout, c.m, c.n, big, c.groups) if c.split_k
+                             else Case(c.backend, "bmm", c.dtype, c.layout, big, c.n, c.k, c.groups))
     if c.op == "grouped_mm" and c.layout == "NT":
         out["fp8"] = explicit(sizes, "scaled_grouped_mm", "fp8")
     return out

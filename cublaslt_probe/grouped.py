@@ -13,6 +13,10 @@ puts it on the audit's grouped rows:
 - a row no record reaches (a bare trace, a run captured without recording, a call the recording does not see)
   gets equal sizes, ``sizes_source`` = ``assumed``, and every figure resting on them says so.
 
+`group_top_k` is the routing's top-k: a grouped row's total rows over the rows (tokens) of its router, the
+dense GEMM of the same parent module (`model.layers.*.mlp.gate` for `model.layers.*.mlp.experts`) whose n is the
+number of groups; `measure.measure_experts` rebuilds the experts' whole forward with it.
+
 Where a row's calls split their rows several ways (layers, steps), the row keeps the routing of median
 imbalance (``group_routings`` says how many there were): the one `audit --measure` times.
 
@@ -42,6 +46,8 @@ GROUPED_COLUMNS: dict[str, tuple[str, str]] = {
     "group_empty": ("Int64", "grouped GEMM: groups without rows"),
     "group_unaligned": ("Int64", "grouped GEMM: groups whose rows are not a multiple of 8"),
     "group_imbalance": ("float64", "grouped GEMM: largest group / mean group (1 = balanced)"),
+    "group_top_k": ("Int64", "grouped GEMM: routed rows per token (its total rows over the tokens of the router: the "
+                             "GEMM of the same parent module whose n is the groups); null where none is found"),
     "group_waves": ("float64", "grouped GEMM: all groups' tiles (⌈rows/tile⌉ each) over the SM count"),
     "largest_group_waves": ("float64", "grouped GEMM: the largest group's tiles over the SM count"),
 }
@@ -115,6 +121,24 @@ def waves(sizes: list[int], group_dim: str, m: int, n: int, tile_m, tile_n, sms)
     return sum(tiles(s) for s in sizes) / sms, tiles(max(sizes)) / sms
 
 
+def top_k(rows: dict, i, total: int | None) -> int | None:
+    """The routed rows per token of grouped row `i` (module doc): its total over the m of the dense forward
+    GEMM of the same parent module whose n is its groups; None where there is none or it does not divide."""
+    r = rows[i]
+    mod = r.get("module")
+    if _missing(mod) or not total or "." not in str(mod):
+        return None
+    parent = str(mod).rsplit(".", 1)[0]
+    for j, x in rows.items():
+        xm = x.get("module")
+        if (j != i and _missing(x.get("groups")) and not _missing(xm) and "." in str(xm)
+                and str(xm).rsplit(".", 1)[0] == parent and x.get("pass") == "fwd"
+                and not _missing(x.get("n")) and int(x["n"]) == int(r["groups"])
+                and not _missing(x.get("m")) and int(x["m"]) and total % int(x["m"]) == 0):
+            return total // int(x["m"])
+    return None
+
+
 def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
     """The audit rows `df` with `GROUPED_COLUMNS` filled for its grouped rows and their floor_us, bound and
     floor_ratio counted by the grouped roofline (`roofline`); the run folder `path`'s group_sizes.jsonl
@@ -180,7 +204,8 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
         for c, v in (("sizes_source", src), ("group_sizes", json.dumps(sizes, separators=(",", ":"))),
                      ("group_routings", routings), ("group_min", s["min"]), ("group_max", s["max"]),
                      ("group_mean", s["mean"]), ("group_empty", s["empty"]), ("group_unaligned", s["unaligned"]),
-                     ("group_imbalance", s["imbalance"]), ("group_waves", w_all), ("largest_group_waves", w_big)):
+                     ("group_imbalance", s["imbalance"]), ("group_top_k", top_k(rows, i, sum(sizes))),
+                     ("group_waves", w_all), ("largest_group_waves", w_big)):
             cols[c][i] = v
         f = roofline(sizes, r["group_dim"], int(r["m"]), int(r["n"]), int(r["k"]), r.get("dtype"), rates)
         if f:

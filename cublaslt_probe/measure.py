@@ -15,26 +15,31 @@ heuristic's candidates):
 - ``numerics``: max relative difference of each path and each padded GEMM (sliced back) against the original's
   output on the same inputs.
 
-A grouped GEMM (`aten::_grouped_mm`, `_scaled_grouped_mm`; 2-D x 3-D, its offsets splitting the rows) is measured
+A grouped GEMM (`aten::_grouped_mm`, `_scaled_grouped_mm`; 2-D x 3-D, its offsets splitting the rows, or the
+weight gradient's 2-D x 2-D, its offsets splitting k) is measured
 with the group sizes the audit joined to it (``sizes_source``: recorded, or assumed equal) through
 `probe.time_grouped_alternatives` (``grouped``: the original, every group padded to 8, 16, 64, 128 rows,
 balanced sizes, one `torch.mm` per group, all groups padded to the largest as one `torch.bmm`, fp8) plus
 transformers' `batched_mm` experts forward (`batched_mm_variant`), with each variant's numerics against the
 original on the same operands (`_grouped_numerics`); ``implementations`` maps transformers'
 `config._experts_implementation` values to the variants that run as they do (`EXPERTS_IMPLEMENTATIONS`).
+Each experts module whose two forward grouped GEMMs are measured is also rebuilt and timed as one whole call of
+the program (`measure_experts`, under ``experts``): a GEMM's alternative is not the change a program makes, and
+the advice's saving rests on the whole call.
 
 A GEMM its program replays from a CUDA graph (the audit row's ``graph``) is timed replayed from a graph too
 (`use_graph_times`: ``timing`` = graph, each time's eager value kept as ``eager_us``): a graph pays no launch per
 call, which changes what a small GEMM's alternatives cost.
 
-GEMMs the probe cannot rebuild (a weight gradient's grouped GEMM, whose offsets split k; Triton templates, ops it
-does not know) are listed with the reason, not dropped. Imports torch only inside functions (GPU side).
+GEMMs the probe cannot rebuild (a 3-D x 3-D grouped GEMM's equal groups, Triton templates, ops it does not
+know) are listed with the reason, not dropped. Imports torch only inside functions (GPU side).
 """
 from __future__ import annotations
 
 import json
 import logging
 import math
+import statistics
 import time
 
 from cublaslt_probe.candidates import max_rel_diff
@@ -178,23 +183,27 @@ def _numerics(probe, c: Case, alts: list[tuple[str, Case]]) -> dict:
 
 def grouped_case_of(g: dict) -> tuple[Case | None, str | None]:
     """The probe Case of one audited grouped GEMM (a dict with op, dtype, layout, m, n, k, batch, groups,
-    group_dim and the audit's ``group_sizes``, a JSON list; equal sizes without it), or why there is none."""
-    from cublaslt_probe.cases import group_sizes, sizes_code
+    group_dim and the audit's ``group_sizes``, a JSON list; equal sizes without it), or why there is none.
+    Offsets along m give the 2-D x 3-D form, offsets along k the weight gradient's (`Case.split_k`)."""
+    from cublaslt_probe.cases import SPLIT_K, group_sizes, sizes_code
     op = GROUPED_TORCH_OPS.get(g.get("op") or "")
     if op is None:
         return None, f"op {g.get('op')!r} is not a grouped GEMM"
     if int(g.get("batch") or 1) > 1:
         return None, "a 3-D x 3-D grouped GEMM: its groups are equal, there are no sizes to change"
-    if g.get("group_dim") != "m":
-        return None, (f"its offsets split {g.get('group_dim') or 'an unknown dimension'} (a weight gradient's "
-                      "grouped GEMM): the probe rebuilds grouped GEMMs whose offsets split the rows (m)")
+    dim = g.get("group_dim")
+    if dim not in ("m", "k"):
+        return None, (f"its offsets split {dim or 'an unknown dimension'}: the probe rebuilds grouped GEMMs whose "
+                      "offsets split the rows (m) or, the weight gradient's, k")
     dtype = _DTYPES.get(g.get("dtype") or "")
     if None in (g.get("m"), g.get("n"), g.get("k"), g.get("groups")) or not g.get("layout") or dtype is None:
         return None, "the trace gives no shapes, strides or dtype for it (record_shapes=True rebuilds them)"
     m, groups = int(g["m"]), int(g["groups"])
+    total = int(g["k"]) if dim == "k" else m
     try:
-        sizes = json.loads(g["group_sizes"]) if g.get("group_sizes") else group_sizes("uniform", m, groups)
-        c = Case("torch", op, dtype, g["layout"], m, int(g["n"]), int(g["k"]), 1, groups, sizes_code(sizes))
+        sizes = json.loads(g["group_sizes"]) if g.get("group_sizes") else group_sizes("uniform", total, groups)
+        c = Case("torch", op, dtype, g["layout"], m, int(g["n"]), int(g["k"]), 1, groups,
+                 (SPLIT_K if dim == "k" else "") + sizes_code(sizes))
     except (TypeError, ValueError) as e:
         return None, f"its group sizes cannot be used: {e}"
     why = invalid_reason(c)
@@ -239,6 +248,8 @@ def _grouped_numerics(probe, alts: dict, a, w, offs, ref, extra: dict) -> dict:
     for x in sizes:
         starts.append(starts[-1] + x)
     out: dict[str, float | None] = {}
+    if alts["original"].split_k:
+        return _split_k_numerics(torch, alts, a, w, ref, sizes, starts, extra)
 
     def rel(y) -> float:
         return max_rel_diff(y.float(), ref)
@@ -286,6 +297,50 @@ def _grouped_numerics(probe, alts: dict, a, w, offs, ref, extra: dict) -> dict:
     return out
 
 
+def _split_k_numerics(torch, alts: dict, a, w, ref, sizes: list[int], starts: list[int], extra: dict) -> dict:
+    """`_grouped_numerics` of a split-k grouped GEMM (A [m, K] column-major, B [K, n], output [groups, m, n]):
+    every group padded along k with zero rows of A's columns and B's rows, and every group padded to the largest
+    as one `torch.bmm`, each against the original's output, the empty groups' outputs left out."""
+    live = [g for g, n in enumerate(sizes) if n]
+    out: dict[str, float | None] = {}
+
+    def put(name, make):
+        try:
+            out[name] = max_rel_diff(make().float()[live], ref[live])
+        except Exception as e:  # noqa: BLE001
+            out[name] = None
+            log.info("numerics of %s failed: %s", name, e)
+    m, n = a.shape[0], w.shape[1]
+    for name, alt in alts.items():
+        if name.startswith("pad"):
+            def padded(alt=alt):
+                ps = alt.group_sizes()
+                pst = [0]
+                for x in ps:
+                    pst.append(pst[-1] + x)
+                idx = torch.cat([torch.arange(pst[g], pst[g] + c, device="cuda") for g, c in enumerate(sizes)])
+                ap = torch.zeros(alt.k, m, device="cuda", dtype=a.dtype)
+                ap[idx] = a.t()
+                bp = torch.zeros(alt.k, n, device="cuda", dtype=w.dtype)
+                bp[idx] = w
+                po = torch.tensor(pst[1:], dtype=torch.int32, device="cuda")
+                return torch._grouped_mm(ap.t(), bp, offs=po)
+            put(name, padded)
+        elif name == "bmm_padded":
+            def bmm():
+                big = max(sizes)
+                ab = torch.zeros(len(sizes), m, big, device="cuda", dtype=a.dtype)
+                bb = torch.zeros(len(sizes), big, n, device="cuda", dtype=w.dtype)
+                for g, c in enumerate(sizes):
+                    ab[g, :, :c] = a[:, starts[g]:starts[g] + c]
+                    bb[g, :c] = w[starts[g]:starts[g] + c]
+                return torch.bmm(ab, bb)
+            put(name, bmm)
+    for name, y in extra.items():
+        put(name, lambda y=y: y)
+    return out
+
+
 def measure_grouped(probe, g: dict) -> dict:
     """One grouped GEMM's alternatives (the module doc): ``original`` and ``original_us``, ``grouped`` (the
     variants, `probe.time_grouped_alternatives` and `batched_mm_variant`), ``sizes_source`` and
@@ -305,7 +360,7 @@ def measure_grouped(probe, g: dict) -> dict:
     try:
         a, w, offs = b.keep[0], b.keep[1], b.keep[2]
         ref = b.fn().float()
-        bm = batched_mm_variant(probe, c, a, w) if c.op == "grouped_mm" else None
+        bm = batched_mm_variant(probe, c, a, w) if c.op == "grouped_mm" and not c.split_k else None
         extra = {}
         if bm is not None:
             y = bm.pop("output", None)
@@ -470,6 +525,344 @@ def graph_note(measure: dict | None) -> str | None:
     return f"{n} GEMM{'s' if n != 1 else ''} from CUDA graphs: times {GRAPH_TIMING}"
 
 
+# --- the experts' whole forward ------------------------------------------------------------------------------
+EXPERTS_VARIANTS = ("original", "pad8", "pad16", "pad128", "balanced", "bmm_padded", "fp8", "mm_per_group",
+                    "batched_mm")
+F8_MAX = 448.0        # torch.finfo(torch.float8_e4m3fn).max
+EXPERTS_BUDGET_S = 1.0   # timed rounds of a module's variants are sized to about this long (5 to 15 rounds)
+
+
+def experts_problem(rows: list[dict]) -> tuple[dict | None, str | None]:
+    """The experts module that a module's audited grouped rows (dicts as `measure_gemms` takes them) run, or
+    why it cannot be rebuilt (pure): its forward pair, gate+up ([rows, hidden] -> 2 x intermediate) and down
+    (intermediate -> hidden), offsets along m, the same groups and rows: ``experts`` (E), ``hidden``,
+    ``inter``, ``rows`` (S = tokens x top-k), ``top_k`` and ``tokens`` (`grouped.top_k`; 1 and S where no
+    router was found: ``top_k_source`` says which), ``sizes`` (gate+up's, in expert order), ``sizes_source``,
+    ``calls`` per step, ``train`` (the module has backward rows: a call is timed forward and backward),
+    ``dtype``."""
+    fwd = [r for r in rows if r.get("group_dim") == "m" and r.get("pass") == "fwd"]
+    if not fwd:
+        return None, "no forward grouped GEMM with offsets along the rows among the measured"
+    up = down = None
+    for a in fwd:
+        for b in fwd:
+            if (a is not b and int(b["n"]) == int(a["k"]) and int(a["n"]) == 2 * int(b["k"])
+                    and int(a["m"]) == int(b["m"]) and int(a["groups"]) == int(b["groups"])):
+                up, down = a, b
+    if up is None:
+        return None, ("its forward gate+up (n = 2 x intermediate) and down (k = intermediate) grouped GEMMs are not "
+                      "both among the measured (the rebuild covers gated experts: raise --top-measure)")
+    S, E = int(up["m"]), int(up["groups"])
+    try:
+        sizes = [int(x) for x in json.loads(up["group_sizes"])] if up.get("group_sizes") else None
+    except (TypeError, ValueError):
+        sizes = None
+    if not sizes or len(sizes) != E or sum(sizes) != S:
+        from cublaslt_probe.cases import group_sizes
+        sizes = group_sizes("uniform", S, E)
+    k = up.get("group_top_k")
+    k = int(k) if isinstance(k, (int, float)) and not (isinstance(k, float) and math.isnan(k)) and k else None
+    if not k or S % k or max(sizes) > S // k or k > E:
+        k, src = 1, "assumed 1 (no router GEMM of n = experts found beside the module)"
+    else:
+        src = "router"
+    dtype = _DTYPES.get(up.get("dtype") or "")
+    if dtype not in ("bf16", "fp16"):
+        return None, f"dtype {up.get('dtype')!r}: the rebuild runs bf16 and fp16 experts"
+    train = any(r.get("pass") == "bwd" for r in rows)
+    return {"experts": E, "hidden": int(up["k"]), "inter": int(down["k"]), "rows": S, "top_k": k,
+            "tokens": S // k, "top_k_source": src, "sizes": sizes,
+            "sizes_source": up.get("sizes_source") or ("recorded" if up.get("group_sizes") else "assumed"),
+            "calls": float(up.get("calls") or 1), "train": train, "dtype": dtype}, None
+
+
+def silu_gate(h):
+    """transformers' `_apply_gate` of gated experts (Mixtral, Qwen3-MoE, ...): act(gate) * up, gate first."""
+    import torch
+    g, u = h.chunk(2, dim=-1)
+    return torch.nn.functional.silu(g) * u
+
+
+def quant_rows(t):
+    """e4m3 copy of 2-D `t` and its row-wise scales (max |row| / F8_MAX)."""
+    import torch
+    s = (t.abs().amax(dim=-1).float() / F8_MAX).clamp_min(1e-12)
+    return (t.float() / s.unsqueeze(-1)).to(torch.float8_e4m3fn), s
+
+
+def quant_weight(w):
+    """e4m3 copy of expert weights `w` [E, n, k] and their scales [E, n] (one per expert column of the GEMM)."""
+    import torch
+    s = (w.abs().amax(dim=2).float() / F8_MAX).clamp_min(1e-12)
+    return (w.float() / s[..., None]).to(torch.float8_e4m3fn), s
+
+
+_FP8: list = []
+
+
+def _fp8_grouped():
+    """A grouped linear x @ W^T (W [E, n, k], offsets along x's rows) with an fp8 forward (the activations
+    quantized by `quant`, the weights given quantized) and the bf16 backward products autograd forms for
+    `_grouped_mm` (data gradient: offsets along m; weight gradient: offsets along k)."""
+    if _FP8:
+        return _FP8[0]
+    import torch
+
+    class Fp8Grouped(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, offs, w8, sw, quant):
+            x8, sx = quant(x)
+            ctx.save_for_backward(x, w, offs)
+            return torch._scaled_grouped_mm(x8, w8.transpose(-2, -1), sx, sw, offs=offs, out_dtype=x.dtype)
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w, offs = ctx.saved_tensors
+            gx = torch._grouped_mm(g, w, offs=offs) if ctx.needs_input_grad[0] else None
+            gw = torch._grouped_mm(g.transpose(-2, -1), x, offs=offs) if ctx.needs_input_grad[1] else None
+            return gx, gw, None, None, None, None
+    _FP8.append(Fp8Grouped.apply)
+    return _FP8[0]
+
+
+def experts_forward(w1, w2, hidden, top_k_index, top_k_weights, *, variant: str = "original", gate=None,
+                    fp8_weights=None):
+    """An MoE layer's experts, gated, weights as transformers 5.x stores them (`w1` gate+up [E, 2I, H], `w2`
+    down [E, H, I], no bias), run the way `variant` would really be built, gathers, padding and host
+    synchronisations included:
+
+    - ``original``: transformers' `grouped_mm` experts forward written out (token gather, argsort by expert,
+      `histc` sizes, two `torch._grouped_mm`, the gate, the routing weights, the inverse permutation, the sum
+      over top-k);
+    - ``pad<M>``: the same with each expert's rows placed at a multiple of M (zero rows between the groups,
+      offsets of the padded sizes, a host-side bound on the rows: no synchronisation), the real rows gathered
+      back; under autograd the rows past the last group are zeroed after the first GEMM (its backward reads
+      them);
+    - ``bmm_padded``: every expert padded to the largest group, one `torch.bmm` per projection (the largest
+      group read on the host: one synchronisation per call);
+    - ``fp8``: ``original`` with both projections through `torch._scaled_grouped_mm` (e4m3, row-wise scales;
+      `fp8_weights(w)` gives a projection's e4m3 weights and scales, the activations quantized each call in eager
+      torch; the backward stays in the weights' dtype);
+    - ``mm_per_group``: transformers' ``eager`` experts (a loop over the experts hit: `torch.where`, gather,
+      two `linear`, `index_add_`; a host synchronisation per expert);
+    - ``batched_mm``: transformers' ``batched_mm`` experts (each routed row's expert weights gathered, one
+      `torch.bmm` of one-row products per projection).
+    `gate` is the module's gate (`silu_gate` when None). Returns [tokens, H] in `hidden`'s dtype."""
+    import torch
+    gate = gate or silu_gate
+    dev, E = hidden.device, w1.shape[0]
+    T, k = top_k_index.shape
+    S = T * k
+    token_idx = torch.arange(T, device=dev).unsqueeze(1).expand(-1, k).reshape(-1)
+    if variant == "mm_per_group":
+        final = torch.zeros_like(hidden)
+        with torch.no_grad():
+            mask = torch.nn.functional.one_hot(top_k_index, num_classes=E).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in hit:
+            e = e[0]
+            if e == E:
+                continue
+            pos, tok = torch.where(mask[e])
+            h = gate(torch.nn.functional.linear(hidden[tok], w1[e]))
+            h = torch.nn.functional.linear(h, w2[e]) * top_k_weights[tok, pos, None]
+            final.index_add_(0, tok, h.to(final.dtype))
+        return final
+    if variant == "batched_mm":
+        ids = top_k_index.reshape(-1)
+        h = gate(torch.bmm(w1[ids], hidden[token_idx].unsqueeze(-1)).squeeze(-1))
+        y = torch.bmm(w2[ids], h.unsqueeze(-1)).squeeze(-1) * top_k_weights.reshape(-1).unsqueeze(-1)
+        return y.view(T, k, -1).sum(dim=1).to(hidden.dtype)
+    expert_ids = top_k_index.reshape(-1)
+    selected = hidden[token_idx]
+    perm = torch.argsort(expert_ids)
+    inv_perm = torch.argsort(perm)
+    ids_g = expert_ids[perm]
+    w_g = top_k_weights.reshape(-1)[perm]
+    x = selected[perm]
+    counts = torch.histc(ids_g.int(), bins=E, min=0, max=E - 1)
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+
+    def proj(inp, w, o):
+        if variant == "fp8":
+            return _fp8_grouped()(inp, w, o, *fp8_weights(w), quant_rows)
+        return torch._grouped_mm(inp, w.transpose(-2, -1), offs=o)
+    if variant.startswith("pad"):
+        mult = int(variant[3:])
+        padded = (counts + (mult - 1)) // mult * mult
+        poffs = torch.cumsum(padded, 0, dtype=torch.int32)
+        dst = torch.arange(S, device=dev) + ((poffs - padded) - (offs - counts))[ids_g]
+        rows = S + E * (mult - 1)
+        h = proj(x.new_zeros(rows, x.shape[1]).index_put((dst,), x), w1, poffs)
+        if torch.is_grad_enabled():
+            h = h.masked_fill((torch.arange(rows, device=dev) >= poffs[-1]).unsqueeze(-1), 0)
+        y = proj(gate(h), w2, poffs)[dst]
+    elif variant == "bmm_padded":
+        G = max(1, int(counts.max()))
+        dst = torch.arange(S, device=dev) + (torch.arange(E, device=dev) * G - (offs - counts))[ids_g]
+        xb = x.new_zeros(E * G, x.shape[1]).index_put((dst,), x)
+        h = gate(torch.bmm(xb.view(E, G, -1), w1.transpose(1, 2)).view(E * G, -1))
+        y = torch.bmm(h.view(E, G, -1), w2.transpose(1, 2)).view(E * G, -1)[dst]
+    elif variant in ("original", "fp8"):
+        y = proj(gate(proj(x, w1, offs)), w2, offs)
+    else:
+        raise ValueError(f"unknown experts variant {variant!r}: choose from {', '.join(EXPERTS_VARIANTS)}")
+    y = (y * w_g.unsqueeze(-1))[inv_perm]
+    return y.view(T, k, -1).sum(dim=1).to(hidden.dtype)
+
+
+def route(torch, sizes: list[int], tokens: int, top_k: int, seed: int = 0):
+    """top_k_index [tokens, top_k] on the GPU whose experts get `sizes` rows (each at most `tokens`), each token
+    routed to top_k distinct experts, tokens in a seeded random order."""
+    ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    idx = ids.view(top_k, tokens).t()
+    gen = torch.Generator().manual_seed(seed)
+    return idx[torch.randperm(tokens, generator=gen)].contiguous().cuda()
+
+
+def measure_experts(probe, rows: list[dict]) -> dict:
+    """A module's experts rebuilt from its audited grouped rows (`experts_problem`: the recorded sizes, the
+    router's top-k) and each variant of `experts_forward` timed as the whole call the program makes (forward;
+    forward and backward where the module has backward rows): the CUDA-event span of one call from a
+    synchronised start, host launches and synchronisations inside it included, medians over rounds that run
+    every variant once in turn (order reversed each round). ``balanced`` is ``original`` on a routing of
+    the same rows split evenly (a router's change). ``variants``: name, time_us (per call), saved_us, error
+    or not_run; ``numerics``: each variant's output against ``original``'s on the same inputs (forward).
+    Returns ``problem``, ``scope`` and ``calls`` too, or ``skipped`` with the reason."""
+    from cublaslt_probe.cases import group_sizes
+    t0 = time.perf_counter()
+    prob, why = experts_problem(rows)
+    if prob is None:
+        return {"skipped": why}
+    torch = probe.torch
+    E, H, II, T, k = prob["experts"], prob["hidden"], prob["inter"], prob["tokens"], prob["top_k"]
+    dt = getattr(torch, TORCH_NAMES[prob["dtype"]])
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w1 = (torch.randn(E, 2 * II, H, device="cuda", generator=gen) * 0.02).to(dt)
+    w2 = (torch.randn(E, H, II, device="cuda", generator=gen) * 0.02).to(dt)
+    x = torch.randn(T, H, device="cuda", generator=gen).to(dt)
+    wts = torch.softmax(torch.randn(T, k, device="cuda", generator=gen), dim=-1).to(dt)
+    idx = route(torch, prob["sizes"], T, k)
+    bal = route(torch, group_sizes("uniform", T * k, E), T, k)
+    train = prob["train"]
+    cache: dict = {}
+
+    def fp8_weights(w):
+        if train:                      # training: the weights change every step, quantized every call
+            return quant_weight(w.detach())
+        if id(w) not in cache:         # inference: quantized once
+            cache[id(w)] = quant_weight(w.detach())
+        return cache[id(w)]
+    names = [v for v in EXPERTS_VARIANTS if v in ("original", "balanced", "mm_per_group", "bmm_padded")
+             or v.startswith("pad") or (v == "fp8" and prob["dtype"] == "bf16")]
+    out = {"module": (rows[0].get("module")), "groups": E, "calls": prob["calls"],
+           "scope": "forward and backward" if train else "forward", "problem": {
+               kk: v for kk, v in prob.items() if kk != "sizes"}, "sizes_source": prob["sizes_source"]}
+    need = T * k * (w1[0].numel() + w2[0].numel()) * w1.element_size()
+    not_run = {}
+    if need > BATCHED_MM_CAP:
+        not_run["batched_mm"] = (f"it gathers each routed row's expert weights: {need / 2**30:,.1f} GiB (run up "
+                                 f"to {BATCHED_MM_CAP / 2**30:g} GiB)")
+    else:
+        names.append("batched_mm")
+    if train:
+        for w in (w1, w2, x):
+            w.requires_grad_(True)
+        gy = torch.randn(T, H, device="cuda", generator=gen).to(dt)
+
+    def call(name):
+        ti = bal if name == "balanced" else idx
+        v = "original" if name == "balanced" else name
+        if train:
+            w1.grad = w2.grad = x.grad = None
+            return lambda: experts_forward(w1, w2, x, ti, wts, variant=v, fp8_weights=fp8_weights).backward(gy)
+        return lambda: experts_forward(w1, w2, x, ti, wts, variant=v, fp8_weights=fp8_weights)
+    errors: dict[str, str] = {}
+    numerics: dict[str, float | None] = {}
+    with torch.no_grad():
+        ref = None
+        for n in names:
+            try:
+                y = experts_forward(w1, w2, x, bal if n == "balanced" else idx, wts,
+                                    variant="original" if n == "balanced" else n, fp8_weights=fp8_weights)
+                if n == "original":
+                    ref = y.float()
+                elif n != "balanced" and ref is not None:
+                    numerics[n] = max_rel_diff(y.float(), ref)
+            except Exception as e:  # noqa: BLE001  the variant is reported, the others go on
+                errors[n] = f"{type(e).__name__}: {e}"[:300]
+                torch.cuda.synchronize()
+    timed = [n for n in names if n not in errors]
+    samples: dict[str, list[float]] = {n: [] for n in timed}
+    s_ev, e_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def one(n) -> float:
+        fn = call(n)
+        torch.cuda.synchronize()
+        s_ev.record()
+        fn()
+        e_ev.record()
+        e_ev.synchronize()
+        return s_ev.elapsed_time(e_ev) * 1e3
+    warm = {}
+    for n in list(timed):
+        try:
+            one(n)
+            warm[n] = one(n)
+        except Exception as e:  # noqa: BLE001
+            errors[n] = f"{type(e).__name__}: {e}"[:300]
+            timed.remove(n)
+            torch.cuda.synchronize()
+    rounds = max(5, min(15, int(EXPERTS_BUDGET_S * 1e6 / max(1.0, sum(warm.values())))))
+    for r in range(rounds):
+        for n in (timed if r % 2 == 0 else timed[::-1]):
+            samples[n].append(one(n))
+    if train:
+        for w in (w1, w2, x):
+            w.grad = None
+    med = {n: statistics.median(v) for n, v in samples.items() if v}
+    base = med.get("original")
+    out["variants"] = [{"variant": n, "time_us": round(med[n], 1) if n in med else None, "reps": len(samples.get(n, [])),
+                        "saved_us": round(base - med[n], 1) if base and n in med else None,
+                        "error": errors.get(n)} for n in names] + [
+        {"variant": n, "time_us": None, "reps": 0, "saved_us": None, "error": None, "not_run": why}
+        for n, why in not_run.items()]
+    out["numerics"] = numerics
+    out["tolerance_fp8"] = _tolerance("fp8")
+    out["tolerance"] = _tolerance(prob["dtype"])
+    out["rounds"] = rounds
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    del w1, w2, x, cache
+    torch.cuda.empty_cache()
+    return out
+
+
+def _tolerance(dtype: str):
+    from cublaslt_probe import candidates as cand
+    return cand.tolerance(dtype)
+
+
+def measure_experts_modules(probe, gemms: list[dict]) -> list[dict]:
+    """`measure_experts` for every module with grouped GEMMs among `gemms` (one entry per module and
+    groups; errors reported, not raised)."""
+    by: dict[tuple, list[dict]] = {}
+    for g in gemms:
+        if g.get("op") in GROUPED_TORCH_OPS and g.get("module"):
+            by.setdefault((g["module"], g.get("groups")), []).append(g)
+    out = []
+    for (module, groups), rows in by.items():
+        try:
+            e = measure_experts(probe, rows)
+        except Exception as ex:  # noqa: BLE001  one module that cannot run is reported, the others go on
+            e = {"error": f"{type(ex).__name__}: {ex}"[:300]}
+            probe.torch.cuda.synchronize()
+        e.setdefault("module", module)
+        e.setdefault("groups", groups)
+        out.append(e)
+        log.info("measured the experts of %s in %s s", module, e.get("seconds"))
+    return out
+
+
 def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32: bool = False,
                   probe=None, whatifs: bool = True) -> dict:
     """Measure the alternatives of each GEMM in `gemms` (dicts as `case_of` takes them, with any extra keys —
@@ -534,7 +927,11 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
         entry["seconds"] = round(time.perf_counter() - t0, 3)
         results.append(entry)
         log.info("measured %s in %.2f s", c.key, entry["seconds"])
-    return {"env": probe.env, "gemms": results, "seconds": round(time.perf_counter() - t_all, 3)}
+    out = {"env": probe.env, "gemms": results}
+    if any(g.get("op") in GROUPED_TORCH_OPS for g in gemms):
+        out["experts"] = measure_experts_modules(probe, gemms)
+    out["seconds"] = round(time.perf_counter() - t_all, 3)
+    return out
 
 
 def require(gemms) -> None:

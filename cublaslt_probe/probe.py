@@ -440,11 +440,15 @@ class Builder:
         unit row-wise scales: A's one per row, B's one per group and column, the shapes torch asks for), with B
         [groups, k, n] (stored [groups, n, k] and transposed for layout NT, as an MoE layer's weights are) and
         A [m, k] split by int32 offsets, the cumulative group sizes on the GPU (made here, not per call); in
-        the batched form A is [groups, m, k] and there are no offsets."""
+        the batched form A is [groups, m, k] and there are no offsets. The weight gradient's form (`Case.split_k`)
+        is 2-D x 2-D: A [m, k] column-major, B [k, n], the offsets splitting k, the output [groups, m, n]."""
         t = self.torch
         batched = c.sizes == "batched"
-        a, b = self._operands(c.dtype, (c.m, c.k, False, c.groups if batched else 1), (c.k, c.n, tb, c.groups))
-        if c.groups == 1:   # a batch of one is a plain matrix in the pool's views (`operand_view`)
+        if c.split_k:
+            a, b = self._operands(c.dtype, (c.m, c.k, True, 1), (c.k, c.n, tb, 1))
+        else:
+            a, b = self._operands(c.dtype, (c.m, c.k, False, c.groups if batched else 1), (c.k, c.n, tb, c.groups))
+        if c.groups == 1 and not c.split_k:   # a batch of one is a plain matrix in the pool's views (`operand_view`)
             a, b = (a.unsqueeze(0) if batched else a), b.unsqueeze(0)
         if batched:
             return Built(lambda: t._grouped_mm(a, b), (a, b))
@@ -1740,29 +1744,35 @@ def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
     """Grouped GEMM `c` and its alternatives (`cases.grouped_alternatives`: padded groups, balanced groups, one
     batched GEMM padded to the largest group, fp8), each run through `probe.run_window` as any GEMM is, and one
     `torch.mm` per non-empty group (the eager experts' loop), timed with `probe.time_gpu` and checked against
-    the grouped GEMM's own output on the same operands (`max_rel_diff`). One row per variant: its name, key,
-    rows computed, median µs, µs saved against the original (positive: faster), kernels, error."""
+    the grouped GEMM's own output on the same operands (`max_rel_diff`; of a split-k GEMM, the non-empty
+    groups' outputs). One row per variant: its name, key, rows computed (along k for split-k), median µs,
+    µs saved against the original (positive: faster), kernels, error."""
     from cublaslt_probe.cases import grouped_alternatives
     torch = probe.torch
     alts = grouped_alternatives(c)
     recs = probe.run_window(list(alts.values()))
     rows = []
     for name, alt, r in zip(alts, alts.values(), recs):
-        rows.append({"variant": name, "key": r["key"], "rows": alt.m * alt.batch, "time_us": r["time_us"],
+        n_rows = (alt.k * alt.batch if c.split_k else alt.m * alt.batch)
+        rows.append({"variant": name, "key": r["key"], "rows": n_rows, "time_us": r["time_us"],
                      "kernels": r["kernels"], "group_summary": r.get("group_summary"), "error": r["error"]})
     b = probe.builder.build(alts["original"])
     try:
         a, w = b.keep[0], b.keep[1]
-        parts, at = [], 0
+        parts, live, at = [], [], 0
         for g, n in enumerate(alts["original"].group_sizes()):
             if n:
-                parts.append((a[at:at + n], w[g]))
+                parts.append((a[:, at:at + n], w[at:at + n]) if c.split_k else (a[at:at + n], w[g]))
+                live.append(g)
             at += n
-        loop = {"variant": "mm_per_group", "key": None, "rows": c.m, "group_summary": None, "error": None}
+        loop = {"variant": "mm_per_group", "key": None, "rows": c.k if c.split_k else c.m, "group_summary": None,
+                "error": None}
         try:
             fn = (lambda: [torch.mm(x, y) for x, y in parts])
             ref = b.fn().float()
-            got = torch.cat([o.float() for o in fn()])
+            if c.split_k:
+                ref = ref[live]
+            got = (torch.stack if c.split_k else torch.cat)([o.float() for o in fn()])
             loop["max_rel_diff"] = max_rel_diff(got, ref)
             loop["time_us"] = probe.time_gpu(fn, key="torch|mm_per_group").median_us
             loop["kernels"] = [k for k, _ in probe.profile([fn])[0]]

@@ -152,3 +152,35 @@ def test_grouped_alternatives_run_and_the_loop_matches(probe):
     assert by["pad8"]["group_summary"]["unaligned"] == 0 and by["original"]["saved_us"] == 0
     assert by["mm_per_group"]["max_rel_diff"] < 0.01
     assert sum(1 for k in by["mm_per_group"]["kernels"] if "nvjet" in k or "gemm" in k) >= G - 1
+
+
+SPLIT_K = Case("torch", "grouped_mm", "bf16", "TN", 256, 512, 1024, 1, 8, "k:zipf=1")
+
+
+def test_the_weight_gradients_grouped_gemm_is_the_loop_over_its_k_slices(probe):
+    """The weight gradient's form (A [m, k] column-major, B [k, n], offsets along k): each group's output is
+    the product of its own slice of k; its record holds the sizes along k, and its alternatives run."""
+    from cublaslt_probe.probe import time_grouped_alternatives
+    c = SPLIT_K
+    b = probe.builder.build(c)
+    try:
+        out = b.fn().float()
+        a, w = b.keep[0].float(), b.keep[1].float()
+        assert b.keep[0].stride() == (1, c.m)           # column-major A, as autograd passes it
+        parts, at = [], 0
+        for rows in c.group_sizes():
+            parts.append(a[:, at:at + rows] @ w[at:at + rows])
+            at += rows
+        ref = probe.torch.stack(parts)
+        assert out.shape == ref.shape == (c.groups, c.m, c.n)
+        assert ((out - ref).abs().max() / ref.abs().max()).item() < 0.01
+    finally:
+        b.close()
+    rec = probe.run_window([c])[0]
+    assert rec["error"] is None and rec["kernels"] and rec["time_us"] > 0
+    assert rec["group_sizes"] == c.group_sizes() and sum(rec["group_sizes"]) == c.k
+    by = {r["variant"]: r for r in time_grouped_alternatives(probe, c)}
+    assert list(by) == ["original", "pad8", "pad16", "pad64", "pad128", "balanced", "bmm_padded", "mm_per_group"]
+    assert all(r["error"] is None and r["time_us"] > 0 for r in by.values()), by
+    assert by["original"]["rows"] == c.k < by["pad128"]["rows"]
+    assert by["mm_per_group"]["max_rel_diff"] < 0.01

@@ -62,3 +62,69 @@ def test_batched_mm_runs_as_transformers_runs_it_where_it_fits(probe):
     assert bm["time_us"] > 0 and bm["kernels"]
     assert out["numerics"]["batched_mm"] <= out["tolerance"]
     assert out["group_summary"]["empty"] == 1
+
+
+MIXTRAL = Path(__file__).parent / "fixtures" / "moe" / "mixtral_train"
+
+
+def test_the_weight_gradients_rows_are_measured_with_their_sizes_along_k(probe):
+    """The Mixtral step's weight-gradient grouped rows (offsets along k) are measured, not skipped: every
+    variant timed, padded along k and the bmm giving the original's output."""
+    from cublaslt_probe.measure import measure_grouped
+    sizes = read_group_sizes(MIXTRAL)[0]["sizes"]
+    rows = [r for r in _grouped_rows(MIXTRAL) if r["group_dim"] == "k"]
+    assert len(rows) == 2
+    for r in rows:
+        g = measure_grouped(probe, r)
+        assert "skipped" not in g and g["case"].endswith("k:sizes=" + ",".join(map(str, sizes))), g
+        assert all(v["time_us"] and v["time_us"] > 0 for v in g["grouped"]), g["grouped"]
+        for name in ("pad8", "pad128", "bmm_padded", "mm_per_group"):
+            assert g["numerics"][name] is not None and g["numerics"][name] <= g["tolerance"], (name, g["numerics"])
+
+
+def test_every_experts_variant_gives_the_originals_output_and_gradients(probe):
+    """`experts_forward`: each variant's output and, under autograd, the gradients of the weights and the input
+    match transformers' grouped_mm forward written out (fp8 within fp8's tolerance), all finite."""
+    from cublaslt_probe.measure import experts_forward, quant_weight, route
+    torch = probe.torch
+    E, H, II, T, k = 8, 256, 128, 64, 2
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    sizes = [40, 0, 7, 21, 13, 9, 17, 21]
+    base = [(torch.randn(*s, device="cuda", generator=gen) * sc).to(torch.bfloat16)
+            for s, sc in (((E, 2 * II, H), 0.05), ((E, H, II), 0.05), ((T, H), 1.0))]
+    wts = torch.softmax(torch.randn(T, k, device="cuda", generator=gen), -1).to(torch.bfloat16)
+    idx = route(torch, sizes, T, k)
+    gy = torch.randn(T, H, device="cuda", generator=gen).to(torch.bfloat16)
+
+    def run(variant):
+        w1, w2, x = (t.clone().requires_grad_(True) for t in base)
+        y = experts_forward(w1, w2, x, idx, wts, variant=variant, fp8_weights=lambda w: quant_weight(w.detach()))
+        y.backward(gy)
+        return [t.float() for t in (y, w1.grad, w2.grad, x.grad)]
+    ref = run("original")
+    for variant, tol in (("pad8", 0.02), ("pad128", 0.02), ("bmm_padded", 0.02), ("mm_per_group", 0.02),
+                         ("batched_mm", 0.02), ("fp8", 0.2)):
+        got = run(variant)
+        for name, a, b in zip(("out", "dw1", "dw2", "dx"), got, ref):
+            assert torch.isfinite(a).all(), (variant, name)
+            err = ((a - b).abs().max() / b.abs().max()).item()
+            assert err < tol, (variant, name, err)
+
+
+@pytest.mark.parametrize("run", [RUN, MIXTRAL], ids=["qwen3_moe", "mixtral_train"])
+def test_the_experts_whole_call_is_measured_for_every_variant(probe, run):
+    """`measure_experts` on the captured programs' grouped rows: every variant of the experts' whole call
+    timed (forward; forward and backward for the training step), batched_mm left out with the memory it would
+    take, the outputs against the original's."""
+    from cublaslt_probe.measure import measure_experts
+    ex = measure_experts(probe, _grouped_rows(run))
+    assert "skipped" not in ex and ex["scope"] == ("forward" if run == RUN else "forward and backward"), ex
+    by = {v["variant"]: v for v in ex["variants"]}
+    assert list(by) == ["original", "pad8", "pad16", "pad128", "balanced", "bmm_padded", "fp8", "mm_per_group",
+                        "batched_mm"]
+    assert all(v["time_us"] and v["time_us"] > 0 and v["error"] is None for n, v in by.items() if n != "batched_mm"), by
+    assert "GiB" in by["batched_mm"]["not_run"]
+    for name in ("pad8", "pad128", "bmm_padded", "mm_per_group"):
+        assert ex["numerics"][name] <= ex["tolerance"], (name, ex["numerics"])
+    assert 0 < ex["numerics"]["fp8"] < 0.2        # two fp8 GEMMs and the gate between: compared, not bounded
+    assert ex["seconds"] < 10

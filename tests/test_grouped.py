@@ -240,3 +240,37 @@ def test_random_routing_in_blocks_gives_the_sizes_the_gpu_measured(fixtures, mon
             assert cases.group_sizes(r["sizes"], r["m"], r["groups"]) == r["group_sizes"]
     finally:
         cases._sizes.cache_clear()
+
+
+SPLIT_K_SPEC = """
+name = "wgrad"
+[[group]]
+ops = ["grouped_mm"]
+dtypes = ["bf16"]
+layouts = ["TN", "NT"]
+shapes = [[28672, 4096, 4096]]
+groups = 8
+group_sizes = [{k = "uniform"}, {k = {seed = 0, top_k = 2}}, {k = [512, 0, 1024, 512, 512, 512, 512, 512]}]
+"""
+
+
+def test_the_weight_gradients_grouped_form_is_planned_with_offsets_along_k(tmp_path):
+    """group_sizes {k = X} plans the weight gradient's 2-D x 2-D grouped GEMM: layout TN only, its sizes
+    adding up to k (the tokens), not m; the sizes made the same way as m's."""
+    spec = tmp_path / "wgrad.toml"
+    spec.write_text(SPLIT_K_SPEC)
+    r = CliRunner().invoke(main, ["sweep", "--spec", str(spec), "--dry-run", "-o", str(tmp_path / "x.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "sweep 'wgrad': 3 GEMMs" in r.output and "layout TN" in r.output   # NT left out, with the reason
+    cases = list(sweep.plan(None, str(spec)).cases)
+    assert [c.key for c in cases] == [
+        "torch|grouped_mm|bf16|TN|28672|4096|4096|1|8|k:uniform",
+        "torch|grouped_mm|bf16|TN|28672|4096|4096|1|8|k:seed=0,top_k=2",
+        "torch|grouped_mm|bf16|TN|28672|4096|4096|1|8|k:sizes=512,0,1024,512,512,512,512,512"]
+    assert all(c.split_k and c.group_dim == "k" and sum(c.group_sizes()) == c.k for c in cases)
+    assert cases[1].group_sizes() == group_sizes("seed=0,top_k=2", 4096, 8)
+    assert all(Case.from_key(c.key) == c for c in cases)
+    bad = Case("torch", "grouped_mm", "bf16", "TN", 8, 8, 100, 1, 2, "k:sizes=1,2")
+    assert "adding up to 3" in invalid_reason(bad)
+    with pytest.raises(ValueError, match="not batched"):
+        sizes_code({"k": "batched"})

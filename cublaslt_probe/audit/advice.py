@@ -398,6 +398,41 @@ GROUPED_RISK = {
 }
 
 
+# what each variant brings besides its GEMMs, when the experts' whole forward was measured with it
+WHOLE_RISK = {
+    "balanced": "a router change (auxiliary load-balancing loss, capacity): which tokens each expert sees changes, "
+                "hence the model's quality; measured as the experts' call with the same rows split evenly, the "
+                "router's own change not",
+    "mm_per_group": "transformers' eager loop: one launch set per expert hit and a host synchronisation per expert, "
+                    "all in the time measured",
+    "bmm_padded": "a custom experts forward (none of transformers' implementations); its time follows the largest "
+                  "group (a more skewed routing makes it slower); the padding rows through the gather, gate and "
+                  "weighting and the host synchronisation that sizes the batch are in the time measured",
+    "batched_mm": "memory: the gathered weights (rows x n x k) are made every call, in the time measured",
+    "fp8": "the expert weights quantized to fp8 {when} and the activations per row each call, in eager torch, "
+           "in the time measured; model accuracy must be checked",
+}
+
+
+def _whole(ex: dict) -> tuple[float | None, dict[str, float]]:
+    """(original µs per call, {variant: µs per call}) of a `measure.measure_experts` entry."""
+    t = {v["variant"]: float(v["time_us"]) for v in ex.get("variants") or []
+         if isinstance(v, dict) and isinstance(v.get("time_us"), (int, float)) and v["time_us"] > 0}
+    return t.get("original"), t
+
+
+def _whole_numerics(ex: dict, name: str) -> str:
+    if name == "balanced":
+        return "numerics not compared (another routing)"
+    x = (ex.get("numerics") or {}).get(name)
+    tol = ex.get("tolerance_fp8" if name == "fp8" else "tolerance")
+    if x is None:
+        return "numerics not compared"
+    if tol is not None and x > tol:
+        return f"numerics of the experts' output differ: max rel. error {x:.2g} > tolerance {tol:.2g}"
+    return f"numerics of the experts' output agree (max rel. error {x:.2g}" + (f" ≤ {tol:.2g})" if tol else ")")
+
+
 def _variant(m: _Measured, name: str) -> dict | None:
     return next((v for v in m.g.get("grouped") or [] if v.get("variant") == name and v.get("time_us")), None)
 
@@ -420,14 +455,19 @@ def _grouped_numerics(done: list, name: str) -> str:
     return f"numerics agree (max rel. error {worst:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
 
 
-def _grouped_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem], list[AdviceItem]]:
+def _grouped_items(rows: pd.DataFrame, ms: list[_Measured], experts: list[dict] | None = None
+                   ) -> tuple[list[AdviceItem], list[AdviceItem]]:
     """Advice for grouped GEMMs (`measure.measure_grouped`). The experts of one module share their routing:
     padding the groups, balancing the router, another experts implementation or fp8 changes every grouped
     GEMM of the module with those groups, so each variant nets the GEMMs measured with it, with their sign,
     and names the module's grouped GEMMs it changes that were not (a weight gradient's; a layout fp8 is not
-    measured in). A variant is advised when its net beats those GEMMs' time by `MIN_GAIN`; of the paddings,
-    the smallest multiple within `MIN_GAIN` of the best (a quiet line when none pays). Every item changes the
-    same GEMMs: they exclude each other. Items resting on sizes that were assumed say so."""
+    measured in). Where the module's experts were also measured whole (`measure.measure_experts`, in
+    `experts`: the gathers, padding, host synchronisations and GEMMs of one call, forward and backward in
+    training), a variant's saving is that call's, × its calls per step, and the GEMMs' net is evidence: a
+    variant whose GEMMs pay but whose whole call does not gets a quiet line, not advice. A variant is advised
+    when its saving beats the original's time (the call's, or the GEMMs') by `MIN_GAIN`; of the paddings, the
+    smallest multiple within `MIN_GAIN` of the best (a quiet line when none pays). Every item changes the same
+    GEMMs: they exclude each other. Items resting on sizes that were assumed say so."""
     by_mod: dict[tuple, list[_Measured]] = {}
     for m in ms:
         if m.g.get("grouped"):
@@ -453,6 +493,14 @@ def _grouped_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[Advice
         names = list(dict.fromkeys(v["variant"] for m in members for v in m.g.get("grouped") or []
                                    if v["variant"] != "original"))
         res = {n: net_of(n) for n in names}
+        ex = next((e for e in experts or [] if isinstance(e, dict) and e.get("module") == module
+                   and e.get("groups") == groups
+                   and _whole(e)[0]), None)
+        if ex is not None:
+            items_w, quiet_w = _whole_items(rows, ex, res, members, module, groups, in_mod, tag, touches, mod_rows)
+            items += items_w
+            quiet += quiet_w
+            continue
         pays = [n for n in names if res[n]["ok"]]
         pads = [n for n in names if n.startswith("pad")]
         ok_pads = [n for n in pads if n in pays]
@@ -501,6 +549,73 @@ def _grouped_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[Advice
     return items, quiet
 
 
+def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, groups, in_mod: str, tag: str,
+                 touches: frozenset, mod_rows: set) -> tuple[list[AdviceItem], list[AdviceItem]]:
+    """`_grouped_items` for a module whose experts were measured whole (`ex`): items saved per step by the
+    whole call, the GEMMs' net (`res`) as evidence; quiet lines for the variants whose GEMMs pay and whose
+    call does not, or for none paying."""
+    base, t = _whole(ex)
+    calls = float(ex.get("calls") or 1)
+    scope = ex.get("scope") or "forward"
+    prob = ex.get("problem") or {}
+    net = {n: (base - x) * calls for n, x in t.items() if n != "original"}
+    pays = [n for n in net if net[n] > MIN_GAIN * base * calls]
+    pads = [n for n in net if n.startswith("pad")]
+    ok_pads = [n for n in pads if n in pays]
+    if ok_pads:
+        best = max(net[n] for n in ok_pads)
+        keep = min((n for n in ok_pads if net[n] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
+        pays = [n for n in pays if not n.startswith("pad") or n == keep]
+    how = (f"the experts' whole {scope}{in_mod} rebuilt ({prob.get('experts')} experts, {prob.get('tokens'):,} "
+           f"tokens × top-{prob.get('top_k')} [top-k {prob.get('top_k_source')}], the {ex.get('sizes_source')} "
+           f"sizes) and timed as one call of the program: gathers, padding, host synchronisations and GEMMs")
+    not_meas = ("not measured: the rest of the step and how much of this call's launch time the GPU hides "
+                "behind other work (the call was timed alone, from a synchronised start)")
+    items, quiet = [], []
+    for name in sorted(pays, key=lambda n: -net[n]):
+        gm = res.get(name)
+        gemm_ev = (f"; its grouped GEMMs alone: {gm['net']:+,.1f} µs/step (" + "; ".join(e for *_, e in gm["done"])
+                   + ")") if gm and gm["done"] else ""
+        if name.startswith("pad"):
+            mult = int(name[3:])
+            what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
+            mv = next(((m, v) for m in members for v in [_variant(m, name)] if v), None)
+            extra = (mv[1]["rows"] - mv[0].g["grouped"][0]["rows"]) if mv else None
+            risk = ((f"{extra:,} zero rows per call; " if extra else "") + "the experts' forward must place each "
+                    f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and gather the real rows "
+                    "back; the zero rows through the gate and the GEMMs are in the time measured")
+            also = [f"×{n[3:]} {'saves' if net[n] > 0 else 'costs'} {abs(net[n]):,.1f} µs/step" for n in pads
+                    if n != name]
+        else:
+            what = GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name)
+            risk = WHOLE_RISK.get(name, "").format(
+                when="every call (training: the weights change every step)" if scope != "forward" else "once")
+            also = []
+        items.append(AdviceItem(
+            "grouped", what + tag, module, net[name],
+            f"{how}: original {base:.1f} µs, {name} {t[name]:.1f} µs per call × {calls:g} calls/step" + gemm_ev
+            + (f"; also measured: {', '.join(also)}" if also else "") + tag,
+            "; ".join(x for x in (risk, _whole_numerics(ex, name), not_meas) if x),
+            [m.label for m in members], touches,
+            frozenset(m.i for m in members if gm and any(mm is m and d > 0 for mm, _, d, _ in gm["done"]))))
+    for name, gm in res.items():
+        if name in pays or not gm["ok"] or name not in net:
+            continue
+        what = (f"pad each expert's token count to a multiple of {name[3:]}{in_mod}" if name.startswith("pad")
+                else GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name))
+        quiet.append(_quiet(
+            f"{what}: its grouped GEMMs save {gm['net']:,.1f} µs/step, but the experts' whole {scope} "
+            + (f"is {-net[name]:,.1f} µs/step slower" if net[name] < 0 else f"saves only {net[name]:,.1f} µs/step")
+            + f" (original {base:.1f} µs, {name} {t[name]:.1f} µs per call): no advice{tag}", "no_gain", module,
+            how, [m.label for m in members]))
+    if not pays:
+        shown = ", ".join(f"{n} {net[n]:+,.1f}" for n in net)
+        quiet.append(_quiet(f"the experts{in_mod}: no variant of their whole {scope} beats the original by 3 % "
+                            f"(µs/step saved: {shown}); no advice{tag}", "no_gain", module, how,
+                            [m.label for m in members]))
+    return items, quiet
+
+
 def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) -> list[dict]:
     """Ranked advice from saved measurements (`measure.measure_gemms`' result) against the audit rows.
 
@@ -517,7 +632,8 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
     ms, not_measured = _measured_gemms(rows, measure)
     switch, switch_quiet = _switch_items(rows, ms)
     pads, pad_quiet = _pad_items(rows, ms)
-    grouped, grouped_quiet = _grouped_items(rows, ms)
+    ex = measure.get("experts")
+    grouped, grouped_quiet = _grouped_items(rows, ms, ex if isinstance(ex, list) else None)
     items = sorted(_pin_items(ms) + switch + pads + grouped, key=lambda x: -x.saving_us)
     for a, x in enumerate(items):
         x.excludes = [b + 1 for b, y in enumerate(items) if b != a and x.clashes(y)]
