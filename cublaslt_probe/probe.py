@@ -107,6 +107,11 @@ def cupy_version() -> str | None:
     if mod is not None:
         return getattr(mod, "__version__", None)
     from importlib import metadata
+    for name in ("cupy-cuda13x", "cupy-cuda12x", "cupy", "cupy-cuda11x"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
     try:
         names = metadata.packages_distributions().get("cupy") or []
         return metadata.version(names[0]) if names else None
@@ -957,8 +962,7 @@ class Probe:
         """With the helpers: the calibrations, the profiler's first session, the set-ups joined, the companion
         waited for, the prewarm thread started (all start-up, not the first window's). Then the pinning."""
         if helpers:
-            with phase("spin and gap calibration"):
-                self._calibrate()
+            self._calibrate()
             self.profile([lambda: None])   # the profiler's import and CUPTI's start, once
             with phase("cuBLASLt set-ups joined"):
                 self._setup_thread.join()
@@ -1012,8 +1016,10 @@ class Probe:
 
     # GPU spin and calibration -------------------------------------------------------------------------------
     def _calibrate(self) -> None:
+        """The spin's rate and, without an L2 flush, the event gap (each a phase of `startup`)."""
         self.spin(1)
-        self.timer.event_gap_us   # noqa: B018  (made when first read)
+        if self.flush is None:
+            self.event_gap_us   # noqa: B018  (made when first read)
 
     @property
     def cycles_per_us(self) -> float:
@@ -1077,7 +1083,8 @@ class Probe:
         """Time `fn` (a zero-argument GEMM launch) by the timing method (`timing.Timer.time`): the median µs of
         one call running back to back, with its samples and evidence. `key` names whose host time per call
         the spin rule learns (backend and op); `reps` fixes the number of samples."""
-        self.event_gap_us   # noqa: B018  (the gap calibration's phase recorded under its name)
+        if self.flush is None:
+            self.event_gap_us   # noqa: B018  (the gap calibration's phase recorded under its name)
         return self.timer.time(fn, reps, key, heavy)
 
     def _logged_estimate(self, fn, key: str) -> tuple[list[str], tuple[float, float]]:
@@ -1263,7 +1270,8 @@ class Probe:
         win = _Window()
         companion = []   # the window's questions for the companion, asked once the prewarm thread is done
         self._library_set_up([c for c in cases if not c.grouped])
-        self.event_gap_us   # noqa: B018  (calibrated before the window's first GEMM)
+        if self.flush is None:
+            self.event_gap_us   # noqa: B018  (calibrated before the window's first GEMM)
         if self.options.pipeline and self._companion is not None:
             companion = [c for c in cases if not invalid_reason(c) and not c.grouped]   # (no heuristic question)
             if self._prewarm is not None:   # the first calls' questions, asked ahead of them on another core
