@@ -164,11 +164,16 @@ def run_child(tree: str, name: str, extra: list, tmp: str, timeout: float) -> di
 def same_answer(a: dict, b: dict) -> dict:
     """The explain evidence of the two trees compared: kernels, log lines (without pointers), candidates' identity,
     time ratio."""
+    import re
+
     from cublaslt_probe.logs import without_pointers
+
+    def same(lines):   # two processes' lines of one call: no time stamps, pointers or pid
+        return [re.sub(r"^\[cublasLt\]\[\d+\]", "[cublasLt]", x) for x in without_pointers(lines)]
     ra, rb = a["record"], b["record"]
     ident = ("rank", "algo_id", "tile", "stages", "split_k", "kernels")
     return {"kernels": ra["kernels"] == rb["kernels"],
-            "log_lines": without_pointers(ra["log_lines"]) == without_pointers(rb["log_lines"]),
+            "log_lines": bool(ra["log_lines"]) and same(ra["log_lines"]) == same(rb["log_lines"]),
             "candidates": [[c.get(k) for k in ident] for c in a.get("candidates") or []] ==
                           [[c.get(k) for k in ident] for c in b.get("candidates") or []],
             "time_ratio": rb["time_us"] / ra["time_us"] if ra.get("time_us") and rb.get("time_us") else None}
@@ -180,6 +185,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="rounds of import torch and explain (audit and sweep: one)")
     ap.add_argument("--out", default="first_answer.json")
     ap.add_argument("--threshold", action="store_true")
+    ap.add_argument("--reverse", action="store_true", help="this tree first in each pair of runs")
     ap.add_argument("--only", default="", help="comma-separated: import_torch,explain,audit_measure,sweep_decode")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
@@ -197,7 +203,7 @@ def main():
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
     with tempfile.TemporaryDirectory() as tmp:
-        order = list(trees)
+        order = list(trees)[::-1] if a.reverse else list(trees)
         for name, rounds in (("import_torch", a.rounds), ("explain", a.rounds), ("audit_measure", 1),
                              ("sweep_decode", 1)):
             if name not in only:

@@ -52,7 +52,7 @@ HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this 
 WARM_CALLS = 1                   # calls before the logged call: the first loads the kernel's module and asks the
                                  # heuristic (answered ahead by the prewarm thread when it runs); the logged call,
                                  # which is the estimating call too for a GEMM run one step after another, follows
-HELPERS_FROM_GEMMS = 2000        # a pipelined plan of this many GEMMs or more starts the heuristic companion and the
+HELPERS_FROM_GEMMS = 500         # a pipelined plan of this many GEMMs or more starts the heuristic companion and the
                                  # prewarm thread, and pays every type's set-up and the profiler's start up front
                                  # (`uses_helpers`; docs/decisions.md, "what a probe sets up")
 
@@ -1203,6 +1203,10 @@ class Probe:
         """One raw record per Case (`_run_window`), on the probe's own stream (the legacy default stream cannot
         be captured: `_replayed`), with Python's garbage collector off while the window runs (as `timeit`
         times; docs/decisions.md, "the garbage collector"). It is switched back on at the window's end."""
+        if "cupy" not in sys.modules and any(c.backend == "cupy" for c in cases):
+            # imported before the window's stream is set, so that cupy's calls run on it too (`_on_own_stream`)
+            with self.startup("cupy imported (first needed)"):
+                import cupy  # noqa: F401
         was = gc.isenabled()
         gc.disable()
         try:
@@ -1214,7 +1218,8 @@ class Probe:
 
     @contextlib.contextmanager
     def _on_own_stream(self):
-        """torch's (and cupy's, when it is loaded) current stream set to the probe's own while the block runs."""
+        """torch's (and cupy's, when it is imported: `run_window` imports it for a window with cupy's GEMMs)
+        current stream set to the probe's own while the block runs."""
         with self.torch.cuda.stream(self._own_stream):
             cp = sys.modules.get("cupy")
             if cp is None:
