@@ -6,8 +6,8 @@
 A sweep's first GEMM took 80-125 ms in its build and warm-up phase, against 0.1-0.2 ms for later ones and 2-3
 ms for a GEMM whose kernel is new to the process (bench22_devices.txt: each `--devices` worker pays it). For
 each of the given GEMMs in turn (default: a decode GEMM on each backend, bf16 and cupy's fp16, then one in
-fp32), in a probe just started (`Probe._library_setup` asks the library's first question of each type while
-it starts, bench23_first_gemm.txt): the builder's build (its operands), the first call (host time to its
+fp32), in a sweep's probe just started (`Probe._library_setup` asks the library's first question of each type
+while it starts, bench23_first_gemm.txt): the builder's build (its operands), the first call (host time to its
 return, then the GPU's), and a second call. Give the same GEMM of another shape after it to tell a new
 kernel's load from a first use of the library or of the path.
 """

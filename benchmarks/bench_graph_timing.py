@@ -263,7 +263,7 @@ def main():
                         plan = (len(t.samples_us), t.calls_per_rep)
                 else:
                     if plan is None:
-                        once = probe._estimate(b.fn, key)[0]
+                        once = probe.timer.estimate(b.fn, key)[0]
                         plan = timing_plan(once, reps=None, max_reps=probe.options.reps,
                                            budget_ms=probe.options.budget_ms)
                     med, gap, h, nodes = time_graph(probe, G, b.fn, plan[0], plan[1], f)

@@ -2,7 +2,7 @@
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
     PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--every 1] [--warm-all] [--fidelity quick]
-        [--reference-spin enqueue] [--reference-warm 2] [--runs 2] [--save runs.json] [--toggle prewarm] [--paired]
+        [--runs 2] [--save runs.json] [--paired]
         [--backends cupy]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
@@ -20,12 +20,6 @@ on; the order turned from window to window); per GEMM, |time_us on / off - 1| (t
 of its first two, and run by run), the same for off / off again (the run-to-run noise of the method: the
 mean of its odd runs against that of its even ones), and whether kernels and log lines are the same, and how
 often the plan (calls per sample) differs between the runs.
-
---toggle OPTION compares another of the probe's boolean options (`ProbeOptions`) the same way: its "on" and
-"off" are that option True and False, the pipeline on in both (`--toggle prewarm`: the prewarm thread on and
-off; bench18_gate_ab.txt compared the timed batches' gates, `ProbeOptions.gate` of the commit that measured
-them, with the spin that covers the host's enqueue; bench19_*.txt estimate_behind, inference_mode,
-lead_at_estimate and graph_calls). It prints the GEMMs whose kernels or log lines differ between the runs.
 """
 import argparse
 import dataclasses
@@ -38,11 +32,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
-TOGGLE = "pipeline"   # the ProbeOptions field the two modes set True (on) and False (off); --toggle
+TOGGLE = "pipeline"   # the ProbeOptions field the two modes set True (on) and False (off)
 
 
 def mode(probe, on: bool) -> None:
-    """Set `probe`'s options for a mode: TOGGLE on or off (the pipeline on when another option is toggled)."""
+    """Set `probe`'s options for a mode: the pipeline on or off."""
     probe.options = dataclasses.replace(probe.options, **{TOGGLE: on})
 
 
@@ -52,7 +46,7 @@ def windows_of(cases, size):
 
 def gpu_us(rec) -> float:
     """µs the GEMM's own kernels ran in all its calls: timed samples, the warm-up (`WARM_CALLS`), the logged
-    call, the estimate (the logged call itself when its record says it sized the plan: `logged_estimate`), the
+    call, the estimate (the logged call itself when its record says it sized the plan: `timing.sized_by`), the
     profiled call (a re-time's extra samples are left out)."""
     from cublaslt_probe.probe import WARM_CALLS
     if rec.get("error") or rec.get("time_us") is None:
@@ -115,53 +109,21 @@ def throughput(probe, cases, window, paired: bool = False):
     return modes
 
 
-def reference_spin(probe, rule: str):
-    """Make `probe`'s first timing spin follow `rule` ("enqueue": the whole enqueue time, the method before
-    the pipeline; "lead-only": the host's lead without the cheap whole-enqueue spin of long GEMMs), or the
-    probe's own ("same")."""
-    from cublaslt_probe import probe as probe_mod
-    if rule == "same":
-        probe.__dict__.pop("first_spin", None)
-    elif rule == "enqueue":
-        probe.first_spin = lambda host, once, reps, per, heavy=False: (probe_mod.enqueue_spin(host, reps, per), "enqueue")
-    else:
-        def lead_only(host, once, reps, per, heavy=False):
-            cheap, probe_mod.CHEAP_SPIN = probe_mod.CHEAP_SPIN, 0.0
-            try:
-                return probe_mod.timing_spin(host, once, reps, per, heavy), "lead-only"
-            finally:
-                probe_mod.CHEAP_SPIN = cheap
-        probe.first_spin = lead_only
-
-
-def fidelity(probe, cases, window, reference: str = "same", reference_warm: int | None = None, per_mode: int = 2):
+def fidelity(probe, cases, window, per_mode: int = 2):
     """Each window `per_mode` times in each mode (on, off, off, on, ...; off, on, on, off, ... for the next
     window): each mode compared with the other (the mean of its runs, the mean of its first two, and run by
-    run) and with itself (the mean of its odd runs against that of its even ones). The off runs' first timing
-    spin follows `reference` (`reference_spin`), and they make `reference_warm` warm-up calls (`WARM_CALLS`;
-    the probe's own when None)."""
-    from cublaslt_probe import probe as probe_mod
+    run) and with itself (the mean of its odd runs against that of its even ones)."""
     if per_mode < 2 or per_mode % 2:
         sys.exit("--runs: an even number, 2 at least")
-    warm = probe_mod.WARM_CALLS
     runs = {f"{m}{i}": {} for i in range(1, per_mode + 1) for m in ("on", "off")}
-    try:
-        for i, w in enumerate(windows_of(cases, window)):
-            a, b = ("on", "off") if i % 2 == 0 else ("off", "on")
-            order = [f"{m}{2 * p + j}" for p in range(per_mode // 2) for m, j in ((a, 1), (b, 1), (b, 2), (a, 2))]
-            for name in order:
-                on = name.startswith("on")
-                mode(probe, on)
-                reference_spin(probe, "same" if on else reference)
-                probe_mod.WARM_CALLS = warm if on or reference_warm is None else reference_warm
-                for r in probe.run_window(w):
-                    runs[name][r["key"]] = r
-    finally:
-        probe_mod.WARM_CALLS = warm
-    reference_spin(probe, "same")
-    print(f"fidelity: {TOGGLE} on with the probe's spin rule and {warm} warm-up call(s); off with the "
-          f"{reference!r} rule ({sorted({r['timing']['rule'] for r in runs['off1'].values() if r.get('timing')})}"
-          f" recorded) and {warm if reference_warm is None else reference_warm} warm-up call(s); {per_mode} runs of each")
+    for i, w in enumerate(windows_of(cases, window)):
+        a, b = ("on", "off") if i % 2 == 0 else ("off", "on")
+        order = [f"{m}{2 * p + j}" for p in range(per_mode // 2) for m, j in ((a, 1), (b, 1), (b, 2), (a, 2))]
+        for name in order:
+            mode(probe, name.startswith("on"))
+            for r in probe.run_window(w):
+                runs[name][r["key"]] = r
+    print(f"fidelity: {TOGGLE} on and off, {per_mode} runs of each")
     keys = [k for k in runs["on1"] if all(not runs[n][k].get("error") and runs[n][k].get("time_us") for n in runs)]
     every = range(1, per_mode + 1)
 
@@ -231,10 +193,6 @@ def main():
     ap.add_argument("--every", type=int, default=1, metavar="K", help="throughput: every K-th of those GEMMs")
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--fidelity", default="", metavar="PRESET", help="also compare the modes GEMM by GEMM on this preset")
-    ap.add_argument("--reference-spin", default="same", choices=("same", "lead-only", "enqueue"),
-                    help="the first timing spin of the off runs in --fidelity: the probe's own, the host's lead "
-                         "without the cheap spin of long GEMMs, or the whole enqueue time (the method before "
-                         "the pipeline)")
     ap.add_argument("--save", help="write every fidelity run's records (key, time_us, calls per sample, attempts) "
                                    "to this JSON file")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
@@ -242,15 +200,9 @@ def main():
                     help="throughput: run every measured GEMM once first, not counted, so that neither mode meets a "
                          "kernel new to the process (its module load) or a heuristic question new to it")
     ap.add_argument("--runs", type=int, default=2, help="fidelity: runs of each mode per window (even)")
-    ap.add_argument("--reference-warm", type=int, metavar="N",
-                    help="fidelity: the off runs make N warm-up calls before the logged call (default: the probe's "
-                         "WARM_CALLS)")
-    ap.add_argument("--toggle", default="pipeline", help="the probe option the two modes set True and False")
     ap.add_argument("--backends", default="", help="throughput: only the plan's GEMMs of these backends (comma-separated)")
     ap.add_argument("--paired", action="store_true", help="throughput: every window in both modes (see throughput)")
     a = ap.parse_args()
-    global TOGGLE
-    TOGGLE = a.toggle
     from cublaslt_probe import sweep
     from cublaslt_probe.probe import Probe
     t = time.time()
@@ -269,8 +221,7 @@ def main():
         print(f"warm-up: every measured GEMM run once, {time.time() - t:.1f} s")
     throughput(probe, cases, a.window, a.paired)
     if a.fidelity:
-        runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.reference_spin, a.reference_warm,
-                        a.runs)
+        runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.runs)
         if a.save:
             with open(a.save, "w") as f:
                 json.dump({n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts"),

@@ -6,7 +6,8 @@ turn, and as before (each every count-th GEMM of the plan), on the CPU, from a r
     python benchmarks/bench_slice_kernels.py [--raw data/h200_llm.raw.jsonl.gz] [--preset llm] [--workers 2]
 
 A process loads each kernel's module at its first launch (lazy loading), and the load waits for the GPU to go
-idle (benchmarks/bench_preload.py --overlap): 2-3 ms of GPU time lost per kernel new to the process. A kernel
+idle (benchmarks/results/bench15_preload_first_call.txt): 2-3 ms of GPU time lost per kernel new to the
+process. A kernel
 that two workers meet is loaded twice, once per process. The workers are of one speed: the one with the fewest
 GEMMs run takes the next slice left in its order. The kernels of each GEMM are its raw record's, the GEMMs placed
 by their keys in the preset's plan.

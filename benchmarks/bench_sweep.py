@@ -24,43 +24,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench_pipeline import gpu_us  # noqa: E402  (the GEMMs' own GPU time: one rule for both benchmarks)
 
-SPIN_RULES = ("lead", "lead-only", "enqueue", "alternate", "alternate-cheap")
-
-
-def rule_probe(rule: str, options):
-    """A probe whose first timing spin follows `rule`: "lead" (the probe's own, `timing_spin`), "enqueue" (the
-    whole enqueue time, `enqueue_spin`: the rule before it), "lead-only" (`timing_spin` without the whole
-    enqueue it gives GEMMs where that is cheap, CHEAP_SPIN: the rule before that), or "alternate" /
-    "alternate-cheap" (lead then enqueue / lead then lead-only, GEMM by GEMM, to compare them in one process on
-    the same host state; a GEMM's re-time keeps its rule). The rule each GEMM was timed with is in its raw
-    record's `timing.rule`."""
-    from cublaslt_probe.probe import Probe, enqueue_spin
-
-    class RuleProbe(Probe):
-        def __init__(self):
-            super().__init__(options)
-            self.timed = 0
-
-        def first_spin(self, host_us, once_us, reps, per, heavy=False):
-            self.timed += 1
-            r = {"alternate": ("lead", "enqueue"), "alternate-cheap": ("lead", "lead-only")}.get(rule, (rule,) * 2)
-            r = r[self.timed % 2]
-            if r == "enqueue":
-                return enqueue_spin(host_us, reps, per), "enqueue"
-            if r == "lead-only":
-                from cublaslt_probe import probe as probe_mod
-                cheap, probe_mod.CHEAP_SPIN = probe_mod.CHEAP_SPIN, 0.0
-                try:
-                    return probe_mod.timing_spin(host_us, once_us, reps, per, heavy), "lead-only"
-                finally:
-                    probe_mod.CHEAP_SPIN = cheap
-            return super().first_spin(host_us, once_us, reps, per, heavy)
-    return RuleProbe()
-
-
 def meets_new_kernel(recs) -> tuple[list[bool], set]:
     """For each record in run order, whether it launched a kernel no record before it had (its first call
-    loaded that kernel's module, benchmarks/bench_preload.py); and the kernels met."""
+    loaded that kernel's module); and the kernels met."""
     seen, new = set(), []
     for r in recs:
         ks = r.get("kernels") or []
@@ -139,71 +105,6 @@ def idle_by_class(recs, first_flags):
               f"({sum(x[-1] for x in rows)} GEMMs), the rest {wall - gpu - spins - first:.2f} s")
 
 
-def ab_report(what, names, ab_modes, recs, mode_of, heuristic=False):
-    """An A/B's rates (`names`: the new mode, the old) and, per mode, its GEMMs' retakes, host enqueue and
-    probe phases (medians); with `heuristic`, the companion's measurements in each mode's windows."""
-    print(f"{what}, windows alternating (each from its start to the next window's, the last window left out): " +
-          "; ".join(f"{names[m]} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s, their own GPU time {g:.2f} s "
-                    f"({w / g:.3f}x)" for m, (w, n, g) in ab_modes.items() if n and g))
-    for mode in names:
-        ph = [r["probe_ms"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("probe_ms")]
-        tm = [r["timing"] for r in recs if mode_of.get(r.get("key")) == mode and r.get("timing")]
-        if ph:
-            print(f"  {mode}: {len(ph)} GEMMs, retaken {sum(t['attempts'] > 1 for t in tm)}, host enqueue median "
-                  f"{statistics.median(t['enqueue_us'] for t in tm):.0f} µs, probe phases median ms: " +
-                  ", ".join(f"{k} {statistics.median(p[k] for p in ph if k in p):.3f}" for k in ph[0]))
-        for dt in ("bf16", "fp16", "fp8") if heuristic else ():   # the companion's measurements in these windows
-            h = [(r["heuristic_miss_us"], r["heuristic_hit_us"]) for r in recs if mode_of.get(r.get("key")) == mode
-                 and r.get("dtype") == dt and r.get("heuristic_miss_us") is not None]
-            if h:
-                print(f"    {dt}: heuristic miss median {statistics.median(x for x, _ in h):.1f} µs, hit "
-                      f"{statistics.median(y for _, y in h):.2f} µs ({len(h)} GEMMs)")
-
-
-def old_operands(self, dtype, *shapes):
-    """`Builder._operands` before `operand_view`: a slice, a view and a transpose for each operand."""
-    sizes = [b * r * c for r, c, _, b in shapes]
-    starts, at = [], 0
-    for n in sizes:
-        starts.append(at)
-        at += -(-n // self.POOL_ALIGN) * self.POOL_ALIGN
-    pool = self._pool(dtype, at)
-    out = []
-    for (rows, cols, transposed, batch), n, s in zip(shapes, sizes, starts):
-        shape = ((batch,) if batch > 1 else ()) + ((cols, rows) if transposed else (rows, cols))
-        x = pool[s:s + n].view(shape)
-        out.append(x.transpose(-1, -2) if transposed else x)
-    return out
-
-
-def old_set_flags(self, c):
-    """`Builder.set_flags` before: every flag set on every call."""
-    t = self.torch
-    t.backends.cuda.matmul.allow_tf32 = c.dtype == "tf32"
-    if c.backend in ("torch", "torch-lt"):
-        t.backends.cuda.preferred_blas_library("cublaslt" if c.backend == "torch-lt" else "cublas")
-
-
-def host_trims():
-    """{False: this round's code, True: the code before its host trims}, as (owner, attribute, value) to set
-    for `--host-ab`: two warm-up calls (`WARM_CALLS`), flags set on every call, the GEMM in flight's flags
-    set again before its samples are read (not only before a retake), operands by slice, view and transpose,
-    each lt algo's config read from the library."""
-    from cublaslt_probe import lt
-    from cublaslt_probe import probe as probe_mod
-    from cublaslt_probe.probe import Builder, Probe
-    drain = Probe._drain
-
-    def old_drain(self, built):
-        if self._inflight is not None:
-            self.builder.set_flags(self._inflight[1])
-        return drain(self, built)
-    places = ((probe_mod, "WARM_CALLS"), (Builder, "set_flags"), (Probe, "_drain"), (Builder, "_operands"),
-              (lt.LtLibrary, "algo_config"))
-    before = (2, old_set_flags, old_drain, old_operands, lt.LtLibrary.read_algo_config)
-    return {False: [(o, n, getattr(o, n)) for o, n in places], True: [(o, n, v) for (o, n), v in zip(places, before)]}
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="quick")
@@ -221,37 +122,16 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print the probe's timing evidence for each checked GEMM")
     ap.add_argument("--out", help="keep the dataset (and its raw records beside it) at this path")
     ap.add_argument("--every", type=int, default=1, metavar="K", help="run every K-th GEMM of the plan")
-    ap.add_argument("--gc-ab", action="store_true",
-                    help="windows alternate between Python's garbage collector on and off while they run (the probe "
-                         "switches it off; A/B in one process)")
-    ap.add_argument("--prewarm-ab", action="store_true",
-                    help="windows alternate between the prewarm thread on and off (the first calls ask their "
-                         "heuristic questions themselves; A/B in one process)")
-    ap.add_argument("--host-ab", action="store_true",
-                    help="windows alternate between this round's host trims and the code before them "
-                         "(`host_trims`): one warm-up call against two, flags read before they are set, the "
-                         "GEMM in flight's flags set only for a retake, operands by one `as_strided` each, lt "
-                         "algo configs kept by algo (A/B in one process)")
-    ap.add_argument("--no-prewarm", action="store_true", help="the probe without its prewarm thread")
-    ap.add_argument("--library-calls", action="store_true",
-                    help="the probe with ProbeOptions.replay_calls off (the timed calls made by the library)")
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
-    ap.add_argument("--spin-rule", default="lead", choices=SPIN_RULES,
-                    help="the timing spin: the host's lead over the GPU (default), the whole enqueue time "
-                         "(the previous rule), or one then the other GEMM by GEMM (compares them in one "
-                         "process, on the same host state)")
     a = ap.parse_args()
-    if a.gc_ab + a.prewarm_ab + a.host_ab > 1:
-        ap.error("one A/B at a time: --gc-ab, --prewarm-ab or --host-ab")
     from cublaslt_probe import dataset, sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
     from cublaslt_probe import probe as probe_mod
-    from cublaslt_probe.probe import ProbeOptions
+    from cublaslt_probe.probe import Probe, ProbeOptions
     t_init = time.time()
     builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
-    probe = rule_probe(a.spin_rule, ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps,
-                                                  cpu_slot=0, prewarm=not a.no_prewarm, replay_calls=not a.library_calls))
-    print(f"probe start-up (library, logger, spin calibration, profiler/CUPTI init): {time.time() - t_init:.2f} s")
+    probe = Probe(ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps, cpu_slot=0))
+    print(f"probe start-up: {time.time() - t_init:.2f} s; its phases:\n{probe.startup.table()}")
     cases = sweep.plan(a.preset).cases
     if a.limit:
         cases = cases[:a.limit]
@@ -260,41 +140,9 @@ def main():
         windows = []
         run_window = probe.run_window
 
-        ab_modes = {True: [0.0, 0, 0.0], False: [0.0, 0, 0.0]}   # --*-ab: the old way / the new: s, GEMMs, GPU s
-        last = []   # the start of the window before and its mode
-        mode_of = {}   # key -> the window's mode (--prewarm-ab)
-        prewarm = probe._prewarm
-        host_ab = host_trims()
-
-        def set_trims(before):
-            for owner, name, value in host_ab[before]:
-                setattr(owner, name, value)
-
         def timed_window(cs):
-            import gc
-            import types
-            off = not (a.gc_ab or a.prewarm_ab or a.host_ab) or len(windows) % 4 in (1, 2)   # on, off, off, on, ...
-            if not off and a.gc_ab:   # the probe as it was before it switched the collector off for its windows
-                probe_mod.gc = types.SimpleNamespace(isenabled=gc.isenabled, enable=gc.enable, disable=lambda: None)
-            if a.prewarm_ab:   # "on" here is the old way: no prewarm thread
-                probe._prewarm = None if not off else prewarm
-                for c in cs:
-                    mode_of[c.key] = "without prewarm" if not off else "with prewarm"
-            if a.host_ab:   # "on" here is the old way: the code before this round's host trims
-                set_trims(not off)
-                for c in cs:
-                    mode_of[c.key] = "before (host_trims)" if not off else "after"
             t = time.perf_counter()
-            if last:   # the window before, to this one's start: its run, its records written, the collections
-                ab_modes[last[1]][0] += t - last[0]   # that followed it (a collector kept off in it runs after)
-                ab_modes[last[1]][1] += last[2]
-                ab_modes[last[1]][2] += last[3]
-            last[:] = [t, not off, len(cs), 0.0]
-            try:
-                out = run_window(cs)
-            finally:
-                probe_mod.gc = gc
-            last[3] = sum(gpu_us(r) for r in out) / 1e6
+            out = run_window(cs)
             windows.append(time.perf_counter() - t)
             return out
         probe.run_window = timed_window
@@ -319,8 +167,6 @@ def main():
         df = sweep.run(cases, out, probe, progress=False, meta={"command": "benchmarks/bench_sweep.py " + " ".join(argv)},
                        builders=builders)
         wall = time.time() - t0
-        if a.host_ab:   # this round's code back for what follows (--check)
-            set_trims(False)
         if prof:
             prof.disable()
         from cublaslt_probe.dataset import read_raw
@@ -335,20 +181,11 @@ def main():
             builders.close()
     ok = df[df.error.isna()]
     gpu_s = sum(gpu_us(r) for r in recs) / 1e6
-    if a.prewarm_ab:
-        ab_report("prewarm thread", ("with prewarm", "without prewarm"), ab_modes, recs, mode_of, heuristic=True)
-    if a.host_ab:
-        ab_report("host trims", ("after", "before (host_trims)"), ab_modes, recs, mode_of)
-    first_kernels(recs, mode_of)
-    if prewarm is not None:
-        print(f"  prewarm thread: {prewarm.asked} questions asked, {prewarm.refused} refused")
-    if a.gc_ab:
-        print("garbage collector, windows alternating (each from its start to the next window's, the last window "
-              "left out): " + "; ".join(
-            f"{'on' if m else 'off'} {n} GEMMs in {w:.2f} s = {n / w:.1f} GEMMs/s" for m, (w, n, _) in ab_modes.items() if n))
-    print("  host µs per call at the sweep's end, by what the spins learn it for (`Probe._host_us`): " +
-          ", ".join(f"{k} {v:.0f}" for k, v in sorted(probe._host_us.items())))
-    print(f"spin rule: {a.spin_rule}" + (f"; every {a.every}-th GEMM of the plan" if a.every > 1 else ""))
+    first_kernels(recs, {})
+    print("  host µs per call at the sweep's end, by what the spins learn it for (`Timer.host_us`): " +
+          ", ".join(f"{k} {v:.0f}" for k, v in sorted(probe.timer.host_us.items())))
+    if a.every > 1:
+        print(f"every {a.every}-th GEMM of the plan")
     print(f"preset {a.preset} (reps ≤ {a.reps}, heuristic reps {a.heuristic_reps}): {len(df)} GEMMs in {wall:.1f} s "
           f"= {len(df) / wall:.1f} GEMMs/s (full capture)")
     print(f"  GPU time in the GEMMs themselves ≈ {gpu_s:.1f} s; overhead beyond it ≈ "
@@ -392,29 +229,6 @@ def main():
               f"{sum(bool((t.get('retaken') or {}).get('behind')) for t in tim)}, GPU idle over the limit "
               f"{sum((t.get('retaken') or {}).get('behind') == 0 for t in tim)}), "
               f"behind after the last attempt: {sum(bool(t.get('behind')) for t in tim)}")
-    by_rule = {}
-    for r in recs:
-        t, ph = r.get("timing") or {}, r.get("probe_ms") or {}
-        if t.get("rule") and "time" in ph:
-            by_rule.setdefault(t["rule"], []).append((r, t, ph))
-    if len(by_rule) > 1:
-        for rule, items in sorted(by_rule.items()):
-            sm = [(r, t, ph) for r, t, ph in items if r.get("time_us") is not None and r["time_us"] < 100]
-            tall = [ph["time"] for _, _, ph in items]
-            tsm = [ph["time"] for _, _, ph in sm]
-            print(f"  spin rule {rule}: {len(items)} GEMMs, timing phase mean {statistics.mean(tall):.2f} ms "
-                  f"(median {statistics.median(tall):.2f}); small/medium {len(sm)}: timing phase mean "
-                  f"{statistics.mean(tsm) if tsm else float('nan'):.2f} ms, all phases "
-                  f"{len(sm) / max(1e-9, sum(sum(ph.values()) for _, _, ph in sm) / 1e3):.1f} GEMMs/s; "
-                  f"retaken {sum(t['attempts'] > 1 for _, t, _ in items)}, spin median "
-                  f"{statistics.median(t['spin_us'] for _, t, _ in items if t.get('spin_us')):.0f} µs")
-            long_ = [(r, t, ph) for r, t, ph in items if r.get("time_us") is not None and r["time_us"] >= 1000]
-            if long_:
-                gpu = sum(r["time_us"] * r["time_us_reps"] for r, _, _ in long_) / 1e6
-                print(f"    of them 1 ms or more: {len(long_)}, retaken {sum(t['attempts'] > 1 for _, t, _ in long_)}; "
-                      f"timing phase {sum(ph['time'] for _, _, ph in long_) / 1e3:.2f} s for {gpu:.2f} s of samples "
-                      f"({sum(ph['time'] for _, _, ph in long_) / 1e3 / gpu:.3f}x); spins "
-                      f"{sum(t['spin_us'] or 0 for _, t, _ in long_) / 1e6:.3f} s")
     shared = [r.get("heuristic_shared") for r in recs if r.get("heuristic_shared")]
     if shared:
         print(f"  heuristic measurements: {sum(1 / x for x in shared):.0f} for {len(shared)} GEMMs (shared by "

@@ -107,7 +107,7 @@ def main():
                                   "spin": t.spin_us, "attempts": t.attempts})
                     continue
                 reps, per, once = plan
-                host = probe._host_us.get(key, 30.0)
+                host = probe.timer.host_us.get(key, 30.0)
                 if per == 1:
                     lead_spin = timing_spin(host, once, reps, per)   # long GEMMs: the probe's own spin
                 else:   # timing_spin's lead, with neither margin nor slack

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 
 from cublaslt_probe.errors import CaptureError
 
@@ -25,7 +26,8 @@ CU_EVENT_DEFAULT = 0   # timing on, as torch's Event(enable_timing=True)
 
 class Clock:
     """CUDA events of the driver torch loaded: `event()` makes one, `record(ev, stream)` queues it (returns the
-    driver's status: 0 is success), `done(ev)`, `wait(ev)`, `elapsed_us(a, b)`. `stream(handle)` is a raw
+    driver's status: 0 is success), `done(ev)`, `wait(ev)`, `elapsed_us(a, b)`, and the host's clock `host_us()`
+    (the clock of `timing.Timer`). `stream(handle)` is a raw
     stream handle as `record` takes it. One thread: the elapsed-time read reuses one output float."""
 
     def __init__(self, path: str = "libcuda.so.1"):
@@ -49,6 +51,11 @@ class Clock:
         self._query, self._sync = L.cuEventQuery, L.cuEventSynchronize
         self._ms = ctypes.c_float()
         self._ms_ref = ctypes.byref(self._ms)
+
+    @staticmethod
+    def host_us() -> float:
+        """The host's clock, µs (`time.perf_counter`): what the timing method measures the host's enqueueing by."""
+        return time.perf_counter() * 1e6
 
     def error(self, status: int, what: str) -> CaptureError:
         name = ctypes.c_char_p()

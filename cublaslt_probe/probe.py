@@ -1,6 +1,6 @@
 """GPU probe: run GEMMs and capture, per GEMM, the cuBLASLt log lines, the launched kernels, GPU time and
-the heuristic's CPU cost. The only module (with `lt.py` and `driver.py`) that touches the GPU; torch/cupy are
-imported inside functions so that `import cublaslt_probe.probe` works on a CPU machine.
+the heuristic's CPU cost. torch/cupy are imported inside functions so that `import cublaslt_probe.probe` works
+on a CPU machine.
 
 How each capture is made (the evidence, not a guess):
 - log lines: the logger API of the libcublasLt instance torch loaded (`lt.Logger`), level 2 for exactly one
@@ -8,20 +8,15 @@ How each capture is made (the evidence, not a guess):
 - kernel names: torch.profiler (CUPTI) over a *window* of many GEMMs; before each GEMM a 1-element int8
   `fill_` marker kernel is launched on the same stream, so the kernel stream splits into one group per GEMM
   (`profile_kernels`).
-- GPU time: median over samples timed with CUDA events (`Probe.time_gpu`, which returns a `Timing`). With
-  `flush_l2=True` a sample is one call after an L2 flush (zeroing a 256 MB buffer). Without, a sample is a
-  batch of back-to-back calls lasting at least BATCH_US, all batches queued behind one GPU spin long enough
-  that the GPU never catches up with the host, so the events bracket GEMMs and never the CPU's launch gap.
-  An event after each batch's first call splits it; the difference of the two spans over the difference of
-  their calls is the sample (`time_us`, a call of a steady back-to-back run; the event and kernel-boundary
-  cost cancels), the first call alone gives `time_us_first`. The spin covers the host's lead over the GPU
-  (`timing_spin`); the evidence that it did is kept: the batches the GPU reached before the host had
-  enqueued them (`timing.behind`, 0) and the GPU's idle time between batches (`time_gap_us`).
+- GPU time: the timing method of `timing.py` (`Timer`, over the driver's events: `driver.Clock`): the median
+  of samples of back-to-back calls queued behind a GPU spin, with the evidence that the spin covered the
+  host's lead; `Probe.time_gpu` returns its `Timing`.
 - heuristic CPU cost: `cublasLtMatmulAlgoGetHeuristic` for the same column-major problem with the
   backend's workspace limit, timed with the library's heuristics cache off (miss) and on (hit).
 
 The public interface: `Probe(ProbeOptions(...))` with `run_window(cases)` (one raw record per Case, see
-`raw_record`), `time_gpu(fn)`, `profile(fns)`, `lt_gemm(problem)` and `lt_candidates(probe, case)`.
+`raw_record`), `time_gpu(fn)`, `profile(fns)`, `lt_gemm(problem)`, `lt_candidates(probe, case)` and `startup`
+(the start-up phases, each with its time).
 """
 from __future__ import annotations
 
@@ -30,9 +25,8 @@ import dataclasses
 import gc
 import json
 import logging
-import math
 import os
-import statistics
+import re
 import subprocess
 import sys
 import tempfile
@@ -45,29 +39,22 @@ from cublaslt_probe.dtypes import FP8_ELEMENTS, TORCH_NAMES, lt_types, output_ty
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
 from cublaslt_probe.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
 from cublaslt_probe.kinds import PEAKS
+from cublaslt_probe.timing import (  # noqa: F401  (the timing method's names, imported from here by callers)
+    ATTEMPTS, BATCH_US, CHEAP_SPIN, GAP_SLACK_US, GAP_US_PER_REP, HOST_US_GUESS, LOGGED_HOST_US_GUESS, MAX_CALLS,
+    MAX_PER, SINGLE_US, SPIN_FLOOR_US, SPIN_MARGIN, SPIN_SLACK_US, Pending, Timer, Timing, covering_batch,
+    enqueue_spin, estimate_spin, gpu_us_per_call, timing_plan, timing_spin)
 
 log = logging.getLogger(__name__)
 
 CUBLAS_WORKSPACE = WORKSPACE_BYTES["lt"]   # the workspace the lt backend and candidates pass (32 MiB)
-SPIN_FLOOR_US = 20.0             # GPU spin before the timed batches: this, plus SPIN_MARGIN x the host's lead
-SPIN_MARGIN = 1.25               # over the GPU (timing_spin; the host time per call is learnt per backend and op
-SPIN_SLACK_US = 100.0            # from the last enqueue loop), plus this slack for a host hiccup
-BATCH_US = 50.0                  # a timing sample (batch of back-to-back calls) lasts at least this long
-MAX_CALLS = 24                   # timed calls per GEMM at most, when batches hold several calls (5 samples at least)
-MAX_PER = 5                      # calls per batch at most
-SINGLE_US = 200.0                # GEMMs this long run one call per timing sample
-GAP_US_PER_REP = 2.0             # GPU idle between batches above this (or above the calibrated event gap plus
-GAP_SLACK_US = 0.75              # this, on a GPU whose events cost more): the spin was too short
-HOST_US_GUESS = 30.0             # host µs to enqueue one call before the first enqueue loop of a backend and op
-LOGGED_HOST_US_GUESS = 120.0     # ... and one logged call before the first of them (`Probe._logged_estimate`)
-CHEAP_SPIN = 0.1                 # a spin costing at most this share of the samples' GPU time covers the whole
-                                 # enqueue, twice (timing_spin)
-ATTEMPTS = 3                     # timing attempts at most: a retake, and another when the host stalled through it
 HEAVY_US = 50.0                  # pipeline: a GEMM whose arithmetic takes this long at the H100/H200 SXM's
                                  # dense peak (`heavy_us`) runs one step after another
 WARM_CALLS = 1                   # calls before the logged call: the first loads the kernel's module and asks the
                                  # heuristic (answered ahead by the prewarm thread when it runs); the logged call,
-                                 # then the estimating call follow it
+                                 # which is the estimating call too for a GEMM run one step after another, follows
+HELPERS_FROM_GEMMS = 500         # a pipelined plan of this many GEMMs or more starts the heuristic companion and the
+                                 # prewarm thread, and pays every type's set-up and the profiler's start up front
+                                 # (`uses_helpers`; docs/decisions.md, "what a probe sets up")
 
 
 def require_gpu(what: str):
@@ -81,28 +68,63 @@ def require_gpu(what: str):
 
 
 def environment(lib=None) -> dict:
-    """GPU, driver and library versions: stamped on every dataset row."""
+    """GPU, driver and library versions: stamped on every dataset row. Read without starting anything: the
+    driver's version from /proc/driver/nvidia/version (nvidia-smi where it is missing), cupy's from its
+    package's metadata unless it is imported already."""
     torch = require_gpu("environment")
     props = torch.cuda.get_device_properties(0)
     env = {"gpu": props.name, "sm_count": props.multi_processor_count,
            "cc": f"{props.major}.{props.minor}", "torch_version": torch.__version__,
-           "cuda_runtime": torch.version.cuda, "driver": None, "cublaslt_version": None,
-           "cupy_version": None, "cublaslt_path": None}
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        pass
-    try:
-        import cupy
-        env["cupy_version"] = cupy.__version__
-    except Exception:  # noqa: BLE001  (cupy is an optional extra)
-        pass
+           "cuda_runtime": torch.version.cuda, "driver": driver_version(), "cublaslt_version": None,
+           "cupy_version": cupy_version(), "cublaslt_path": None}
     if lib is not None:
         env["cublaslt_version"] = lib.version_str
         env["cublaslt_path"] = os.path.basename(lib.path)
     return env
+
+
+def driver_version(proc: str = "/proc/driver/nvidia/version") -> str | None:
+    """The NVIDIA driver's version ("580.159.04"): the kernel module's line of `proc`, else nvidia-smi's answer."""
+    try:
+        with open(proc) as f:
+            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", f.read())
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def cupy_version() -> str | None:
+    """cupy's version: the imported module's, else its installed distribution's (cupy ships as `cupy` or a
+    CUDA-specific `cupy-cuda12x`-like name), None when it is not installed. Importing cupy takes a second."""
+    mod = sys.modules.get("cupy")
+    if mod is not None:
+        return getattr(mod, "__version__", None)
+    from importlib import metadata
+    for name in ("cupy-cuda13x", "cupy-cuda12x", "cupy", "cupy-cuda11x"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        names = metadata.packages_distributions().get("cupy") or []
+        return metadata.version(names[0]) if names else None
+    except (metadata.PackageNotFoundError, OSError, ValueError):
+        return None
+
+
+def uses_helpers(options: "ProbeOptions") -> bool:
+    """Does a probe with `options` start the heuristic companion and the prewarm thread (and pay every type's
+    set-up and the profiler's start up front)? With the pipeline, when its plan is unknown (a sweep's caller may
+    give none) or HELPERS_FROM_GEMMS GEMMs or more: a companion's start costs the probe's start-up more than it
+    saves a shorter plan."""
+    return options.pipeline and (options.plan is None or options.plan >= HELPERS_FROM_GEMMS)
 
 
 # --- options and results --------------------------------------------------------------------------------------
@@ -117,28 +139,20 @@ class ProbeOptions:
     mem_budget: int = 24 << 30      # bytes of operands a window keeps alive before it is cut
     candidates: int = 0             # lt backend: also run the heuristic's top N candidates (0: none)
     candidate_reps: int = 5         # timing samples per candidate
-    pipeline: bool = True           # prepare each GEMM while the GPU times the one before, and time the heuristic
-                                    # in a companion process (False: one step after another, in this process)
+    pipeline: bool = True           # prepare each GEMM while the GPU times the one before (False: one step after
+                                    # another); with a large plan the heuristic is timed in a companion process
     cpu_slot: int | None = None     # pin the probe, its companion and its prewarm thread to three physical cores
                                     # of their own, the slot-th three (one slot per probe process on a host); None:
                                     # no pinning
-    prewarm: bool = True            # with the pipeline: ask each GEMM's heuristic question on a thread ahead of its
-                                    # first call (HeuristicPrewarm)
-    estimate_behind: bool = True    # with the pipeline: no spin before an estimating call that the GEMM in flight's
-                                    # batches still cover (`covering_batch`)
-    replay_calls: bool = True       # time the library's launches for a call replayed by the driver's own calls
-                                    # (`driver.Replay`) in place of its launch path, for GEMMs not heavy and not
-                                    # cupy's (`Probe._replayed`); windows on a stream of the probe's
-    logged_estimate: bool = True    # a GEMM run one step after another (heavy ones, or every GEMM without the
-                                    # pipeline): its logged call is its estimating call too (`Probe._capture`)
-    pooled_cupy: bool = True        # cupy's operands are views of the builder's random pool, as torch's are, not
-                                    # fresh random arrays (`Builder._cupy`)
+    plan: int | None = None         # GEMMs the caller will time, when it knows (None: unknown, as large as a
+                                    # sweep); a plan under HELPERS_FROM_GEMMS starts no helper (`uses_helpers`)
 
     def __post_init__(self):
-        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0}
+        ints = {"reps": 1, "heuristic_reps": 1, "mem_budget": 1, "candidates": 0, "candidate_reps": 1, "cpu_slot": 0,
+                "plan": 0}
         for name, least in ints.items():
             v = getattr(self, name)
-            if name == "cpu_slot" and v is None:
+            if name in ("cpu_slot", "plan") and v is None:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < least:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
@@ -147,39 +161,6 @@ class ProbeOptions:
         for name in (f.name for f in dataclasses.fields(self) if f.type in ("bool", bool)):   # every switch
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
-
-
-@dataclass(frozen=True)
-class Timing:
-    """What `Probe.time_gpu` measured: the median µs of one call, the samples behind it, and the evidence
-    that the samples bracketed GEMMs (see the module doc)."""
-
-    median_us: float                # median sample: µs of one call
-    samples_us: tuple[float, ...]   # every sample, µs per call
-    calls_per_rep: int              # back-to-back calls per sample
-    first_us: float                 # median time of the first call of a sample (right after an event), µs
-    gap_us: float | None            # GPU idle between the samples, µs in all (None with an L2 flush)
-    spin_us: float | None           # GPU spin before the samples (None with an L2 flush)
-    enqueue_us: float               # host time to enqueue every sample
-    attempts: int                   # 2 (3) when the first attempt (and its retake) failed its checks and was retaken
-    behind: int | None              # samples the GPU reached before the host had enqueued them (None: flush)
-    retaken: dict | None            # the first attempt's evidence when it was retaken (the second's under "second")
-    estimate_us: float              # the estimating call (or the samples of a re-time) the plan was sized by
-    rule: str = "lead"              # the spin rule of the first attempt
-    gap_limit_us: float | None = None   # the GPU idle allowed per sample (None with an L2 flush)
-    sized_by: str = "estimating call"   # what `estimate_us` is: "estimating call", "logged call" (`_capture`) or
-                                        # "samples" (a re-time)
-
-    @property
-    def min_us(self) -> float:
-        return min(self.samples_us)
-
-    def evidence(self) -> dict:
-        """The raw record's `timing` field."""
-        return {"spin_us": self.spin_us and round(self.spin_us, 1), "enqueue_us": round(self.enqueue_us, 1),
-                "attempts": self.attempts, "behind": self.behind, "retaken": self.retaken,
-                "estimate_us": round(self.estimate_us, 2), "sized_by": self.sized_by, "rule": self.rule,
-                "gap_limit_us": self.gap_limit_us and round(self.gap_limit_us, 3)}
 
 
 def raw_record(c: Case) -> dict:
@@ -328,7 +309,7 @@ class Built:
     keep: tuple           # objects the callable needs alive (closed after the window when they can be)
     lt_config: dict | None = None   # lt backend: the config of the algo it runs
     lt_waves: float | None = None
-    replay: bool = False  # fn replays the library's launches for one call (ProbeOptions.replay_calls)
+    replay: bool = False  # fn replays the library's launches for one call (`Probe._replayed`)
     replay_refused: str | None = None   # why its call could not be replayed (`Probe._replayed`)
 
     @property
@@ -345,21 +326,35 @@ class Built:
 
 class Builder:
     """Makes a callable for a Case on its backend. One per probe process. `lib` (an `lt.LtLibrary`) is
-    found when the first lt-backend Case is built if none is given."""
+    found when the first lt-backend Case is built if none is given. The operands are views of one random
+    buffer per dtype (`_operands`), made with the first GEMM of that dtype (a phase of `startup`, when given:
+    the first uses of the fill and of the conversion to the dtype are paid there, not in that GEMM's build);
+    the lt backend's workspace with the first lt GEMM."""
 
     POOL_ALIGN = 1024   # elements: every operand of the pool starts on a boundary at least as wide as an
                         # allocation's (so the library sees the alignment a fresh tensor has)
 
-    def __init__(self, lib=None):
+    def __init__(self, lib=None, startup=None):
         import torch
         self.torch = torch
         self.lib = lib
-        self.ws = torch.empty(CUBLAS_WORKSPACE, dtype=torch.uint8, device="cuda")
+        self._startup = startup or (lambda name: contextlib.nullcontext())
+        self._ws = None
         self._pools: dict[str, object] = {}   # dtype -> a 1-D buffer of random values the operands are views of
+        self._made: set[str] = set()          # dtypes whose pool was made once (a phase of the start-up)
         self._blas: dict[str, object] = {}    # set_flags: library name -> torch's value for it
-        for dtype in TORCH_NAMES:   # each type's pool made in the probe's start-up, with the first uses of the
-            self._pool(dtype, 1)  # fill and of its conversion (a process's first build took 12-27 ms, now 0.6-0.8:
-                                  # bench22_first_gemm.txt, bench23_first_gemm.txt)
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        """The dtypes whose operand pool exists."""
+        return tuple(self._pools)
+
+    @property
+    def ws(self):
+        """The lt backend's workspace (CUBLAS_WORKSPACE bytes), made when first needed."""
+        if self._ws is None:
+            self._ws = self.torch.empty(CUBLAS_WORKSPACE, dtype=self.torch.uint8, device="cuda")
+        return self._ws
 
     def _pool(self, dtype: str, numel: int):
         """The random buffer of `dtype` with at least `numel` elements: grown (doubled at least) when too small;
@@ -368,8 +363,11 @@ class Builder:
         pool = self._pools.get(dtype)
         if pool is None or pool.numel() < numel:
             n = max(numel, 2 * pool.numel() if pool is not None else 0, 1 << 20)
-            pool = t.randn(n, device="cuda", dtype=t.float32).to(getattr(t, TORCH_NAMES[dtype]))
+            first = pool is None and dtype not in self._made
+            with self._startup(f"operand pool {dtype} (first needed)") if first else contextlib.nullcontext():
+                pool = t.randn(n, device="cuda", dtype=t.float32).to(getattr(t, TORCH_NAMES[dtype]))
             self._pools[dtype] = pool
+            self._made.add(dtype)
         return pool
 
     def release_pools(self) -> None:
@@ -404,11 +402,11 @@ class Builder:
             if want is None or cuda.preferred_blas_library() != want:
                 self._blas[name] = cuda.preferred_blas_library(name)   # returns the library now preferred
 
-    def build(self, c: Case, pooled_cupy: bool = True) -> Built:
+    def build(self, c: Case) -> Built:
         if c.backend in ("torch", "torch-lt"):
             return self._torch(c)
         if c.backend == "cupy":
-            return self._cupy(c, pooled_cupy)
+            return self._cupy(c)
         if c.backend == "lt":
             return self._lt(c)
         raise CaptureError(f"unknown backend {c.backend!r}")
@@ -464,31 +462,14 @@ class Builder:
                          (a, b, sa, sb, offs))
         return Built(lambda: t._grouped_mm(a, b, offs=offs), (a, b, offs))
 
-    def _cupy(self, c: Case, pooled: bool = True) -> Built:
+    def _cupy(self, c: Case) -> Built:
         """cupy's GEMM of `c`. Its operands are views of the pool torch's are taken from (`_operands`), made
-        cupy arrays without a copy (`__cuda_array_interface__`, version 2: no stream to wait for; 0.14 ms while
-        the GPU ran a spin) and laid out as fresh arrays are; not `pooled`, fresh random arrays (each GEMM then
-        paid a random fill and a conversion per operand; a process's first cupy GEMM took 267 ms to build and
-        120 ms to return, against 0.6 ms and 1.4-7.9 ms from the pool: bench22_first_gemm.txt,
-        bench23_first_gemm.txt). The llm preset's every fourth cupy GEMM, both ways in one process: 3.67 s
-        against 5.29 s, 2.01 against 9.88 ms per GEMM beyond their GPU time; the quick preset's 28 cupy GEMMs,
-        four runs each way: 26 within 3 %, the same kernels (bench23_cupy_pool_ab.txt)."""
+        cupy arrays without a copy (`__cuda_array_interface__`, version 2: no stream to wait for) and laid out
+        as fresh arrays are (docs/decisions.md, "cupy's operands")."""
         import cupy as cp
-        dt = {"fp32": cp.float32, "fp16": cp.float16}[c.dtype]
-        if pooled:
-            a, b = self._operands(c.dtype, (c.m, c.k, c.layout[0] == "T", c.batch),
-                                  (c.k, c.n, c.layout[1] == "T", c.batch))
-            a, b = cp.asarray(a), cp.asarray(b)
-            return Built(lambda: cp.matmul(a, b), (a, b))
-
-        def operand(rows, cols, transposed):
-            shape = (cols, rows) if transposed else (rows, cols)
-            if c.batch > 1:
-                shape = (c.batch,) + shape
-            x = cp.random.standard_normal(shape, dtype=cp.float32).astype(dt)
-            return x.swapaxes(-1, -2) if transposed else x
-        a = operand(c.m, c.k, c.layout[0] == "T")
-        b = operand(c.k, c.n, c.layout[1] == "T")
+        a, b = self._operands(c.dtype, (c.m, c.k, c.layout[0] == "T", c.batch),
+                              (c.k, c.n, c.layout[1] == "T", c.batch))
+        a, b = cp.asarray(a), cp.asarray(b)
         return Built(lambda: cp.matmul(a, b), (a, b))
 
     def _lt(self, c: Case) -> Built:
@@ -510,90 +491,6 @@ GROUPED_REPLAY = ("torch's grouped GEMM takes its prepare kernel's argument buff
                   "the fallback, one cuBLAS GEMM per group after reading the offsets on the host")
 
 
-# --- timing: pure rules -----------------------------------------------------------------------------------------
-def timing_plan(once_us: float, *, flush: bool = False, reps: int | None = None, max_reps: int = 20,
-                budget_ms: float = 3.0) -> tuple[int, int]:
-    """(samples, calls per sample) for a GEMM whose one call took about `once_us` (pure; see time_gpu).
-
-    With an L2 flush, or from SINGLE_US up, one call per sample; below, 3 to MAX_PER back-to-back calls, as
-    many as make BATCH_US (3 at least: the differential sample needs a first call and two after it). The
-    number of samples, unless `reps` fixes it: what `budget_ms` of GPU time allows, at least 5, at most
-    `max_reps`, and at most MAX_CALLS calls in all once the batches hold several (5 samples at least)."""
-    once_us = max(once_us, 1.0)
-    if flush or once_us >= SINGLE_US:
-        per = 1
-    else:
-        per = max(3, min(MAX_PER, math.ceil(BATCH_US / once_us)))
-    if reps is None:
-        reps = int(min(max_reps, max(5, math.ceil(budget_ms * 1e3 / (once_us * per))), max(5, MAX_CALLS // per)))
-    return max(1, reps), per
-
-
-def estimate_spin(host_us: float, logged_us: float | None = None) -> float:
-    """µs of GPU spin before the estimating call, when the host takes `host_us` to enqueue one call (pure): room
-    for the call and its two events, three calls' worth, plus SPIN_FLOOR_US. The estimate sizes the plan, and
-    a host that has not queued the call when the spin ends makes it read long. Behind two calls' worth, the
-    quick preset's 136 pipelined GEMMs were timed in batches of another size in one of four runs on 30 and
-    13 of them (a GEMM of about 10 µs read as 17+ µs goes in batches of 3 instead of 5, which read 3-8 %
-    lower); behind three, on 6 and 7, on the same host (bench12_fidelity_estimate_ab*.txt: the first of two
-    estimating calls queued behind this spin). A logged call that is the estimating call (`logged_estimate`),
-    whose host time is `logged_us` with the logger's lines, gets that once and two calls' worth more: what
-    the logger adds is the library writing one line, not a launch that can stall (on the llm preset a logged
-    call took 34-75 µs by backend and op, against 18-33 µs for a call; 66-164 against 21-71 on a slower host:
-    bench21_llm_every4*.txt)."""
-    if logged_us is None:
-        return SPIN_FLOOR_US + 3 * host_us
-    return SPIN_FLOOR_US + 2 * host_us + max(logged_us, host_us)
-
-
-def gpu_us_per_call(once_us: float) -> float:
-    """The GPU's µs per call of a GEMM whose estimating call took `once_us`, as the spin rules count it (pure):
-    half of it. The estimating call reads long now and then (a 9 µs GEMM read as 17+ µs, seen on the H200, for
-    85 of 6,935 llm GEMMs whose batches then fell behind); counted as the whole estimate, the spin was shorter
-    and on a host-paced host 198 of 4,672 decode GEMMs were retaken against 37
-    (bench19_lead_at_estimate_rejected.txt)."""
-    return max(once_us, 1.0) / 2
-
-
-def covering_batch(once_us: float, reps: int, per: int, need_us: float) -> int | None:
-    """The last of `reps` timed batches of `per` calls (of a GEMM whose estimating call took `once_us`) that
-    leaves `need_us` of GPU work or more from its start to the plan's end, at `gpu_us_per_call`; None when the
-    whole plan is shorter (pure). While that batch has not started, a call queued behind the plan cannot find
-    the GPU idle for `need_us`: the batches are its spin."""
-    k = reps - math.ceil(need_us / (per * gpu_us_per_call(once_us)))
-    return k if k >= 0 else None
-
-
-def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> float:
-    """µs of GPU spin to put before `reps` timed batches of `per` calls of a GEMM whose estimating call took
-    `once_us` on the GPU, when the host takes `host_us` to enqueue one call (pure; see time_gpu).
-
-    The GPU must not reach a batch before the host has enqueued all of it (time_gpu checks this on every
-    batch). The host finishes batch i at (i + 1) x per x host_us, the GPU reaches it at spin + i x per x g,
-    g its time per call (`gpu_us_per_call`: half the estimate). The spin
-    covers the largest lead of the host: nearly all of the enqueue time for a GEMM shorter than its launch,
-    only the first batch for a GEMM more than twice as long. Times SPIN_MARGIN, plus SPIN_FLOOR_US and
-    SPIN_SLACK_US for a host hiccup.
-
-    Where twice the whole enqueue time (the retake's spin) costs at most CHEAP_SPIN of the samples' GPU time —
-    GEMMs of about 1.5 ms or more — the spin is that: the first batch's launch of such a GEMM can take the
-    host several times its usual, and a first attempt behind costs a retake of every sample (on the llm
-    preset, 53 of 136 GEMMs of 5 ms or more were retaken behind the lead's spin: 4.4 s of GPU time, against
-    0.2 s of spin to cover them all; tests/fixtures/probe/long_spin_raw.jsonl).
-
-    A `heavy` GEMM (`heavy_us` >= HEAVY_US) gets the whole enqueue time at least (`enqueue_spin`, the rule
-    before the lead's): behind the lead's shorter spin, the quick preset's 4096^3 bf16 and fp16 GEMMs ran 3-6 %
-    slower than behind the whole enqueue's, in every run (bench11_fidelity_flags_fix.txt); the GPU's rest
-    before their batches is part of what they measure."""
-    g = gpu_us_per_call(once_us)
-    lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - g))
-    spin = SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US
-    whole = 2 * enqueue_spin(host_us, reps, per)
-    if whole <= CHEAP_SPIN * reps * per * once_us:
-        spin = max(spin, whole)
-    if heavy:
-        spin = max(spin, enqueue_spin(host_us, reps, per))
-    return spin
 
 
 def heavy_us(c: Case) -> float:
@@ -610,10 +507,6 @@ def is_heavy(c: Case) -> bool:
     return heavy_us(c) >= HEAVY_US
 
 
-def enqueue_spin(host_us: float, reps: int, per: int) -> float:
-    """µs of GPU spin that covers the host's whole enqueue time (times SPIN_MARGIN, plus SPIN_FLOOR_US): the
-    retake's rule (twice this), and a reference the benchmark compares `timing_spin` against."""
-    return SPIN_FLOOR_US + SPIN_MARGIN * reps * per * host_us
 
 
 def _nbytes(objs) -> int:
@@ -689,33 +582,6 @@ def _device_events(prof) -> list[tuple[float, str, float]]:
     return out
 
 
-class _Events:
-    """The CUDA events of `reps` timed batches, on `clock` (`driver.Clock`): start and end of each, and a mid
-    event after the first call when a batch holds several calls. The probe pools them by plan and records them
-    again (`Probe._event_pool`): a few hundred events at most, kept for the probe's life."""
-
-    def __init__(self, clock, reps: int, split: bool):
-        ev = clock.event
-        self.clock = clock
-        self.starts, self.ends = [ev() for _ in range(reps)], [ev() for _ in range(reps)]
-        self.mids = [ev() for _ in range(reps)] if split else None
-
-    def samples(self, per: int) -> tuple[list[float], list[float], list[float]]:
-        """(µs of each batch, of its first call, of one call: the sample) once the last batch has ended.
-        The sample of a split batch is differential: (the per-1 calls after the mid event) - (the one call
-        after the start event) = per-2 calls, the event and kernel-boundary cost cancelling out."""
-        us = self.clock.elapsed_us
-        if not self.mids:
-            totals = [us(a, b) for a, b in zip(self.starts, self.ends)]
-            return totals, totals, totals
-        firsts = [us(a, m) for a, m in zip(self.starts, self.mids)]
-        rests = [us(m, b) for m, b in zip(self.mids, self.ends)]
-        times = [max(r - f, 0.0) / (per - 2) for f, r in zip(firsts, rests)]
-        return [f + r for f, r in zip(firsts, rests)], firsts, times
-
-    def gap_us(self, totals: list[float]) -> float:
-        """GPU idle time between the batches: their whole span minus their own times."""
-        return max(0.0, self.clock.elapsed_us(self.starts[0], self.ends[-1]) - sum(totals))
 
 
 def physical_cores(allowed, siblings_of) -> list[int]:
@@ -888,7 +754,7 @@ class HeuristicPrewarm:
     the library's cache, which is the process's, shared by torch's cuBLAS and cuBLASLt paths and a direct call.
     The first call of a fresh bf16 decode shape took the probe 211 µs of host time (torch, cuBLAS API) and 169
     µs (torch's Lt path), and 35 µs once its question had been asked (a hit costs 2-4 µs; a second call 22-25
-    µs in all); the lt backend's build 373 against 216 µs (benchmarks/bench_prewarm.py, one-GPU H200 host).
+    µs in all); the lt backend's build 373 against 216 µs (docs/decisions.md, "the prewarm thread").
     The answer is the library's own for the question, so the kernel chosen does not change; a question
     cuBLASLt refuses is left to the first call. Asking writes no cuBLASLt log line at level 2.
 
@@ -985,74 +851,131 @@ class HeuristicPrewarm:
                 self._busy.release()
 
 
-@dataclass
-class _Pending:
-    """One GEMM's timing in flight: its plan, events and the first attempt's evidence (`Probe._start`)."""
-    fn: object
-    key: str
-    reps_asked: int | None
-    once_us: float
-    reps: int
-    per: int
-    events: _Events
-    heavy: bool = False
-    spin_us: float | None = None
-    rule: str = "lead"
-    enqueue_us: float = 0.0
-    behind: int = 0
-    attempt: int = 1
-    case: Case | None = None   # whose flags a retake sets first (in the pipeline the next GEMM's may be set by then)
-    sized_by: str = "estimating call"   # the call whose GPU time `once_us` is (Timing.sized_by)
 
 
 # --- the probe ------------------------------------------------------------------------------------------------
+class StartUp:
+    """The probe's start-up phases, each with its seconds, in the order they were paid: those of `Probe()`
+    itself, then those paid when first needed (a dtype's operand pool, the spin and gap calibrations, the
+    profiler's first session), named so. `table()` renders them."""
+
+    def __init__(self):
+        self.phases: list[tuple[str, float]] = []
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases.append((name, time.perf_counter() - t))
+
+    def seconds(self) -> dict[str, float]:
+        """{phase: seconds} (a phase paid twice is summed)."""
+        out: dict[str, float] = {}
+        for name, s in self.phases:
+            out[name] = out.get(name, 0.0) + s
+        return out
+
+    def table(self) -> str:
+        return "\n".join(f"{name:48s} {s * 1e3:9.1f} ms" for name, s in self.seconds().items())
+
+
+@dataclass
+class InFlight:
+    """Pipeline: the GEMM whose timed batches the GPU is running while the host prepares the next (`_drain`
+    waits for it): its raw record, Case, built call, pending timing and phase times."""
+    rec: dict
+    case: Case
+    built: Built
+    pending: Pending
+    phases: dict
+
+
 class Probe:
     """Runs windows of Cases and returns one raw record (a dict) per Case. One per process.
 
-    `Probe(ProbeOptions(reps=10))`, or the options as keywords: `Probe(reps=10)`."""
+    `Probe(ProbeOptions(reps=10))`, or the options as keywords: `Probe(reps=10)`.
+
+    It sets up only what its work uses: the heuristic companion, the prewarm thread, every type's cuBLASLt
+    set-up and the profiler's first session are paid in the start-up of a probe whose plan (`ProbeOptions.plan`)
+    is large enough to win them back (`uses_helpers`); a probe for a few GEMMs pays each type's set-up with its
+    first GEMM of that type, the profiler's start with its first kernel capture, the operand pool of a dtype
+    with its first GEMM of that dtype, and calibrates the GPU spin and the event gap when its timing first
+    needs them. `startup` records each phase with its time."""
 
     def __init__(self, options: ProbeOptions | None = None, **kwargs):
         if options is not None and kwargs:
             raise OptionError(f"give the probe options either as ProbeOptions or as keywords, not both ({kwargs})")
         self.options = options if options is not None else ProbeOptions(**kwargs)
+        self.startup = phase = StartUp()
         torch = require_gpu("sweep")
-        from cublaslt_probe import driver, lt
         self.torch = torch
-        self.device = torch.cuda.current_device()   # the probe's GPU: its streams and events are this one's
-        props = torch.cuda.get_device_properties(self.device)
+        with phase("CUDA device"):
+            self.device = torch.cuda.current_device()   # the probe's GPU: its streams and events are this one's
+            props = torch.cuda.get_device_properties(self.device)
+        helpers = uses_helpers(self.options)
         cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot,
                                                                       local=gpu_local_cpus(props))
-        # started first: it loads torch and cuBLASLt on another core while this process gets ready
-        self._companion = HeuristicCompanion(cores and cores[1]) if self.options.pipeline else None
+        self._companion = None
+        if helpers:   # started first: it loads torch and cuBLASLt on another core while this process gets ready
+            with phase("heuristic companion started"):
+                self._companion = HeuristicCompanion(cores and cores[1])
         self.cpus = cores   # (the probe's CPU, its companion's, its prewarm thread's), or None when not pinned
         self.host_cpus = os.sched_getaffinity(0)   # before pinning: the CPUs a helper process may use
-        self._inflight = None   # pipeline: the GEMM whose timing the GPU is running (`_drain`)
-        self._event_pool: dict[tuple, list] = {}   # spent timing events by (reps, split), recorded again
-        self._pair_pool: list = []                 # spent estimate event pairs
-        lt.ensure_loaded()
-        self.clock = driver.Clock()   # the timing events (torch has run CUDA work: the driver is loaded)
-        self.graphs = driver.Graphs(self.clock)
-        self._own_stream = torch.cuda.Stream(self.device)   # replay_calls: the windows' stream (capturable)
-        self.lib = lt.LtLibrary()
-        self.logger = lt.Logger(self.lib)
-        self.env = environment(self.lib)
-        self.builder = Builder(self.lib)
-        setup = self._library_setup()
-        self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
-        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if self.options.flush_l2 else None
-        self.cycles_per_us = self._calibrate_spin()
-        self.event_gap_us = self._calibrate_gap()
-        self.gap_limit_us = max(GAP_US_PER_REP, self.event_gap_us + GAP_SLACK_US)
-        self._host_us: dict[str, float] = {}  # host µs to enqueue one call, by backend|op (learnt while timing)
-        self.profile([lambda: None])  # start-up cost once: torch.profiler import, CUPTI init
-        setup.join()
-        if self._companion is not None:
-            try:   # its start and its library's set-ups are start-up too, not the first window's end
-                self._companion.wait_ready()
-            except CaptureError as e:
-                self._drop_companion(e)
-        self._prewarm = None
-        if self.options.pipeline and self.options.prewarm:
+        self._inflight: InFlight | None = None
+        self._prewarm: HeuristicPrewarm | None = None
+        self._cycles_per_us: float | None = None
+        self._profiled = False
+        self._set_up: set[str] = set()   # dtypes whose cuBLASLt set-up this process has paid (`_library_set_up`)
+        self._start_set_up(phase, helpers)
+        self._start_timer(phase)
+        self._finish_start(phase, helpers, props, cores)
+
+    def _start_set_up(self, phase: StartUp, helpers: bool) -> None:
+        """cuBLASLt loaded, the driver's events and graphs, the library, its logger, the environment, the builder;
+        with the helpers, every type's set-up asked on a thread of its own (`_library_setup`)."""
+        from cublaslt_probe import driver, lt
+        with phase("cuBLAS/cuBLASLt loaded"):
+            lt.ensure_loaded()
+        with phase("driver events and graphs"):
+            self.clock = driver.Clock()   # the timing events (torch has run CUDA work: the driver is loaded)
+            self.graphs = driver.Graphs(self.clock)
+            self._own_stream = self.torch.cuda.Stream(self.device)   # the windows' stream (capturable: `_replayed`)
+        with phase("cuBLASLt library and logger"):
+            self.lib = lt.LtLibrary()
+            self.logger = lt.Logger(self.lib)
+        with phase("environment"):
+            self.env = environment(self.lib)
+        self.builder = Builder(self.lib, startup=phase)
+        self._setup_thread = self._library_setup() if helpers else None
+
+    def _start_timer(self, phase: StartUp) -> None:
+        """The timing method (`timing.Timer`) over the driver's clock, with the marker and, with `flush_l2`, the
+        flush buffer."""
+        torch = self.torch
+        with phase("marker and flush buffer"):
+            self.marker = torch.zeros(1, dtype=torch.int8, device="cuda")
+            flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if self.options.flush_l2 else None
+        self.flush = flush
+        self.timer = Timer(self.clock, spin=self.spin, tiny=lambda: self.marker.fill_(1), stream=self._stream,
+                           reps=self.options.reps, budget_ms=self.options.budget_ms,
+                           flush=None if flush is None else flush.zero_, quiet=self._quiet)
+
+    def _finish_start(self, phase: StartUp, helpers: bool, props, cores) -> None:
+        """With the helpers: the calibrations, the profiler's first session, the set-ups joined, the companion
+        waited for, the prewarm thread started (all start-up, not the first window's). Then the pinning."""
+        if helpers:
+            self._calibrate()
+            self.profile([lambda: None])   # the profiler's import and CUPTI's start, once
+            with phase("cuBLASLt set-ups joined"):
+                self._setup_thread.join()
+            if self._companion is not None:
+                with phase("heuristic companion ready"):
+                    try:   # its start and its library's set-ups are start-up too, not the first window's end
+                        self._companion.wait_ready()
+                    except CaptureError as e:
+                        self._drop_companion(e)
             self._prewarm_sms = props.multi_processor_count
             self._prewarm = HeuristicPrewarm(self._ask_library, cores and cores[2])
         if cores:
@@ -1072,16 +995,13 @@ class Probe:
 
     def _library_setup(self):
         """cuBLASLt's one-time set-ups (`lt.set_up`: one per type), which the process's first heuristic question
-        of each type pays whichever path asks it (torch's first bf16 call 90-97 ms to its return, the lt
-        backend's first build and call 146 ms, torch's first fp16 call after that 87-101 ms, against 2-5 ms for a
-        later GEMM's new kernel: bench22_first_gemm.txt, bench23_first_gemm.txt), asked on a thread of its own
-        while this one calibrates: start-up, not the first GEMMs' build and warm-up (each `--devices` worker paid
-        them there; in the sweep the prewarm thread met the next type's first, and the probe's first timed
-        batches waited for it to be answered: the decode preset's first GEMM took 97 ms to time, 1.0 ms once
-        the set-ups were asked here: bench23_devices0.txt). Returns the started thread."""
+        of each type pays whichever path asks it, asked on a thread of its own while this one calibrates:
+        start-up, not the first GEMMs' build and warm-up (docs/decisions.md, "the library's set-ups"). Returns
+        the started thread."""
         import threading
 
         from cublaslt_probe import lt
+        self._set_up.update(lt.DTYPE_SPEC)
         t = threading.Thread(target=lt.set_up, args=(self.lib,), name="cublaslt-setup", daemon=True)
         t.start()
         return t
@@ -1098,9 +1018,23 @@ class Probe:
     def __exit__(self, *exc):
         self.close()
 
-    # GPU spin -------------------------------------------------------------------------------------------
+    # GPU spin and calibration -------------------------------------------------------------------------------
+    def _calibrate(self) -> None:
+        """The spin's rate and, without an L2 flush, the event gap (each a phase of `startup`)."""
+        self.spin(1)
+        if self.flush is None:
+            self.event_gap_us   # noqa: B018  (made when first read)
+
+    @property
+    def cycles_per_us(self) -> float:
+        """GPU spin cycles per µs (torch.cuda._sleep counts SM clock cycles), measured with events when first
+        needed."""
+        if self._cycles_per_us is None:
+            with self.startup("spin calibration (first needed)"):
+                self._cycles_per_us = self._calibrate_spin()
+        return self._cycles_per_us
+
     def _calibrate_spin(self) -> float:
-        """GPU spin cycles per µs (torch.cuda._sleep counts SM clock cycles), measured with events."""
         torch, clock = self.torch, self.clock
         rate = 1e3
         s, e = clock.event(), clock.event()
@@ -1109,26 +1043,23 @@ class Probe:
             clock.record(s, st); torch.cuda._sleep(400_000); clock.record(e, st)  # noqa: E702
             clock.wait(e)
             rate = 400_000 / max(clock.elapsed_us(s, e), 1.0)
-        self._pair_pool.append((s, e))
+        self.clock.destroy(s)
+        self.clock.destroy(e)
         return rate
 
-    def _calibrate_gap(self, n: int = 20) -> float:
-        """µs the GPU spends between two timed samples when it never waits for the host: the end event of one
-        and the start event of the next, nothing between (on the H200s lent: 1.3-1.4 µs on one host, 2.6 on
-        another). Median of three runs of `n` samples of a 1-element fill, queued behind a long spin."""
-        clock = self.clock
-        events = _Events(clock, n, True)
-        st, rec = self._stream(), clock.record
-        out = []
-        for _ in range(3):
-            self.spin(5000)
-            for i in range(n):
-                rec(events.starts[i], st); self.marker.fill_(1); rec(events.mids[i], st)  # noqa: E702
-                self.marker.fill_(1); rec(events.ends[i], st)  # noqa: E702
-            clock.wait(events.ends[-1])
-            out.append(events.gap_us([clock.elapsed_us(a, b) for a, b in zip(events.starts, events.ends)]) / n)
-        self._event_pool.setdefault((n, True), []).append(events)   # read: a timing plan can record them again
-        return statistics.median(out)
+    @property
+    def event_gap_us(self) -> float:
+        """µs the GPU spends between two timed samples when it never waits for the host (`Timer.calibrate_gap`;
+        on the H200s lent: 1.3-1.4 µs on one host, 2.6 on another)."""
+        if self.timer._gap is None:
+            with self.startup("gap calibration (first needed)"):
+                return self.timer.event_gap_us
+        return self.timer.event_gap_us
+
+    @property
+    def gap_limit_us(self) -> float:
+        self.event_gap_us   # noqa: B018  (calibrated, and its phase recorded, when first read)
+        return self.timer.gap_limit_us
 
     def _stream(self):
         """The driver handle of torch's current stream on the probe's GPU, as `clock.record` takes it."""
@@ -1138,199 +1069,45 @@ class Probe:
         """Keep the GPU busy for about `us` µs (queued on the current stream)."""
         self.torch.cuda._sleep(int(max(us, 1.0) * self.cycles_per_us))
 
-    def first_spin(self, host_us: float, once_us: float, reps: int, per: int, heavy: bool = False) -> tuple[float, str]:
-        """(µs of spin before the first attempt's batches, the rule's name): `timing_spin`, the host's lead
-        ("lead"; the whole enqueue at least for a heavy GEMM: "heavy")."""
-        return timing_spin(host_us, once_us, reps, per, heavy), "heavy" if heavy else "lead"
+    @contextlib.contextmanager
+    def _quiet(self):
+        """Around the enqueueing of timed batches: the prewarm thread starts no question (HeuristicPrewarm.hold)."""
+        prewarm = self._prewarm
+        if prewarm is None:
+            yield
+            return
+        prewarm.hold()
+        try:
+            yield
+        finally:
+            prewarm.release()
 
     # timing -----------------------------------------------------------------------------------------------
     def time_gpu(self, fn, reps: int | None = None, key: str = "", heavy: bool = False) -> Timing:
-        """Time `fn` (a zero-argument GEMM launch): the median µs of one call running back to back, with its
-        samples and evidence (CUDA events; see the module doc).
-
-        One estimating call sizes the plan (`timing_plan`). With an L2 flush each sample is one call after a
-        flush. Without, each sample is a batch of `calls_per_rep` (n >= 3) back-to-back calls, all batches
-        queued behind one GPU spin long enough that the GPU never reaches a batch before the host has
-        enqueued all of it (`first_spin`), so no event brackets the CPU's launch gap. An event after the
-        batch's first call splits it in two: F, the first call, and R, the n-1 calls after it. Each span
-        pays once for its opening event and the kernel boundary after it (about 2 µs on an H200, 20 % of a
-        10 µs GEMM), so the sample is (R - F) / (n - 2): the time per call of a steady back-to-back run, the
-        fixed cost cancelled (differential timing). The median of F is `first_us`. GEMMs of SINGLE_US or
-        more run one call per sample (the boundary is then under 1 % of it); one whose samples say it is
-        short after all (under SINGLE_US / 2: the estimating call read long) is timed again in batches
-        sized by them.
-
-        The host's cost per call is what the last enqueue loop of this `key` (backend and op) took per call;
-        for a GEMM timed one call per sample, the larger of that and what its estimating call took. The
-        evidence that the spin was long enough: `behind`, the batches the GPU had reached before the host
-        finished enqueueing them (an event query after each batch), and `gap_us`, the GPU's idle time
-        between batches. When either fails (a batch behind, or more idle per sample than `gap_limit_us`),
-        the samples are retaken behind a spin of twice the whole enqueue time at the host's speed in the
-        attempt that failed (`enqueue_spin`), and the first attempt's evidence is kept under `retaken`; once
-        more when the retake fails too (a host stalled for milliseconds: seen on the two-GPU H200 host, a
-        retake's 24 calls enqueued in 3.8 ms after the first attempt's 1.1 ms), ATTEMPTS in all. `reps`
-        fixes the number of samples; by default the options' `budget_ms` sets it, at most their `reps`."""
-        return self._end(self._start(fn, key, *self._estimate(fn, key), reps, heavy))
-
-    def _queue_estimate(self, fn, key: str, logged: bool = False) -> tuple:
-        """Queue one call of `fn` between two events, after a flush or behind a short spin (`estimate_spin`) —
-        or, with `estimate_behind`, behind the in-flight GEMM's batches when they cover that spin (`_covered`:
-        the host then waited 15-24 µs to read it instead of 69-70, bench19_host_costs_waits.txt); with the host
-        µs its launch took. `_read_estimate` waits for it. A `logged` call (`_logged_estimate`) is queued behind
-        the spin even after a flush: the host writes its log line before it launches the GEMM. The spin covers
-        the host time per call of `key` the last enqueue loop took, and for a `logged` call the last logged
-        call's of `key` as well (HOST_US_GUESS, LOGGED_HOST_US_GUESS before the first)."""
-        clock = self.clock
-        s, e = self._pair_pool.pop() if self._pair_pool else (clock.event(), clock.event())
-        if self.flush is not None:
-            self.flush.zero_()
-        if self.flush is None or logged:
-            host = self._host_us.get(key, HOST_US_GUESS)
-            need = estimate_spin(host, self._host_us.get(f"{key}|logged", LOGGED_HOST_US_GUESS) if logged else None)
-            if not self._covered(need):
-                self.spin(need)
-        st, rec = self._stream(), clock.record
-        h = time.perf_counter()
-        bad = rec(s, st); fn(); bad = rec(e, st) or bad  # noqa: E702
-        if bad:
-            raise clock.error(bad, "cuEventRecord")
-        host_us = (time.perf_counter() - h) * 1e6
-        if logged:
-            self._host_us[f"{key}|logged"] = host_us
-        return s, e, host_us
-
-    def _covered(self, need_us: float) -> bool:
-        """(`estimate_behind`) Does the GPU still have `need_us` of the in-flight GEMM's batches ahead of it
-        (`covering_batch` not started)?"""
-        p = self._inflight[3] if self.options.estimate_behind and self._inflight is not None else None
-        k = None if p is None else covering_batch(p.once_us, p.reps, p.per, need_us)
-        return k is not None and not self.clock.done(p.events.starts[k])
-
-    def _read_estimate(self, queued: tuple) -> tuple[float, float]:
-        s, e, host_once = queued
-        self.clock.wait(e)
-        once = max(self.clock.elapsed_us(s, e), 1.0)
-        self._pair_pool.append((s, e))   # read: the pair can be recorded again
-        return once, host_once
-
-    def _estimate(self, fn, key: str) -> tuple[float, float]:
-        """(GPU µs, host µs) of one call of `fn` after a flush or behind a short spin."""
-        return self._read_estimate(self._queue_estimate(fn, key))
+        """Time `fn` (a zero-argument GEMM launch) by the timing method (`timing.Timer.time`): the median µs of
+        one call running back to back, with its samples and evidence. `key` names whose host time per call
+        the spin rule learns (backend and op); `reps` fixes the number of samples."""
+        if self.flush is None:
+            self.event_gap_us   # noqa: B018  (the gap calibration's phase recorded under its name)
+        return self.timer.time(fn, reps, key, heavy)
 
     def _logged_estimate(self, fn, key: str) -> tuple[list[str], tuple[float, float]]:
-        """(`logged_estimate`) One call of `fn` that is both the logged call (`logged_call`) and the estimating
-        call (`_estimate`): (its log lines, (GPU µs, host µs)). Its spin covers a logged call's host time, the
-        logger's lines included (`_queue_estimate`), so that its events bracket the GEMM, not the host writing
-        the log."""
+        """One call of `fn` that is both the logged call (`logged_call`) and the estimating call: (its log lines,
+        (GPU µs, host µs)). Its spin covers a logged call's host time, the logger's lines included
+        (`Timer.queue_estimate`), so that its events bracket the GEMM, not the host writing the log."""
         self.logger.take()
         self.logger.set_level(2)
         try:
-            queued = self._queue_estimate(fn, key, logged=True)
+            queued = self.timer.queue_estimate(fn, key, logged=True)
         finally:
             self.logger.set_level(0)
-        est = self._read_estimate(queued)
+        est = self.timer.read_estimate(queued)
         return self.lt_lines(self.logger.take()), est
 
-    def _start(self, fn, key: str, once_us: float, host_once: float | None, reps_asked: int | None,
-               heavy: bool = False, case: Case | None = None, sized_by: str = "estimating call") -> "_Pending":
-        """Queue the first attempt of the timing plan sized by `once_us`; `_end` waits for it and checks it."""
-        flush = self.flush is not None
-        host = self._host_us.get(key, HOST_US_GUESS)
-        reps, per = timing_plan(once_us, flush=flush, reps=reps_asked, max_reps=self.options.reps,
-                                budget_ms=self.options.budget_ms)
-        if per == 1 and host_once is not None:
-            # a long GEMM's launch can cost the host several times its backend's usual (seen: 100-170 µs for
-            # llm GEMMs of 1-12 ms): its spin, a small part of its time, covers the larger of the two
-            host = max(host, host_once)
-        pool = self._event_pool.get((reps, per > 1))
-        events = pool.pop() if pool else _Events(self.clock, reps, per > 1)
-        p = _Pending(fn, key, reps_asked, once_us, reps, per, events, heavy=heavy, case=case, sized_by=sized_by)
-        p.spin_us, p.rule = (None, "lead") if flush else self.first_spin(host, once_us, reps, per, heavy)
-        self._attempt(p)
-        return p
-
-    def _attempt(self, p: "_Pending") -> None:
-        prewarm = self._prewarm
-        if prewarm is not None:
-            prewarm.hold()   # no question started while the batches are enqueued (HeuristicPrewarm.hold)
-        try:
-            if p.spin_us is not None:
-                self.spin(p.spin_us)
-            p.enqueue_us, p.behind = self._enqueue(p.fn, p.events, p.reps, p.per)
-        finally:
-            if prewarm is not None:
-                prewarm.release()
-        if self.flush is None:
-            self._host_us[p.key] = p.enqueue_us / (p.reps * p.per)
-
-    def _end(self, p: "_Pending") -> Timing:
-        """Wait for the samples of `p` and check their evidence: retaken behind a longer spin when it fails (up
-        to ATTEMPTS attempts in all), timed again in batches when they say the GEMM is short after all (see
-        time_gpu)."""
-        t = self._collect(p, None)
-        retaken = None
-        while t.gap_us is not None and (t.gap_us > self.gap_limit_us * p.reps or t.behind) and p.attempt < ATTEMPTS:
-            failed = {"spin_us": round(p.spin_us, 1), "enqueue_us": round(p.enqueue_us, 1), "behind": p.behind,
-                      "gap_us": round(t.gap_us, 3)}
-            if retaken is None:
-                retaken = failed
-            else:
-                retaken["second"] = failed
-            # the host's time per call in the attempt that failed (`_attempt` learnt it)
-            p.spin_us = 2 * enqueue_spin(self._host_us[p.key], p.reps, p.per)
-            p.attempt += 1
-            self._own_flags(p)
-            self._attempt(p)
-            t = self._collect(p, retaken)
-        self._event_pool.setdefault((p.reps, p.per > 1), []).append(p.events)  # read: can be recorded again
-        if t.calls_per_rep == 1 and self.flush is None and t.median_us < SINGLE_US / 2:
-            # the estimating call read long (a cold first call, seen: 200+ µs for a 10 µs GEMM; or a host
-            # stall after the spin): the samples say the GEMM is short, so time it again in batches sized by
-            # them, with no second estimate that could read long again
-            self._own_flags(p)
-            t = self._end(self._start(p.fn, p.key, t.median_us, None, p.reps_asked, p.heavy, p.case, "samples"))
-        return t
-
-    def _own_flags(self, p: "_Pending") -> None:
-        """Before a GEMM in flight runs again (a retake, or timed again in batches): its own flags, which the
-        pipeline has replaced with the next GEMM's by the time it checks the samples (`_drain`)."""
-        if p.case is not None:
-            self.builder.set_flags(p.case)
-
-    def _collect(self, p: "_Pending", retaken: dict | None) -> Timing:
-        self.clock.wait(p.events.ends[-1])
-        totals, firsts, times = p.events.samples(p.per)
-        flush = self.flush is not None
-        gap = None if flush else p.events.gap_us(totals)
-        return Timing(statistics.median(times), tuple(times), p.per, statistics.median(firsts), gap, p.spin_us,
-                      p.enqueue_us, p.attempt, None if flush else p.behind, retaken, p.once_us, p.rule,
-                      None if flush else self.gap_limit_us, p.sized_by)
-
-    def _enqueue(self, fn, events: _Events, reps: int, per: int) -> tuple[float, int]:
-        """Enqueue the timed batches; (host µs it took, batches the GPU had reached before they were queued).
-        Events are recorded on the stream named once here: without it, each record asks torch for the current
-        stream (13.6-15.5 µs of host time per event on the H200 hosts, 4.7 µs on a named stream; a GEMM launch
-        takes 24-30); and through the driver (`driver.Clock`), not torch's `Event`."""
-        flush, behind, clock = self.flush, 0, self.clock
-        rec, done = clock.record, clock.done
-        starts, mids, ends = events.starts, events.mids, events.ends
-        st = self._stream()
-        h = time.perf_counter()
-        for i in range(reps):
-            if flush is not None:
-                flush.zero_()
-            bad = rec(starts[i], st)
-            fn()
-            if mids:
-                bad = rec(mids[i], st) or bad
-                for _ in range(per - 1):
-                    fn()
-            bad = rec(ends[i], st) or bad
-            if bad:
-                raise clock.error(bad, "cuEventRecord")
-            if flush is None and done(starts[i]):
-                behind += 1  # the GPU was already in this batch: it may have waited for the host inside it
-        return (time.perf_counter() - h) * 1e6, behind
+    def _own_flags(self, c: Case):
+        """What runs before a GEMM in flight runs again (a retake, or timed again in batches): its own flags,
+        which the pipeline has replaced with the next GEMM's by the time it checks the samples (`_drain`)."""
+        return lambda: self.builder.set_flags(c)
 
     # heuristic cost -----------------------------------------------------------------------------------------
     @staticmethod
@@ -1343,8 +1120,8 @@ class Probe:
         the Case's column-major problem with its backend's workspace limit, cache off then on
         (lt.measure_heuristics), with one cache switch for the whole window (switching per GEMM, to hide
         the work behind the GPU's, was measured slower: 1.6 ms per measurement instead of about 1.1 ms).
-        With the `pipeline` option the measurements were asked of the companion process as the window ran
-        (`HeuristicCompanion`); this collects them.
+        With the companion the measurements were asked of it as the window ran (`HeuristicCompanion`); this
+        collects them.
 
         Cases whose backends ask cuBLASLt the same question (same problem and workspace limit, e.g.
         `torch`, `cupy` and `lt` of one GEMM) share one measurement: the call is identical."""
@@ -1394,7 +1171,13 @@ class Probe:
 
     # kernels, log lines, direct cuBLASLt calls ------------------------------------------------------------
     def profile(self, calls) -> list[list[tuple[str, float]]]:
-        """The kernels each call launched, in launch order, as (name, µs) (`profile_kernels`)."""
+        """The kernels each call launched, in launch order, as (name, µs) (`profile_kernels`). The first session
+        of the process also pays the profiler's import and CUPTI's start: a phase of its own in `startup`."""
+        if self._profiled:
+            return profile_kernels(self.torch, calls, self.marker)
+        with self.startup("profiler and CUPTI started (first kernel capture)"):
+            profile_kernels(self.torch, [lambda: None], self.marker)
+        self._profiled = True
         return profile_kernels(self.torch, calls, self.marker)
 
     def logged_call(self, fn, sync: bool = True) -> list[str]:
@@ -1421,16 +1204,16 @@ class Probe:
 
     # one window --------------------------------------------------------------------------------------------
     def run_window(self, cases: list[Case]) -> list[dict]:
-        """One raw record per Case (`_run_window`), with Python's garbage collector off while the window runs
-        (as `timeit` times): its collections among the window's allocations cost the decode preset 6-8 % of
-        its rate (windows alternating in one process, each timed to the next window's start, so with its
-        records written and the collections after it: 548 against 508 and 508 against 478 GEMMs/s,
-        bench10_decode_gc_ab_with_writes.txt). It is switched back on at the window's end."""
+        """One raw record per Case (`_run_window`), on the probe's own stream (the legacy default stream cannot
+        be captured: `_replayed`), with Python's garbage collector off while the window runs (as `timeit`
+        times; docs/decisions.md, "the garbage collector"). It is switched back on at the window's end."""
+        if "cupy" not in sys.modules and any(c.backend == "cupy" for c in cases):
+            # imported before the window's stream is set, so that cupy's calls run on it too (`_on_own_stream`)
+            with self.startup("cupy imported (first needed)"):
+                import cupy  # noqa: F401
         was = gc.isenabled()
         gc.disable()
         try:
-            if not self.options.replay_calls:
-                return self._run_window(cases)
             with self._on_own_stream():
                 return self._run_window(cases)
         finally:
@@ -1439,8 +1222,8 @@ class Probe:
 
     @contextlib.contextmanager
     def _on_own_stream(self):
-        """torch's (and cupy's, when it is loaded) current stream set to the probe's own while the block runs:
-        the legacy default stream cannot be captured (`replay_calls`)."""
+        """torch's (and cupy's, when it is imported: `run_window` imports it for a window with cupy's GEMMs)
+        current stream set to the probe's own while the block runs."""
         with self.torch.cuda.stream(self._own_stream):
             cp = sys.modules.get("cupy")
             if cp is None:
@@ -1450,20 +1233,16 @@ class Probe:
                 yield
 
     def _replayed(self, c: Case, b: Built) -> Built:
-        """(`replay_calls`) `b` with its call captured and replayed (`driver.Graphs.replay`): its `fn` makes the
-        library's launches for one call by the driver's own calls, and it keeps the replay (closed with it).
-        Made after the warm-up, the logged call and the estimating call, which are the library's own. Timed
-        GEMM by GEMM against the library's launches, the replay agreed within 3 % on 426 of 426 GEMMs (median
-        ratio 1.0000; the library's launches against themselves 410), for 151 µs of host time to enqueue a
-        GEMM's timed calls against 403 (bench19_replay_timing.txt). Not for the cupy backend: cupy refuses a
-        cuBLAS call while its stream is captured ("calling cuBLAS API during stream capture is currently
-        unsupported"). Nor for a heavy GEMM (`is_heavy`): its GPU time outlasts the library's launches, which
-        then pace nothing, and its capture would cost host time and keep a large output alive for nothing (on
-        the llm preset, every fourth GEMM, replaying all of them gained nothing in the timing phase, 19.35 s
-        against 19.31, and the captures took 0.16 s). A call that cannot be captured, or whose graph holds a
-        node the replay does not make (`CaptureError`), keeps the library's launches; the raw record says why
-        (`timing.replay_refused`). A grouped GEMM is not captured at all (`GROUPED_REPLAY`)."""
-        if not self.options.replay_calls or c.backend == "cupy" or is_heavy(c):
+        """`b` with its call captured and replayed (`driver.Graphs.replay`): its `fn` makes the library's
+        launches for one call by the driver's own calls, and it keeps the replay (closed with it). Made after
+        the warm-up, the logged call and the estimating call, which are the library's own (docs/decisions.md,
+        "replayed calls"). Not for the cupy backend: cupy refuses a cuBLAS call while its stream is captured
+        ("calling cuBLAS API during stream capture is currently unsupported"). Nor for a heavy GEMM
+        (`is_heavy`): its GPU time outlasts the library's launches, which then pace nothing. A call that cannot
+        be captured, or whose graph holds a node the replay does not make (`CaptureError`), keeps the library's
+        launches; the raw record says why (`timing.replay_refused`). A grouped GEMM is not captured at all
+        (`GROUPED_REPLAY`)."""
+        if c.backend == "cupy" or is_heavy(c):
             return b
         if c.grouped:
             return dataclasses.replace(b, replay_refused=GROUPED_REPLAY)
@@ -1473,37 +1252,43 @@ class Probe:
             return dataclasses.replace(b, replay_refused=str(e)[:200])
         return dataclasses.replace(b, fn=r.launch, keep=b.keep + (r,), replay=True)
 
+    def _library_set_up(self, cases: list[Case]) -> None:
+        """Without the helpers: the cuBLASLt set-up of each dtype of `cases` not paid yet, before the window's
+        first GEMM (`lt.set_up`), so that no GEMM's warm-up carries another's."""
+        from cublaslt_probe import lt
+        todo = [d for d in dict.fromkeys(c.dtype for c in cases) if d in lt.DTYPE_SPEC and d not in self._set_up]
+        if todo:
+            with self.startup(f"cuBLASLt set-up {', '.join(todo)} (first needed)"):
+                lt.set_up(self.lib, todo)
+            self._set_up.update(todo)
+
     def _run_window(self, cases: list[Case]) -> list[dict]:
         """One raw record per Case. Kernel names are captured for the window in one profiler session;
         the window is cut early when the GEMMs it holds alive pass the options' `mem_budget` bytes.
 
         With the `pipeline` option (the default) the host prepares each GEMM (operands, warm-up, the logged
         call, the estimating call) while the GPU runs the timed batches of the one before, which were all
-        queued before it; the heuristic is timed by the companion process meanwhile. The GPU runs the same
-        calls in the same order on one stream, each GEMM's samples bracketed by its own events, so what is
-        measured is what the one-step-after-another order measures; only the host's waiting is gone. Not
-        behind a GEMM timed one call per sample (SINGLE_US or more): kept busy through such GEMMs, the GPU
-        ran the compute-bound ones of the quick preset 5-10 % slower (its clocks under sustained load) than
-        with the host's pauses between them; the next GEMM is prepared after it, as before. Nor for a GEMM
-        whose arithmetic alone keeps the tensor cores busy HEAVY_US or more (`heavy_us`): its warm-up, logged
-        and estimating calls queued back to back behind the GEMM before, the GPU ran the quick preset's
-        4096^3 bf16 GEMMs 5-10 % slower than one step after another (bench10_fidelity_before_heavy.txt);
-        such a GEMM runs one step after another once the GEMM before has finished. The GEMMs the pipeline
-        is for, those the host's launches outlast, have far less arithmetic."""
+        queued before it; the heuristic is timed by the companion process meanwhile, when the probe has one.
+        The GPU runs the same calls in the same order on one stream, each GEMM's samples bracketed by its own
+        events, so what is measured is what the one-step-after-another order measures; only the host's
+        waiting is gone. Not behind a GEMM timed one call per sample (SINGLE_US or more): the next GEMM is
+        prepared on a GPU that has finished it (kept busy through such GEMMs, the GPU ran compute-bound ones
+        slower: its clocks under sustained load). Nor for a heavy GEMM (`is_heavy`), which runs one step after
+        another once the GEMM before has finished (docs/decisions.md, "heavy GEMMs")."""
         records: list[dict] = []
-        built: list[tuple[dict, Case, Built]] = []
-        heur: list[tuple[dict, Case]] = []
-        held = 0
+        win = _Window()
         companion = []   # the window's questions for the companion, asked once the prewarm thread is done
-        if self.options.pipeline:
+        self._library_set_up([c for c in cases if not c.grouped])
+        if self.flush is None:
+            self.event_gap_us   # noqa: B018  (calibrated before the window's first GEMM)
+        if self.options.pipeline and self._companion is not None:
             companion = [c for c in cases if not invalid_reason(c) and not c.grouped]   # (no heuristic question)
             if self._prewarm is not None:   # the first calls' questions, asked ahead of them on another core
                 self._prewarm.ask([prewarm_problem(c, self._prewarm_sms) for c in companion])
         for c in cases:
             if companion and (self._prewarm is None or self._prewarm.idle()):
                 # the companion works through the window's questions while the window runs; not while the
-                # prewarm thread asks its own: at the same time, the companion's hits read 29-32 % and its
-                # misses 4-6 % longer (decode, windows alternating, bench11_decode_prewarm_ab.txt)
+                # prewarm thread asks its own (docs/decisions.md, "the prewarm thread")
                 for x in companion:
                     self._ask_heuristic(x)
                 companion = []
@@ -1513,68 +1298,74 @@ class Probe:
             if why:
                 rec["error"] = f"invalid: {why}"
                 continue
-            ph = rec["probe_ms"] = {}
-            t = time.perf_counter()
-            pipeline = self.options.pipeline and not is_heavy(c)
-            b = None   # this GEMM's, until the GEMM in flight or the window's list holds it
-            try:
-                b, held, finished_s = self._build(c, built, held)
-                t += finished_s   # the window's GEMMs finished first: theirs (wait, profile_share), not this build's
-                if pipeline:
-                    est, b = self._prepare(c, b, rec, ph, t)
-                    held += _nbytes(b.keep[-1:]) if b.replay else 0   # the replay's output (`_replayed`)
-                    self._drain(built)
-                    t = time.perf_counter()
-                    self.builder.set_flags(c)
-                    pending = self._start(b.fn, self._key(c, b), *self._read_estimate(est), None, case=c)
-                    self._inflight, b = (rec, c, b, pending, ph), None
-                    ph["time"] = round((time.perf_counter() - t) * 1e3, 3)
-                    if pending.per == 1:
-                        self._drain(built)   # a long GEMM: the next one is prepared on an idle GPU (see above)
-                else:
-                    self._drain(built)   # (pipeline) a heavy GEMM: prepared on a GPU that has finished, see above
-                    est, sized_by, b, t = self._capture(c, b, rec, ph, t)
-                    held += _nbytes(b.keep[-1:]) if b.replay else 0
-                    _fill_timing(rec, self._end(self._start(b.fn, self._key(c, b), *est, None, is_heavy(c),
-                                                            case=c, sized_by=sized_by)), b)
-                    t = _lap(ph, "time", t)
-                    built.append((rec, c, b))
-                    b = None
-            except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on
-                rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
-                self.torch.cuda.synchronize()
-                if b is not None:
-                    b.close()   # its lt descriptors, its replay's graph
-                self._drain(built)
-                if "out of memory" in str(e):
-                    self._finish(built)
-                    held = 0
-                    self.builder.release_pools()
-                    self.torch.cuda.empty_cache()
-                continue
-            if not c.grouped:   # torch's grouped GEMM asks cuBLASLt no heuristic question
-                heur.append((rec, c))
-            if not pipeline and self.options.candidates and c.backend == "lt":
-                self._add_candidates(c, rec, ph, t)
-        self._drain(built)
-        self._finish(built)
+            if self._run_one(c, rec, win) and not c.grouped:   # torch's grouped GEMM asks no heuristic question
+                win.heur.append((rec, c))
+        self._drain(win.built)
+        self._finish(win.built)
         if self._prewarm is not None:
             self._prewarm.cancel()   # nothing asked while the heuristic may be timed in this process (cache off)
         for x in companion:
             self._ask_heuristic(x)
-        self.time_heuristics(heur)
+        self.time_heuristics(win.heur)
         self.builder.set_flags(Case("torch", "mm", "fp32", "NN", 1, 1, 1))
         return records
+
+    def _run_one(self, c: Case, rec: dict, win: "_Window") -> bool:
+        """Build, warm, log and time `c` into `rec` (pipelined: queued, its timing read by the next `_drain`).
+        False when it failed (its record holds the error; after an out-of-memory error the window's GEMMs
+        are finished and the pools released)."""
+        ph = rec["probe_ms"] = {}
+        t = time.perf_counter()
+        pipeline = self.options.pipeline and not is_heavy(c)
+        b = None   # this GEMM's, until the GEMM in flight or the window's list holds it
+        try:
+            b, win.held, finished_s = self._build(c, win.built, win.held)
+            t += finished_s   # the window's GEMMs finished first: theirs (wait, profile_share), not this build's
+            if pipeline:
+                est, b = self._prepare(c, b, rec, ph, t)
+                win.held += _nbytes(b.keep[-1:]) if b.replay else 0   # the replay's output (`_replayed`)
+                self._drain(win.built)
+                t = time.perf_counter()
+                self.builder.set_flags(c)
+                pending = self.timer.start(b.fn, self._key(c, b), *self.timer.read_estimate(est), None,
+                                           setup=self._own_flags(c))
+                self._inflight, b = InFlight(rec, c, b, pending, ph), None
+                ph["time"] = round((time.perf_counter() - t) * 1e3, 3)
+                if pending.per == 1:
+                    self._drain(win.built)   # a long GEMM: the next one is prepared on an idle GPU (see above)
+            else:
+                self._drain(win.built)   # (pipeline) a heavy GEMM: prepared on a GPU that has finished, see above
+                est, b, t = self._capture(c, b, rec, ph, t)
+                win.held += _nbytes(b.keep[-1:]) if b.replay else 0
+                _fill_timing(rec, self.timer.end(self.timer.start(
+                    b.fn, self._key(c, b), *est, None, is_heavy(c), setup=self._own_flags(c),
+                    sized_by="logged call")), b)
+                t = _lap(ph, "time", t)
+                win.built.append((rec, c, b))
+                b = None
+        except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on
+            rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
+            self.torch.cuda.synchronize()
+            if b is not None:
+                b.close()   # its lt descriptors, its replay's graph
+            self._drain(win.built)
+            if "out of memory" in str(e):
+                self._finish(win.built)
+                win.held = 0
+                self.builder.release_pools()
+                self.torch.cuda.empty_cache()
+            return False
+        if not pipeline and self.options.candidates and c.backend == "lt":
+            self._add_candidates(c, rec, ph, t)
+        return True
 
     def _build(self, c: Case, built: list, held: int) -> tuple[Built, int, float]:
         """Build `c` under its flags; when the window's GEMMs would pass the memory budget, finish them first.
         Returns the built GEMM, the bytes the window now holds, and the seconds spent finishing the others
         (the caller leaves them out of this GEMM's build phase: the finished GEMMs' records hold them as
-        `wait` and `profile_share`; counted in both, 30 builds of the llm preset's every fourth GEMM held 2.45
-        s of other GEMMs' kernel capture, and bench_sweep.py's first uses of kernels read 2.15 s for 1.96:
-        bench22_llm_every4_slow_host.txt)."""
+        `wait` and `profile_share`)."""
         self.builder.set_flags(c)
-        b = self.builder.build(c, self.options.pooled_cupy)
+        b = self.builder.build(c)
         nbytes = _nbytes(b.keep)
         finished = 0.0
         if (built or self._inflight) and held + nbytes > self.options.mem_budget:
@@ -1588,52 +1379,43 @@ class Probe:
         return b, held + nbytes, finished
 
     def _capture(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
-        """One step after another: the warm-up, the logged call and the estimating call of `c` (one call, both,
-        with `logged_estimate`: `_logged_estimate`), then its replay (`_replayed`); fills `rec` and the phase
-        times `ph`. Returns (the estimate: GPU µs, host µs of a call; the call that made it, `Timing.sized_by`;
-        the Built to time; the phase clock). Under
-        the flags of `c`: a retake of the GEMM in flight, while `_drain` waits for it, sets that GEMM's
-        (`_own_flags`).
+        """One step after another: the warm-up of `c`, then one call that is both its logged call and its
+        estimating call (`_logged_estimate`), then its replay (`_replayed`); fills `rec` and the phase times
+        `ph`. Returns (the estimate: GPU µs, host µs of a call; the Built to time; the phase clock). Under the
+        flags of `c`: a retake of the GEMM in flight, while `_drain` waits for it, sets that GEMM's.
 
-        With `logged_estimate` the host µs of a call (what the spin before a long GEMM's samples covers,
-        `_start`) is the lesser of the warm-up call's and the logged call's: the logged call's alone holds the
-        logger's line, and the warm-up call's a module load when it met a new kernel. Taken from the logged
-        call alone, the llm preset's timing spins grew by 88 µs (median; bench21_logged_estimate_ab_v2.txt)."""
+        The host µs of a call (what the spin before a long GEMM's samples covers, `Timer.start`) is the lesser
+        of the warm-up call's and the logged call's: the logged call's alone holds the logger's line, and the
+        warm-up call's a module load when it met a new kernel (docs/decisions.md, "the logged call sizes")."""
         self.builder.set_flags(c)
         h = time.perf_counter()
         for _ in range(WARM_CALLS):
             b.fn()
         warm_host = (time.perf_counter() - h) * 1e6 / max(WARM_CALLS, 1)
-        key = self._key(c, b)
-        if self.options.logged_estimate:
-            t = _lap(ph, "build_warm", t)   # the warm-up's GPU time runs on behind the estimate's spin
-            rec["log_lines"], (once, logged_host) = self._logged_estimate(b.fn, key)
-            est, sized_by = (once, min(warm_host, logged_host)), "logged call"
-            t = _lap(ph, "log", t)
-        else:
-            self.torch.cuda.synchronize()
-            t = _lap(ph, "build_warm", t)
-            rec["log_lines"] = self.logged_call(b.fn)
-            t = _lap(ph, "log", t)
-            est, sized_by = self._estimate(b.fn, key), "estimating call"   # the library's call (`_replayed`)
+        t = _lap(ph, "build_warm", t)   # the warm-up's GPU time runs on behind the estimate's spin
+        rec["log_lines"], (once, logged_host) = self._logged_estimate(b.fn, self._key(c, b))
+        t = _lap(ph, "log", t)
         b = self._replayed(c, b)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
-        return est, sized_by, b, t
+        return (once, min(warm_host, logged_host)), b, t
 
     @staticmethod
     def _key(c: Case, b: Built) -> str:
-        """Whose host time per call the spin rule learns (`_host_us`): backend and op, and how it is launched."""
+        """Whose host time per call the spin rule learns (`Timer.host_us`): backend and op, and how it is
+        launched."""
         return f"{c.backend}|{c.op}|replay" if b.replay else f"{c.backend}|{c.op}"
 
     def _prepare(self, c: Case, b: Built, rec: dict, ph: dict, t: float) -> tuple:
         """Pipeline: the warm-up, the logged call and the estimating call of `c`, queued behind whatever the
-        GPU is running (no wait); fills `rec` and `ph`; returns the queued estimate."""
+        GPU is running (no wait; the estimate without its spin while the GEMM in flight's batches cover it:
+        `Timer.queue_estimate`); fills `rec` and `ph`; returns the queued estimate."""
         for _ in range(WARM_CALLS):
             b.fn()
         t = _lap(ph, "build_warm", t)
         rec["log_lines"] = self.logged_call(b.fn, sync=False)
         t = _lap(ph, "log", t)
-        est = self._queue_estimate(b.fn, self._key(c, b))   # the library's call sizes the plan (`_replayed`)
+        behind = self._inflight.pending if self._inflight is not None else None
+        est = self.timer.queue_estimate(b.fn, self._key(c, b), behind=behind)   # the library's call sizes the plan
         b = self._replayed(c, b)
         rec["lt_config"], rec["lt_waves"] = b.lt_config, b.lt_waves
         _lap(ph, "estimate", t)
@@ -1642,25 +1424,25 @@ class Probe:
     def _drain(self, built: list) -> None:
         """Pipeline: wait for the GEMM in flight, check and fill its timing (retaken when its evidence fails,
         under its own flags), run its candidates when asked, and add it to the window's `built`."""
-        if self._inflight is None:
+        f = self._inflight
+        if f is None:
             return
-        rec, c, b, pending, ph = self._inflight
         self._inflight = None
         t = time.perf_counter()
         try:
-            self.clock.wait(pending.events.ends[-1])
-            ph["wait"] = round((time.perf_counter() - t) * 1e3, 3)
-            _fill_timing(rec, self._end(pending), b)
+            self.clock.wait(f.pending.events.ends[-1])
+            f.phases["wait"] = round((time.perf_counter() - t) * 1e3, 3)
+            _fill_timing(f.rec, self.timer.end(f.pending), f.built)
         except Exception as e:  # noqa: BLE001
-            rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
+            f.rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
             self.torch.cuda.synchronize()
-        ph["time"] = round(ph.get("time", 0.0) + (time.perf_counter() - t) * 1e3, 3)
-        if rec.get("error"):
-            b.close()
+        f.phases["time"] = round(f.phases.get("time", 0.0) + (time.perf_counter() - t) * 1e3, 3)
+        if f.rec.get("error"):
+            f.built.close()
             return
-        built.append((rec, c, b))
-        if self.options.candidates and c.backend == "lt":
-            self._add_candidates(c, rec, ph, time.perf_counter())
+        built.append((f.rec, f.case, f.built))
+        if self.options.candidates and f.case.backend == "lt":
+            self._add_candidates(f.case, f.rec, f.phases, time.perf_counter())
 
     def _add_candidates(self, c: Case, rec: dict, ph: dict, t: float) -> None:
         from cublaslt_probe.candidates import compact
@@ -1689,6 +1471,15 @@ class Probe:
         for _, _, b in built:
             b.close()
         built.clear()
+
+
+@dataclass
+class _Window:
+    """What one window holds while it runs: its built GEMMs waiting for the kernel capture, their operand
+    bytes, and the records whose heuristic is timed at its end."""
+    built: list = dataclasses.field(default_factory=list)   # (record, Case, Built)
+    held: int = 0
+    heur: list = dataclasses.field(default_factory=list)    # (record, Case)
 
 
 # --- heuristic candidates -------------------------------------------------------------------------------------
@@ -1786,3 +1577,4 @@ def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
     for r in rows:
         r["saved_us"] = round(base - r["time_us"], 1) if base and r["time_us"] else None
     return rows
+

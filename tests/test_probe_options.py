@@ -82,11 +82,6 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
     assert cpu_cores(0, [5, 13, 6, 14], smt) is None      # two cores only
     with pytest.raises(OptionError, match="cpu_slot=-1"):
         ProbeOptions(cpu_slot=-1)
-    for name, bad in (("prewarm", 1), ("estimate_behind", "yes"), ("replay_calls", 0), ("logged_estimate", None),
-                      ("pooled_cupy", "no")):
-        with pytest.raises(OptionError, match=re.escape(f"{name}={bad!r}")):
-            ProbeOptions(**{name: bad})
-        assert getattr(ProbeOptions(), name) is True
 
 
 def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():
@@ -199,3 +194,19 @@ def test_an_operand_view_is_what_slicing_viewing_and_transposing_the_buffer_give
     assert tuple(s // buf.itemsize for s in x.strides) == stride   # torch reads size-1 dims' strides too
     flat = at + sum(i * s for i, s in zip(np.indices(size), stride))   # each element's place in the buffer
     assert np.array_equal(buf[flat], x)
+
+
+def test_the_probe_has_no_experiment_switches_and_its_plan_decides_the_helpers():
+    """The settled experiments are the only path (docs/decisions.md): no option turns them off. A plan under
+    HELPERS_FROM_GEMMS, or no pipeline, starts no companion and no prewarm thread; an unknown plan (a sweep's)
+    does."""
+    from cublaslt_probe.probe import HELPERS_FROM_GEMMS, uses_helpers
+    for name in ("prewarm", "estimate_behind", "replay_calls", "logged_estimate", "pooled_cupy"):
+        with pytest.raises(TypeError, match=name):
+            ProbeOptions(**{name: True})
+    assert uses_helpers(ProbeOptions()) and uses_helpers(ProbeOptions(plan=HELPERS_FROM_GEMMS))
+    assert not uses_helpers(ProbeOptions(plan=HELPERS_FROM_GEMMS - 1))
+    assert not uses_helpers(ProbeOptions(pipeline=False)) and not uses_helpers(ProbeOptions(plan=1, pipeline=False))
+    for bad in (-1, 2.5, True, "9"):
+        with pytest.raises(OptionError, match=re.escape(f"plan={bad!r}")):
+            ProbeOptions(plan=bad)

@@ -93,7 +93,7 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
             builders = sweep.RowBuilders()
         try:
             executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps,
-                             cpu_slot=sweep.cpu_slot())
+                             cpu_slot=sweep.cpu_slot(), plan=len(cases))
         except BaseException:
             if builders is not None:
                 builders.close()
