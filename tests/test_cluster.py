@@ -527,7 +527,7 @@ def test_each_slice_is_claimed_by_exactly_one_worker_and_a_slow_worker_takes_few
 
 
 def test_a_group_of_blocks_runs_in_whole_windows_each_record_in_its_blocks_part(tmp_path):
-    """capture_parts: blocks of 5, 6 and 5 GEMMs in windows of 8 run in 2 windows, not one per block (3);
+    """run_raw_parts: blocks of 5, 6 and 5 GEMMs in windows of 8 run in 2 windows, not one per block (3);
     each part holds its block's GEMMs in plan order under its own environment line. Killed after the first
     window, a resume runs each part's GEMMs left, none twice."""
     subs = [sweep.WHOLE.cut(j, 9) for j in (2, 3, 4)]
