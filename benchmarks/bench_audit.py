@@ -28,7 +28,8 @@ CHILD = r"""
 import json, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 import pandas, numpy
-from cublaslt_probe import trace, audit, names
+from cublaslt_probe import names
+from cublaslt_probe.analysis import audit, trace
 t0 = time.perf_counter()
 if mode == "trace":
     s = trace.read_trace(path)

@@ -40,18 +40,18 @@ COMMANDS = {
 }
 # a tree whose probe records no phases: the functions that pay them (module, attribute path, phase)
 BASE_PHASES = [
-    ("cublaslt_probe.probe", "HeuristicCompanion.__init__", "heuristic companion started"),
-    ("cublaslt_probe.lt", "ensure_loaded", "cuBLAS/cuBLASLt loaded"),
-    ("cublaslt_probe.driver", "Clock.__init__", "driver events and graphs"),
-    ("cublaslt_probe.driver", "Graphs.__init__", "driver events and graphs"),
-    ("cublaslt_probe.lt", "LtLibrary.__init__", "cuBLASLt library and logger"),
-    ("cublaslt_probe.lt", "Logger.__init__", "cuBLASLt library and logger"),
-    ("cublaslt_probe.probe", "environment", "environment"),
-    ("cublaslt_probe.probe", "Builder.__init__", "operand pools, every dtype"),
-    ("cublaslt_probe.probe", "Probe._calibrate_spin", "spin and gap calibration"),
-    ("cublaslt_probe.probe", "Probe._calibrate_gap", "spin and gap calibration"),
-    ("cublaslt_probe.probe", "Probe.profile", "profiler and CUPTI started (first kernel capture)"),
-    ("cublaslt_probe.probe", "HeuristicCompanion.wait_ready", "heuristic companion ready"),
+    ("cublaslt_probe.gpu.probe", "HeuristicCompanion.__init__", "heuristic companion started"),
+    ("cublaslt_probe.gpu.lt", "ensure_loaded", "cuBLAS/cuBLASLt loaded"),
+    ("cublaslt_probe.gpu.driver", "Clock.__init__", "driver events and graphs"),
+    ("cublaslt_probe.gpu.driver", "Graphs.__init__", "driver events and graphs"),
+    ("cublaslt_probe.gpu.lt", "LtLibrary.__init__", "cuBLASLt library and logger"),
+    ("cublaslt_probe.gpu.lt", "Logger.__init__", "cuBLASLt library and logger"),
+    ("cublaslt_probe.gpu.probe", "environment", "environment"),
+    ("cublaslt_probe.gpu.probe", "Builder.__init__", "operand pools, every dtype"),
+    ("cublaslt_probe.gpu.probe", "Probe._calibrate_spin", "spin and gap calibration"),
+    ("cublaslt_probe.gpu.probe", "Probe._calibrate_gap", "spin and gap calibration"),
+    ("cublaslt_probe.gpu.probe", "Probe.profile", "profiler and CUPTI started (first kernel capture)"),
+    ("cublaslt_probe.gpu.probe", "HeuristicCompanion.wait_ready", "heuristic companion ready"),
 ]
 
 
@@ -85,7 +85,7 @@ def child(name: str, out: str, extra: list) -> None:
         with open(out, "w") as f:
             json.dump({"import_torch_s": t_torch}, f)
         return
-    from cublaslt_probe import probe as probe_mod
+    from cublaslt_probe.gpu import probe as probe_mod
     from cublaslt_probe.cli import main
     phases, made = [], {}
     own = hasattr(probe_mod, "StartUp")
@@ -126,8 +126,9 @@ def child(name: str, out: str, extra: list) -> None:
 def threshold_child(out: str) -> None:
     """The companion's start alone (spawned, to ready), then the heuristic measured in this process per question
     for the decode preset's first 256 GEMMs' questions."""
-    from cublaslt_probe import lt, sweep
-    from cublaslt_probe.probe import HeuristicCompanion, Probe, _heuristic_groups
+    from cublaslt_probe.gpu import lt
+    from cublaslt_probe import sweep
+    from cublaslt_probe.gpu.probe import HeuristicCompanion, Probe, _heuristic_groups
     t = time.perf_counter()
     comp = HeuristicCompanion()
     comp.wait_ready()

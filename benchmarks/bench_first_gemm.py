@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--cases", default=DEFAULT, help="comma-separated case keys, in the order to run them")
     a = ap.parse_args()
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.gpu.probe import Probe
     t = time.perf_counter()
     probe = Probe()
     print(f"probe start-up {time.perf_counter() - t:.2f} s")

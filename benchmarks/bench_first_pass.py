@@ -28,7 +28,7 @@ def main():
                          "interleave the plan)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
-    from cublaslt_probe.probe import Probe, ProbeOptions
+    from cublaslt_probe.gpu.probe import Probe, ProbeOptions
     t = time.time()
     probe = Probe(ProbeOptions(cpu_slot=0))
     print(f"probe start-up {time.time() - t:.2f} s; CUDA_MODULE_LOADING={os.environ.get('CUDA_MODULE_LOADING')}")

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_graph_timing import arguments, gemms  # noqa: E402  (the same GEMMs)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from cublaslt_probe.driver import EdgeData, KernelParams  # noqa: E402  (the driver's structures: one home)
+from cublaslt_probe.gpu.driver import EdgeData, KernelParams  # noqa: E402  (the driver's structures: one home)
 
 NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "wait_event",
               7: "event_record", 10: "mem_alloc", 11: "mem_free", 12: "batch_mem_op", 13: "conditional"}
@@ -100,7 +100,7 @@ class Reader:
 def main():
     a = arguments(__doc__, "(ignored)")
     import torch
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.gpu.probe import Probe
     stream = torch.cuda.Stream()
     torch.cuda.set_stream(stream)
     probe = Probe(pipeline=False)

@@ -96,7 +96,7 @@ class Graphs:
 
 def time_graph(probe, G, fn, reps, per, form):
     """(median µs, samples' GPU gap µs, host µs by phase, nodes in one call's graph) of `fn` timed from a graph."""
-    from cublaslt_probe.probe import _Events
+    from cublaslt_probe.gpu.probe import _Events
     clock, st = probe.clock, probe._stream()
     events = _Events(clock, reps, per > 1)
     t0 = time.perf_counter()
@@ -206,7 +206,7 @@ def arguments(doc: str, methods: str, forms: tuple = ()) -> argparse.Namespace:
     """The command line both benchmarks take (--preset, --also, --rounds, --out; --forms, a subset of `forms`
     starting with the probe's, when given), checked: a bad value stops with argparse's one-line error before
     the GPU is touched."""
-    from cublaslt_probe.kinds import PRESETS
+    from cublaslt_probe.vocab import PRESETS
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--preset", default="quick", choices=PRESETS)
     ap.add_argument("--also", default="decode:256", help="PRESET:N: also N GEMMs spread over that preset ('' for none)")
@@ -231,7 +231,7 @@ def arguments(doc: str, methods: str, forms: tuple = ()) -> argparse.Namespace:
 def main():
     a = arguments(__doc__, "the methods", ("probe", "copies", "captured", "launches", "replay"))
     import torch
-    from cublaslt_probe.probe import Probe, timing_plan
+    from cublaslt_probe.gpu.probe import Probe, timing_plan
     stream = torch.cuda.Stream()
     torch.cuda.set_stream(stream)
     probe = Probe(pipeline=False)

@@ -48,7 +48,7 @@ def gpu_us(rec) -> float:
     """µs the GEMM's own kernels ran in all its calls: timed samples, the warm-up (`WARM_CALLS`), the logged
     call, the estimate (the logged call itself when its record says it sized the plan: `timing.sized_by`), the
     profiled call (a re-time's extra samples are left out)."""
-    from cublaslt_probe.probe import WARM_CALLS
+    from cublaslt_probe.gpu.probe import WARM_CALLS
     if rec.get("error") or rec.get("time_us") is None:
         return 0.0
     own = 2 if (rec.get("timing") or {}).get("sized_by") == "logged call" else 3
@@ -149,7 +149,7 @@ def fidelity(probe, cases, window, per_mode: int = 2):
               f"max {max(d):.1f} %")
     from cublaslt_probe.cases import Case
     from cublaslt_probe.logs import without_pointers
-    from cublaslt_probe.probe import is_heavy
+    from cublaslt_probe.gpu.probe import is_heavy
     for label, part in (("run one step after another in both modes (heavy_us >= HEAVY_US)",
                          [k for k in keys if is_heavy(Case.from_key(k))]),
                         ("pipelined", [k for k in keys if not is_heavy(Case.from_key(k))])):
@@ -204,7 +204,7 @@ def main():
     ap.add_argument("--paired", action="store_true", help="throughput: every window in both modes (see throughput)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.gpu.probe import Probe
     t = time.time()
     probe = Probe(cpu_slot=0)
     print(f"probe start-up: {time.time() - t:.2f} s; event gap {probe.event_gap_us:.2f} µs per sample, "

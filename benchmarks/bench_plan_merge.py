@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cublaslt_probe import dataset, sweep  # noqa: E402
+from cublaslt_probe.analysis import dataset  # noqa: E402
+from cublaslt_probe import sweep  # noqa: E402
 from cublaslt_probe.cases import Case, invalid_reason  # noqa: E402
 
 RECORDS = ROOT / "data" / "h200_grid.raw.jsonl.gz"
@@ -96,7 +97,7 @@ def bench_phases(env: dict, recs: list[dict], reps: int) -> dict:
     import pandas as pd
     import pyarrow as pa
 
-    from cublaslt_probe import evidence
+    from cublaslt_probe.analysis import evidence
     lines = [json.dumps({"type": "gemm", **r}) for r in recs]
     n = len(lines)
     t_json, _ = best(lambda: [json.loads(x) for x in lines], reps)

@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--load-ms", type=float, default=2.5, help="GPU time a kernel's load costs (ms)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
-    from cublaslt_probe.dataset import read_raw
+    from cublaslt_probe.analysis.dataset import read_raw
     _, recs = read_raw(a.raw)
     kernels = {r["key"]: tuple(r.get("kernels") or ()) for r in recs if r.get("type") == "gemm"}
     cases = sweep.plan(a.preset).cases

@@ -86,7 +86,7 @@ def idle_by_class(recs, first_flags):
     the timing spins (`spin_us`) and the first uses of kernels (`first_uses_s` within the kind; `first_flags`).
     Light GEMMs' steps overlap the GEMM in flight: theirs is an upper bound."""
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import is_heavy
+    from cublaslt_probe.gpu.probe import is_heavy
     kinds = {}
     for r, new in zip(recs, first_flags):
         ph = r.get("probe_ms")
@@ -125,9 +125,10 @@ def main():
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
     a = ap.parse_args()
-    from cublaslt_probe import dataset, sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
-    from cublaslt_probe import probe as probe_mod
-    from cublaslt_probe.probe import Probe, ProbeOptions
+    from cublaslt_probe.analysis import dataset  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
+    from cublaslt_probe import sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
+    from cublaslt_probe.gpu import probe as probe_mod
+    from cublaslt_probe.gpu.probe import Probe, ProbeOptions
     t_init = time.time()
     builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
     probe = Probe(ProbeOptions(flush_l2=a.flush_l2, reps=a.reps, heuristic_reps=a.heuristic_reps, cpu_slot=0))
@@ -169,7 +170,7 @@ def main():
         wall = time.time() - t0
         if prof:
             prof.disable()
-        from cublaslt_probe.dataset import read_raw
+        from cublaslt_probe.analysis.dataset import read_raw
         _, recs = read_raw(sweep.raw_path(out))
         built_s = df.attrs["ran"]["dataset_seconds"]
         if builders is not None:

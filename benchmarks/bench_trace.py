@@ -88,7 +88,8 @@ CHILD = r"""
 import json, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 import pandas, numpy
-from cublaslt_probe import trace, names, dataset
+from cublaslt_probe import names
+from cublaslt_probe.analysis import dataset, trace
 t0 = time.perf_counter()
 out = {}
 if mode == "trace":

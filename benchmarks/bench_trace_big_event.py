@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cublaslt_probe.trace import read_chrome_trace
+from cublaslt_probe.analysis.trace import read_chrome_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "fixtures" / "programs" / "gpt2_train" / "trace.json.gz"

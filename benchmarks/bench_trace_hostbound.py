@@ -109,7 +109,7 @@ def build(src: Path, out: Path, n_events: int, host_scale: float, gpu_scale: flo
 
 
 def run(path: Path) -> dict:
-    from cublaslt_probe import audit, trace
+    from cublaslt_probe.analysis import audit, trace
     t = time.perf_counter()
     s = trace.read_trace(path)
     t_trace = time.perf_counter() - t

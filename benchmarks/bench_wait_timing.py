@@ -81,7 +81,7 @@ def time_gated(probe, gate, fn, reps, per, spin_us, events):
 def main():
     a = arguments(__doc__, "the methods")
     import torch
-    from cublaslt_probe.probe import SPIN_FLOOR_US, Probe, _Events, gpu_us_per_call, timing_spin
+    from cublaslt_probe.gpu.probe import SPIN_FLOOR_US, Probe, _Events, gpu_us_per_call, timing_spin
     probe = Probe(pipeline=False)
     gate = Gate(torch)
     forms = ("probe", "gated", "floor")

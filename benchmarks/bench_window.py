@@ -27,7 +27,7 @@ def main():
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.gpu.probe import Probe
     probe = Probe(cpu_slot=0)
     cases = list(sweep.plan(a.preset).cases)
     probe.run_window(cases[-a.warm:])

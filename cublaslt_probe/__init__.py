@@ -1,7 +1,7 @@
 """cublaslt-probe: which cuBLAS/cuBLASLt kernel runs for a GEMM, why, and what choosing it cost.
 
 The CPU side (decoder, log parser, dataset, plots) imports without torch or cupy; only
-`cublaslt_probe.lt` and `cublaslt_probe.probe` touch the GPU, and only when called.
+`cublaslt_probe.gpu.lt` and `cublaslt_probe.gpu.probe` touch the GPU, and only when called.
 """
 from cublaslt_probe.errors import (CaptureError, NoCudaDevice, ProbeError, SchemaError, SpecError,
                                    UnknownKernelName)
@@ -14,7 +14,7 @@ def __getattr__(name):  # lazy: keep `import cublaslt_probe` cheap and GPU-free
         from cublaslt_probe import names
         return getattr(names, name)
     if name == "capture":
-        from cublaslt_probe.recorder import capture
+        from cublaslt_probe.gpu.recorder import capture
         return capture
     if name in ("parse_log", "parse_cublas_log"):
         from cublaslt_probe import logs
@@ -24,3 +24,7 @@ def __getattr__(name):  # lazy: keep `import cublaslt_probe` cheap and GPU-free
 
 __all__ = ["capture", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log", "ProbeError",
            "NoCudaDevice", "CaptureError", "UnknownKernelName", "SchemaError", "SpecError"]
+
+from cublaslt_probe import _moved as _moved_paths  # noqa: E402
+
+_moved_paths.install()

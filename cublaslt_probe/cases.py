@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, fields
 
-from cublaslt_probe.kinds import BACKENDS, DTYPES, GROUPED_OPS, LAYOUTS, OPS, SCALED_OPS
-from cublaslt_probe.kinds import FP8_DTYPES as FP8
+from cublaslt_probe.vocab import BACKENDS, DTYPES, GROUPED_OPS, LAYOUTS, OPS, SCALED_OPS
+from cublaslt_probe.vocab import FP8_DTYPES as FP8
 
 __all__ = ["BACKENDS", "OPS", "DTYPES", "LAYOUTS", "FP8", "GROUPED_OPS", "Case", "invalid_reason", "group_sizes",
            "sizes_summary", "sizes_code", "ALIGN_ROWS", "PAD_ROWS", "SPLIT_K", "grouped_alternatives"]

@@ -9,14 +9,14 @@
 #
 # Which cuBLAS/cuBLASLt kernel ran for each GEMM shape on an NVIDIA H200, how fast, and where the two torch
 # paths disagree. Everything here runs on a CPU: it reads the dataset file through the package API
-# (`cublaslt_probe.plots` and `cublaslt_probe.report`); nothing touches a GPU.
+# (`cublaslt_probe.render.plots` and `cublaslt_probe.render.report`); nothing touches a GPU.
 
 # %%
 import os
 
 import pandas as pd
 
-from cublaslt_probe import plots, report
+from cublaslt_probe.render import plots, report
 
 try:  # in Jupyter, show the figures inline; as a script, nothing to do
     get_ipython().run_line_magic("matplotlib", "inline")  # noqa: F821

@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 scripts/capture_coldstart.py --out OUT [--only NAME,...] [--steps 6] [--budget 240]
 
 Each program below is a step factory (`make_*`: builds the program, returns its step) that
-`cublaslt_probe.coldstart.run` runs in fresh child processes, one per environment; the raw result goes to
+`cublaslt_probe.analysis.coldstart.run` runs in fresh child processes, one per environment; the raw result goes to
 OUT/NAME.json (what `cold-start --from` reads). Programs run in the order listed, each only if the time spent so
 far is under --budget seconds; OUT/summary.json says what ran.
 
@@ -183,7 +183,7 @@ PROGRAMS = {  # name: (factory, runs), in the order they run
 
 
 def main():
-    from cublaslt_probe import coldstart
+    from cublaslt_probe.analysis import coldstart
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")

@@ -71,7 +71,7 @@ def part_traces(out):
 
 
 def part_explain(out, probe):
-    from cublaslt_probe import explain
+    from cublaslt_probe.analysis import explain
     from cublaslt_probe.cases import Case
     for (m, n, k) in [(4096, 4096, 4096), (16, 4096, 4096)]:
         c = Case("torch", "mm", "bf16", "NT", m, n, k)
@@ -85,7 +85,7 @@ def part_explain(out, probe):
 
 def part_candidates(out, probe):
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import lt_candidates
+    from cublaslt_probe.gpu.probe import lt_candidates
     for c in [Case("lt", "mm", "bf16", "NT", 256, 4096, 4096), Case("lt", "scaled_mm", "fp8", "NT", 2048, 4096, 4096)]:
         t0 = time.time()
         rows = lt_candidates(probe, c, top=32, reps=10)
@@ -98,7 +98,7 @@ def part_candidates(out, probe):
 
 
 def part_replay(out, probe):
-    from cublaslt_probe import replay
+    from cublaslt_probe.gpu import replay
     from cublaslt_probe.logs import load_log, parse_line
     fx = os.path.join(ROOT, "tests", "fixtures")
     for name in ("level2_torch", "level2_torchlt", "level2_mixed"):
@@ -129,7 +129,7 @@ def part_replay(out, probe):
         r["captured_kernels"] = ks
     with open(os.path.join(out, "replay_probe_raw.json"), "w") as f:
         json.dump(res, f, default=str)
-    from cublaslt_probe.evidence import main_kernel
+    from cublaslt_probe.analysis.evidence import main_kernel
     same = sum(1 for r in res if r.get("kernel") and r["kernel"] == main_kernel(r["captured_kernels"]))
     print(f"replay probe_raw: {len(res)} lines, {sum(1 for r in res if not r.get('error'))} ran, "
           f"{same} launched exactly the captured kernel", flush=True)
@@ -149,7 +149,7 @@ def main():
                 part_traces(a.out)
                 continue
             if probe is None:
-                from cublaslt_probe.probe import Probe
+                from cublaslt_probe.gpu.probe import Probe
                 probe = Probe()
                 with open(os.path.join(a.out, "env.json"), "w") as f:
                     json.dump({**probe.env, "date": time.strftime("%Y-%m-%d"),

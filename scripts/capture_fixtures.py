@@ -89,7 +89,7 @@ CAND_PROBLEMS = [  # torch view
 
 
 def part_candidates(out, probe):
-    from cublaslt_probe.probe import lt_candidates
+    from cublaslt_probe.gpu.probe import lt_candidates
     t0 = time.time()
     n = 0
     with open(os.path.join(out, "nvjet_configs.jsonl"), "w") as f:
@@ -195,7 +195,7 @@ def main():
     parts = a.parts.split(",")
     probe = None
     if "names" in parts or "candidates" in parts:
-        from cublaslt_probe.probe import Probe
+        from cublaslt_probe.gpu.probe import Probe
         probe = Probe()
         env = dict(probe.env)
         env["date"] = time.strftime("%Y-%m-%d")

@@ -35,7 +35,7 @@ import torch
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
-from cublaslt_probe.recorder import capture  # noqa: E402
+from cublaslt_probe.gpu.recorder import capture  # noqa: E402
 
 DEV = "cuda"
 BF16 = torch.bfloat16

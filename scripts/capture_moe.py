@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from cublaslt_probe import runfiles  # noqa: E402
-from cublaslt_probe.recorder import capture, read_group_sizes  # noqa: E402
+from cublaslt_probe.gpu.recorder import capture, read_group_sizes  # noqa: E402
 
 ROUNDS, STEPS = 6, 3
 GROUPED_KERNEL = "GroupProblemShape"   # in the mangled name of CUTLASS's grouped GEMM kernel
@@ -118,7 +118,7 @@ def overhead(out: str, model, step) -> dict:
 
 def alternatives(out: str, info: dict) -> None:
     from cublaslt_probe.cases import Case, sizes_code
-    from cublaslt_probe.probe import Probe, time_grouped_alternatives
+    from cublaslt_probe.gpu.probe import Probe, time_grouped_alternatives
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
     recorded = {}
     for name in ("qwen3_moe", "mixtral_train"):

@@ -9,7 +9,7 @@ the Qwen3-MoE-shaped forward, experts through transformers' `grouped_mm` impleme
 variant comes from `tests/fixtures/moe/measure/RUN.json` (`audit RUN --measure --save`): ``whole_us``, the
 experts' whole call as `measure.measure_experts` timed it (µs per call saved × calls per step: what the grouped
 advice's saving is), ``gemms_us``, the module's measured grouped GEMMs alone (`measure.measure_grouped`), and
-the rank of its advice item (`audit RUN --from ...`, `cublaslt_probe.audit.advice`) where it has one.
+the rank of its advice item (`audit RUN --from ...`, `cublaslt_probe.analysis.audit.advice`) where it has one.
 
 Each program is built once; every variant patches the same modules' `forward` for the length of a step (the
 experts module: `model.layers.*.mlp.experts`; the router: `model.layers.*.mlp.gate`) and restores it after, so
@@ -59,7 +59,7 @@ def predictions(name: str) -> list[dict]:
     """Per variant of the experts measured in `tests/fixtures/moe/measure/RUN.json`: ``whole_us`` (the experts'
     whole call, µs per step saved), ``gemms_us`` (the module's measured grouped GEMMs alone) and, where the
     advice (`audit RUN --from ...`) has an item for it, its ``rank`` among all items and ``what``."""
-    from cublaslt_probe.audit import advice, audit
+    from cublaslt_probe.analysis.audit import advice, audit
     fx = os.path.join(ROOT, "tests", "fixtures", "moe")
     a = audit(os.path.join(fx, name))
     with open(os.path.join(fx, "measure", f"{name}.json"), encoding="utf-8") as f:
@@ -119,7 +119,7 @@ class Program:
     def fp8_weights(self, cached: bool):
         """A projection's e4m3 weights and scales: quantized once (`cached`: frozen or inference weights) or
         every call (training)."""
-        from cublaslt_probe.measure import quant_weight
+        from cublaslt_probe.gpu.measure import quant_weight
         torch = self.torch
 
         def get(w):
@@ -130,7 +130,7 @@ class Program:
         return get
 
     def patches(self, variant: str) -> list[tuple[object, object]]:
-        from cublaslt_probe.measure import experts_forward
+        from cublaslt_probe.gpu.measure import experts_forward
         if variant == "balanced":
             return [(r, types.MethodType(
                 lambda s, h, d=self.scores_dtype[id(r)]: balanced_router(s, h, scores_dtype=d), r))
@@ -244,8 +244,8 @@ def kernel_split(prog: Program, variants: list[str], where: str, steps: int = 3)
     GPU time, its GEMM time, and the GEMM time of the experts module (grouped, bmm or per-expert GEMMs), per step.
     Where the step's saving falls short of the GEMMs', the rest of the step (gathers, quantization, a host
     synchronisation) took it."""
-    from cublaslt_probe.audit import audit
-    from cublaslt_probe.recorder import capture
+    from cublaslt_probe.analysis.audit import audit
+    from cublaslt_probe.gpu.recorder import capture
     out = {}
     for n in [None] + variants:
         run = os.path.join(where, n or "A")

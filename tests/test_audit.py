@@ -1,4 +1,4 @@
-"""`cublaslt_probe.audit` and `cublaslt-probe audit` on the real H200 run folders of tests/fixtures/programs
+"""`cublaslt_probe.analysis.audit` and `cublaslt-probe audit` on the real H200 run folders of tests/fixtures/programs
 (see the PROVENANCE there): coverage, attribution, grouped GEMMs, alignment fallbacks, collapsed layers, the
 log join, bad input. The expectations come from the programs the capture script ran (its docstring) and from
 an independent plain json.load of each trace, never from the code under test.
@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.audit import AUDIT_COLUMNS, FIXED_KEYS, audit, collapse, render_html
+from cublaslt_probe.analysis.audit import AUDIT_COLUMNS, FIXED_KEYS, audit, collapse, render_html
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
 
@@ -321,7 +321,7 @@ def test_advice_pads_the_gpt2_vocabulary(audits):
     """GPT-2 training step measured on the H200: the lm_head GEMMs with the vocabulary 50257 (forward, grad
     input, grad weight) run an older CUTLASS kernel; padded to 50264, 50272 or 50304 each runs an sm90 kernel
     ~2.5x faster: the smallest padding within 3 % of the best saving is advised."""
-    from cublaslt_probe.audit import advice
+    from cublaslt_probe.analysis.audit import advice
     a, m = audits["gpt2_train"], _measure("gpt2_train")
     items = advice(a.rows, m, a.step_gpu_us)
     top = items[0]
@@ -343,7 +343,7 @@ def test_advice_pads_the_gpt2_vocabulary(audits):
 
 
 def test_advice_pads_the_odd_linear_and_leaves_the_even_one():
-    from cublaslt_probe.audit import advice
+    from cublaslt_probe.analysis.audit import advice
     a, m = audit(PROGRAMS / "odd_linear"), _measure("odd_linear")
     items = advice(a.rows, m, a.step_gpu_us)
     assert items[0]["what"] == "pad 4095 → 4096 (a multiple of 8) in odd"
@@ -352,7 +352,7 @@ def test_advice_pads_the_odd_linear_and_leaves_the_even_one():
 
 
 def test_advice_on_grouped_and_fast_gemms(audits):
-    from cublaslt_probe.audit import advice
+    from cublaslt_probe.analysis.audit import advice
     a = audits["mixtral_moe"]
     items = advice(a.rows, _measure("mixtral_moe"), a.step_gpu_us)
     grouped = [it for it in items if it["kind"] == "not_measured"]
@@ -384,7 +384,7 @@ def test_recommended_algos_export_as_replayable_log_lines(tmp_path):
     """A pin advice carries the GEMM's own logged line with the candidate's algo: the log parser reads it and
     replay's CPU side rebuilds the original problem with the candidate's algo (the GPU side pins it)."""
     from cublaslt_probe.logs import parse_line
-    from cublaslt_probe.replay import problem_from_record
+    from cublaslt_probe.gpu.replay import problem_from_record
     out = tmp_path / "pins.log"
     r = run_cli(PROGRAMS / "gpt2_train", "--from", MEASURE / "gpt2_train.json", "--replay-out", out, "-f", "jsonl")
     assert r.exit_code == 0, r.output
@@ -434,7 +434,7 @@ def test_cli_table_and_advice_exact(monkeypatch):
 def test_html_chain_per_gemm(audits):
     """The page's per-GEMM chain: shapes from the op, the logged algo agreeing with the kernel, the roofline,
     the alignment fallback and the measured regret, for the GPT-2 vocabulary GEMM."""
-    from cublaslt_probe.audit import advice, chain
+    from cublaslt_probe.analysis.audit import advice, chain
     a, m = audits["gpt2_train"], _measure("gpt2_train")
     r = a.rows.to_dict("records")[0]
     (g,) = [g for g in m["gemms"] if (g["key"]["m"], g["key"]["n"], g["key"]["k"]) == (r["m"], r["n"], r["k"])]

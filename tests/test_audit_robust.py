@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.audit import audit, collapse
+from cublaslt_probe.analysis.audit import audit, collapse
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
 
@@ -355,7 +355,7 @@ def test_two_kinds_of_gpu_judge_each_launch_by_its_device(tmp_path, base):
     """Step 1 of the decode run moved to a second GPU of another kind (device 1: an H100 PCIe, 114 SMs, in
     deviceProperties and on its kernels): each GEMM has a row per GPU, judged with that GPU's peak and SM
     count; the GEMM time is the unchanged capture's."""
-    from cublaslt_probe.kinds import gpu_peaks
+    from cublaslt_probe.vocab import gpu_peaks
 
     def mutate(doc):
         step1 = sorted(e["ts"] for e in _step_events(doc))[1]

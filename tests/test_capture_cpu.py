@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 import cublaslt_probe
 from cublaslt_probe import runfiles
-from cublaslt_probe.recorder import capture, run_script
+from cublaslt_probe.gpu.recorder import capture, run_script
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import CaptureError
 
@@ -39,7 +39,7 @@ def test_capture_command_errors_are_one_line(tmp_path):
 
 
 def test_run_folder_names_are_the_ones_audit_reads():
-    from cublaslt_probe.audit import resolve
+    from cublaslt_probe.analysis.audit import resolve
     assert (runfiles.TRACE_FILE, runfiles.LOG_FILE, runfiles.ENV_FILE) == ("trace.json.gz", "cublaslt.log",
                                                                           "env.json")
     assert resolve is not None

@@ -94,7 +94,7 @@ def test_shipped_datasets_are_found_after_a_non_editable_install(tmp_path):
     share.mkdir(parents=True)
     for f in files:
         shutil.copy(ROOT / f, share)
-    code = "from cublaslt_probe.plots.select import default_dataset; print(default_dataset())"
+    code = "from cublaslt_probe.render.plots.select import default_dataset; print(default_dataset())"
     env = {k: v for k, v in __import__("os").environ.items() if k != "CUBLASLT_PROBE_DATA"}
     p = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path[:0] = [{str(site)!r}] + "
                         f"{[p for p in sys.path if 'site-packages' in p]!r}; {code}"],

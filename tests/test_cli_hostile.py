@@ -127,7 +127,7 @@ def test_dataset_refuses_mixed_environments(two_gpus, tmp_path):
 
 
 def test_dataset_keeps_each_rows_own_environment(two_gpus, tmp_path):
-    from cublaslt_probe.dataset import read_parquet
+    from cublaslt_probe.analysis.dataset import read_parquet
     a, b = two_gpus
     for order in ((a, b), (b, a)):
         out = tmp_path / "ab.parquet"
@@ -316,7 +316,7 @@ def test_dataset_streams_in_row_groups_and_equals_the_in_memory_build(tmp_path):
     of one batch each: the dataset is never held whole."""
     import pyarrow.parquet as pq
 
-    from cublaslt_probe import dataset
+    from cublaslt_probe.analysis import dataset
     raw = ROOT / "data" / "h200_square.raw.jsonl.gz"
     out = tmp_path / "sq.parquet"
     env, rows, counts = dataset.write_from_raw([raw], out, batch=500)

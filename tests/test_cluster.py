@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import dataset, sweep
+from cublaslt_probe.analysis import dataset
+from cublaslt_probe import sweep
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SpecError
 

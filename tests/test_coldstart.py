@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import coldstart, cupti
+from cublaslt_probe.analysis import coldstart
+from cublaslt_probe.gpu import cupti
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
 
@@ -240,7 +241,7 @@ def test_targets():
     with pytest.raises(ProbeError, match="module level"):
         coldstart.target_args(lambda: None)
     args, desc = coldstart.target_args(coldstart.cold_start_step)
-    assert args == ["--func", "cublaslt_probe.coldstart:cold_start_step"] and desc["kind"] == "func"
+    assert args == ["--func", "cublaslt_probe.analysis.coldstart:cold_start_step"] and desc["kind"] == "func"
     args, _ = coldstart.target_args(["python", __file__, "--x"])
     assert args[0] == "--script" and args[-1] == "--x"
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import dataset
+from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SchemaError
 

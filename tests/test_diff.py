@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import dataset
+from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cli import main
-from cublaslt_probe.diff import (KEY, EnvMismatch, diff, diff_files, diff_map, kernel_change, kernel_label,
+from cublaslt_probe.analysis.diff import (KEY, EnvMismatch, diff, diff_files, diff_map, kernel_change, kernel_label,
                                  sort_rows)
 from cublaslt_probe.errors import ProbeError
 

@@ -11,11 +11,12 @@ import re
 
 import pytest
 
-from cublaslt_probe import dtypes, kinds, lt
-from cublaslt_probe.audit import _log_dtype
+from cublaslt_probe import dtypes, vocab
+from cublaslt_probe.gpu import lt
+from cublaslt_probe.analysis.audit import _log_dtype
 from cublaslt_probe.logs import parse_log
-from cublaslt_probe.replay import problem_from_record
-from cublaslt_probe.trace import GEMM_OPS, iter_chrome_events, problem_of
+from cublaslt_probe.gpu.replay import problem_from_record
+from cublaslt_probe.analysis.trace import GEMM_OPS, iter_chrome_events, problem_of
 
 from conftest import FIXTURES
 
@@ -27,7 +28,7 @@ def _bytes_of_log_type(spelling: str) -> int:
     return int(re.match(r"R_(\d+)", spelling).group(1)) // 8
 
 
-@pytest.mark.parametrize("dtype", kinds.DTYPES)
+@pytest.mark.parametrize("dtype", vocab.DTYPES)
 def test_each_sweep_dtype_round_trips_through_the_lt_problem_and_its_log_spelling(dtype):
     """A sweep dtype -> the lt backend's types (lt.DTYPE_SPEC) -> cuBLAS's spellings -> `log_dtype` gives
     the same dtype back, and the bytes per element are the widths those spellings write."""

@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import candidates as cm
-from cublaslt_probe import dataset, evidence, explain, firstcall, replay
+from cublaslt_probe.analysis import candidates as cm
+from cublaslt_probe.analysis import dataset, evidence, explain
+from cublaslt_probe.gpu import firstcall, replay
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SchemaError
 from cublaslt_probe.logs import load_log

@@ -89,7 +89,7 @@ def files(tmp_path_factory):
     env = json.loads(lines[0])
     env["gpu"] = "NVIDIA H100 80GB HBM3"
     put("raw_h100.raw.jsonl", (json.dumps(env) + "\n" + "".join(lines[1:])).encode())
-    from cublaslt_probe.dataset import read_parquet, write_parquet
+    from cublaslt_probe.analysis.dataset import read_parquet, write_parquet
     df = read_parquet(DATA / "h200_square.parquet").head(300)
     e = dict(df.attrs["env"], gpu="NVIDIA H100 80GB HBM3")
     df["gpu"] = pd.Categorical(["NVIDIA H100 80GB HBM3"] * len(df))

@@ -40,7 +40,7 @@ def _program():
 
 def test_capture_audit_measure_end_to_end(tmp_path):
     import cublaslt_probe
-    from cublaslt_probe.audit import audit
+    from cublaslt_probe.analysis.audit import audit
     model, step = _program()
     step()
     run = tmp_path / "run"

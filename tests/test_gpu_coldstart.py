@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cublaslt_probe import coldstart
+from cublaslt_probe.analysis import coldstart
 
 HERE = Path(__file__).resolve()
 

@@ -35,7 +35,7 @@ def test_explain_one_screen():
 
 
 def test_replay_every_line_of_a_committed_level2_log(fixtures):
-    from cublaslt_probe import replay
+    from cublaslt_probe.gpu import replay
     from cublaslt_probe.logs import load_log
     recs, _ = load_log(fixtures / "logs" / "level2_torchlt.log")
     res = replay.replay([r for r in recs if r.kind == "trace"], reps=3)

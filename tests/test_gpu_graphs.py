@@ -20,8 +20,8 @@ def _model(torch):
 
 def test_graph_captured_inside_the_capture(tmp_path):
     import torch
-    from cublaslt_probe.audit import audit
-    from cublaslt_probe.recorder import capture
+    from cublaslt_probe.analysis.audit import audit
+    from cublaslt_probe.gpu.recorder import capture
     model = _model(torch)
     x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
     run = tmp_path / "run"
@@ -66,8 +66,8 @@ def test_reduce_overhead_inside_the_capture(tmp_path):
     GEMMs (cudagraph trees) are joined to the ops of the graph's recording, and each is named by the module of
     its compiled graph node (compiled code runs no module hook)."""
     import torch
-    from cublaslt_probe.audit import audit
-    from cublaslt_probe.recorder import capture
+    from cublaslt_probe.analysis.audit import audit
+    from cublaslt_probe.gpu.recorder import capture
 
     class Tiny(torch.nn.Module):
         def __init__(self):
@@ -105,8 +105,8 @@ def test_graph_times_replay_each_path():
     """`measure.graph_times`: a GEMM on torch's paths is timed replayed from a CUDA graph; the raw cuBLASLt
     path is not captured, and says so."""
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.measure import graph_times
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.gpu.measure import graph_times
+    from cublaslt_probe.gpu.probe import Probe
     probe = Probe(reps=5, pipeline=False)
     cases = [Case(p, "mm", "bf16", "NN", 64, 4096, 1024, 1) for p in ("torch", "torch-lt", "lt")]
     got = graph_times(probe, cases)
@@ -118,8 +118,8 @@ def test_graph_candidate_times_replay_the_heuristics_candidates():
     """`measure.graph_candidate_times`: the heuristic's candidates, each replayed from a CUDA graph on a stream
     of its own (the raw cuBLASLt call is bound to the stream it was built on)."""
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.measure import graph_candidate_times
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.gpu.measure import graph_candidate_times
+    from cublaslt_probe.gpu.probe import Probe
     probe = Probe(reps=5, pipeline=False)
     got = graph_candidate_times(probe, Case("torch", "mm", "bf16", "NT", 16, 14336, 4096, 1), top=3)
     assert set(got) <= {0, 1, 2} and got.get(0) and all(v is None or v > 0 for v in got.values())

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cublaslt_probe.audit import audit
-from cublaslt_probe.recorder import read_group_sizes
+from cublaslt_probe.analysis.audit import audit
+from cublaslt_probe.gpu.recorder import read_group_sizes
 
 pytestmark = pytest.mark.gpu
 
@@ -16,7 +16,7 @@ RUN = Path(__file__).parent / "fixtures" / "moe" / "qwen3_moe"
 
 @pytest.fixture(scope="module")
 def probe():
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.gpu.probe import Probe
     with Probe(reps=10, pipeline=False) as p:
         yield p
 
@@ -28,7 +28,7 @@ def _grouped_rows(run):
 
 
 def test_measure_times_every_variant_with_the_recorded_sizes(probe):
-    from cublaslt_probe.measure import measure_gemms
+    from cublaslt_probe.gpu.measure import measure_gemms
     rows = _grouped_rows(RUN)
     assert len(rows) == 2
     res = measure_gemms(rows, probe=probe)
@@ -53,7 +53,7 @@ def test_measure_times_every_variant_with_the_recorded_sizes(probe):
 def test_batched_mm_runs_as_transformers_runs_it_where_it_fits(probe):
     """A decode-sized grouped GEMM (32 rows over 8 experts): transformers' batched_mm (the weights gathered per
     row) is timed and gives the grouped GEMM's output."""
-    from cublaslt_probe.measure import measure_grouped
+    from cublaslt_probe.gpu.measure import measure_grouped
     sizes = [5, 0, 3, 8, 1, 7, 4, 4]
     g = {"op": "aten::_grouped_mm", "dtype": "bf16", "layout": "NT", "m": 32, "n": 512, "k": 256, "batch": 1,
          "groups": 8, "group_dim": "m", "group_sizes": json.dumps(sizes), "sizes_source": "recorded"}
@@ -70,7 +70,7 @@ MIXTRAL = Path(__file__).parent / "fixtures" / "moe" / "mixtral_train"
 def test_the_weight_gradients_rows_are_measured_with_their_sizes_along_k(probe):
     """The Mixtral step's weight-gradient grouped rows (offsets along k) are measured, not skipped: every
     variant timed, padded along k and the bmm giving the original's output."""
-    from cublaslt_probe.measure import measure_grouped
+    from cublaslt_probe.gpu.measure import measure_grouped
     sizes = read_group_sizes(MIXTRAL)[0]["sizes"]
     rows = [r for r in _grouped_rows(MIXTRAL) if r["group_dim"] == "k"]
     assert len(rows) == 2
@@ -85,7 +85,7 @@ def test_the_weight_gradients_rows_are_measured_with_their_sizes_along_k(probe):
 def test_every_experts_variant_gives_the_originals_output_and_gradients(probe):
     """`experts_forward`: each variant's output and, under autograd, the gradients of the weights and the input
     match transformers' grouped_mm forward written out (fp8 within fp8's tolerance), all finite."""
-    from cublaslt_probe.measure import experts_forward, quant_weight, route
+    from cublaslt_probe.gpu.measure import experts_forward, quant_weight, route
     torch = probe.torch
     E, H, II, T, k = 8, 256, 128, 64, 2
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -116,7 +116,7 @@ def test_the_experts_whole_call_is_measured_for_every_variant(probe, run):
     """`measure_experts` on the captured programs' grouped rows: every variant of the experts' whole call
     timed (forward; forward and backward for the training step), batched_mm left out with the memory it would
     take, the outputs against the original's."""
-    from cublaslt_probe.measure import measure_experts
+    from cublaslt_probe.gpu.measure import measure_experts
     ex = measure_experts(probe, _grouped_rows(run))
     assert "skipped" not in ex and ex["scope"] == ("forward" if run == RUN else "forward and backward"), ex
     by = {v["variant"]: v for v in ex["variants"]}

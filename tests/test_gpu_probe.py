@@ -5,7 +5,8 @@ import statistics
 
 import pytest
 
-from cublaslt_probe import dataset, sweep
+from cublaslt_probe.analysis import dataset
+from cublaslt_probe import sweep
 from cublaslt_probe.cases import Case
 from cublaslt_probe.logs import without_pointers
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def probe():
-    from cublaslt_probe.probe import Probe
+    from cublaslt_probe.gpu.probe import Probe
     return Probe()
 
 
@@ -84,7 +85,7 @@ def test_time_gpu_returns_the_samples_and_their_evidence(probe):
 
 
 def test_candidates_are_run_and_compared(probe):
-    from cublaslt_probe.probe import lt_candidates
+    from cublaslt_probe.gpu.probe import lt_candidates
     rows = lt_candidates(probe, Case("lt", "mm", "bf16", "NT", 256, 4096, 4096), top=8, reps=5)
     assert 1 <= len(rows) <= 8 and rows[0]["rank"] == 0
     ok = [r for r in rows if r["error"] is None]
@@ -160,7 +161,7 @@ def test_the_pipeline_measures_what_one_step_after_another_measures(probe):
         assert r["timing"]["behind"] == 0 and r["time_gap_us"] / r["time_us_reps"] <= r["timing"]["gap_limit_us"], \
             (k, r["timing"])
         # pipelined, unless its arithmetic is heavy: then one step after another in both modes
-        from cublaslt_probe.probe import is_heavy
+        from cublaslt_probe.gpu.probe import is_heavy
         assert ("wait" in r["probe_ms"] and "estimate" in r["probe_ms"]) == (not is_heavy(Case.from_key(k))), k
         assert r["heuristic_miss_us"] > 0 and r["heuristic_hit_us"] > 0
         miss_on.append(r["heuristic_miss_us"])
@@ -207,7 +208,7 @@ def test_the_librarys_one_time_set_ups_are_paid_in_the_probes_start_up():
     import json
     import subprocess
     import sys
-    code = ("import json\nfrom cublaslt_probe.cases import Case\nfrom cublaslt_probe.probe import Probe\n"
+    code = ("import json\nfrom cublaslt_probe.cases import Case\nfrom cublaslt_probe.gpu.probe import Probe\n"
             "p = Probe(pipeline=False)\n"
             "cs = [Case('torch', 'mm', 'bf16', 'NT', 1, 4096, 4096), Case('torch', 'mm', 'fp16', 'NT', 2, 4096, 4096),\n"
             "      Case('lt', 'mm', 'fp32', 'NT', 3, 4096, 4096), Case('cupy', 'mm', 'fp16', 'NT', 4, 4096, 6144)]\n"
@@ -303,7 +304,7 @@ def test_a_heavy_gemm_after_a_pipelined_one_runs_under_its_own_flags(probe):
     """A heavy GEMM runs once the pipelined GEMM in flight has finished; waiting for that one can set its flags
     (tf32, torch's cuBLASLt path: a retake runs it under its own), so the heavy GEMM must set its own again
     before its calls."""
-    from cublaslt_probe.probe import is_heavy
+    from cublaslt_probe.gpu.probe import is_heavy
     cases = [Case("torch-lt", "mm", "tf32", "NN", 16, 4096, 4096), Case("torch", "mm", "fp32", "NN", 128, 4096, 4096)]
     assert not is_heavy(cases[0]) and is_heavy(cases[1])
     recs = probe.run_window(cases)
@@ -321,7 +322,7 @@ def test_a_retake_the_host_stalled_through_is_retaken_once_more(probe, monkeypat
     behind a spin sized by the stalled retake, passes; the record keeps both failures."""
     import time
 
-    from cublaslt_probe.probe import ATTEMPTS
+    from cublaslt_probe.gpu.probe import ATTEMPTS
     b = probe.builder
     c = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
     b.set_flags(c)
@@ -354,9 +355,9 @@ def test_the_drivers_events_time_what_torchs_events_time(probe):
     reads not done, and an error names the call."""
     import ctypes
 
-    from cublaslt_probe.driver import Clock
+    from cublaslt_probe.gpu.driver import Clock
     from cublaslt_probe.errors import CaptureError
-    from cublaslt_probe.probe import current_stream
+    from cublaslt_probe.gpu.probe import current_stream
     torch, clock = probe.torch, probe.clock
     assert isinstance(clock, Clock)
     c = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
@@ -432,8 +433,8 @@ def test_a_retaken_gemm_in_flight_runs_under_its_own_flags(probe, monkeypatch):
     Every call of every GEMM (warm-up, logged, estimating, timed, retaken, profiled) is checked against its
     case's flags as torch reads them at the call. The library is called for the warm-up, logged and estimating
     calls and the capture; the timed, retaken and profiled calls launch what the capture holds (`_replayed`)."""
-    from cublaslt_probe.probe import ATTEMPTS, WARM_CALLS, Built
-    from cublaslt_probe.timing import Timer
+    from cublaslt_probe.gpu.probe import ATTEMPTS, WARM_CALLS, Built
+    from cublaslt_probe.gpu.timing import Timer
     torch, b = probe.torch, probe.builder
     cases = [Case("torch", "mm", "fp32", "NN", 16, 1024, 1024), Case("torch-lt", "mm", "tf32", "NN", 16, 1024, 1024),
              Case("torch", "mm", "fp32", "NT", 16, 1024, 1024), Case("torch-lt", "mm", "tf32", "NT", 16, 1024, 1024)]
@@ -490,7 +491,7 @@ def test_an_algos_config_is_read_once_and_handed_out_as_a_copy(probe):
     candidates (which differ in algo id, tile, stages, split-k...), asked again in reverse order
     once all are kept, it is what the library says of that algo; a caller's change to the dict it got does not
     reach the next caller."""
-    from cublaslt_probe import lt
+    from cublaslt_probe.gpu import lt
     lib = probe.builder.lib or lt.LtLibrary()
     p = lt.Problem(1024, 64, 4096, dtype="bf16", trans_a="T", trans_b="N")
     with lt.LtMatmul(lib, p) as mm:
@@ -508,7 +509,7 @@ def test_an_estimate_goes_without_its_spin_only_while_the_batches_in_flight_cove
     """The estimating call is queued without its spin while the batch of the GEMM in flight that covers that
     spin (`covering_batch`) has not started (`Timer.queue_estimate` with `behind`); with its spin once it has, or
     with nothing in flight. The estimate then reads what it reads behind the spin."""
-    from cublaslt_probe.probe import estimate_spin
+    from cublaslt_probe.gpu.probe import estimate_spin
     c = next(c for c in sweep.plan("decode").cases if c.backend == "torch" and c.dtype == "bf16")
     probe.builder.set_flags(c)
     b = probe.builder.build(c)
@@ -547,7 +548,7 @@ def test_replayed_calls_time_what_the_librarys_launches_time(probe):
     alternating (replay, library, library, replay): each record says how its calls were launched, the timing
     evidence holds, the times agree within the method's noise, and the replay enqueues the timed calls in less
     host time."""
-    from cublaslt_probe.probe import is_heavy
+    from cublaslt_probe.gpu.probe import is_heavy
     quick = sweep.plan("quick").cases
     cases = [c for c in quick if c.backend != "cupy"][4::8][:20] + [c for c in quick if c.backend == "cupy"][::7]
     assert {c.backend for c in cases} == {"torch", "torch-lt", "lt", "cupy"} and any(c.op == "scaled_mm" for c in cases)
@@ -635,7 +636,7 @@ def test_a_windows_memory_budget_counts_the_outputs_replays_keep(probe, monkeypa
 def test_a_call_the_replay_cannot_make_keeps_the_librarys_launches_and_says_why(probe, monkeypatch):
     """A GEMM whose call also copies memory (a graph node the replay does not make) is timed through the
     library's launch path, with the reason in its raw record, and the window's other GEMMs are replayed."""
-    from cublaslt_probe.probe import Built
+    from cublaslt_probe.gpu.probe import Built
     cases = [Case("torch", "mm", "bf16", "NT", 16, 4096, 4096), Case("torch", "mm", "fp16", "NT", 16, 4096, 4096)]
     torch, build = probe.torch, probe.builder.build
     x, y = torch.zeros(1 << 20, device="cuda"), torch.ones(1 << 20, device="cuda")
@@ -670,7 +671,7 @@ def test_a_call_the_replay_cannot_make_keeps_the_librarys_launches_and_says_why(
 def _counting_build(probe, monkeypatch):
     """The builder's GEMMs with their library calls counted by key (the replay's timed calls are not the
     library's: only its capture is counted)."""
-    from cublaslt_probe.probe import Built
+    from cublaslt_probe.gpu.probe import Built
     calls, build = {}, probe.builder.build
 
     def counting(c, *a):
@@ -690,7 +691,7 @@ def test_a_gemm_run_one_step_after_another_is_sized_by_its_logged_call(probe, mo
     call of its own: its logged call sizes its plan (the warm-up, the logged call, then the timed calls, or with
     the replay its capture), and the estimate reads what a separate estimating call reads (the spin covers the
     host writing the log, so the events bracket the GEMM alone)."""
-    from cublaslt_probe.probe import WARM_CALLS, is_heavy
+    from cublaslt_probe.gpu.probe import WARM_CALLS, is_heavy
     quick = sweep.plan("quick").cases
     heavy = [c for c in quick if is_heavy(c) and c.backend != "cupy"][::4]
     light = [c for c in quick if not is_heavy(c) and c.backend != "cupy"][::9]
@@ -736,7 +737,7 @@ def test_a_gemm_that_fails_once_built_is_closed(probe, monkeypatch):
     """A GEMM that fails after it was built, before the GEMM in flight or the window's list holds it, becomes an
     error row and what it holds is closed (an lt GEMM's descriptors, a replay's graph); the window's other
     GEMMs run."""
-    from cublaslt_probe.probe import Built
+    from cublaslt_probe.gpu.probe import Built
     build, replayed, start, own_flags = probe.builder.build, probe._replayed, probe.timer.start, probe._own_flags
     current = {}
     failing = {"torch|mm|bf16|NT|16|4096|1024|1", "lt|mm|bf16|NT|16|4096|1024|1", "torch|mm|bf16|NT|4096|4096|4096|1"}

@@ -11,8 +11,9 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import graphs, runfiles
-from cublaslt_probe.audit import audit, render_html
+from cublaslt_probe.analysis import graphs
+from cublaslt_probe import runfiles
+from cublaslt_probe.analysis.audit import audit, render_html
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
 

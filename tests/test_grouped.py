@@ -8,11 +8,12 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import dataset, runfiles, sweep
+from cublaslt_probe.analysis import dataset
+from cublaslt_probe import runfiles, sweep
 from cublaslt_probe.cases import Case, group_sizes, invalid_reason, sizes_code, sizes_summary
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import CaptureError, SpecError
-from cublaslt_probe.recorder import read_group_sizes, sizes_from_offsets
+from cublaslt_probe.gpu.recorder import read_group_sizes, sizes_from_offsets
 
 SPEC = """
 name = "experts"

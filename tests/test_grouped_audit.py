@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.audit import advice, audit, gpu_rates, table_rows
+from cublaslt_probe.analysis.audit import advice, audit, gpu_rates, table_rows
 from cublaslt_probe.cases import sizes_summary
 from cublaslt_probe.cli import main
-from cublaslt_probe.recorder import read_group_sizes
+from cublaslt_probe.gpu.recorder import read_group_sizes
 
 from conftest import FIXTURES
 
@@ -130,7 +130,7 @@ def test_measure_rebuilds_the_grouped_gemms_it_can():
     gradient's (offsets along k) a split-k Case with the same sizes along k; an unrecorded row gets equal sizes."""
     from cublaslt_probe.cli._common import clean
     from cublaslt_probe.cases import grouped_alternatives
-    from cublaslt_probe.measure import grouped_case_of
+    from cublaslt_probe.gpu.measure import grouped_case_of
     sizes = read_group_sizes(MOE / "mixtral_train")[0]["sizes"]
     rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(audit(MOE / "mixtral_train")).to_dict("records")]
     for r in rows:
@@ -271,13 +271,13 @@ def test_the_experts_module_is_rebuilt_from_its_grouped_rows(name, want):
     """The experts' whole call is rebuilt from the audit: gate+up and down paired, the recorded sizes, the
     routing's top-k from the router GEMM beside the module (model.layers.*.mlp.gate, n = experts)."""
     from cublaslt_probe.cli._common import clean
-    from cublaslt_probe.measure import experts_problem
+    from cublaslt_probe.gpu.measure import experts_problem
     a = audit(MOE / name)
     rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(a).to_dict("records")]
     prob, why = experts_problem(rows)
     assert why is None and {k: prob[k] for k in want} == want
     assert prob["sizes"] == read_group_sizes(MOE / name)[0]["sizes"] and prob["sizes_source"] == "recorded"
-    from cublaslt_probe.grouped import top_k
+    from cublaslt_probe.analysis.grouped import top_k
     d = a.rows.to_dict("index")
     i = next(j for j, r in d.items() if r["pass"] == "fwd" and r["group_dim"] == "m")
     assert top_k(d, i, want["rows"]) == want["top_k"]

@@ -40,7 +40,7 @@ def test_notebook_and_twin_have_the_same_cells():
 
 def test_notebook_uses_the_package_api():
     code = "\n".join(src for kind, src in twin_cells() if kind == "code")
-    assert "from cublaslt_probe import plots, report" in code
+    assert "from cublaslt_probe.render import plots, report" in code
     assert "plots.load()" in code
     assert "import torch" not in code and "import cupy" not in code
     assert "which tile does bf16 nt pick for decode shapes?" in TWIN.read_text(encoding="utf-8").lower()

@@ -5,11 +5,11 @@ import pathlib
 import pandas as pd
 from click.testing import CliRunner
 
-from cublaslt_probe.audit import audit, summary_lines
+from cublaslt_probe.analysis.audit import audit, summary_lines
 from cublaslt_probe.cli import main
-from cublaslt_probe.coldstart import apply_observed, load
+from cublaslt_probe.analysis.coldstart import apply_observed, load
 from cublaslt_probe.names import decode
-from cublaslt_probe.trace import read_chrome_trace
+from cublaslt_probe.analysis.trace import read_chrome_trace
 
 FIX = pathlib.Path(__file__).parent / "fixtures"
 RUN = FIX / "programs" / "compiled_mlp"

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from matplotlib.figure import Figure
 
-from cublaslt_probe import plots
+from cublaslt_probe.render import plots
 from cublaslt_probe.cli import main
-from cublaslt_probe.dataset import write_parquet
+from cublaslt_probe.analysis.dataset import write_parquet
 from cublaslt_probe.errors import ProbeError, SchemaError
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"

@@ -7,7 +7,7 @@ import pytest
 
 from cublaslt_probe.cases import Case
 from cublaslt_probe.errors import OptionError, ProbeError
-from cublaslt_probe.probe import Probe, ProbeOptions, Timing, raw_record
+from cublaslt_probe.gpu.probe import Probe, ProbeOptions, Timing, raw_record
 
 
 @pytest.mark.parametrize("field, value", [("reps", 0), ("reps", 2.5), ("reps", True), ("heuristic_reps", 0),
@@ -55,8 +55,8 @@ def test_a_heuristic_companion_that_cannot_start_says_why():
     """The companion process loads torch's cuBLASLt; where it cannot (here: no GPU), asking it fails with the
     reason, and the probe then measures in its own process."""
     from cublaslt_probe.errors import CaptureError
-    from cublaslt_probe.lt import Problem
-    from cublaslt_probe.probe import HeuristicCompanion
+    from cublaslt_probe.gpu.lt import Problem
+    from cublaslt_probe.gpu.probe import HeuristicCompanion
     comp = HeuristicCompanion()
     try:
         with pytest.raises(CaptureError, match="heuristic companion could not start: .*(torch|CUDA|cuda)"):
@@ -68,7 +68,7 @@ def test_a_heuristic_companion_that_cannot_start_says_why():
 
 
 def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_their_own():
-    from cublaslt_probe.probe import cpu_cores, physical_cores
+    from cublaslt_probe.gpu.probe import cpu_cores, physical_cores
 
     def smt(cpu):                       # 8 cores, two threads each: cpu c and c + 8 share a core
         return {cpu % 8, cpu % 8 + 8}
@@ -85,7 +85,7 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
 
 
 def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():
-    from cublaslt_probe.probe import cpu_cores, parse_cpulist
+    from cublaslt_probe.gpu.probe import cpu_cores, parse_cpulist
 
     def smt(cpu):                       # two nodes of 8 cores, two threads each: cpu c and c + 16 share a core;
         return {cpu % 16, cpu % 16 + 16}   # node 0 holds cores 0-7, node 1 cores 8-15
@@ -107,7 +107,7 @@ def test_a_gpus_local_cpus_are_read_from_its_pci_device():
     import glob
     import types
 
-    from cublaslt_probe.probe import gpu_local_cpus, parse_cpulist
+    from cublaslt_probe.gpu.probe import gpu_local_cpus, parse_cpulist
     devices = [d for d in sorted(glob.glob("/sys/bus/pci/devices/*")) if os.path.exists(d + "/local_cpulist")]
     if not devices:
         pytest.skip("this machine's sysfs lists no PCI device with a local_cpulist")
@@ -132,7 +132,7 @@ def test_the_cpu_slot_comes_from_devices_or_the_launcher():
 
 def test_heuristic_questions_are_keyed_by_every_field_of_the_problem():
     """Two Cases share one heuristic measurement only when their cuBLASLt problems are equal field by field."""
-    from cublaslt_probe.probe import _heuristic_groups, lt_problem
+    from cublaslt_probe.gpu.probe import _heuristic_groups, lt_problem
     a = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
     same = [Case("lt", "mm", "bf16", "NT", 16, 4096, 4096), Case("torch-lt", "mm", "bf16", "NT", 16, 4096, 4096)]
     other = [Case("torch", "mm", "bf16", "TN", 16, 4096, 4096), Case("torch", "mm", "fp16", "NT", 16, 4096, 4096),
@@ -155,7 +155,7 @@ def test_the_driver_layer_opens_only_a_driver_this_process_has_loaded():
     here, on a machine with no driver to load.)"""
     import sys
 
-    from cublaslt_probe.driver import Clock
+    from cublaslt_probe.gpu.driver import Clock
     from cublaslt_probe.errors import CaptureError
     assert "torch" not in sys.modules
     with pytest.raises(CaptureError, match=r"^the CUDA driver \(libcuda\.so\.1\) is not loaded in this process: "
@@ -183,7 +183,7 @@ def test_an_operand_view_is_what_slicing_viewing_and_transposing_the_buffer_give
     last two dimensions when the operand is stored transposed. numpy's strides, in elements, are the judge."""
     import numpy as np
 
-    from cublaslt_probe.probe import operand_view
+    from cublaslt_probe.gpu.probe import operand_view
     buf = np.arange(offset + batch * rows * cols + 64, dtype=np.float32)
     shape = (cols, rows) if transposed else (rows, cols)
     x = buf[offset:offset + batch * rows * cols].reshape(((batch,) if batch > 1 else ()) + shape)
@@ -200,7 +200,7 @@ def test_the_probe_has_no_experiment_switches_and_its_plan_decides_the_helpers()
     """The settled experiments are the only path (docs/decisions.md): no option turns them off. A plan under
     HELPERS_FROM_GEMMS, or no pipeline, starts no companion and no prewarm thread; an unknown plan (a sweep's)
     does."""
-    from cublaslt_probe.probe import HELPERS_FROM_GEMMS, uses_helpers
+    from cublaslt_probe.gpu.probe import HELPERS_FROM_GEMMS, uses_helpers
     for name in ("prewarm", "estimate_behind", "replay_calls", "logged_estimate", "pooled_cupy"):
         with pytest.raises(TypeError, match=name):
             ProbeOptions(**{name: True})

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cublaslt_probe
-from cublaslt_probe.candidates import TOLERANCE, max_rel_diff
+from cublaslt_probe.analysis.candidates import TOLERANCE, max_rel_diff
 
 PACKAGE = pathlib.Path(cublaslt_probe.__file__).parent
 
@@ -34,9 +34,9 @@ def test_no_module_computes_a_relative_difference_of_its_own():
     own = re.compile(r"\.abs\(\)\.max\(\)|clamp_min\(1e-30\)|clip\(min=1e-30\)")
     found = [f"{p.relative_to(PACKAGE)}:{i}" for p in sorted(PACKAGE.rglob("*.py"))
              for i, line in enumerate(p.read_text().splitlines(), 1) if own.search(line)]
-    assert found == ["candidates.py:" + str(_line_of_rule())]
+    assert found == ["analysis/candidates.py:" + str(_line_of_rule())]
 
 
 def _line_of_rule() -> int:
-    lines = (PACKAGE / "candidates.py").read_text().splitlines()
+    lines = (PACKAGE / "analysis" / "candidates.py").read_text().splitlines()
     return next(i for i, ln in enumerate(lines, 1) if "clip(min=1e-30)" in ln)

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import plots, report
+from cublaslt_probe.render import plots, report
 from cublaslt_probe.cli import main
-from cublaslt_probe.dataset import write_parquet
+from cublaslt_probe.analysis.dataset import write_parquet
 from cublaslt_probe.errors import SchemaError
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
@@ -198,8 +198,8 @@ def test_regret_is_part_of_the_heuristic_section(tmp_path):
 
 def test_consistency_table_has_no_empty_header_column():
     """The crosstab's axis name once rendered as an extra, empty header cell in the report's HTML."""
-    from cublaslt_probe.dataset import read_parquet
-    from cublaslt_probe.report import _table, consistency_summary
+    from cublaslt_probe.analysis.dataset import read_parquet
+    from cublaslt_probe.render.report import _table, consistency_summary
     t, _ = consistency_summary(read_parquet(DATA / "h200_grid.parquet"))
     html = _table(t)
     header = html.split("</thead>")[0]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cublaslt_probe import explain, grouped
-from cublaslt_probe.audit import audit, gpu_rates
+from cublaslt_probe.analysis import explain, grouped
+from cublaslt_probe.analysis.audit import audit, gpu_rates
 
 from conftest import FIXTURES
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.cli import main
-from cublaslt_probe.stalls import STALL_COLUMNS, cause, host_stalls
-from cublaslt_probe.trace import read_chrome_trace
+from cublaslt_probe.analysis.stalls import STALL_COLUMNS, cause, host_stalls
+from cublaslt_probe.analysis.trace import read_chrome_trace
 
 PROGRAMS = pathlib.Path(__file__).parent / "fixtures" / "programs"
 
@@ -127,7 +127,7 @@ def test_a_stall_outside_every_module_has_no_module_and_prints_none(tmp_path):
 
 def test_stall_lines_read_a_missing_module_as_missing_in_any_dtype(tmp_path):
     # the same stall in a string column (pandas 3 makes [str, None] one, with NaN): still no "(nan)"
-    from cublaslt_probe.audit import audit, stall_lines
+    from cublaslt_probe.analysis.audit import audit, stall_lines
     a = audit(_without_module_ranges(PROGRAMS / "llama_decode", tmp_path / "run"))
     stalls = a.stalls
     # "str" is pandas 3's string dtype (missing stays missing); pandas 2 writes a missing value as the text "<NA>"

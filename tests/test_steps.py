@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.audit import audit
-from cublaslt_probe.trace import PY_MODULE_PREFIX
+from cublaslt_probe.analysis.audit import audit
+from cublaslt_probe.analysis.trace import PY_MODULE_PREFIX
 
 from conftest import FIXTURES
 

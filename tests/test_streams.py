@@ -14,7 +14,7 @@ import cublaslt_probe
 from cublaslt_probe import sweep
 from cublaslt_probe.cli import main
 from cublaslt_probe.logs import ParseStats, parse_logs
-from cublaslt_probe.trace import TraceStats, iter_chrome_events
+from cublaslt_probe.analysis.trace import TraceStats, iter_chrome_events
 
 from conftest import FIXTURES
 
@@ -93,7 +93,7 @@ def test_no_module_decides_gzip_by_itself():
     own = re.compile(r'gzip\.open\(|GzipFile\(|\\x1f\\x8b|endswith\("\.gz"\)|zlib\.decompressobj')
     found = {f"{p.relative_to(PACKAGE)}" for p in PACKAGE.rglob("*.py") if p.name != "streams.py"
              for line in p.read_text().splitlines() if own.search(line)}
-    assert found == {"recorder.py", "logs/_io.py"}
-    assert all('"wb"' in ln for ln in (PACKAGE / "recorder.py").read_text().splitlines() if own.search(ln))
+    assert found == {"gpu/recorder.py", "logs/_io.py"}
+    assert all('"wb"' in ln for ln in (PACKAGE / "gpu" / "recorder.py").read_text().splitlines() if own.search(ln))
     assert all("fileobj=source" in ln for ln in (PACKAGE / "logs" / "_io.py").read_text().splitlines()
                if own.search(ln))

@@ -5,7 +5,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import dataset, sweep
+from cublaslt_probe.analysis import dataset
+from cublaslt_probe import sweep
 from cublaslt_probe.cases import invalid_reason
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError, SpecError

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cublaslt_probe import dataset
-from cublaslt_probe.probe import (CHEAP_SPIN, MAX_CALLS, MAX_PER, SINGLE_US, SPIN_FLOOR_US, SPIN_MARGIN,
+from cublaslt_probe.analysis import dataset
+from cublaslt_probe.gpu.probe import (CHEAP_SPIN, MAX_CALLS, MAX_PER, SINGLE_US, SPIN_FLOOR_US, SPIN_MARGIN,
                                  SPIN_SLACK_US, enqueue_spin, timing_plan, timing_spin)
 
 GRID = [x / 10 for x in range(10, 2000)] + list(range(200, 20000, 7)) + [50_000, 200_000, 2_000_000]
@@ -108,7 +108,7 @@ def test_heavy_us_is_arithmetic_no_real_gemm_outran(name):
     """`heavy_us` (a GEMM's arithmetic at the H100/H200 SXM peaks) is never more than what the H200 measured:
     the peaks are peaks, so a GEMM called heavy really kept the tensor cores busy that long."""
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import heavy_us
+    from cublaslt_probe.gpu.probe import heavy_us
     df = dataset.read_parquet(Path(__file__).parent.parent / "data" / f"{name}.parquet")
     df = df[df.time_us.notna()]
     assert len(df) > 300
@@ -122,7 +122,7 @@ def test_the_pipeline_runs_every_decode_gemm_and_heavy_ones_run_one_step_after_a
     and fp32 127x4095x8191, which the GPU ran 5-10 % slower queued behind other GEMMs, are heavy."""
     from cublaslt_probe import sweep
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.probe import HEAVY_US, heavy_us, is_heavy
+    from cublaslt_probe.gpu.probe import HEAVY_US, heavy_us, is_heavy
     assert max(heavy_us(c) for c in sweep.plan("decode").cases) < HEAVY_US
     assert not any(is_heavy(c) for c in sweep.plan("decode").cases)
     assert heavy_us(Case("torch", "mm", "bf16", "NN", 4096, 4096, 4096)) >= HEAVY_US
@@ -135,7 +135,7 @@ def test_the_pipeline_runs_every_decode_gemm_and_heavy_ones_run_one_step_after_a
 def test_a_heavy_gemm_rests_the_gpu_for_the_whole_enqueue_at_least():
     """The 4096^3 bf16 GEMM of the quick preset (about 175 µs, 6 batches of 3): the lead's spin is shorter than
     the whole enqueue's; heavy, it gets the whole enqueue's. A spin that was already longer is kept."""
-    from cublaslt_probe.probe import enqueue_spin
+    from cublaslt_probe.gpu.probe import enqueue_spin
     host, once, reps, per = 27.0, 175.0, 6, 3
     lead = timing_spin(host, once, reps, per)
     assert lead < enqueue_spin(host, reps, per) == timing_spin(host, once, reps, per, heavy=True)
@@ -147,7 +147,7 @@ def test_the_estimating_call_is_queued_before_its_spin_ends():
     """The spin before the estimating call leaves the host three calls' worth of time to queue the call and its
     two events (`estimate_spin`): with two, the quick preset's plans changed between runs two to five times as
     often."""
-    from cublaslt_probe.probe import estimate_spin
+    from cublaslt_probe.gpu.probe import estimate_spin
     for host in (5.0, 25.0, 47.0, 160.0):
         assert estimate_spin(host) == SPIN_FLOOR_US + 3 * host
     assert estimate_spin(30.0) > SPIN_FLOOR_US + 2 * 30.0 + 25.0
@@ -156,7 +156,7 @@ def test_the_estimating_call_is_queued_before_its_spin_ends():
 def test_a_logged_estimating_call_is_queued_before_its_spin_ends():
     """A logged call that is the estimating call (`logged_estimate`) gets its own host time, the logger's line
     included, and two calls' worth more: more than a plain call's spin, less than three logged calls' worth."""
-    from cublaslt_probe.probe import estimate_spin
+    from cublaslt_probe.gpu.probe import estimate_spin
     for host, logged in ((35.0, 116.0), (21.0, 66.0), (71.0, 164.0)):
         spin = estimate_spin(host, logged)
         assert spin == SPIN_FLOOR_US + 2 * host + logged
@@ -168,7 +168,7 @@ def test_an_estimate_behind_the_batches_in_flight_starts_from_the_last_batch_tha
     """`covering_batch`: the latest of the in-flight plan's batches from whose start the GPU still has the
     estimating call's spin worth of work (at half the estimate per call, `timing_spin`'s rule); None when the
     whole plan is shorter, and the estimating call then gets its spin."""
-    from cublaslt_probe.probe import covering_batch, estimate_spin
+    from cublaslt_probe.gpu.probe import covering_batch, estimate_spin
     for once in GRID[::7]:
         reps, per = timing_plan(once)
         for host in (4.0, 22.0, 35.0, 160.0):

@@ -1,4 +1,4 @@
-"""`cublaslt_probe.trace` and `cublaslt-probe trace`.
+"""`cublaslt_probe.analysis.trace` and `cublaslt-probe trace`.
 
 Two kinds of input:
 - the real torch.profiler traces captured on the H200 (tests/fixtures/traces/, see its PROVENANCE); the
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.names import decode
-from cublaslt_probe.trace import (TIMELINE_SCHEMA, TRACE_COLUMNS, by_kernel, classify, iter_chrome_events,
+from cublaslt_probe.analysis.trace import (TIMELINE_SCHEMA, TRACE_COLUMNS, by_kernel, classify, iter_chrome_events,
                                   problem_of, read_chrome_trace, read_nsys_sqlite, read_trace, timeline_groups,
                                   timeline_sentence)
 
@@ -570,7 +570,7 @@ def test_real_transformer_forward_linears():
 def test_real_fp8_trace_agrees_with_the_sweep_of_the_same_gpu():
     """Two independent captures on the H200: the trace's derived (op, dtype, layout, m, n, k) finds the sweep's
     row for the same GEMM, and cuBLASLt chose the same kernel in both."""
-    from cublaslt_probe.dataset import read_parquet
+    from cublaslt_probe.analysis.dataset import read_parquet
     t = read_trace(TRACES / "fp8_linear.json.gz").kernels
     t = t.assign(op=t.op.map({"aten::_scaled_mm": "scaled_mm"}))
     d = read_parquet(FIXTURES.parent.parent / "data" / "h200_llm.parquet")

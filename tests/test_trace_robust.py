@@ -17,13 +17,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe import trace as trace_mod
-from cublaslt_probe.trace import events as trace_events
-from cublaslt_probe.audit import audit
+from cublaslt_probe.analysis import trace as trace_mod
+from cublaslt_probe.analysis.trace import events as trace_events
+from cublaslt_probe.analysis.audit import audit
 from cublaslt_probe.cli import main
 from cublaslt_probe.cli._common import sniff
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.trace import RANGE_PREFIXES, by_kernel, read_chrome_trace, read_trace
+from cublaslt_probe.analysis.trace import RANGE_PREFIXES, by_kernel, read_chrome_trace, read_trace
 
 from conftest import FIXTURES
 

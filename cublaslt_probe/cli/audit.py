@@ -19,7 +19,7 @@ _RIGHT = {"share", "calls", "gpu_us", "m", "n", "k", "groups", "pct_peak", "floo
 
 
 def audit_table(a, rows, total: int, items: list | None, meas: dict | None = None) -> str:
-    from cublaslt_probe.audit import TABLE_COLUMNS, advice_lines, grouped_lines, summary_lines, table_rows
+    from cublaslt_probe.analysis.audit import TABLE_COLUMNS, advice_lines, grouped_lines, summary_lines, table_rows
     head = "\n".join(summary_lines(a)) + "\n"
     if not len(a.rows):
         return head + "no GEMM kernels in the steps of this trace\n"
@@ -89,7 +89,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
       cublaslt-probe audit run1/ --from run1/measure.json -o rows.jsonl
       cublaslt-probe audit run1/ --from run1/measure.json --replay-out pins.log   # then: replay pins.log --all
     """
-    from cublaslt_probe.audit import advice, audit, jsonl_frame, render_html
+    from cublaslt_probe.analysis.audit import advice, audit, jsonl_frame, render_html
     fmt = out_format(fmt, output, FORMATS)
     if measure and from_path:
         raise click.UsageError("give --measure (time on the GPU now) or --from (saved measurements), not both")
@@ -99,14 +99,14 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         check_trace(run)
     cold = None
     if coldstart_path:
-        from cublaslt_probe.coldstart import load
+        from cublaslt_probe.analysis.coldstart import load
         cold = load(coldstart_path)
     a = audit(run, log_path, coldstart=cold, pid=pid, warmup=warmup)
     meas = None
     if from_path:
         meas = _load_measure(from_path)
     elif measure:
-        from cublaslt_probe import measure as M
+        from cublaslt_probe.gpu import measure as M
         gemms = [{k: clean(v) for k, v in r.items()} for r in a.rows.head(top_measure).to_dict("records")]
         M.require(gemms)
         tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
@@ -116,7 +116,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
             click.echo(f"wrote measurements of {len(meas['gemms'])} GEMMs to {save_path}", err=True)
     items = None
     if meas is not None:
-        from cublaslt_probe.measure import graph_note
+        from cublaslt_probe.gpu.measure import graph_note
         if graph_note(meas):
             a.notes.append(graph_note(meas))
         mg = (meas.get("env") or {}).get("gpu")

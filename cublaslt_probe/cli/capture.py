@@ -20,7 +20,7 @@ def capture_cmd(output, label, warmup, whole_script, script):
     `audit` says where the rest of the GPU time went (loading, weight copies, first calls). Modules are named
     by class and first-seen order; for qualified layer names, use the Python API
     `cublaslt_probe.capture(dir, model=model)`. Needs a GPU."""
-    from cublaslt_probe.recorder import run_script
+    from cublaslt_probe.gpu.recorder import run_script
     run_script(output, list(script), label=label, warmup=warmup, whole_script=whole_script)
     click.echo(f"wrote {output}/: audit it with `cublaslt-probe audit {output}`", err=True)
 

@@ -27,9 +27,9 @@ def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, fr
     heuristics cache off, PTX JIT off or forced, XLA autotuning off) and split the first step's excess over the
     steady state by cause, each with its evidence.
 
-    SCRIPT either marks its steps (`with cublaslt_probe.coldstart.cold_start_step():`) or defines `make_step()` (returns
+    SCRIPT either marks its steps (`with cublaslt_probe.analysis.coldstart.cold_start_step():`) or defines `make_step()` (returns
     the step) or `step()` at module level. Needs a GPU unless --from."""
-    from cublaslt_probe import coldstart
+    from cublaslt_probe.analysis import coldstart
     from cublaslt_probe.errors import ProbeError
     if from_path:
         if script:

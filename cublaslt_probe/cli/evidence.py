@@ -42,7 +42,7 @@ _TRACE_FORMAT_NAMES = {"chrome": "Chrome trace", "nsys": "Nsight Systems SQLite 
 
 
 def trace_header(summary) -> str:
-    from cublaslt_probe.trace import timeline_sentence
+    from cublaslt_probe.analysis.trace import timeline_sentence
     st = summary.stats
     gpu = f", {summary.device}" if summary.device else ""
     copies = f" and {st.copies:,} memcpy/memset" if st.copies else ""
@@ -111,7 +111,7 @@ def _kernel_base(name) -> str:
 
 
 def trace_table(summary, df: pd.DataFrame, total: int, by: str) -> str:
-    from cublaslt_probe.diff import kernel_label
+    from cublaslt_probe.analysis.diff import kernel_label
     head = trace_header(summary)
     if by == "class":
         header = ["share", "launches", "kernels", "total_us", "kind", "provenance", "library", "family"]
@@ -177,12 +177,12 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
       prof.export_chrome_trace("trace.json.gz")
       cublaslt-probe trace trace.json.gz
     """
-    from cublaslt_probe.trace import by_kernel, read_trace
+    from cublaslt_probe.analysis.trace import by_kernel, read_trace
     fmt = out_format(fmt, output, FORMATS)
     check_trace(file)
     summary = read_trace(file)
     if coldstart_path:
-        from cublaslt_probe.coldstart import apply_observed, load
+        from cublaslt_probe.analysis.coldstart import apply_observed, load
         summary.kernels, seen = apply_observed(summary.kernels, load(coldstart_path))
         click.echo(f"cold-start evidence: {seen['gemm_rows']} GEMM row(s) of this trace seen compiled at run time "
                    "(evidence observed); the others keep the provenance their name gives (evidence name)", err=True)
@@ -203,7 +203,7 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
 
 # ------------------------------------------------------------------------------------------------- diff
 def _env_line(r) -> str:
-    from cublaslt_probe.diff import ENV_CHECKED
+    from cublaslt_probe.analysis.diff import ENV_CHECKED
     if not r.env_diff:
         vals = " · ".join(f"{k} {r.env_a.get(k)}" for k in ENV_CHECKED if r.env_a.get(k) not in (None, ""))
         return f"environment: {vals or 'not recorded'} (the same on both sides)\n"
@@ -236,7 +236,7 @@ def _pct(v) -> str:
 
 
 def diff_table(r, df: pd.DataFrame, total: int, show_all: bool) -> str:
-    from cublaslt_probe.diff import kernel_label
+    from cublaslt_probe.analysis.diff import kernel_label
     head = diff_header(r)
     if not len(df):
         return head + ("no GEMMs to list\n" if show_all else "no GEMM changed kernel\n")
@@ -304,7 +304,7 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
     Two paths of one GPU (torch's cuBLAS path vs its cuBLASLt path, 32 MiB vs 1 MiB workspace):
       cublaslt-probe diff data/h200_llm.parquet data/h200_llm.parquet --backends torch,torch-lt
     """
-    from cublaslt_probe.diff import diff_files, diff_map, sort_rows
+    from cublaslt_probe.analysis.diff import diff_files, diff_map, sort_rows
     fmt = out_format(fmt, output, FORMATS)
     check_dataset_file(a)
     check_dataset_file(b)
@@ -324,7 +324,7 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
     if map_path:
         pins = {c: v[0] for c, v in (("op", op), ("dtype", dtype), ("layout", layout), ("k", ks))
                 if len(v) == 1 and c not in (map_x, map_y)}
-        from cublaslt_probe.plots import save
+        from cublaslt_probe.render.plots import save
         fig = diff_map(r.joined, x=map_x, y=map_y, **pins)
         save(fig, map_path)
         click.echo(f"wrote map {map_path}", err=True)

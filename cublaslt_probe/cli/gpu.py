@@ -10,7 +10,7 @@ import click
 
 from cublaslt_probe.cli._common import cell, render_table, write_frame
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.kinds import BACKENDS, DTYPES, LAYOUTS, OPS
+from cublaslt_probe.vocab import BACKENDS, DTYPES, LAYOUTS, OPS
 
 
 def gemm_options(f):
@@ -90,11 +90,11 @@ def _save(obj, path):
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render a saved file (no GPU)")
 def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment, reps, flush_l2, fmt, save, from_path):
     """The heuristic's candidates for one GEMM, each run and timed; the pick and the fastest marked."""
-    from cublaslt_probe import candidates as cm
+    from cublaslt_probe.analysis import candidates as cm
     if from_path:
         saved = _load(from_path, "candidates")
     else:
-        from cublaslt_probe.probe import Probe, lt_candidates
+        from cublaslt_probe.gpu.probe import Probe, lt_candidates
         c = make_case("lt", m, n, k, dtype, layout, op, batch)
         probe = Probe(flush_l2=flush_l2, pipeline=False)
         rows = lt_candidates(probe, c, top=top, workspace_bytes=workspace, alignment=alignment, reps=reps)
@@ -151,7 +151,7 @@ def _candidates_text(df, reg: dict, header: str) -> str:
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
 def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, save, from_path):
     """Where the first call's time goes (module loading, heuristic miss, ...) and whether anything was JIT-compiled."""
-    from cublaslt_probe import firstcall
+    from cublaslt_probe.gpu import firstcall
     if from_path:
         raw = _load(from_path, "first-call")
     else:
@@ -171,7 +171,7 @@ def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, save, from_p
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render saved evidence (no GPU)")
 def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call, save, from_path):
     """The chain of evidence for one GEMM: log line, algo, kernel, decoded fields, waves, time, heuristic, rank."""
-    from cublaslt_probe import explain
+    from cublaslt_probe.analysis import explain
     if from_path:
         ev = _load(from_path, "explain")
     else:
@@ -190,7 +190,7 @@ def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call
 @click.option("--from", "from_path", is_flag=True, help="LOGFILE is a saved replay (JSON): render it (no GPU)")
 def replay_cmd(logfile, line_no, all_lines, fmt, save, from_path):
     """Rebuild logged GEMMs, pin the logged algo, run it: which kernel, how fast, what the heuristic picks today."""
-    from cublaslt_probe import replay
+    from cublaslt_probe.gpu import replay
     if from_path:
         results = _load(logfile, "replay")
     else:

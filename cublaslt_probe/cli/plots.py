@@ -42,9 +42,9 @@ def _filters(f):
 
 def _load(dataset):
     """The dataset; says which one when it is the shipped default, and what a wrong file is."""
-    from cublaslt_probe import plots
+    from cublaslt_probe.render import plots
     if dataset is None:
-        from cublaslt_probe.plots.select import default_dataset
+        from cublaslt_probe.render.plots.select import default_dataset
         click.echo(f"dataset: {default_dataset()} (the shipped default; give DATASET for another)", err=True)
     else:
         check_dataset_file(dataset)
@@ -58,7 +58,7 @@ def _check_image(out: str) -> None:
 
 
 def _save(fig, out: str, dpi: int) -> str:
-    from cublaslt_probe import plots
+    from cublaslt_probe.render import plots
     fmt = plots.save(fig, out, dpi=dpi)
     return fmt
 
@@ -89,7 +89,7 @@ def map_cmd(dataset, out, x, y, color, no_numbers, dpi, **kw):
     """
     _check_image(out)
     _agg()
-    from cublaslt_probe import plots
+    from cublaslt_probe.render import plots
     df = _load(dataset)
     fig = plots.kernel_map(df, x, y, color=color, annotate=not no_numbers, **_pins(kw))
     fmt = _save(fig, out, dpi)
@@ -130,7 +130,7 @@ def plot_cmd(kind, dataset, out, x, y, peak, pct, other, a, b, dpi, **kw):
     out = out or f"{kind}.png"
     _check_image(out)
     _agg()
-    from cublaslt_probe import plots
+    from cublaslt_probe.render import plots
     df = _load(dataset)
     pins = _pins(kw)
     if kind == "tflops":
@@ -145,7 +145,7 @@ def plot_cmd(kind, dataset, out, x, y, peak, pct, other, a, b, dpi, **kw):
             raise ProbeError("pathdiff compares two backends: give them with --a and --b, not --backend")
         pins.pop("backend")
         if y == "auto":
-            from cublaslt_probe.plots.select import auto_axes
+            from cublaslt_probe.render.plots.select import auto_axes
             if auto_axes(df)[1] == "backend":  # a square sweep's natural y is what pathdiff compares
                 y = "dtype"
         df_b = _load(other) if other else None
@@ -170,7 +170,7 @@ def report_cmd(dataset, out, backend, dpi, quiet):
     """
     check_writable_dir(out)
     _agg()
-    from cublaslt_probe.report import build_report
+    from cublaslt_probe.render.report import build_report
     df = _load(dataset)
     if not quiet:
         click.echo(f"report on {df.attrs.get('source')}: {len(df):,} rows", err=True)

@@ -9,7 +9,7 @@ import sys
 import click
 
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.kinds import PRESETS, WINDOW
+from cublaslt_probe.vocab import PRESETS, WINDOW
 
 
 @click.command("sweep")
@@ -87,7 +87,7 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
     if all(c.backend == "numpy" for c in cases):
         executor = sweep.NumpyExecutor()
     else:
-        from cublaslt_probe.probe import Probe, require_gpu
+        from cublaslt_probe.gpu.probe import Probe, require_gpu
         require_gpu("sweep")
         if not claims:   # started first: they get ready while the probe starts, on every CPU
             builders = sweep.RowBuilders()
@@ -230,7 +230,7 @@ def dataset_cmd(raw, out, env_path, allow_env_mismatch):
     probe records or a file was cut off (the records before are kept), 1 when no record was found.
     """
     from cublaslt_probe.cli._common import EXIT_PARTIAL, check_writable, read_json, sniff
-    from cublaslt_probe import dataset
+    from cublaslt_probe.analysis import dataset
     check_writable(out)
     for p in raw:
         if not os.path.exists(p):
@@ -262,7 +262,7 @@ def dataset_cmd(raw, out, env_path, allow_env_mismatch):
 @click.command("schema")
 def schema_cmd():
     """Print the dataset schema (Markdown table)."""
-    from cublaslt_probe import dataset
+    from cublaslt_probe.analysis import dataset
     click.echo(dataset.schema_markdown())
 
 

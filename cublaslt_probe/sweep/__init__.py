@@ -36,7 +36,7 @@ dataset), `numpy_executor` (the CPU executor of the `numpy` backend).
 """
 from __future__ import annotations
 
-from cublaslt_probe.kinds import PRESETS
+from cublaslt_probe.vocab import PRESETS
 from cublaslt_probe.sweep.spec import (Cases, expand_axis, GROUPED, load_spec, NAMES, numpy_invalid, Plan,
                                        plan_from_spec, SIZES)
 from cublaslt_probe.sweep.presets import (LLM_MODELS, llm_weights, moe_groups, MOE_MODELS, MOE_TOKENS, plan, preset,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from cublaslt_probe.kinds import WINDOW
+from cublaslt_probe.vocab import WINDOW
 from cublaslt_probe.sweep.spec import Plan
 from cublaslt_probe.sweep.runner import run_raw_parts, part_path, raw_path, run, run_meta
 from cublaslt_probe.sweep.slices import Slice

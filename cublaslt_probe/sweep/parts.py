@@ -239,7 +239,7 @@ def _kept_records(path: str, keep, start: int = 0, stop: int | None = None):
 def _raw_tables(path: str, keep, env: dict, schema, start: int = 0, stop: int | None = None):
     """The kept records of a raw file (those from record `start` to `stop` when given) as Arrow tables of the
     dataset, BATCH_ROWS rows at a time."""
-    from cublaslt_probe import dataset
+    from cublaslt_probe.analysis import dataset
     for table, _ in dataset.record_tables(_kept_records(path, keep, start, stop), env, schema, BATCH_ROWS):
         yield table
 
@@ -268,7 +268,7 @@ def _raw_to_parquet(items, dest: str) -> int:
     are built as one run of records: a batch's rows cost about 20 ms however few they are."""
     from itertools import groupby
 
-    from cublaslt_probe.dataset import ENV_COLUMNS, arrow_schema, rebatch, record_tables, write_tables
+    from cublaslt_probe.analysis.dataset import ENV_COLUMNS, arrow_schema, rebatch, record_tables, write_tables
     schema = arrow_schema()
 
     def tables():
@@ -358,7 +358,7 @@ def _builder_init(cpus, parent: int) -> None:
 def _builder_imports() -> None:
     """Import what turns records into rows and writes them (pandas, pyarrow) and build the dataset schema once."""
     import pyarrow.parquet  # noqa: F401
-    from cublaslt_probe import dataset
+    from cublaslt_probe.analysis import dataset
     dataset.arrow_schema()
 
 
@@ -410,7 +410,7 @@ def write_dataset(parts: list[Part], out: str, env: dict, jobs: int = 1, spawn: 
 
     import pyarrow.parquet as pq
 
-    from cublaslt_probe.dataset import arrow_schema, rebatch, write_tables
+    from cublaslt_probe.analysis.dataset import arrow_schema, rebatch, write_tables
     schema = arrow_schema(env)
     tmp_dir = tempfile.mkdtemp(prefix=".merge-", dir=os.path.dirname(os.path.abspath(out)))
     if builders is not None:

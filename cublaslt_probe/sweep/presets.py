@@ -3,7 +3,7 @@ several token counts, as specs `plan_from_spec` expands; `plan` gives the plan o
 from __future__ import annotations
 
 from cublaslt_probe.errors import SpecError
-from cublaslt_probe.kinds import PRESETS
+from cublaslt_probe.vocab import PRESETS
 from cublaslt_probe.sweep.spec import Plan, expand_axis, load_spec, plan_from_spec
 
 

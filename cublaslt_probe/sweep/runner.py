@@ -9,7 +9,7 @@ import sys
 import time
 
 from cublaslt_probe.cases import Case
-from cublaslt_probe.kinds import ENV_MATCH, WINDOW
+from cublaslt_probe.vocab import ENV_MATCH, WINDOW
 from cublaslt_probe.sweep.parts import KeyIndex, Part, RowBuilders, raw_env, write_dataset
 from cublaslt_probe.sweep.spec import Cases, Plan
 from cublaslt_probe.sweep.slices import Slice
@@ -80,7 +80,7 @@ class Progress:
 
 def _read_done(path: str, keep_errors: bool = True) -> tuple[dict, set[str]]:
     """Env and done keys of an existing raw file; cuts a truncated last line (a kill mid-write)."""
-    from cublaslt_probe.dataset import read_raw
+    from cublaslt_probe.analysis.dataset import read_raw
     with open(path, "rb") as f:
         data = f.read()
     if data and not data.endswith(b"\n"):
@@ -105,7 +105,7 @@ def run(cases: list[Case], out: str, executor, *, resume: bool = False, window: 
     Killed part-way, the raw file holds every finished window; `resume=True` skips the keys it holds.
     Returns the DataFrame.
     """
-    from cublaslt_probe import dataset
+    from cublaslt_probe.analysis import dataset
     raw = raw_path(out)
     gemms, ran_s = run_raw(cases, raw, executor, resume=resume, window=window, progress=progress, meta=meta,
                            retry_errors=retry_errors)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from cublaslt_probe.cases import BACKENDS, DTYPES, GROUPED_OPS, LAYOUTS, OPS, Case, invalid_reason, sizes_code
 from cublaslt_probe.errors import SpecError
-from cublaslt_probe.kinds import TEST_BACKENDS
+from cublaslt_probe.vocab import TEST_BACKENDS
 
 log = logging.getLogger("cublaslt_probe.sweep")
 

@@ -1,0 +1,680 @@
+"""Advice from saved GPU measurements (`audit --measure`): typed `AdviceItem`s, one rule per kind (pin an algo,
+switch the GEMM path, pad a dimension, a grouped-GEMM variant), ranked and turned into dicts by `advice`. CPU only.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from cublaslt_probe.analysis.audit.schema import _na, row_label
+from cublaslt_probe.analysis.audit.judge import NEAR_FLOOR
+
+
+# --------------------------------------------------------------------------- advice from measurements
+MIN_GAIN = 0.03          # a measured alternative must beat the original by 3 % (above timing noise)
+PATH_WORDS = {
+    "torch": "the cuBLAS path (torch.backends.cuda.preferred_blas_library('cublas'), 32 MiB workspace)",
+    "torch-lt": "torch's cuBLASLt path (torch.backends.cuda.preferred_blas_library('cublaslt'), 1 MiB workspace)",
+    "lt": "cuBLASLt with a 32 MiB workspace (preferred_blas_library('cublaslt') and CUBLASLT_WORKSPACE_SIZE=32768)",
+}
+ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", "risk", "gemms", "replay",
+               "excludes")
+
+
+_KEY = ("op", "dtype", "layout", "m", "n", "k", "batch")
+
+
+def _norm_key(vals) -> tuple:
+    """(op, dtype, layout, m, n, k, batch) as plain str/int (batch 1 when missing), for joining."""
+    out = []
+    for c, v in zip(_KEY, vals):
+        if _na(v):
+            v = 1 if c == "batch" else None
+        out.append(int(v) if c in ("m", "n", "k", "batch") and v is not None else (None if v is None else str(v)))
+    return tuple(out)
+
+
+def _match_rows(rows: pd.DataFrame, g: dict) -> pd.DataFrame:
+    """The audit rows a measured GEMM stands for: the same problem (and module and pass, when the measurement
+    names them)."""
+    if rows.empty:
+        return rows
+    want = _norm_key([(g.get("key") or {}).get(c) for c in _KEY])
+    hit = [_norm_key(r) == want for r in rows[list(_KEY)].itertuples(index=False)]
+    out = rows[hit]
+    for col in ("module", "pass"):
+        v = g.get(col)
+        if v is not None and (out[col] == v).any():
+            out = out[out[col] == v]
+    return out
+
+
+def _numerics_risk(g: dict, label: str) -> str:
+    num = (g.get("numerics") or {}).get(label)
+    tol = g.get("tolerance")
+    if num is None:
+        return "numerics not compared"
+    if tol is not None and num > tol:
+        return f"numerics differ: max rel. error {num:.2g} > tolerance {tol:.2g}"
+    return f"numerics agree (max rel. error {num:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
+
+
+def pinned_line(g: dict, c: dict) -> str | None:
+    """The measured GEMM's own cuBLASLt log line with candidate `c`'s algo in place of the logged one: a
+    line `cublaslt-probe replay` rebuilds and runs with that algo pinned. None without a logged line."""
+    line = (g.get("original") or {}).get("log_line")
+    if not line or "algo=[" not in line or c.get("algo_id") is None:
+        return None
+    algo = [f"algoId={c['algo_id']}"]
+    if c.get("tile"):
+        algo.append(f"tile=MATMUL_TILE_{c['tile']}")
+    if c.get("stages"):
+        algo.append(f"stages=MATMUL_STAGES_{c['stages']}")
+    if (c.get("split_k") or 1) > 1:
+        algo += [f"reductionScheme=REDUCTION_SCHEME_{c.get('reduction_scheme') or 'NONE'}",
+                 f"numSplitsK={c['split_k']}"]
+    if c.get("custom_option"):
+        algo.append(f"customOption={c['custom_option']}")
+    if c.get("cta_swizzling"):
+        algo.append(f"ctaSwizzling={c['cta_swizzling']}")
+    if c.get("cluster"):
+        algo.append(f"clusterShape=CLUSTER_SHAPE_{c['cluster']}")
+    line = re.sub(r"algo=\[[^\]]*\]", "algo=[" + " ".join(algo) + "]", line, count=1)
+    return re.sub(r"workSpaceSizeInBytes=\d+", f"workSpaceSizeInBytes={int(c.get('workspace_bytes') or 0)}", line,
+                  count=1)
+
+
+def _cand_text(c: dict) -> str:
+    """A heuristic candidate as the log writes an algo: ``algo 66 tile 128x64 stages 64xAUTO cluster 1x2x1``."""
+    parts = [f"algo {c['algo_id']}"] if c.get("algo_id") is not None else []
+    for k in ("tile", "stages", "cluster"):
+        if c.get(k):
+            parts.append(f"{k} {c[k]}")
+    if (c.get("split_k") or 1) > 1:
+        parts.append(f"splitK {c['split_k']}")
+    return " ".join(parts) or str(c.get("kernel") or "")
+
+
+@dataclass
+class _Measured:
+    """One measured GEMM as the advice reads it: the audit rows it stands for, its calls per step, its time on
+    the path it took (``path``: torch | torch-lt)."""
+
+    i: int
+    g: dict
+    label: str
+    module: str | None
+    rows: list[int]
+    calls: float
+    orig: float
+    path: str | None
+
+    @property
+    def where(self) -> str:
+        return f" ({self.module})" if self.module else ""
+
+    @property
+    def ids(self) -> frozenset:
+        """What an item that changes this GEMM touches: its audit rows (the measurement itself without rows)."""
+        return frozenset(("row", r) for r in self.rows) or frozenset({("g", self.i)})
+
+    def change(self, name: str, t: float, kernel: str | None, named: bool = True) -> tuple[float, str]:
+        """(saving per step, evidence) of running it as alternative `name` in `t` µs: negative when slower.
+        `named`: the evidence names its module."""
+        d = (self.orig - t) * self.calls
+        return d, (f"{self.label}{self.where if named else ''}: original {self.orig:.1f} µs, {name} {t:.1f} µs "
+                   f"({kernel or ''}); × {self.calls:g} calls/step" + (f", {-d:,.1f} µs/step slower" if d < 0 else ""))
+
+
+@dataclass
+class AdviceItem:
+    """One change and what the measurements say it does to the step. ``saving_us`` nets every measured GEMM
+    the change moves, slower ones subtracting; ``touches`` holds every GEMM it changes, measured or not (audit
+    rows), ``helped`` the measured ones it makes faster, ``setting`` the global switch it sets. Two items that
+    touch one GEMM, or set one switch two ways, exclude each other: their savings do not add."""
+
+    kind: str
+    what: str
+    module: str | None
+    saving_us: float
+    evidence: str
+    risk: str
+    gemms: list[str]
+    touches: frozenset = frozenset()
+    helped: frozenset = frozenset()
+    setting: str | None = None
+    replay: str | None = None
+    excludes: list[int] = field(default_factory=list)
+
+    def clashes(self, other: AdviceItem) -> bool:
+        return bool(self.touches & other.touches) or (self.setting is not None and self.setting == other.setting)
+
+    def as_dict(self, step_us: float | None) -> dict:
+        d = {**self.__dict__, "saving_pct": (100 * self.saving_us / step_us if step_us else None)
+             if self.saving_us > 0 else 0.0}
+        return {k: d.get(k) for k in ADVICE_KEYS}
+
+
+def _quiet(what: str, kind: str, module, evidence: str = "", gemms: list[str] | None = None) -> AdviceItem:
+    return AdviceItem(kind, what, module, 0.0, evidence, "", gemms or [])
+
+
+def _label(key: dict) -> str:
+    return (f"{key.get('op')} {key.get('dtype')} {key.get('layout')} {key.get('m')}×{key.get('n')}×{key.get('k')}"
+            + (f" ×{key['batch']}" if (key.get("batch") or 1) > 1 else ""))
+
+
+def _row_gemm(r: dict) -> str:
+    """An audit row as advice names it: ``transformer.h.*.mlp.c_fc ×12 fwd aten::addmm 4096×3072×768``."""
+    def v(x):
+        return "?" if _na(x) else str(x)
+    return (f"{row_label(r)}" + ("" if _na(r.get("pass")) else f" {r['pass']}") + f" {v(r.get('op'))} "
+            f"{v(r.get('m'))}×{v(r.get('n'))}×{v(r.get('k'))}")
+
+
+def _not_measured(rows: pd.DataFrame, idx: list[int], what: str, limit: int = 8) -> tuple[str, str]:
+    """(evidence, risk) naming the GEMMs a change moves that were not measured, with their time per step."""
+    if not idx:
+        return "", ""
+    sub = rows.loc[idx]
+    us = float(sub["gpu_us"].sum())
+    names = [_row_gemm(r) + ("" if not _na(r.get("log_function")) else " (path unknown)")
+             for r in sub.to_dict("records")]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    n = f"{len(idx)} GEMM{'s' if len(idx) != 1 else ''}"
+    return (f"{n} it {what} {'were' if len(idx) != 1 else 'was'} not measured ({us:,.1f} µs/step): "
+            + ", ".join(names[:limit]) + more,
+            f"{n} it {what} ({us:,.1f} µs/step) {'were' if len(idx) != 1 else 'was'} not measured: their time "
+            "after the change is unknown")
+
+
+def _measured_gemms(rows: pd.DataFrame, measure: dict) -> tuple[list[_Measured], list[AdviceItem]]:
+    """The GEMMs measured with a time, and a quiet item for each that was not (grouped, an error)."""
+    from cublaslt_probe.gpu.measure import path_of
+    out, quiet = [], []
+    for i, g in enumerate(measure.get("gemms") or []):
+        key = g.get("key") or {}
+        matched = _match_rows(rows, g)
+        module = g.get("module") if g.get("module") is not None else (
+            matched["module"].iloc[0] if len(matched) and not pd.isna(matched["module"].iloc[0]) else None)
+        label = _label(key)
+        if g.get("skipped") or g.get("error"):
+            quiet.append(_quiet(f"{label}{f' ({module})' if module else ''}: not measured — "
+                                f"{g.get('skipped') or g.get('error')}", "not_measured", module, gemms=[label]))
+            continue
+        if not g.get("original_us"):
+            continue
+        case = str(g.get("case") or "").split("|")[0]
+        path = case if case in ("torch", "torch-lt") else path_of(g.get("log_function"))
+        calls = float(matched["calls"].sum()) if len(matched) else float(g.get("calls") or 1)
+        out.append(_Measured(i, g, label, module, [int(x) for x in matched.index], calls, float(g["original_us"]),
+                             path))
+    return out, quiet
+
+
+def _pin_items(ms: list[_Measured]) -> list[AdviceItem]:
+    """Pin the fastest correct heuristic candidate of one GEMM when it beats the original by `MIN_GAIN`."""
+    out = []
+    for m in ms:
+        cands = [c for c in m.g.get("candidates") or [] if c.get("time_us") and c.get("ok_numerics") is not False]
+        if not cands:
+            continue
+        c = min(cands, key=lambda c: c["time_us"])
+        if not (c["time_us"] < m.orig * (1 - MIN_GAIN) and c.get("rank", 0) != 0):
+            continue
+        c0 = next((x for x in cands if x.get("rank") == 0), None)
+        out.append(AdviceItem(
+            "pin", f"pin candidate #{c['rank']} ({_cand_text(c)}) for {m.module or m.label}", m.module,
+            (m.orig - c["time_us"]) * m.calls,
+            f"{m.label}: original {m.orig:.1f} µs, candidate #{c['rank']} {c['time_us']:.1f} µs"
+            + (f", #0 {c0['time_us']:.1f} µs" if c0 else "") + f"; × {m.calls:g} calls/step",
+            "numerics checked against candidate #0" if c.get("ok_numerics") else
+            "numerics not checked; needs the algo pinned through cuBLASLt (replay)",
+            [m.label], m.ids, frozenset({m.i}), replay=pinned_line(m.g, c)))
+    return out
+
+
+def _moved_rows(rows: pd.DataFrame, target: str) -> list[int]:
+    """The audit rows a switch to path `target` moves: those whose logged function puts them on another path,
+    and, where no log line says, every GEMM of an op torch runs through its BLAS switch."""
+    from cublaslt_probe.gpu.measure import TORCH_OPS, path_of
+    out = []
+    for i, lf, op in zip(rows.index, rows["log_function"].tolist(), rows["op"].tolist()):
+        p = path_of(None if _na(lf) else lf)
+        if (p is not None and p != target) or (p is None and not _na(op) and op in TORCH_OPS):
+            out.append(int(i))
+    return out
+
+
+def _switch_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem], list[AdviceItem]]:
+    """A path or workspace switch moves every GEMM on the other paths, not only those that got faster: its
+    saving nets the measured ones with their sign, and names those it moves that were not measured. Advice
+    only when the net beats the moved GEMMs' own time by `MIN_GAIN`; else a quiet line, when some GEMM alone
+    got faster."""
+    from cublaslt_probe.gpu.measure import PATHS
+    items, quiet = [], []
+    for target in PATHS:
+        done = []
+        for m in ms:
+            if m.path is None or m.path == target:
+                continue
+            p = next((p for p in m.g.get("paths") or [] if p.get("path") == target and p.get("time_us")), None)
+            if p is not None:
+                done.append((m, p))
+        if not any(p["time_us"] < m.orig * (1 - MIN_GAIN) for m, p in done):
+            continue
+        changes = [m.change(target, p["time_us"], p.get("kernel")) for m, p in done]
+        net = sum(d for d, _ in changes)
+        base = sum(m.orig * m.calls for m, _ in done)
+        seen = {r for m, _ in done for r in m.rows}
+        moved = _moved_rows(rows, target)
+        ev_un, risk_un = _not_measured(rows, [r for r in moved if r not in seen], "moves")
+        faster = sum(d > 0 for d, _ in changes)
+        words = PATH_WORDS.get(target, target)
+        summary = (f"net over the {len(done)} measured GEMM{'s' if len(done) != 1 else ''} it moves "
+                   f"({faster} faster, {len(done) - faster} slower): ")
+        kind = "workspace" if target == "lt" else "path"
+        if net <= MIN_GAIN * base:
+            quiet.append(_quiet(f"run on {words}: no net saving — {summary}"
+                                + (f"{net:,.1f} µs/step saved, under 3 % of their time" if net > 0 else
+                                   f"{-net:,.1f} µs/step slower") + (f"; {ev_un}" if ev_un else "") + "; no advice",
+                                "no_gain", None, gemms=[m.label for m, _ in done]))
+            continue
+        ws = max((p.get("workspace") or 0 for _, p in done), default=0)
+        risk = list(dict.fromkeys(_numerics_risk(m.g, f"path:{target}") for m, _ in done))
+        items.append(AdviceItem(
+            kind, f"run on {words}", None, net,
+            "; ".join(e for _, e in changes) + f"; {summary}{net:,.1f} µs/step" + (f"; {ev_un}" if ev_un else ""),
+            "; ".join(risk) + (f"; workspace {ws / 2**20:g} MiB" if ws else "") + (f"; {risk_un}" if risk_un else ""),
+            [m.label for m, _ in done],
+            frozenset().union(*(m.ids for m, _ in done)) | frozenset(("row", r) for r in moved),
+            frozenset(m.i for (m, _), (d, _) in zip(done, changes) if d > 0), setting="blas path"))
+    return items, quiet
+
+
+def _pad_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem], list[AdviceItem]]:
+    """Padding one value in one module changes every GEMM of the module with that value in m, n or k: each
+    padded value nets its measured GEMMs with their sign (the slower what-if when the value is in two dims).
+    Of the values whose net beats those GEMMs' time by `MIN_GAIN`, the smallest whose saving is within
+    `MIN_GAIN` of the best is advised (the least extra work and memory); the other values measured are listed
+    in its evidence. A GEMM without a module is padded on its own."""
+    groups: dict[tuple, list[_Measured]] = {}
+    for m in ms:
+        key = m.g.get("key") or {}
+        for w in m.g.get("whatifs") or []:
+            old = key.get(w.get("dim"))
+            if w.get("time_us") and old is not None:
+                gk = (m.module, old) if m.module else (None, old, m.i)
+                if m not in groups.setdefault(gk, []):
+                    groups[gk].append(m)
+    items, quiet = [], []
+    for gk, whatif_ms in groups.items():
+        module, old = gk[0], gk[1]
+
+        def holds(key):
+            return old in (key.get("m"), key.get("n"), key.get("k"))
+        members = whatif_ms if module is None else [m for m in ms if m.module == module and holds(m.g.get("key") or {})]
+        group_rows = [r for m in whatif_ms for r in m.rows] if module is None else [
+            int(i) for i, r in zip(rows.index, rows.to_dict("records"))
+            if not _na(r["module"]) and r["module"] == module
+            and any(not _na(r[d]) and int(r[d]) == old for d in ("m", "n", "k"))]
+        values = sorted({w["value"] for m in whatif_ms for w in m.g.get("whatifs") or []
+                         if w.get("time_us") and (m.g.get("key") or {}).get(w.get("dim")) == old})
+        res = {}
+        for v in values:
+            done, beat = [], False
+            for m in members:
+                key = m.g.get("key") or {}
+                ws = [w for w in m.g.get("whatifs") or [] if w.get("value") == v and w.get("time_us")
+                      and key.get(w.get("dim")) == old]
+                if ws:
+                    w = max(ws, key=lambda w: w["time_us"])
+                    done.append((m, w, *m.change(f"{w['dim']}={v}", w["time_us"], w.get("kernel"),
+                                                 named=module is None)))
+                    beat |= any(x["time_us"] < m.orig * (1 - MIN_GAIN) for x in ws)
+            net = sum(d for _, _, d, _ in done)
+            res[v] = {"done": done, "net": net, "beat": beat,
+                      "ok": net > MIN_GAIN * sum(m.orig * m.calls for m, *_ in done)}
+        ok = [v for v in values if res[v]["ok"]]
+        vocab = bool(module) and re.search(r"(lm_head|embed|wte|vocab)", str(module)) is not None
+        in_mod = f" in {module}" if module else ""
+        if not ok:
+            beaten = [v for v in values if res[v]["beat"]]
+            if beaten:
+                v = beaten[0]
+                net, n = res[v]["net"], len(res[v]["done"])
+                quiet.append(_quiet(f"pad {old} → {v}{in_mod}: no net saving over the {n} measured GEMM"
+                                    f"{'s' if n != 1 else ''} with {old} ("
+                                    + (f"{-net:,.1f} µs/step slower" if net <= 0 else
+                                       f"{net:,.1f} µs/step saved, under 3 % of their time") + "); no advice",
+                                    "no_gain", module))
+            continue
+        best = max(res[v]["net"] for v in ok)
+        pick = min(v for v in ok if res[v]["net"] >= best * (1 - MIN_GAIN))
+        r = res[pick]
+        seen = {x for m, *_ in r["done"] for x in m.rows}
+        ev_un, risk_un = _not_measured(rows, [x for x in group_rows if x not in seen], f"pads at {pick}")
+        also = [f"{v} saves {res[v]['net']:,.1f} µs/step" if res[v]["net"] > 0 else
+                f"{v} is {-res[v]['net']:,.1f} µs/step slower" for v in values if v != pick]
+        risk = list(dict.fromkeys(
+            _numerics_risk(m.g, f"{w['dim']}={pick}") + f"; {w['dim']} grows by {pick - old} (more work and "
+            "memory; slice the result back)" for m, w, _, _ in r["done"]))
+        mult = r["done"][0][1].get("multiple") or 1
+        items.append(AdviceItem(
+            "pad", f"pad {'the vocabulary ' if vocab else ''}{old} → {pick} (a multiple of {mult}){in_mod}", module,
+            r["net"], "; ".join(e for *_, e in r["done"]) + (f"; also measured: {', '.join(also)}" if also else "")
+            + (f"; {ev_un}" if ev_un else ""),
+            "; ".join(risk) + (f"; {risk_un}" if risk_un else ""), [m.label for m, *_ in r["done"]],
+            frozenset().union(*(m.ids for m in members)) | frozenset(("row", x) for x in group_rows),
+            frozenset(m.i for m, _, d, _ in r["done"] if d > 0)))
+    return items, quiet
+
+
+GROUPED_WORDS = {
+    "balanced": "balance the router's load over the {groups} experts{in_mod} (advice for the router, not the GEMM)",
+    "mm_per_group": "run the experts{in_mod} one GEMM per expert (transformers: config._experts_implementation = "
+                    "\"eager\")",
+    "bmm_padded": "run the experts{in_mod} as one torch.bmm, every expert padded to the largest group",
+    "batched_mm": "run the experts{in_mod} with transformers' config._experts_implementation = \"batched_mm\" "
+                  "(each row's expert weights gathered, one bmm)",
+    "fp8": "run the expert GEMMs{in_mod} in fp8 (torch._scaled_grouped_mm, row-wise scales)",
+}
+GROUPED_RISK = {
+    "balanced": "a router change (auxiliary load-balancing loss, capacity): which tokens each expert sees changes, "
+                "hence the model's quality; measured as the same rows split evenly",
+    "mm_per_group": "a Python loop over the experts: one launch per expert hit, index kernels to gather and "
+                    "scatter its rows and a host synchronisation to find them, all outside the GEMM time measured "
+                    "here and able to outweigh it",
+    "bmm_padded": "a custom experts forward (none of transformers' implementations); its time follows the largest "
+                  "group: a more skewed routing makes it slower; the saving is the GEMMs' alone: the padding rows "
+                  "also pass through the layer's other ops (gather, activation, routing weights) and sizing the "
+                  "batch to the largest group needs a host synchronisation per call, neither measured here",
+    "batched_mm": "memory: the gathered weights (rows x n x k) are made every call",
+    "fp8": "the expert weights quantized to fp8 and the activations per row each call (the quantization's own "
+           "time not measured: quantizing the weights every step, as training does, can outweigh the saving); "
+           "model accuracy must be checked",
+}
+
+
+# what each variant brings besides its GEMMs, when the experts' whole forward was measured with it
+WHOLE_RISK = {
+    "balanced": "a router change (auxiliary load-balancing loss, capacity): which tokens each expert sees changes, "
+                "hence the model's quality; measured as the experts' call with the same rows split evenly, the "
+                "router's own change not",
+    "mm_per_group": "transformers' eager loop: one launch set per expert hit and a host synchronisation per expert, "
+                    "all in the time measured",
+    "bmm_padded": "a custom experts forward (none of transformers' implementations); its time follows the largest "
+                  "group (a more skewed routing makes it slower); the padding rows through the gather, gate and "
+                  "weighting and the host synchronisation that sizes the batch are in the time measured",
+    "batched_mm": "memory: the gathered weights (rows x n x k) are made every call, in the time measured",
+    "fp8": "the expert weights quantized to fp8 {when} and the activations per row each call, in eager torch, "
+           "in the time measured; model accuracy must be checked",
+}
+
+
+def _whole(ex: dict) -> tuple[float | None, dict[str, float]]:
+    """(original µs per call, {variant: µs per call}) of a `measure.measure_experts` entry."""
+    t = {v["variant"]: float(v["time_us"]) for v in ex.get("variants") or []
+         if isinstance(v, dict) and isinstance(v.get("time_us"), (int, float)) and v["time_us"] > 0}
+    return t.get("original"), t
+
+
+def _whole_numerics(ex: dict, name: str) -> str:
+    if name == "balanced":
+        return "numerics not compared (another routing)"
+    x = (ex.get("numerics") or {}).get(name)
+    tol = ex.get("tolerance_fp8" if name == "fp8" else "tolerance")
+    if x is None:
+        return "numerics not compared"
+    if tol is not None and x > tol:
+        return f"numerics of the experts' output differ: max rel. error {x:.2g} > tolerance {tol:.2g}"
+    return f"numerics of the experts' output agree (max rel. error {x:.2g}" + (f" ≤ {tol:.2g})" if tol else ")")
+
+
+def _variant(m: _Measured, name: str) -> dict | None:
+    return next((v for v in m.g.get("grouped") or [] if v.get("variant") == name and v.get("time_us")), None)
+
+
+def _short_kernel(k) -> str | None:
+    """A kernel as advice names it: its decoded short form (a CUTLASS template's mangled name is pages long)."""
+    from cublaslt_probe.names import decode
+    return (decode(k).short or k) if isinstance(k, str) and k else None
+
+
+def _grouped_numerics(done: list, name: str) -> str:
+    """One line for the numerics of variant `name` over the GEMMs measured with it (the worst of them)."""
+    tol_key = "tolerance_fp8" if name == "fp8" else "tolerance"
+    got = [((m.g.get("numerics") or {}).get(name), m.g.get(tol_key)) for m, *_ in done]
+    if any(x is None for x, _ in got):
+        return "numerics not compared" + ("" if name == "balanced" else " for every GEMM")
+    worst, tol = max(got, key=lambda xt: xt[0])
+    if tol is not None and any(t is not None and x > t for x, t in got):
+        return f"numerics differ: max rel. error {worst:.2g} > tolerance {tol:.2g}"
+    return f"numerics agree (max rel. error {worst:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
+
+
+def _grouped_items(rows: pd.DataFrame, ms: list[_Measured], experts: list[dict] | None = None
+                   ) -> tuple[list[AdviceItem], list[AdviceItem]]:
+    """Advice for grouped GEMMs (`measure.measure_grouped`). The experts of one module share their routing:
+    padding the groups, balancing the router, another experts implementation or fp8 changes every grouped
+    GEMM of the module with those groups, so each variant nets the GEMMs measured with it, with their sign,
+    and names the module's grouped GEMMs it changes that were not (a weight gradient's; a layout fp8 is not
+    measured in). Where the module's experts were also measured whole (`measure.measure_experts`, in
+    `experts`: the gathers, padding, host synchronisations and GEMMs of one call, forward and backward in
+    training), a variant's saving is that call's, × its calls per step, and the GEMMs' net is evidence: a
+    variant whose GEMMs pay but whose whole call does not gets a quiet line, not advice. A variant is advised
+    when its saving beats the original's time (the call's, or the GEMMs') by `MIN_GAIN`; of the paddings, the
+    smallest multiple within `MIN_GAIN` of the best (a quiet line when none pays). Every item changes the same
+    GEMMs: they exclude each other. Items resting on sizes that were assumed say so."""
+    by_mod: dict[tuple, list[_Measured]] = {}
+    for m in ms:
+        if m.g.get("grouped"):
+            gk = (m.module, (m.g.get("key") or {}).get("groups")) if m.module else (None, m.i)
+            by_mod.setdefault(gk, []).append(m)
+    items, quiet = [], []
+    for (module, _), members in by_mod.items():
+        groups = (members[0].g.get("key") or {}).get("groups")
+        in_mod = f" in {module}" if module else f" of {members[0].label}"
+        mod_rows = {int(i) for i, r in zip(rows.index, rows.to_dict("records"))
+                    if module and not _na(r["module"]) and r["module"] == module and not _na(r["groups"])
+                    and int(r["groups"]) == int(groups or 0)} | {r for m in members for r in m.rows}
+        assumed = any(m.g.get("sizes_source") == "assumed" for m in members)
+        tag = " [group sizes assumed equal: none recorded]" if assumed else ""
+        touches = frozenset().union(*(m.ids for m in members)) | frozenset(("row", r) for r in mod_rows)
+
+        def net_of(name: str):
+            done = [(m, v, *m.change(name, v["time_us"], _short_kernel(v.get("kernel")), named=module is None))
+                    for m in members for v in [_variant(m, name)] if v]
+            base = sum(m.orig * m.calls for m, *_ in done)
+            net = sum(d for *_, d, _ in done)
+            return {"done": done, "net": net, "ok": bool(done) and net > MIN_GAIN * base}
+        names = list(dict.fromkeys(v["variant"] for m in members for v in m.g.get("grouped") or []
+                                   if v["variant"] != "original"))
+        res = {n: net_of(n) for n in names}
+        ex = next((e for e in experts or [] if isinstance(e, dict) and e.get("module") == module
+                   and e.get("groups") == groups
+                   and _whole(e)[0]), None)
+        if ex is not None:
+            items_w, quiet_w = _whole_items(rows, ex, res, members, module, groups, in_mod, tag, touches, mod_rows)
+            items += items_w
+            quiet += quiet_w
+            continue
+        pays = [n for n in names if res[n]["ok"]]
+        pads = [n for n in names if n.startswith("pad")]
+        ok_pads = [n for n in pads if n in pays]
+        if ok_pads:
+            best = max(res[n]["net"] for n in ok_pads)
+            keep = min((n for n in ok_pads if res[n]["net"] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
+            pays = [n for n in pays if not n.startswith("pad") or n == keep]
+        elif pads:
+            shown = ", ".join(f"×{n[3:]} {res[n]['net']:+,.1f}" for n in pads if res[n]["done"])
+            quiet.append(_quiet(f"pad each expert's token count{in_mod}: no net saving (µs/step saved per multiple: "
+                                f"{shown}); no advice{tag}", "no_gain", module))
+        for name in pays:
+            done, net = res[name]["done"], res[name]["net"]
+            seen = {r for m, *_ in done for r in m.rows}
+            ev_un, risk_un = _not_measured(rows, sorted(mod_rows - seen), "changes")
+            if name.startswith("pad"):
+                mult = int(name[3:])
+                what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
+                m0, v0 = done[0][0], done[0][1]
+                rows0 = m0.g["grouped"][0]["rows"]
+                extra = v0["rows"] - rows0
+                k0 = m0.g.get("key") or {}
+                mib = extra * ((k0.get("k") or 0) + (k0.get("n") or 0)) * 2 / 2**20
+                risk = (f"{extra:,} zero rows per call ({100 * extra / max(1, rows0):.1f} % more rows: about "
+                        f"{mib:,.1f} MiB more input and output in {m0.label}); the experts' forward must place each "
+                        f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and drop the zero rows "
+                        "after); the saving is the GEMMs' alone: the zero rows also pass through the layer's other "
+                        "ops (activation, routing weights), not measured here")
+                also = [f"×{n[3:]} {'saves' if res[n]['net'] > 0 else 'costs'} {abs(res[n]['net']):,.1f} µs/step"
+                        for n in pads if n != name and res[n]["done"]]
+            else:
+                what = GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name)
+                risk, also = GROUPED_RISK.get(name, ""), []
+                if name == "bmm_padded":
+                    risk += f"; {done[0][1]['rows'] - done[0][0].g['grouped'][0]['rows']:,} padding rows per call"
+            items.append(AdviceItem(
+                "grouped", what + tag, module, net,
+                "; ".join(e for *_, e in done) + (f"; also measured: {', '.join(also)}" if also else "")
+                + (f"; {ev_un}" if ev_un else "") + tag,
+                "; ".join(x for x in (risk, _grouped_numerics(done, name), risk_un) if x),
+                [m.label for m, *_ in done], touches, frozenset(m.i for m, _, d, _ in done if d > 0)))
+        if not pays:
+            quiet.append(_quiet(f"grouped GEMMs{in_mod}: no alternative beats the original by 3 % over the "
+                                f"{len(members)} measured; no advice{tag}", "no_gain", module,
+                                gemms=[m.label for m in members]))
+    return items, quiet
+
+
+def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, groups, in_mod: str, tag: str,
+                 touches: frozenset, mod_rows: set) -> tuple[list[AdviceItem], list[AdviceItem]]:
+    """`_grouped_items` for a module whose experts were measured whole (`ex`): items saved per step by the
+    whole call, the GEMMs' net (`res`) as evidence; quiet lines for the variants whose GEMMs pay and whose
+    call does not, or for none paying."""
+    base, t = _whole(ex)
+    calls = float(ex.get("calls") or 1)
+    scope = ex.get("scope") or "forward"
+    prob = ex.get("problem") or {}
+    net = {n: (base - x) * calls for n, x in t.items() if n != "original"}
+    pays = [n for n in net if net[n] > MIN_GAIN * base * calls]
+    pads = [n for n in net if n.startswith("pad")]
+    ok_pads = [n for n in pads if n in pays]
+    if ok_pads:
+        best = max(net[n] for n in ok_pads)
+        keep = min((n for n in ok_pads if net[n] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
+        pays = [n for n in pays if not n.startswith("pad") or n == keep]
+    how = (f"the experts' whole {scope}{in_mod} rebuilt ({prob.get('experts')} experts, {prob.get('tokens'):,} "
+           f"tokens × top-{prob.get('top_k')} [top-k {prob.get('top_k_source')}], the {ex.get('sizes_source')} "
+           f"sizes) and timed as one call of the program: gathers, padding, host synchronisations and GEMMs")
+    not_meas = ("not measured: the rest of the step and how much of this call's launch time the GPU hides "
+                "behind other work (the call was timed alone, from a synchronised start)")
+    items, quiet = [], []
+    for name in sorted(pays, key=lambda n: -net[n]):
+        gm = res.get(name)
+        gemm_ev = (f"; its grouped GEMMs alone: {gm['net']:+,.1f} µs/step (" + "; ".join(e for *_, e in gm["done"])
+                   + ")") if gm and gm["done"] else ""
+        if name.startswith("pad"):
+            mult = int(name[3:])
+            what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
+            mv = next(((m, v) for m in members for v in [_variant(m, name)] if v), None)
+            extra = (mv[1]["rows"] - mv[0].g["grouped"][0]["rows"]) if mv else None
+            risk = ((f"{extra:,} zero rows per call; " if extra else "") + "the experts' forward must place each "
+                    f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and gather the real rows "
+                    "back; the zero rows through the gate and the GEMMs are in the time measured")
+            also = [f"×{n[3:]} {'saves' if net[n] > 0 else 'costs'} {abs(net[n]):,.1f} µs/step" for n in pads
+                    if n != name]
+        else:
+            what = GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name)
+            risk = WHOLE_RISK.get(name, "").format(
+                when="every call (training: the weights change every step)" if scope != "forward" else "once")
+            also = []
+        items.append(AdviceItem(
+            "grouped", what + tag, module, net[name],
+            f"{how}: original {base:.1f} µs, {name} {t[name]:.1f} µs per call × {calls:g} calls/step" + gemm_ev
+            + (f"; also measured: {', '.join(also)}" if also else "") + tag,
+            "; ".join(x for x in (risk, _whole_numerics(ex, name), not_meas) if x),
+            [m.label for m in members], touches,
+            frozenset(m.i for m in members if gm and any(mm is m and d > 0 for mm, _, d, _ in gm["done"]))))
+    for name, gm in res.items():
+        if name in pays or not gm["ok"] or name not in net:
+            continue
+        what = (f"pad each expert's token count to a multiple of {name[3:]}{in_mod}" if name.startswith("pad")
+                else GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name))
+        quiet.append(_quiet(
+            f"{what}: its grouped GEMMs save {gm['net']:,.1f} µs/step, but the experts' whole {scope} "
+            + (f"is {-net[name]:,.1f} µs/step slower" if net[name] < 0 else f"saves only {net[name]:,.1f} µs/step")
+            + f" (original {base:.1f} µs, {name} {t[name]:.1f} µs per call): no advice{tag}", "no_gain", module,
+            how, [m.label for m in members]))
+    if not pays:
+        shown = ", ".join(f"{n} {net[n]:+,.1f}" for n in net)
+        quiet.append(_quiet(f"the experts{in_mod}: no variant of their whole {scope} beats the original by 3 % "
+                            f"(µs/step saved: {shown}); no advice{tag}", "no_gain", module, how,
+                            [m.label for m in members]))
+    return items, quiet
+
+
+def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) -> list[dict]:
+    """Ranked advice from saved measurements (`measure.measure_gemms`' result) against the audit rows.
+
+    Each item (keys `ADVICE_KEYS`): ``what`` to change, ``kind`` (pad | path | workspace | pin | grouped; quiet:
+    at_floor | no_gain | not_measured), ``module``, ``saving_us`` per step (per-call change × calls per step,
+    netted over every measured GEMM the change moves), ``saving_pct`` of the step's GPU time, ``evidence``
+    (the numbers, and the GEMMs it changes that were not measured), ``risk`` (numerics, memory, what was not
+    measured), the ``gemms`` measured, the pinned log line to ``replay``, and the numbers of the items it
+    ``excludes`` (they change one of its GEMMs or set its switch the other way: their savings do not add).
+    Items with a saving come first, largest first; then the GEMMs with no advice (near their floor, or
+    faster alone with a change that does not pay over every GEMM it moves) and those not measured."""
+    step = step_gpu_us or (float(rows["gpu_us"].sum() / rows["share"].sum()) if len(rows) and rows["share"].sum()
+                           else None)
+    ms, not_measured = _measured_gemms(rows, measure)
+    switch, switch_quiet = _switch_items(rows, ms)
+    pads, pad_quiet = _pad_items(rows, ms)
+    ex = measure.get("experts")
+    grouped, grouped_quiet = _grouped_items(rows, ms, ex if isinstance(ex, list) else None)
+    items = sorted(_pin_items(ms) + switch + pads + grouped, key=lambda x: -x.saving_us)
+    for a, x in enumerate(items):
+        x.excludes = [b + 1 for b, y in enumerate(items) if b != a and x.clashes(y)]
+    helped = {i for x in items for i in x.helped}
+    quiet: list[AdviceItem] = []
+    for m in ms:
+        if m.i in helped:
+            continue
+        floor = pd.Series([rows.loc[r, "floor_us"] for r in m.rows], dtype="float64").dropna()
+        ratio = m.orig / float(floor.iloc[0]) if len(floor) and float(floor.iloc[0]) > 0 else None
+        key = m.g.get("key") or {}
+        alone = [f"{p['path']} {p['time_us']:.1f} µs" for p in m.g.get("paths") or [] if p.get("time_us") and
+                 p["time_us"] < m.orig * (1 - MIN_GAIN)] + [
+            f"{w['dim']}={w['value']} {w['time_us']:.1f} µs" for w in m.g.get("whatifs") or [] if w.get("time_us")
+            and w["time_us"] < m.orig * (1 - MIN_GAIN) and key.get(w.get("dim")) is not None]
+        at = (f"at {ratio:.2f}× its floor ({100 / ratio:.0f} % of the roofline)" if ratio is not None
+              else "floor unknown")
+        if alone:
+            why = (f"{at}; faster alone ({', '.join(alone)}), but that change does not pay over every GEMM it "
+                   "moves")
+        elif ratio is not None and ratio <= NEAR_FLOOR:
+            why = f"within {100 * (ratio - 1):.0f} % of its floor"
+        else:
+            why = f"{at}; no measured alternative beats it by 3 %"
+        quiet.append(_quiet(f"{m.label}{m.where}: {why}; no advice",
+                            "at_floor" if ratio and ratio <= NEAR_FLOOR and not alone else "no_gain", m.module,
+                            f"original {m.orig:.1f} µs" + (f", floor {float(floor.iloc[0]):.1f} µs" if len(floor)
+                                                           else ""), [m.label]))
+    quiet = not_measured + quiet
+    return [x.as_dict(step) for x in items] + [q.as_dict(step) for q in quiet + switch_quiet + pad_quiet
+                                               + grouped_quiet]
+
+
+def advice_total(items: list[dict]) -> tuple[list[int], float, float | None]:
+    """The items that add up: in rank order, each item that excludes none taken before it. Returns their
+    numbers, their summed saving per step and its share of the step (%)."""
+    take: list[int] = []
+    us, pct = 0.0, 0.0
+    for n, it in enumerate([x for x in items if x["saving_us"] > 0], 1):
+        if not set(it.get("excludes") or []) & set(take):
+            take.append(n)
+            us += it["saving_us"]
+            pct = None if pct is None or it.get("saving_pct") is None else pct + it["saving_pct"]
+    return take, us, pct

@@ -1,0 +1,359 @@
+"""The audit drawn for a person: summary and stall lines, the GEMM table, advice and grouped-variant lines, the
+chain of evidence per GEMM, matplotlib figures and the self-contained HTML page. CPU only.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
+from cublaslt_probe.analysis.audit.advice import _cand_text, _label, _match_rows, advice_total
+
+
+# --------------------------------------------------------------------------- rendering
+TABLE_COLUMNS = ("share", "calls", "gpu_us", "module", "pass", "op", "dtype", "layout", "m", "n", "k", "groups",
+                 "family", "provenance", "kernel_short", "algo", "pct_peak", "floor_ratio", "waves", "flags")
+
+
+def flags(r: dict) -> str:
+    """align-fallback, split-K, kernel≠log: what a row's booleans say, for the table."""
+    out = []
+    if not _na(r["align_fallback"]) and r["align_fallback"]:
+        out.append("align-fallback")
+    if not _na(r["split_k"]) and r["split_k"]:
+        out.append("split-K")
+    if not _na(r["log_consistent"]) and not r["log_consistent"]:
+        out.append("kernel≠log")
+    if not _na(r.get("sizes_source")) and r["sizes_source"] == "assumed":
+        out.append("sizes-assumed")
+    if not _na(r.get("graph")):
+        out.append("graph")
+    return " ".join(out)
+
+
+def summary_lines(a: Audit) -> list[str]:
+    """The audit's header, one fact a line."""
+    from cublaslt_probe.analysis.trace import timeline_sentence
+    cap = (a.env.get("capture") or {})
+    lines = [f"{a.sources.get('trace')}" + (f" + {a.sources['log']}" if a.sources.get("log") else "")
+             + (f"; GPU {a.gpu}" if a.gpu else "") + (f" ({a.env.get('sm_count')} SMs)" if a.env.get("sm_count")
+                                                      else ""),
+             f"{a.steps} step{'s' if a.steps != 1 else ''}; per step: GPU time {a.step_gpu_us / 1e3:,.3f} ms, GEMMs "
+             f"{a.gemm_gpu_us / 1e3:,.3f} ms ({100 * a.gemm_gpu_us / a.step_gpu_us if a.step_gpu_us else 0:.1f} %) "
+             f"in {len(a.rows):,} distinct GEMMs",
+             f"GPU time: {timeline_sentence(a.timeline)}"]
+    if len(a.rows):
+        lines.append(f"attribution: {a.attribution}; {100 * a.attributed_share:.1f} % of GEMM time has a module"
+                     + (f"; torch allow_tf32={cap.get('allow_tf32')}" if "allow_tf32" in cap else ""))
+    if a.observed is not None:
+        o = a.observed
+        lines.append(f"cold-start evidence ({o['source']}): {o['kernels']} kernel name(s) of this trace seen compiled "
+                     f"at run time ({', '.join(f'{k} {v}' for k, v in sorted(o['by_mechanism'].items())) or 'none'}), "
+                     f"{o['gpu_us']:,.1f} µs/step of GPU time; {o['gemm_rows']} GEMM row(s) upgraded to evidence "
+                     "observed")
+    lines += [f"note: {n}" for n in a.notes]
+    lines += stall_lines(a)
+    return lines
+
+
+def stall_lines(a: Audit) -> list[str]:
+    """One line per host stall (`stalls`): what held the host, and what the trace supports about why."""
+    from cublaslt_probe.analysis.stalls import cause
+    if a.stalls is None or not len(a.stalls):
+        return []
+    out = []
+    for r in a.stalls.to_dict("records"):
+        c = cause(r)
+        out.append(f"host stall: {r['host_us'] / 1e3:,.1f} ms/step in {r['op']}"
+                   + (f" ({r['module']})" if not _na(r.get("module")) else "")
+                   + f" for {r['gpu_us']:,.1f} µs of its kernels"
+                   f" — {c['cause']}; change: {c['change']}")
+    return out
+
+
+def table_rows(rows: pd.DataFrame) -> list[list[str]]:
+    """The people's table of the rows: `TABLE_COLUMNS` as text."""
+    def f(v, fmt):
+        return "" if v is None or (not isinstance(v, str) and pd.isna(v)) else format(v, fmt)
+    out = []
+    for r in rows.to_dict("records"):
+        out.append([f"{100 * r['share']:.1f}%" if r["share"] is not None and not pd.isna(r["share"]) else "",
+                    f(r["calls"], "g"), f(r["gpu_us"], ",.1f"), row_label(r), f(r["pass"], ""), f(r["op"], ""),
+                    f(r["dtype"], ""), f(r["layout"], ""), f(r["m"], "d"), f(r["n"], "d"), f(r["k"], "d"),
+                    f(r["groups"], "d"), f(r["family"], ""), f(r["provenance"], ""), f(r["kernel_short"], ""),
+                    f(r["algo"], ""), f(r["pct_peak"], ".1f"), f(r["floor_ratio"], ".2f"), f(r["waves"], ".2f"),
+                    flags(r)])
+    return out
+
+
+def advice_entries(items: list[dict]) -> tuple[list[tuple[int, str, str, str]], str | None, list[str]]:
+    """The advice as people read it, for the text and the page alike: (number, headline, evidence, risk) per
+    item with a saving — the headline says which items it excludes ("alternative to item 1", "excludes item
+    2") —, the line adding up the items that exclude no other (`advice_total`; None under two), and the
+    quiet lines."""
+    shown = [it for it in items if it["saving_us"] > 0]
+    out = []
+    for n, it in enumerate(shown, 1):
+        ex = it.get("excludes") or []
+        rel = "; ".join(x for x in (_numbers("alternative to", [e for e in ex if e < n]),
+                                    _numbers("excludes", [e for e in ex if e > n])) if x)
+        out.append((n, f"{it['what']}: saves {it['saving_us']:,.1f} µs/step"
+                    + (f" ({it['saving_pct']:.1f} % of the step)" if it.get("saving_pct") is not None else "")
+                    + (f" — {rel}" if rel else ""), it["evidence"], it["risk"]))
+    take, us, pct = advice_total(items)
+    total = None
+    if len(take) > 1:
+        total = (f"items {', '.join(map(str, take[:-1]))} and {take[-1]} exclude no other: together they save "
+                 f"{us:,.1f} µs/step" + (f" ({pct:.1f} % of the step)" if pct is not None else ""))
+    return out, total, [it["what"] for it in items if it["saving_us"] <= 0]
+
+
+def _numbers(verb: str, ns: list[int]) -> str:
+    """``excludes item 2`` / ``excludes items 2 and 3`` ('' for none)."""
+    if not ns:
+        return ""
+    return f"{verb} item {ns[0]}" if len(ns) == 1 else (f"{verb} items {', '.join(map(str, ns[:-1]))} and "
+                                                         f"{ns[-1]}")
+
+
+def advice_lines(items: list[dict]) -> list[str]:
+    """The advice as text lines (`advice_entries`)."""
+    entries, total, quiet = advice_entries(items)
+    out = []
+    for n, head, ev, risk in entries:
+        out += [f"{n}. {head}", f"   evidence: {ev}", f"   risk: {risk}"]
+    if total:
+        out.append(total)
+    return out + [f"- {q}" for q in quiet]
+
+
+GROUPED_TABLE = ("variant", "rows", "µs", "vs original", "numerics", "kernel")
+
+
+def grouped_tables(measure: dict | None) -> list[tuple[str, list[list[str]], list[str]]]:
+    """For each measured grouped GEMM: a title (the GEMM, its module and sizes, recorded or assumed), one row
+    per variant (`GROUPED_TABLE`: rows computed, µs, change against the original, max rel. error against it,
+    the main kernel; transformers' experts implementations named beside the variant that runs as they do),
+    and a line for each variant not run, saying why."""
+    from cublaslt_probe.analysis.evidence import main_kernel
+    from cublaslt_probe.names import decode
+    out = []
+    for g in (measure or {}).get("gemms") or []:
+        vs = g.get("grouped")
+        if not vs:
+            continue
+        s = g.get("group_summary") or {}
+        impl = {v: k for k, v in (g.get("implementations") or {}).items()}
+        title = (f"{_label(g.get('key') or {})}" + (f" ({g['module']}" + (f" {g['pass']}" if g.get("pass") else "")
+                                                   + ")" if g.get("module") else "")
+                 + f": {s.get('groups')} groups of {s.get('min')}–{s.get('max')} rows (mean {s.get('mean')}, "
+                 f"{s.get('unaligned')} not a multiple of 8, max/mean {s.get('imbalance')}), sizes "
+                 f"{g.get('sizes_source') or 'recorded'}")
+        base = vs[0].get("time_us")
+        body = []
+        for v in vs:
+            t = v.get("time_us")
+            num = (g.get("numerics") or {}).get(v["variant"])
+            k = main_kernel(v.get("kernels")) if v.get("kernels") else None
+            name = v["variant"] + (f" (experts_implementation {impl[v['variant']]})" if v["variant"] in impl else "")
+            body.append([name, f"{v['rows']:,}" if v.get("rows") is not None else "",
+                         f"{t:,.1f}" if t else "not run",
+                         f"{100 * (t - base) / base:+.1f} %" if t and base and v["variant"] != "original" else "",
+                         "" if num is None else f"{num:.2g}",
+                         (decode(k).short or k[:40]) if k else ""])
+        notes = [f"{v['variant']} not run: {v.get('not_run') or v.get('error')}" for v in vs
+                 if not v.get("time_us") and (v.get("not_run") or v.get("error"))]
+        out.append((title, body, notes))
+    return out
+
+
+def grouped_lines(measure: dict | None) -> list[str]:
+    """`grouped_tables` as text."""
+    from cublaslt_probe.cli._common import render_table
+    out = []
+    for title, body, notes in grouped_tables(measure):
+        out += [title, render_table(list(GROUPED_TABLE), body, {"rows", "µs", "vs original", "numerics"},
+                                    caps={"kernel": 40}).rstrip("\n") + "".join(f"\n{x}" for x in notes)]
+    return out
+
+
+def chain(r: dict, g: dict | None = None) -> list[str]:
+    """The evidence for one row, in order (explain's chain, from the trace, the log and the measurement)."""
+    def v(x, fmt=""):
+        return "?" if _na(x) else format(x, fmt)
+    out = [f"op {r['op']} in {row_label(r)} ({r['pass'] or 'no module'}): inputs {r['input_dims'] or 'not recorded'}, "
+           f"strides {r['input_strides'] or 'not recorded'} -> {v(r['dtype'])} {v(r['layout'])} m={v(r['m'])} "
+           f"n={v(r['n'])} k={v(r['k'])}" + (f", {v(r['groups'])} groups split along {r['group_dim']}"
+                                               if not _na(r["groups"]) else "")
+           + (f" (shape from the {r['shape_from']})" if r["shape_from"] == "kernel arguments" else "")]
+    if _na(r["algo"]):
+        out.append("cuBLASLt log: no matching line (not a cuBLASLt call, or no log)")
+    else:
+        agree = {True: "agrees", False: "DISAGREES"}.get(None if _na(r["log_consistent"]) else
+                                                         bool(r["log_consistent"]), "has nothing to compare")
+        out.append(f"cuBLASLt log: {r['log_function']} chose {r['algo']}, workspace {v(r['workspace_bytes'])} B; "
+                   f"the kernel {agree}")
+    out.append(f"kernel ({r['provenance']}, {r['family']}): {r['kernel']}; decoded {r['kernel_short']}"
+               + (f", problem shape {r['problem_shape']}" if not _na(r["problem_shape"]) else ""))
+    out.append(f"{v(r['calls'], 'g')} calls/step, {v(r['mean_us'], ',.2f')} µs each = {v(r['tflops'], '.1f')} "
+               f"TFLOP/s = {v(r['pct_peak'], '.1f')} % of peak; floor {v(r['floor_us'], ',.2f')} µs "
+               f"({v(r['bound'])}-bound), {v(r['floor_ratio'], '.2f')}× the floor; {v(r['waves'], '.2f')} waves")
+    if not _na(r.get("sizes_source")):
+        out.append(f"group sizes ({r['sizes_source']}): {v(r['groups'])} groups of {v(r['group_min'])}–"
+                   f"{v(r['group_max'])} rows (mean {v(r['group_mean'], '.1f')}), {v(r['group_empty'])} empty, "
+                   f"{v(r['group_unaligned'])} not a multiple of 8, max/mean {v(r['group_imbalance'], '.2f')}"
+                   + (f", {v(r['group_routings'])} routings" if not _na(r["group_routings"]) and r["group_routings"] > 1
+                      else "") + f"; waves {v(r['group_waves'], '.2f')} (the largest group "
+                   f"{v(r['largest_group_waves'], '.2f')}); the floor counts each expert's weights once")
+    if not _na(r["align_fallback"]) and r["align_fallback"]:
+        out.append(f"alignment fallback: {r['misaligned']} not a multiple of 16 bytes, kernel {r['arch']}")
+    elif not _na(r["misaligned"]):
+        out.append(f"misaligned leading dimension: {r['misaligned']} (the kernel is not a fallback)")
+    if g is not None:
+        if g.get("skipped") or g.get("error"):
+            out.append(f"not measured: {g.get('skipped') or g.get('error')}")
+        elif g.get("grouped"):
+            out.append(f"measured: original {v(g.get('original_us'), ',.1f')} µs with the {g.get('sizes_source')} "
+                       "group sizes; " + ", ".join(f"{x['variant']} {x['time_us']:,.1f}" for x in g["grouped"][1:]
+                                                   if x.get("time_us")) + " µs")
+        else:
+            reg = g.get("regret") or {}
+            out.append(f"measured: original {v(g.get('original_us'), ',.1f')} µs on its path; heuristic regret "
+                       f"{v(reg.get('regret_pct'), '.1f')} % (best candidate #{v(reg.get('best_rank'))})")
+    return out
+
+
+def _svg(fig) -> str:
+    """The figure as inline SVG (the page stays one self-contained file)."""
+    import io
+    import matplotlib.pyplot as plt
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, Any]:
+    """matplotlib Figures of the audit: GPU time by class, share and % of peak per GEMM, what-if curves."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from cublaslt_probe.analysis.trace import timeline_groups
+    figs: dict[str, Any] = {}
+    g = timeline_groups(a.timeline)
+    if len(g):
+        fig, ax = plt.subplots(figsize=(7, 0.35 * len(g) + 0.8))
+        ax.barh(g["label"][::-1], 100 * g["share"][::-1], color="#4c72b0")
+        ax.set_xlabel("% of the step's GPU time")
+        ax.set_title("GPU time by provenance, library and kind")
+        figs["timeline"] = fig
+    rows = a.rows.head(top)
+    if len(rows):
+        labels = [f"{row_label(r)}{' bwd' if r['pass'] == 'bwd' else ''} · {r['m']}×{r['n']}×{r['k']}"
+                  for r in rows.to_dict("records")][::-1]
+        fig, (ax1, ax2) = plt.subplots(1, 2, sharey=True, figsize=(11, 0.32 * len(rows) + 1.0))
+        ax1.barh(labels, 100 * rows["share"].astype(float)[::-1], color="#55a868")
+        ax1.set_xlabel("% of the step's GPU time")
+        ax1.set_title("share per GEMM")
+        pk = rows["pct_peak"].astype(float)[::-1]
+        ax2.barh(labels, pk.fillna(0), color="#c44e52")
+        ax2.set_xlabel("% of dense peak")
+        ax2.set_xlim(0, 100)
+        ax2.set_title("% of peak per GEMM")
+        figs["gemms"] = fig
+    curves = [g for g in (measure or {}).get("gemms") or [] if g.get("whatifs") and g.get("original_us")][:4]
+    if curves:
+        # against the elements added (0: the original), so that every dim shares an axis and its ticks stay
+        # short integers however large the padded value is
+        from matplotlib.ticker import MaxNLocator
+        fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3), squeeze=False, layout="constrained")
+        for ax, g in zip(axes[0], curves):
+            k = g.get("key") or {}
+            for dim in ("m", "n", "k"):
+                pts = sorted((w["value"], w["time_us"]) for w in g["whatifs"]
+                             if w.get("dim") == dim and w.get("time_us") and k.get(dim) is not None)
+                if pts:
+                    ax.plot([0] + [p[0] - k[dim] for p in pts], [g["original_us"]] + [p[1] for p in pts], "o-",
+                            label=f"pad {dim} from {k[dim]}")
+            ax.axhline(g["original_us"], color="grey", lw=0.8)
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+            ax.set_title(f"{k.get('m')}×{k.get('n')}×{k.get('k')} {k.get('dtype')}", fontsize=9)
+            ax.set_xlabel("elements added")
+            ax.set_ylabel("µs")
+            ax.legend(fontsize=7)
+        figs["whatifs"] = fig
+    return figs
+
+
+def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None = None,
+                detail_rows: int = 12) -> str:
+    """A self-contained HTML page: summary, GPU time by class, the advice, the GEMM table, figures (inline
+    SVG), and for the largest GEMMs the chain of evidence (`chain`) with their measurements when given."""
+    import html as H
+    e = H.escape
+    figs = {k: _svg(f) for k, f in figures(a, measure).items()}
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>cublaslt-probe audit</title><style>"
+             "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px}"
+             "td,th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}"
+             ".note{color:#a33}.bar{background:#55a868;height:10px;display:inline-block}</style></head><body>",
+             "<h1>GEMM audit</h1>", "<ul>" + "".join(
+                 f"<li class='{'note' if ln.startswith('note:') else ''}'>{e(ln)}</li>" for ln in summary_lines(a))
+             + "</ul>"]
+    parts.append("<h2>GPU time by kind and provenance</h2>" + figs.get("timeline", "<p>no GPU time</p>"))
+    parts.append("<h2>Advice</h2>")
+    if items:
+        entries, total, quiet = advice_entries(items)
+        parts.append("<ol>" + "".join(f"<li><b>{e(head)}</b><br>evidence: {e(ev)}<br>risk: {e(risk)}</li>"
+                                      for _, head, ev, risk in entries) + "</ol>")
+        if total:
+            parts.append(f"<p>{e(total)}</p>")
+        if quiet:
+            parts.append("<ul>" + "".join(f"<li>{e(q)}</li>" for q in quiet) + "</ul>")
+    else:
+        parts.append("<p>no measurements: run <code>audit --measure</code> on the GPU (or render a saved one "
+                     "with <code>--from</code>) for advice.</p>")
+    parts.append("<h2>GEMMs</h2>")
+    head = ["share", "calls", "µs/step", "module", "pass", "op", "dtype", "layout", "m", "n", "k", "groups",
+            "family", "provenance", "decoded", "logged algo", "% peak", "× floor", "waves", "flags"]
+    num = {0, 1, 2, 8, 9, 10, 11, 16, 17, 18}
+    body = []
+    for r, cells in zip(a.rows.to_dict("records"), table_rows(a.rows)):
+        share = r["share"] if r["share"] is not None and not pd.isna(r["share"]) else 0
+        cells[0] = f"<span class='bar' style='width:{max(1, int(200 * share))}px'></span> {e(cells[0])}"
+        body.append("<tr>" + "".join(f"<td class='n'>{c}</td>" if i in num and i else
+                                     f"<td>{c if i == 0 else e(c)}</td>" for i, c in enumerate(cells)) + "</tr>")
+    parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>" + "".join(body) + "</table>")
+    if "gemms" in figs:
+        parts.append("<h2>Share and % of peak per GEMM</h2>" + figs["gemms"])
+    parts.append("<h2>Per GEMM</h2>")
+    if "whatifs" in figs:
+        parts.append(figs["whatifs"])
+    by_row: dict[int, dict] = {}
+    for g in (measure or {}).get("gemms") or []:
+        for i in _match_rows(a.rows, g).index:
+            by_row.setdefault(int(i), g)
+    for i, r in enumerate(a.rows.head(detail_rows).to_dict("records")):
+        g = by_row.get(i)
+        parts.append(f"<details{' open' if i < 3 else ''}><summary><b>{e(row_label(r))}</b> {e(str(r['pass'] or ''))} "
+                     f"{e(str(r['op']))} {r['m']}×{r['n']}×{r['k']}: {r['gpu_us']:,.1f} µs/step</summary><ol>"
+                     + "".join(f"<li>{e(x)}</li>" for x in chain(r, g)) + "</ol>")
+        if g and g.get("grouped"):
+            for title, body, notes in grouped_tables({"gemms": [g]}):
+                parts.append(f"<h4>{e(title)}</h4><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in GROUPED_TABLE)
+                             + "</tr>" + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
+                                                 for row in body) + "</table>"
+                             + "".join(f"<p>{e(x)}</p>" for x in notes))
+        if g and not (g.get("skipped") or g.get("error")):
+            for name, cols in (("candidates", ("rank", "algo", "kernel", "time_us", "ok_numerics")),
+                               ("paths", ("path", "workspace", "kernel", "time_us")),
+                               ("whatifs", ("dim", "value", "multiple", "kernel", "time_us"))):
+                recs = [{**x, "algo": _cand_text(x)} if name == "candidates" else x for x in g.get(name) or []]
+                if recs:
+                    parts.append(f"<h4>{name}</h4><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
+                                 + "".join("<tr>" + "".join(f"<td>{e(str(x.get(c, '')))}</td>" for c in cols)
+                                           + "</tr>" for x in recs) + "</table>")
+        parts.append("</details>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

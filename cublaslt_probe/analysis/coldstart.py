@@ -1,0 +1,1280 @@
+"""Why was the first step slow? A cold-start breakdown of a whole program, each cause measured.
+
+`run(target, steps=…)` (needs a GPU: it starts the children) runs the program's steps in fresh child
+processes (`cublaslt_probe.gpu.coldstart_child`), one controlled environment each, and returns what they measured;
+`analyse(result)` (CPU only, no torch) splits the excess of step 1 over the steady state by cause, each with
+its evidence; `render(analysis)` prints it; `observed_provenance(result)` lists the kernels the process was seen
+compiling or loading from PTX. `cold_start(...)` is run + analyse.
+
+The environments are `ENVS` (what each separates: docs/coldstart.md); `--env-set default` runs cold, warm,
+preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`); noautotune is added when
+the cold run compiled with XLA (`AUTO_ENVS`). Each run has its own folder for every compile cache a process may
+use (`CACHE_DIRS`: ComputeCache, Inductor, Triton, torch's kernels and extensions, CuPy, Numba, JAX).
+
+The breakdown of the cold run's step 1: excess = step 1 − steady state (median of steps 3…N) =
+(cold − warm) + (warm − preinit) + (preinit − eager) + (eager step 1 − steady); the first three are the
+cold-cache compilation (split between the framework and PTX JIT by what was written where), initialisation and
+module loading; the last is split into what was observed inside the eager run's step 1: framework compilation
+with warm caches (torch.compile's own timers), benchmark-based autotuning (its autotuning timers), cuBLASLt
+heuristic misses (new problems in the step's level-2 log × the miss time measured by `nocache`) and allocator
+growth (time in the driver's allocation calls, seen by CUPTI). The compile routes whose entry points the child
+timed (CuPy/NVRTC, Triton used directly, Numba, JAX/XLA and XLA's GEMM autotuning) take their own share of
+cold − warm (their timers' difference) and of the eager run's step 1 (their timers there). What none of these
+explains is reported as "unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A
+difference between two runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was
+measured.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.names.classes import AUTOTUNED
+from cublaslt_probe.streams import open_text
+
+SCHEMA = 1
+CONTROLLED = ("CUDA_MODULE_LOADING", "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE", "CUDA_CACHE_MAXSIZE",
+              "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_PTX_JIT", "CUBLASLT_HEURISTICS_CACHE_CAPACITY",
+              "CUBLASLT_LOG_LEVEL", "CUBLASLT_LOG_MASK", "CUBLASLT_LOG_FILE", "TORCHINDUCTOR_CACHE_DIR",
+              "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH", "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
+              "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "CUBLASLT_PROBE_XLA_DUMP")
+# every compile cache a run isolates (the folder each variable names): env var -> folder prefix
+CACHE_DIRS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+              "PYTORCH_KERNEL_CACHE_PATH": "torchkernels", "CUPY_CACHE_DIR": "cupy",
+              "TORCH_EXTENSIONS_DIR": "torchextensions", "NUMBA_CACHE_DIR": "numba",
+              "JAX_COMPILATION_CACHE_DIR": "jax"}
+FRAMEWORK_VARS = tuple(CACHE_DIRS)
+# XLA flags a run sets: its autotuning dumps (evidence of what XLA timed); the user's own values are replaced
+XLA_DUMP_FLAGS = {"xla_gpu_dump_autotune_results_to": "autotune_results.txt",
+                  "xla_gpu_dump_autotune_logs_to": "autotune_logs.txt"}
+# XLA's own autotuning caches: isolated per run when the user's XLA_FLAGS turn one on
+XLA_CACHE_FLAGS = ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_experimental_autotuner_cache_dir",
+                   "xla_gpu_kernel_cache_file")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    what: str
+    loading: str = "LAZY"
+    compute_cache: str = "main"       # which ComputeCache folder (shared folders are warm after the first run)
+    framework_cache: str = "main"
+    preinit: bool = False
+    extra: dict = field(default_factory=dict)
+    xla_flags: dict = field(default_factory=dict)
+
+
+ENVS = {e.name: e for e in (
+    EnvSpec("cold", "LAZY, empty caches"),
+    EnvSpec("warm", "LAZY, caches warm"),
+    EnvSpec("preinit", "LAZY, warm, libraries initialised first", preinit=True),
+    EnvSpec("eager", "EAGER module loading, warm, initialised first", loading="EAGER", preinit=True),
+    EnvSpec("nocache", "warm, initialised, heuristics cache off", preinit=True,
+            extra={"CUBLASLT_HEURISTICS_CACHE_CAPACITY": "0"}),
+    EnvSpec("nojit", "CUDA_DISABLE_PTX_JIT=1, empty ComputeCache", compute_cache="nojit",
+            extra={"CUDA_DISABLE_PTX_JIT": "1"}),
+    EnvSpec("forcejit", "CUDA_FORCE_PTX_JIT=1, empty ComputeCache", compute_cache="forced",
+            extra={"CUDA_FORCE_PTX_JIT": "1"}),
+    EnvSpec("forcejit_warm", "CUDA_FORCE_PTX_JIT=1, its ComputeCache warm", compute_cache="forced",
+            extra={"CUDA_FORCE_PTX_JIT": "1"}),
+    EnvSpec("noautotune", "LAZY, empty caches, XLA autotuning off", compute_cache="noautotune",
+            framework_cache="noautotune", xla_flags={"xla_gpu_autotune_level": "0"}),
+)}
+# runs added after the listed ones when the cold run observed what they separate (not with an explicit --envs)
+AUTO_ENVS = {"noautotune": "XLA compiled in the cold run's steps: the same program with XLA's autotuning off "
+                           "times the autotuning"}
+ENV_SETS = {
+    "default": ("cold", "warm", "preinit", "eager", "nocache"),
+    "full": tuple(ENVS),
+    "compile": ("cold", "warm"),
+    "jit": ("cold", "warm", "nojit", "forcejit", "forcejit_warm"),
+}
+
+
+# --- running (starts GPU children; imports no torch itself) ---------------------------------------------------------
+def _files(root: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            p = os.path.join(d, f)
+            with contextlib.suppress(OSError):
+                out[os.path.relpath(p, root)] = os.path.getsize(p)
+    return out
+
+
+def env_names(env_set: str | None = None, envs: str | None = None) -> list[str]:
+    """The runs to make, in order: an explicit comma list, or a named set."""
+    if envs:
+        names = [e.strip() for e in envs.split(",") if e.strip()]
+        bad = [e for e in names if e not in ENVS]
+        if bad:
+            raise ProbeError(f"--envs: unknown environment(s) {', '.join(bad)}; choose from {', '.join(ENVS)}")
+        return names
+    if (env_set or "default") not in ENV_SETS:
+        raise ProbeError(f"--env-set {env_set}: choose one of {', '.join(ENV_SETS)}")
+    return list(ENV_SETS[env_set or "default"])
+
+
+def target_args(target) -> tuple[list[str], dict]:
+    """Child arguments and a description for a target: a callable (module-level, importable or in a file),
+    a "FILE.py:NAME" / "module:NAME" string, or a list [SCRIPT, ARGS...]."""
+    if callable(target):
+        mod = getattr(target, "__module__", None)
+        qual = getattr(target, "__qualname__", getattr(target, "__name__", None))
+        if not mod or not qual or "<locals>" in qual or "<lambda>" in qual:
+            raise ProbeError("cold_start: the step function must be defined at module level (the child "
+                             "process imports it by name)")
+        m = sys.modules.get(mod)
+        where = mod
+        if mod == "__main__" or not (m and getattr(m, "__spec__", None)):
+            where = os.path.abspath(getattr(m, "__file__", "") or "")
+            if not where or not os.path.isfile(where):
+                raise ProbeError(f"cold_start: cannot locate the file of {qual}; pass 'FILE.py:{qual}'")
+        spec = f"{where}:{qual}"
+        return ["--func", spec], {"kind": "func", "spec": spec}
+    if isinstance(target, str):
+        where, _, name = target.rpartition(":")
+        if not where or not name:
+            raise ProbeError(f"cold_start: {target!r}: give FILE.py:NAME, module:NAME, or [SCRIPT, ARGS...]")
+        if where.endswith(".py") and not os.path.isfile(where):
+            raise ProbeError(f"cold_start: {where}: no such file")
+        spec = f"{os.path.abspath(where)}:{name}" if where.endswith(".py") else target
+        return ["--func", spec], {"kind": "func", "spec": spec}
+    argv = list(target)
+    if not argv:
+        raise ProbeError("cold-start: no script given; use `cublaslt-probe cold-start -- python SCRIPT.py [ARGS]`")
+    if os.path.basename(argv[0]).startswith("python"):
+        argv = argv[1:]
+    if argv and argv[0] == "-m":
+        raise ProbeError("cold-start: `python -m MODULE` is not supported; give the script's path")
+    if not argv or not os.path.isfile(argv[0]):
+        raise ProbeError(f"cold-start: {argv[0] if argv else '(nothing)'}: no such script; give the path of a "
+                         "Python script that marks its steps or defines make_step()/step()")
+    argv[0] = os.path.abspath(argv[0])
+    return ["--script", *argv], {"kind": "script", "argv": [os.path.basename(argv[0]), *argv[1:]]}
+
+
+def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = None, cupti: bool = True,
+        timeout: float = 600.0, label: str | None = None, python: str | None = None, log=None) -> dict:
+    """Run the target's steps once per environment, each in a fresh child process; the raw result."""
+    if steps < 3:
+        raise ProbeError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
+    args, desc = target_args(target)
+    names = env_names(env_set, envs)
+    import cublaslt_probe
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cublaslt_probe.__file__)))
+    out = {"schema": SCHEMA, "label": label or desc.get("spec") or desc.get("argv", [""])[0], "target": desc,
+           "steps": steps, "envs": names, "cupti": cupti,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": {}}
+    root = tempfile.mkdtemp(prefix="coldstart_")
+    todo = list(names)
+    try:
+        while todo:
+            name = todo.pop(0)
+            spec = ENVS[name]
+            dirs = {"CUDA_CACHE_PATH": os.path.join(root, f"computecache_{spec.compute_cache}")}
+            dirs.update({var: os.path.join(root, f"{prefix}_{spec.framework_cache}")
+                         for var, prefix in CACHE_DIRS.items()})
+            before = {}
+            for var, d in dirs.items():
+                os.makedirs(d, exist_ok=True)
+                before[var] = _files(d)
+            # one dump folder for every run, emptied before each: the XLA flags are then the same in every run
+            # (JAX's persistent cache keys its entries on them, so a per-run folder would make every run miss)
+            dump = os.path.join(root, "xla_dump")
+            shutil.rmtree(dump, ignore_errors=True)
+            os.makedirs(dump, exist_ok=True)
+            env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
+            env.update(dirs)
+            env.update({"CUDA_MODULE_LOADING": spec.loading, "CUDA_CACHE_DISABLE": "0", "PYTHONUNBUFFERED": "1",
+                        "CUBLASLT_PROBE_XLA_DUMP": dump,
+                        "XLA_FLAGS": xla_flags(os.environ.get("XLA_FLAGS", ""), dump,
+                                               os.path.join(root, f"xlacache_{spec.framework_cache}"),
+                                               spec.xla_flags)})
+            env.update(spec.extra)
+            env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            cmd = [python or sys.executable, "-m", "cublaslt_probe.gpu.coldstart_child", "--steps", str(steps)]
+            cmd += ["--preinit"] if spec.preinit else []
+            cmd += [] if cupti else ["--no-cupti"]
+            cmd += args
+            t0 = time.perf_counter()
+            try:
+                p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+                rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+            except subprocess.TimeoutExpired as e:
+                rc, stdout, stderr = None, _text(e.stdout), _text(e.stderr) + f"\n(timed out after {timeout:.0f} s)"
+            rec: dict = {"env": {"what": spec.what, "CUDA_MODULE_LOADING": spec.loading, **spec.extra,
+                                 **{f"XLA {k}": v for k, v in spec.xla_flags.items()},
+                                 "preinit": spec.preinit, "compute_cache": spec.compute_cache,
+                                 "compute_cache_warm": bool(before["CUDA_CACHE_PATH"]),
+                                 "framework_cache_warm": any(before[v] for v in FRAMEWORK_VARS),
+                                 "caches_before": {v: len(before[v]) for v in dirs}},
+                         "returncode": rc, "wall_s": time.perf_counter() - t0}
+            child = _last_json(stdout)
+            if child is None:
+                rec.update({"ok": False, "error": (stderr or stdout or "no output")[-1500:]})
+            else:
+                rec.update(child)
+                if not child.get("ok") and stderr:
+                    rec["stderr_tail"] = stderr[-1500:]
+            written = {}
+            for var, d in dirs.items():
+                new = {p: s for p, s in _files(d).items() if p not in before[var]}
+                written[var] = {"count": len(new), "bytes": sum(new.values())}
+            rec["cache_written"] = written
+            out["runs"][name] = rec
+            why = _no_gpu(rec)
+            if why:
+                from cublaslt_probe.errors import NoCudaDevice
+                raise NoCudaDevice("cold-start", why)
+            if log:
+                log(f"{name}: {'ok' if rec.get('ok') else 'FAILED'} in {rec['wall_s']:.1f} s")
+            if name == "cold" and not envs:
+                for extra in auto_envs(rec):
+                    if extra not in names and extra not in todo:
+                        todo.append(extra)
+                        names.append(extra)
+                        if log:
+                            log(f"{extra}: added ({AUTO_ENVS[extra]})")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def xla_flags(user: str, dump: str, cache_root: str, extra: dict) -> str:
+    """XLA_FLAGS for a run: the user's flags, less those the run sets; the autotuning dumps into `dump`; XLA's own
+    autotuning caches, where the user turned one on, moved into a folder of the run (`cache_root`); `extra`."""
+    ours = {k: os.path.join(dump, f) for k, f in XLA_DUMP_FLAGS.items()}
+    ours.update(extra)
+    kept = []
+    for flag in user.split():
+        name, _, value = flag.lstrip("-").partition("=")
+        if name in ours:
+            continue
+        if name in XLA_CACHE_FLAGS and value:
+            ours[name] = os.path.join(cache_root, name)
+            os.makedirs(ours[name] if name.endswith("_dir") else cache_root, exist_ok=True)
+            continue
+        kept.append(flag)
+    return " ".join(kept + [f"--{k}={v}" for k, v in ours.items()])
+
+
+def auto_envs(cold: dict) -> list[str]:
+    """The runs `AUTO_ENVS` adds after this cold run: noautotune when XLA compiled during its steps."""
+    seen = any(k.startswith("jax:") and k.endswith("backend_compile_duration")
+               for w in _step_windows(cold) for k in (w.get("jit_s") or {}))
+    return ["noautotune"] if seen else []
+
+
+def _no_gpu(rec: dict) -> str | None:
+    """Why a child could not use a GPU at all (torch missing, no device), or None."""
+    text = f"{rec.get('error') or ''} {rec.get('traceback') or ''}"
+    if "No module named 'torch'" in text:
+        return ("the child process cannot import torch; run on a machine with torch and a GPU, or render a saved "
+                "run with --from")
+    if "Found no NVIDIA driver" in text or "no CUDA-capable device" in text:
+        return "torch in the child process sees no GPU; render a saved run with --from"
+    return None
+
+
+def _text(b) -> str:
+    if b is None:
+        return ""
+    return b.decode(errors="replace") if isinstance(b, bytes) else b
+
+
+def _last_json(stdout: str) -> dict | None:
+    for line in reversed((stdout or "").strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def cold_start(target, steps: int = 6, env_set: str = "default", **kw) -> dict:
+    """Run (GPU) and analyse: the breakdown of the first step of `target` (see `run` for targets)."""
+    return analyse(run(target, steps=steps, env_set=env_set, **kw))
+
+
+@contextlib.contextmanager
+def cold_start_step():
+    """Mark one step of a script run under `cublaslt-probe cold-start` (a no-op otherwise)."""
+    child = sys.modules.get("cublaslt_probe.gpu.coldstart_child")
+    if child is None or getattr(child, "_ACTIVE", None) is None:
+        yield
+        return
+    child.marked_step_begin()
+    try:
+        yield
+    except BaseException as e:
+        child.marked_step_end(error=f"{type(e).__name__}: {e}")
+        raise
+    child.marked_step_end()
+
+
+# --- reading a run (CPU) ----------------------------------------------------------------------------------------
+def windows(run: dict) -> dict[str, dict]:
+    return {w["name"]: w for w in run.get("windows", [])}
+
+
+def step_walls(run: dict) -> list[float]:
+    ws = [w for w in run.get("windows", []) if re.fullmatch(r"step\d+", w["name"])]
+    ws.sort(key=lambda w: int(w["name"][4:]))
+    return [w["wall_s"] for w in ws]
+
+
+def step_hosts(run: dict) -> list[float]:
+    ws = [w for w in run.get("windows", []) if re.fullmatch(r"step\d+", w["name"])]
+    ws.sort(key=lambda w: int(w["name"][4:]))
+    return [w["host_s"] for w in ws]
+
+
+def steady(values: list[float]) -> float | None:
+    """Steady state: the median of steps 3…N."""
+    return statistics.median(values[2:]) if len(values) >= 3 else None
+
+
+def usable(run: dict | None) -> bool:
+    return bool(run) and bool(run.get("ok")) and len(step_walls(run)) >= 3
+
+
+def compile_seconds(w: dict | None) -> float:
+    """torch.compile's compile time inside a window: its outermost timer (the timers nest)."""
+    vals = (w or {}).get("compile_s") or {}
+    return max(vals.values()) if vals else 0.0
+
+
+def autotune_seconds(w: dict | None) -> float:
+    """Benchmark-based autotuning inside a window: torch.compile's timers whose name says so."""
+    vals = (w or {}).get("compile_s") or {}
+    picked = [v for k, v in vals.items() if re.search(r"autotun|benchmark", k, re.I)]
+    return min(max(picked), compile_seconds(w)) if picked else 0.0
+
+
+def new_files(w: dict | None, var: str) -> dict:
+    return ((w or {}).get("new_files") or {}).get(var) or {}
+
+
+def _step_windows(run: dict) -> list[dict]:
+    ws = [w for w in run.get("windows", []) if re.fullmatch(r"step\d+", w["name"])]
+    return sorted(ws, key=lambda w: int(w["name"][4:]))
+
+
+_KEY_FIELDS = ("function", "a_type", "b_type", "c_type", "d_type", "compute_type", "scale_type", "op_a",
+               "op_b", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "batch_count", "epilogue", "workspace_bytes")
+
+
+def problem_keys(lines: list[str]) -> list[tuple]:
+    """One key per logged matmul (the log parser's trace records): the function, types, transposes, sizes,
+    leading dimensions, batch, epilogue and workspace, the problem part of a call that cuBLASLt's heuristics
+    cache is keyed on. Other lines are skipped."""
+    from cublaslt_probe.logs import parse_line
+    out = []
+    for i, line in enumerate(lines):
+        rec = parse_line(line, i + 1)
+        if rec is not None and rec.kind == "trace" and rec.m is not None:
+            out.append(tuple(getattr(rec, f) for f in _KEY_FIELDS))
+    return out
+
+
+def new_problems(run: dict, window: str = "step1") -> tuple[int, int]:
+    """(distinct problems of `window` never seen earlier in the process, GEMM lines in the window)."""
+    lines = run.get("lt_lines") or {}
+    order = [w["name"] for w in run.get("windows", [])]
+    seen: set[tuple] = set()
+    for name in order:
+        if name == window:
+            break
+        seen.update(problem_keys(lines.get(name, [])))
+    keys = problem_keys(lines.get(window, []))
+    return len(set(keys) - seen), len(keys)
+
+
+def lt_calls_per_step(run: dict) -> float | None:
+    counts = run.get("lt_counts") or {}
+    vals = [counts[w] for w in (x["name"] for x in _step_windows(run)[2:]) if w in counts]
+    return statistics.median(vals) if vals else None
+
+
+def driver_seconds(run: dict, window: str, what: str) -> tuple[float, int]:
+    g = ((run.get("driver_calls") or {}).get(window) or {}).get("by_what", {}).get(what) or {}
+    return float(g.get("seconds", 0.0)), int(g.get("count", 0))
+
+
+def modules_in(run: dict, window: str) -> dict:
+    return (run.get("modules") or {}).get(window) or {}
+
+
+def compute_cache_written(run: dict) -> int:
+    return int(((run.get("cache_written") or {}).get("CUDA_CACHE_PATH") or {}).get("count", 0))
+
+
+def framework_files_written(run: dict) -> int:
+    cw = run.get("cache_written") or {}
+    return sum(int((cw.get(v) or {}).get("count", 0)) for v in FRAMEWORK_VARS)
+
+
+def ptx_loads(run: dict) -> list[dict]:
+    """Driver calls of the steps that were handed PTX (a loader with PTX text, the linker with PTX/LTO-IR)."""
+    out = []
+    for name, g in (run.get("driver_calls") or {}).items():
+        if not name.startswith("step"):
+            continue
+        for c in g.get("records", []):
+            if c.get("image") == "ptx" or c.get("input") in ("ptx", "lto-ir"):
+                out.append({**c, "window": name})
+    return out
+
+
+def libraries_loaded_in_steps(run: dict) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for w in _step_windows(run):
+        for lib in w.get("new_libraries") or []:
+            out.setdefault(lib, []).append(w["name"])
+    return out
+
+
+# --- the compile entry points the child timed (CPU) -----------------------------------------------------------------
+JAX_TRACE = ("jax:/jax/core/compile/jaxpr_trace_duration", "jax:/jax/core/compile/jaxpr_to_mlir_module_duration")
+JAX_BACKEND = "jax:/jax/core/compile/backend_compile_duration"
+JAX_HITS = "jax:/jax/compilation_cache/cache_hits"                  # an executable read from the cache
+JAX_RETRIEVAL = "jax:/jax/compilation_cache/cache_retrieval_time_sec"  # recorded with each hit
+JAX_WRITES = "jax:/jax/compilation_cache/cache_misses"               # JAX records it when it writes an entry
+
+
+def jit_seconds(w: dict | None, *keys: str) -> float:
+    """Seconds inside the timed entry points `keys` during a window (0 where none was called)."""
+    vals = (w or {}).get("jit_s") or {}
+    return float(sum((vals.get(k) or {}).get("s", 0.0) for k in keys))
+
+
+def jit_calls(w: dict | None, key: str) -> int:
+    return int((((w or {}).get("jit_s") or {}).get(key) or {}).get("n", 0))
+
+
+def xla_seconds(w: dict | None) -> float:
+    """JAX's compile path in a window: tracing, lowering to MLIR, and the backend compile (or cache load)."""
+    return jit_seconds(w, *JAX_TRACE, JAX_BACKEND)
+
+
+def xla_hits(w: dict | None) -> int:
+    """Executables JAX's persistent cache served in a window."""
+    return max(jit_calls(w, JAX_HITS), jit_calls(w, JAX_RETRIEVAL))
+
+
+def xla_compiled(w: dict | None) -> bool:
+    """XLA compiled in the window: backend compiles beyond those JAX's persistent cache served."""
+    return jit_calls(w, JAX_BACKEND) > xla_hits(w)
+
+
+def xla_candidates_timed(w: dict | None) -> int:
+    """Candidates XLA timed in a window (its autotuning log: one ``run_time`` per candidate); 0 where XLA found
+    every result in its autotuning cache, or wrote no log."""
+    return int((((w or {}).get("xla_autotune") or {}).get("autotune_logs") or {}).get("timed", 0))
+
+
+def xla_autotune_seconds(runs: dict) -> float | None:
+    """What XLA's GEMM autotuning costs per full compile of the program: the cold run's backend compile in step 1
+    − the noautotune run's (the same compile with ``--xla_gpu_autotune_level=0``, caches empty too); None without
+    both runs compiling."""
+    A, N = runs.get("cold"), runs.get("noautotune")
+    if not (usable(A) and usable(N)):
+        return None
+    a1, n1 = windows(A).get("step1"), windows(N).get("step1")
+    if not (xla_compiled(a1) and xla_compiled(n1) and xla_candidates_timed(a1)):
+        return None
+    return jit_seconds(a1, JAX_BACKEND) - jit_seconds(n1, JAX_BACKEND)
+
+
+def xla_autotuned(run: dict) -> dict:
+    """What XLA's autotuning dumps of a run's steps hold: GEMMs autotuned (results), candidates timed (logs)."""
+    out = {"results": 0, "timed": 0, "kinds": {}, "windows": []}
+    for w in _step_windows(run):
+        xa = w.get("xla_autotune") or {}
+        if not xa:
+            continue
+        out["windows"].append(w["name"])
+        out["results"] += autotuned_instructions(xa)
+        lg = xa.get("autotune_logs") or {}
+        out["timed"] += int(lg.get("timed", 0))
+        for k, v in (lg.get("kinds") or {}).items():
+            out["kinds"][k] = out["kinds"].get(k, 0) + int(v)
+    return out
+
+
+def autotuned_instructions(xa: dict) -> int:
+    """GEMM fusions XLA autotuned, from its dumps: one ``instruction_profiles`` (or, in older XLA, ``logs``) entry
+    of the log per fusion, else the result file's ``entries``/``results``."""
+    lg, res = xa.get("autotune_logs") or {}, xa.get("autotune_results") or {}
+    for d in (lg, res):
+        text = d.get("text") or ""
+        n = len(re.findall(r"^(?:instruction_profiles|logs|entries|results)\s*\{", text, re.M))
+        if n:
+            return n
+        if d.get("logs") or d.get("results"):
+            return int(d.get("logs") or d.get("results"))
+    return 0
+
+
+def _chosen(xa: dict) -> str:
+    """The backends XLA's autotuning chose (its results file: ``optimal_config { backend: ... }``), counted."""
+    text = ((xa.get("autotune_results") or {}).get("text") or "")
+    got: dict[str, int] = {}
+    for m in re.finditer(r"optimal_config\s*\{\s*backend:\s*(\w+)", text):
+        got[m.group(1)] = got.get(m.group(1), 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(got.items()))
+
+
+def triton_direct_warm(run: dict, w: dict | None) -> tuple[float, float]:
+    """(Triton's own host time in `w` beyond its steady launches, the steady time per launch): the seconds inside
+    `JITFunction.run` in the window − its calls × the median per-call time of steps 3…N."""
+    per = [jit_seconds(x, "triton.run") / jit_calls(x, "triton.run") for x in _step_windows(run)[2:]
+           if jit_calls(x, "triton.run")]
+    each = statistics.median(per) if per else 0.0
+    return jit_seconds(w, "triton.run") - jit_calls(w, "triton.run") * each, each
+
+
+def jit_mechanisms(w: dict | None) -> set[str]:
+    """The compile routes a window was seen in (their entry points were called and compiled or loaded)."""
+    out = set()
+    if jit_calls(w, "cupy.compile"):
+        out.add("nvrtc-cupy")
+    if jit_calls(w, "triton.compile.direct"):
+        out.add("triton-direct")
+    if jit_calls(w, "numba.compile") and (jit_calls(w, "numba.nvvm") or jit_calls(w, "numba.link")):
+        out.add("numba")
+    if jit_seconds(w, JAX_BACKEND):
+        out.add("xla")
+    return out
+
+
+def span_owner(w: dict | None, t_ms: float) -> str | None:
+    """The mechanism whose timed entry point was running at `t_ms` (ms from the window's start), or None."""
+    inside = [sp for sp in (w or {}).get("jit_spans") or [] if sp["t0_ms"] <= t_ms <= sp["t1_ms"]]
+    if not inside:
+        return None
+    key = max(inside, key=lambda sp: sp["t1_ms"] - sp["t0_ms"])["key"]  # the outermost call names the route
+    return _SPAN_MECH.get(key) or next((m for p, m in _SPAN_PREFIX if key.startswith(p)), None)
+
+
+_SPAN_MECH = {"cupy.compile": "nvrtc-cupy", "cupy.nvrtc": "nvrtc-cupy", "cupy.nvcc": "nvrtc-cupy",
+              "triton.run": "triton-direct", "triton.compile.direct": "triton-direct",
+              "triton.load.direct": "triton-direct", "triton.compile.other": "triton-jit",
+              "triton.load.other": "triton-jit", "triton.launcher": "triton-jit", "triton.build": "triton-jit",
+              "numba.compile": "numba", "numba.nvvm": "numba", "numba.link": "numba"}
+_SPAN_PREFIX = (("jax:", "xla"),)
+
+
+# --- analysis (CPU) -----------------------------------------------------------------------------------------------
+def _ms(s: float | None) -> str:
+    return "n/a" if s is None else f"{s * 1e3:.1f} ms"
+
+
+def _diff(a: dict | None, b: dict | None) -> float | None:
+    if not (usable(a) and usable(b)):
+        return None
+    return step_walls(a)[0] - step_walls(b)[0]
+
+
+def triton_route(run: dict) -> str:
+    """Who made the Triton kernels of a run: ``triton`` (torch.compile: its timers ran or Inductor wrote its
+    cache), ``triton-direct``
+    (`JITFunction.run` compiled or loaded them), else ``triton-jit`` (no caller observed: a run saved without the
+    child's entry-point timers)."""
+    ws = run.get("windows") or []
+    if any(w.get("compile_s") or new_files(w, "TORCHINDUCTOR_CACHE_DIR").get("count") for w in ws):
+        return "triton"
+    if any("triton-direct" in jit_mechanisms(w) for w in ws):
+        return "triton-direct"
+    return "triton-jit"
+
+
+def runtime_compilation(runs: dict) -> dict:
+    """What the process was seen compiling (not forced runs): mechanisms with their evidence."""
+    mech: dict[str, list[str]] = {}
+    hints: list[str] = []
+    for name, r in runs.items():
+        if not r or str(r.get("env", {}).get("CUDA_FORCE_PTX_JIT")) == "1":
+            continue
+        route = triton_route(r)
+        for w in _step_windows(r):
+            tri = w.get("triton_kernels") or []
+            ind = new_files(w, "TORCHINDUCTOR_CACHE_DIR")
+            if tri:
+                mech.setdefault(route, []).append(
+                    f"{name} {w['name']}: Triton wrote {len(tri)} new kernel binaries (.cubin), e.g. {tri[0]}")
+            if ind.get("count"):
+                mech.setdefault("inductor", []).append(
+                    f"{name} {w['name']}: Inductor wrote {ind['count']} files ({ind['bytes'] / 1024:.0f} KiB) "
+                    "to its cache")
+            cc = new_files(w, "CUDA_CACHE_PATH")
+            if cc.get("count") and cc.get("bytes"):  # an empty index file alone is no JIT output
+                mech.setdefault("ptx-jit", []).append(
+                    f"{name} {w['name']}: the driver wrote {cc['count']} ComputeCache files (PTX JIT output)")
+            kc = new_files(w, "PYTORCH_KERNEL_CACHE_PATH")
+            if kc.get("count"):
+                mech.setdefault("nvrtc", []).append(
+                    f"{name} {w['name']}: torch's NVRTC kernel cache got {kc['count']} new files")
+            _jit_evidence(name, w, mech, hints)
+        warm_cc = bool((r.get("env") or {}).get("compute_cache_warm")) and not compute_cache_written(r)
+        wins = windows(r)
+        for c in ptx_loads(r):
+            what = c.get("image") if c.get("image") == "ptx" else c.get("input")
+            owner = span_owner(wins.get(c["window"]), c.get("t_ms", -1.0))
+            line = (f"{name} {c['window']}: {c['name']} was handed {what} "
+                    f"({c.get('image_bytes', 0) / 1024:.0f} KiB), {c['seconds'] * 1e3:.1f} ms in the call")
+            if owner:
+                line += f", inside {_MECH_LABEL.get(owner, owner)}'s compile"
+            if c.get("rc"):
+                hints.append(line + f", and failed (CUDA error {c['rc']})")
+            elif warm_cc:
+                hints.append(line + " (its JIT output came from the warm ComputeCache)")
+            else:
+                mech.setdefault("ptx-jit", []).append(line)
+        for lib, ws in libraries_loaded_in_steps(r).items():
+            where = f"{name}: {lib} was loaded during {', '.join(ws)}"
+            owners = set().union(*(jit_mechanisms(wins.get(x)) for x in ws))
+            if lib.startswith("libnvidia-ptxjitcompiler"):
+                mech.setdefault("ptx-jit", []).append(where + " (the driver's PTX JIT compiler)")
+            elif lib.startswith(("libnvrtc", "libnvJitLink", "libnvptxcompiler", "libnvvm")) and owners:
+                for o in sorted(owners):  # the compiler library of a route seen compiling in the same step
+                    mech.setdefault(o, []).append(where)
+            elif lib.startswith(("libnvrtc", "libnvJitLink", "libnvptxcompiler")):
+                mech.setdefault("nvjitlink" if "nvJitLink" in lib else "nvrtc", []).append(where)
+            elif "runtime_compiled" in lib:
+                hints.append(where + " (cuDNN's runtime-compiled engines: they compile with NVRTC when chosen)")
+    seen = [m for m in _MECH_LABEL if m in mech] + sorted(m for m in mech if m not in _MECH_LABEL)
+    if seen:
+        verdict = "runtime compilation observed: " + ", ".join(_MECH_LABEL.get(m, m) for m in seen)
+    else:
+        verdict = ("no runtime compilation observed: no ComputeCache, Triton, Inductor, CuPy, Numba, XLA or "
+                   "kernel-cache work was seen during the steps, no PTX was handed to the driver, and no "
+                   "NVRTC/nvJitLink was loaded")
+    return {"observed": bool(seen), "mechanisms": {m: mech[m][:6] for m in seen}, "hints": hints[:8],
+            "verdict": verdict}
+
+
+def _jit_evidence(name: str, w: dict, mech: dict, hints: list) -> None:
+    """The compile entry points a step window called, as evidence of their mechanism (or hints: cache hits)."""
+    where = f"{name} {w['name']}"
+    n, nv = jit_calls(w, "cupy.compile"), jit_calls(w, "cupy.nvrtc") + jit_calls(w, "cupy.nvcc")
+    cupy_files = new_files(w, "CUPY_CACHE_DIR")
+    if nv:
+        mech.setdefault("nvrtc-cupy", []).append(
+            f"{where}: CuPy compiled {nv} kernels with NVRTC ({jit_seconds(w, 'cupy.nvrtc', 'cupy.nvcc') * 1e3:.1f} ms "
+            f"in the compiler; {n} cached-compile calls, {jit_seconds(w, 'cupy.compile') * 1e3:.1f} ms in all), "
+            f"{cupy_files.get('count', 0)} files written to CUPY_CACHE_DIR")
+    elif n:
+        hints.append(f"{where}: CuPy took {n} kernels from its cache (CUPY_CACHE_DIR), no NVRTC call: "
+                     f"{jit_seconds(w, 'cupy.compile') * 1e3:.1f} ms to look up and load them")
+    nd = jit_calls(w, "triton.compile.direct")
+    if nd:
+        built = jit_calls(w, "triton.build")
+        line = (f"{where}: JITFunction.run called triton.compile {nd} times "
+                f"({jit_seconds(w, 'triton.compile.direct') * 1e3:.1f} ms), loaded "
+                f"{jit_calls(w, 'triton.load.direct')} kernels with their launchers "
+                f"({jit_seconds(w, 'triton.load.direct') * 1e3:.1f} ms)")
+        if built:
+            line += f"; {built} C modules built with the host compiler ({jit_seconds(w, 'triton.build') * 1e3:.1f} ms)"
+        if w.get("triton_kernels") or built:
+            mech.setdefault("triton-direct", []).append(line)
+        else:  # no binary written: compile found the kernel in Triton's cache
+            hints.append(line + "; served from Triton's cache (no new binary)")
+    if "numba" in jit_mechanisms(w):
+        mech.setdefault("numba", []).append(
+            f"{where}: Numba compiled {jit_calls(w, 'numba.compile')} kernel signatures "
+            f"({jit_seconds(w, 'numba.compile') * 1e3:.1f} ms: NVVM {jit_seconds(w, 'numba.nvvm') * 1e3:.1f} ms, "
+            f"link {jit_seconds(w, 'numba.link') * 1e3:.1f} ms)")
+    if jit_seconds(w, JAX_BACKEND):
+        line = (f"{where}: XLA backend compile {jit_seconds(w, JAX_BACKEND) * 1e3:.1f} ms in "
+                f"{jit_calls(w, JAX_BACKEND)} calls (tracing and lowering {jit_seconds(w, *JAX_TRACE) * 1e3:.1f} ms); "
+                f"JAX's persistent cache served {xla_hits(w)}, got {jit_calls(w, JAX_WRITES)} new entries")
+        (mech.setdefault("xla", []).append if xla_compiled(w) else hints.append)(
+            line if xla_compiled(w) else line + " (served from JAX's persistent cache)")
+    xa = w.get("xla_autotune") or {}
+    timed = xla_candidates_timed(w)
+    if timed:
+        lg = xa.get("autotune_logs") or {}
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted((lg.get("kinds") or {}).items()))
+        mech.setdefault("xla-autotune", []).append(
+            f"{where}: XLA's autotuning log: {timed} candidates timed for {autotuned_instructions(xa)} GEMM "
+            f"fusions ({kinds or 'kinds not listed'}); backends chosen: {_chosen(xa) or 'not listed'}")
+    elif xa and jit_seconds(w, JAX_BACKEND) and xla_compiled(w):
+        hints.append(f"{where}: XLA compiled and timed no candidate: its autotuning results came from its own "
+                     "autotuning cache (in JAX's cache folder)")
+
+
+_MECH_LABEL = {"triton": "Triton via torch.compile", "inductor": "Inductor code generation",
+               "triton-direct": "Triton JIT (direct)", "triton-jit": "Triton (caller not observed)",
+               "nvrtc-cupy": "NVRTC (CuPy)", "numba": "Numba", "xla": "XLA compile",
+               "xla-autotune": "XLA GEMM autotuning", "ptx-jit": "PTX JIT by the driver", "nvrtc": "NVRTC",
+               "nvjitlink": "nvJitLink"}
+
+
+def analyse(result: dict) -> dict:
+    """The breakdown of the cold run's first step (see the module doc). CPU only."""
+    runs = result.get("runs") or {}
+    if not runs:
+        raise ProbeError("cold-start result has no runs: was it saved by `cold-start --save`?")
+    table = []
+    for name, r in runs.items():
+        walls = step_walls(r)
+        table.append({"run": name, "env": (r.get("env") or {}).get("what", ""), "ok": bool(r.get("ok")),
+                      "step1_s": walls[0] if walls else None, "step2_s": walls[1] if len(walls) > 1 else None,
+                      "steady_s": steady(walls), "wall_s": r.get("wall_s"),
+                      "error": None if r.get("ok") else first_line(r.get("error") or _window_error(r))})
+    base_name = "cold" if usable(runs.get("cold")) else next((n for n, r in runs.items() if usable(r)
+                                                              and n not in ("forcejit", "forcejit_warm")), None)
+    out = {"label": result.get("label"), "device": _device(runs), "steps": result.get("steps"), "table": table,
+           "baseline": base_name, "components": [], "evidence": [], "compilation": runtime_compilation(runs)}
+    if base_name is None:
+        out["verdict"] = "no run completed its steps: see the errors in the table"
+        return out
+    A = runs[base_name]
+    B, C, D, E = (runs.get(n) for n in ("warm", "preinit", "eager", "nocache"))
+    walls = step_walls(A)
+    step1, st = walls[0], steady(walls)
+    excess = step1 - st
+    out.update({"step1_s": step1, "step2_s": walls[1], "steady_s": st, "excess_s": excess})
+    comps: list[dict] = []
+
+    def add(cause, label, seconds, how, evidence):
+        comps.append({"cause": cause, "label": label, "seconds": max(0.0, seconds or 0.0), "how": how,
+                      "measured_s": seconds, "evidence": evidence})
+
+    wA = windows(A)
+    s1 = wA.get("step1", {})
+    # 1. cold caches: compilation whose output was cached
+    if base_name == "cold" and usable(B):
+        d = _diff(A, B)
+        tri = s1.get("triton_kernels") or []
+        fw_files = sum(new_files(s1, v).get("count", 0) for v in FRAMEWORK_VARS)
+        cc_files = new_files(s1, "CUDA_CACHE_PATH").get("count", 0) or compute_cache_written(A)
+        ev = [f"step 1 cold {_ms(step1)} vs warm caches {_ms(step_walls(B)[0])}: {d * 1e3:+.1f} ms",
+              f"cold run step 1 wrote {fw_files} framework cache files ({len(tri)} Triton kernels) and "
+              f"{cc_files} ComputeCache files; the warm run's step 1 wrote "
+              f"{sum(new_files(windows(B).get('step1'), v).get('count', 0) for v in FRAMEWORK_VARS)} and "
+              f"{new_files(windows(B).get('step1'), 'CUDA_CACHE_PATH').get('count', 0)}"]
+        cA, cB = compile_seconds(s1), compile_seconds(windows(B).get("step1"))
+        if cA or cB:
+            ev.append(f"torch.compile's timers in step 1: {cA:.3f} s cold, {cB:.3f} s warm")
+        # benchmark-based autotuning that a warm cache skips (Inductor timing Triton configs) is kept apart
+        tune = max(0.0, autotune_seconds(s1) - autotune_seconds(windows(B).get("step1")))
+        tune = min(tune, max(d, 0.0)) if fw_files else 0.0
+        if tune:
+            add("autotuning", "benchmark-based autotuning (cold cache)", tune, "torch.compile timers (cold − warm)",
+                [f"autotuning timers in step 1: {autotune_seconds(s1):.3f} s cold, "
+                 f"{autotune_seconds(windows(B).get('step1')):.3f} s warm"])
+        # the routes whose entry points were timed: each gets its own cold − warm timer difference
+        timed = _cold_timed(runs, s1, windows(B).get("step1") or {})
+        room = max(d - tune, 0.0)
+        total = sum(max(t[2], 0.0) for t in timed)
+        scale = min(1.0, room / total) if total > 0 else 0.0
+        for cause, label, sec, how, tev in timed:
+            if scale < 1.0 and sec > 0:
+                tev = tev + [f"the timed routes add up to {total * 1e3:.1f} ms, more than cold − warm "
+                             f"({room * 1e3:.1f} ms): each is scaled by {scale:.3f}"]
+            add(cause, label, sec * scale if sec > 0 else sec, how, tev)
+        used = total * scale
+        rest = d - tune - used
+        torch_fw = bool(cA or cB) or bool(new_files(s1, "TORCHINDUCTOR_CACHE_DIR").get("count"))
+        fw_label = ("runtime compilation, Triton via torch.compile (cold cache)" if torch_fw else
+                    "runtime compilation, framework (cold cache)")
+        if timed and not torch_fw:
+            if cc_files:
+                add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest,
+                    "cold − warm − timed routes",
+                    [f"{cc_files} ComputeCache files written by the cold run"])
+            else:
+                out["evidence"].append(f"cold − warm less the timed compile routes: {rest * 1e3:+.1f} ms, not "
+                                       "attributed (no other cache was written)")
+        elif fw_files and cc_files:
+            fw = min(max(rest, 0.0), max(0.0, cA - cB - tune)) if (cA or cB) else max(rest, 0.0)
+            add("runtime_compilation", fw_label, fw, "cold − warm", ev)
+            add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest - fw, "cold − warm",
+                [f"{cc_files} ComputeCache files written by the cold run"])
+        elif fw_files:
+            add("runtime_compilation", fw_label, rest, "cold − warm", ev)
+        elif cc_files:
+            add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest, "cold − warm", ev)
+        else:
+            ev.append("no cache file was written: no compilation is cached, the difference is run-to-run noise")
+            add("cold_caches", "cold caches (nothing was compiled)", 0.0, "cold − warm", ev)
+            comps[-1]["measured_s"] = d
+    # 2. library initialisation
+    if usable(B) and usable(C):
+        d = _diff(B, C)
+        pre = C.get("preinit") or {}
+        items = ", ".join(f"{k} {v * 1e3:.1f} ms" if isinstance(v, float) else f"{k} failed" for k, v in pre.items())
+        add("initialisation", "library initialisation (handles, first GEMM of a handle, cuDNN)", d, "warm − preinit",
+            [f"step 1 warm {_ms(step_walls(B)[0])} vs libraries initialised first {_ms(step_walls(C)[0])}: "
+             f"{d * 1e3:+.1f} ms", f"initialising apart took: {items}"])
+    # 3. lazy module loading
+    if usable(C) and usable(D):
+        d = _diff(C, D)
+        mA, mD = modules_in(A, "step1"), modules_in(D, "step1")
+        ev = [f"step 1 LAZY {_ms(step_walls(C)[0])} vs EAGER {_ms(step_walls(D)[0])}: {d * 1e3:+.1f} ms"]
+        if A.get("modules") is not None:
+            kinds = ", ".join(f"{k} {v}" for k, v in (mA.get("by_kind") or {}).items())
+            ev.append(f"CUPTI: {mA.get('count', 0)} modules ({mA.get('bytes', 0) / 2**20:.1f} MiB; {kinds or 'none'}) "
+                      f"loaded during the {base_name} run's step 1; {mD.get('count', 0)} during the eager run's "
+                      f"step 1; the eager run loaded {modules_in(D, 'setup').get('count', 0)} modules at start "
+                      f"(setup {_ms(windows(D).get('setup', {}).get('wall_s'))})")
+            ls, ln = driver_seconds(A, "step1", "load")
+            if ln:
+                ev.append(f"{ln} explicit load calls (cuModuleLoad*/cuLibraryLoad*) in step 1: {ls * 1e3:.1f} ms")
+        add("module_loading", "lazy module loading", d, "preinit − eager", ev)
+    # 4. inside the eager run's step 1 (or the baseline's when there is none)
+    R = D if usable(D) else (C if usable(C) else A)
+    rname = [n for n, r in runs.items() if r is R][0]
+    r1 = windows(R).get("step1", {})
+    cw = compile_seconds(r1)
+    at = autotune_seconds(r1)
+    if cw:
+        add("runtime_compilation_warm", "framework compilation with warm caches (tracing, guards, cache loads)",
+            cw - at, f"torch.compile timers ({rname})",
+            [f"torch.compile's outermost timer in {rname} step 1: {cw:.3f} s (keys: "
+             f"{', '.join(sorted(r1.get('compile_s', {}))[:6])})"])
+    if at:
+        add("autotuning_warm", "benchmark-based autotuning (warm caches)", at, f"torch.compile timers ({rname})",
+            [f"autotuning timers in {rname} step 1: {at:.3f} s"])
+    for cause, label, sec, how, tev in _warm_timed(runs, R, rname, r1):
+        add(cause, label, sec, how, tev)
+    if R.get("cudnn_benchmark"):
+        out["evidence"].append("torch.backends.cudnn.benchmark was on: cuDNN times candidate engines at each new "
+                               "shape (benchmark-based autotuning, not timed apart here)")
+    # heuristic misses
+    newp, lines1 = new_problems(R, "step1")
+    miss = None
+    if usable(C) and usable(E):
+        calls = lt_calls_per_step(C)
+        hc, he = steady(step_hosts(C)), steady(step_hosts(E))
+        if calls and hc is not None and he is not None:
+            miss = (he - hc) / calls
+    if lines1 or newp:
+        ev = [f"{rname} step 1: {lines1} cuBLASLt matmul calls in the level-2 log, {newp} distinct problems not "
+              "seen earlier in the process (each a heuristics-cache miss)"]
+        if miss is not None:
+            ev.append(f"miss time {miss * 1e6:.0f} µs per call: host time per steady step with the cache off "
+                      f"{_ms(steady(step_hosts(E)))} vs on {_ms(steady(step_hosts(C)))}, "
+                      f"{lt_calls_per_step(C):.0f} calls per step")
+            add("heuristics", "cuBLASLt heuristic selection (cache misses)", newp * miss, "misses × miss time", ev)
+        else:
+            ev.append("no miss time measured (needs the preinit and nocache runs): not counted")
+            out["evidence"].extend(ev)
+    # allocator growth
+    asec, acount = driver_seconds(R, "step1", "alloc")
+    mb, ma = (r1.get("mem_before") or {}), (r1.get("mem_after") or {})
+    grow = ma.get("reserved_bytes.all.current", 0) - mb.get("reserved_bytes.all.current", 0)
+    if acount or grow:
+        add("allocator", "allocator growth", asec, f"CUPTI driver allocation calls ({rname})",
+            [f"{rname} step 1: {acount} allocation calls in the driver taking {asec * 1e3:.1f} ms; torch's reserved "
+             f"memory grew by {grow / 2**20:.1f} MiB "
+             f"({ma.get('num_device_alloc', 0) - mb.get('num_device_alloc', 0)} cudaMalloc)"])
+    explained = sum(c["seconds"] for c in comps)
+    out["unexplained_s"] = excess - explained
+    out["unexplained_pct"] = 100.0 * out["unexplained_s"] / excess if excess > 0 else None
+    out["components"] = comps
+    out["what_if"] = _what_if(runs)
+    out["caches"] = cache_states(runs)
+    out["kernels"] = observed_provenance(result)
+    out["forced_jit"] = forced_jit(result)
+    out["runs_wall_s"], out["overhead_s"] = overhead(runs)
+    out["import_s"] = sum(float(r.get("import_torch_s") or 0.0) for r in runs.values())
+    out["step2_excess_s"] = walls[1] - st
+    return out
+
+
+def _cold_timed(runs: dict, a1: dict, b1: dict) -> list[tuple]:
+    """(cause, label, seconds, how, evidence) for each timed compile route of the cold run's step 1: its timer
+    cold − warm (what the warm caches spared it)."""
+    out = []
+    ms = lambda x: f"{x * 1e3:.1f} ms"  # noqa: E731
+    if jit_calls(a1, "cupy.compile"):
+        c, w = jit_seconds(a1, "cupy.compile"), jit_seconds(b1, "cupy.compile")
+        out.append(("nvrtc_cupy", "NVRTC (CuPy), cold cache", c - w, "CuPy compile timer (cold − warm)",
+                    [f"CuPy's cached compile in step 1: {ms(c)} cold ({jit_calls(a1, 'cupy.nvrtc')} NVRTC compiles, "
+                     f"{ms(jit_seconds(a1, 'cupy.nvrtc'))}), {ms(w)} warm ({jit_calls(b1, 'cupy.nvrtc')} NVRTC "
+                     f"compiles); CUPY_CACHE_DIR got {new_files(a1, 'CUPY_CACHE_DIR').get('count', 0)} files"]))
+    if jit_calls(a1, "triton.run") and "triton-direct" in jit_mechanisms(a1):
+        c, w = jit_seconds(a1, "triton.run"), jit_seconds(b1, "triton.run")
+        out.append(("triton_direct", "Triton JIT (direct), cold cache", c - w, "JITFunction.run timer (cold − warm)",
+                    [f"inside JITFunction.run in step 1: {ms(c)} cold ({jit_calls(a1, 'triton.run')} launches; "
+                     f"compile {ms(jit_seconds(a1, 'triton.compile.direct'))}, C modules built "
+                     f"{jit_calls(a1, 'triton.build')} in {ms(jit_seconds(a1, 'triton.build'))}), {ms(w)} warm "
+                     f"(compile {ms(jit_seconds(b1, 'triton.compile.direct'))}, "
+                     f"built {jit_calls(b1, 'triton.build')})"]))
+    if "numba" in jit_mechanisms(a1):
+        c, w = jit_seconds(a1, "numba.compile"), jit_seconds(b1, "numba.compile")
+        out.append(("numba", "Numba, cold caches", c - w, "Numba compile timer (cold − warm)",
+                    [f"Numba's compile in step 1: {ms(c)} cold, {ms(w)} warm (NVVM {ms(jit_seconds(a1, 'numba.nvvm'))}"
+                     f" / {ms(jit_seconds(b1, 'numba.nvvm'))}, link {ms(jit_seconds(a1, 'numba.link'))} / "
+                     f"{ms(jit_seconds(b1, 'numba.link'))})"]))
+    if jit_seconds(a1, JAX_BACKEND):
+        c, w = xla_seconds(a1), xla_seconds(b1)
+        d = c - w
+        tune = xla_autotune_seconds(runs) if not xla_candidates_timed(b1) else None
+        ev = [f"JAX's compile events in step 1: {ms(c)} cold (backend {ms(jit_seconds(a1, JAX_BACKEND))}, "
+              f"{xla_candidates_timed(a1)} autotuning candidates timed), {ms(w)} warm (backend "
+              f"{ms(jit_seconds(b1, JAX_BACKEND))}, {xla_hits(b1)} executables from JAX's persistent cache, "
+              f"{xla_candidates_timed(b1)} candidates timed)"]
+        if tune is not None:
+            t = min(max(tune, 0.0), max(d, 0.0))
+            out.append(("xla_autotuning", "XLA GEMM autotuning, cold cache", t,
+                        "backend compile: cold − noautotune", _xla_tune_evidence(runs, tune)))
+            d -= t
+        out.append(("xla_compile", "XLA compile, cold cache", d, "JAX compile events (cold − warm)", ev))
+    return out
+
+
+def _xla_tune_evidence(runs: dict, tune: float) -> list[str]:
+    N = runs.get("noautotune") or {}
+    A = runs.get("cold") or {}
+    got = xla_autotuned(A)
+    return [f"XLA backend compile in step 1: {jit_seconds(windows(A).get('step1'), JAX_BACKEND) * 1e3:.1f} ms with "
+            f"autotuning, {jit_seconds(windows(N).get('step1'), JAX_BACKEND) * 1e3:.1f} ms with "
+            f"--xla_gpu_autotune_level=0 (noautotune run): {tune * 1e3:+.1f} ms",
+            f"the cold run's autotuning dumps: {got['results']} autotuned instructions, {got['timed']} candidates "
+            f"timed ({', '.join(f'{k} {v}' for k, v in sorted(got['kinds'].items())) or 'kinds not listed'})"]
+
+
+def _warm_timed(runs: dict, R: dict, rname: str, r1: dict) -> list[tuple]:
+    """(cause, label, seconds, how, evidence) for the compile routes' own work in step 1 of run R (warm caches):
+    cache lookups and loads, or compiles no cache serves (Numba, XLA under its cache threshold)."""
+    out = []
+    ms = lambda x: f"{x * 1e3:.1f} ms"  # noqa: E731
+    if jit_calls(r1, "cupy.compile"):
+        nv = jit_calls(r1, "cupy.nvrtc")
+        out.append(("nvrtc_cupy_warm", "NVRTC (CuPy), " + ("compiled again (not cached)" if nv else
+                                                            "warm cache: lookup and module load"),
+                    jit_seconds(r1, "cupy.compile"), f"CuPy compile timer ({rname})",
+                    [f"{rname} step 1: {jit_calls(r1, 'cupy.compile')} cached-compile calls, {nv} NVRTC compiles, "
+                     f"{ms(jit_seconds(r1, 'cupy.compile'))}"]))
+    if jit_calls(r1, "triton.run"):
+        extra, each = triton_direct_warm(R, r1)
+        out.append(("triton_direct_warm", "Triton JIT (direct), warm cache: specialisation, cache lookup, "
+                    "launcher and module load", extra, f"JITFunction.run timer ({rname})",
+                    [f"{rname} step 1: {ms(jit_seconds(r1, 'triton.run'))} inside JITFunction.run for "
+                     f"{jit_calls(r1, 'triton.run')} launches, {each * 1e6:.0f} µs per launch in steps 3…N; "
+                     f"compile from cache {ms(jit_seconds(r1, 'triton.compile.direct'))}, module and launcher load "
+                     f"{ms(jit_seconds(r1, 'triton.load.direct'))}"]))
+    if jit_calls(r1, "numba.compile"):
+        nvvm = jit_calls(r1, "numba.nvvm")
+        out.append(("numba_warm", "Numba, " + ("compiled again (no disk cache)" if nvvm else "cache load"),
+                    jit_seconds(r1, "numba.compile"), f"Numba compile timer ({rname})",
+                    [f"{rname} step 1: {jit_calls(r1, 'numba.compile')} compile calls, "
+                     f"{ms(jit_seconds(r1, 'numba.compile'))}"
+                     f" (NVVM {nvvm} calls, {ms(jit_seconds(r1, 'numba.nvvm'))}; link "
+                     f"{ms(jit_seconds(r1, 'numba.link'))})"]))
+    if jit_seconds(r1, JAX_BACKEND) or jit_seconds(r1, *JAX_TRACE):
+        x = xla_seconds(r1)
+        ev = [f"{rname} step 1: tracing and lowering {ms(jit_seconds(r1, *JAX_TRACE))}, backend compile "
+              f"{ms(jit_seconds(r1, JAX_BACKEND))} ({xla_hits(r1)} executables from JAX's persistent cache, "
+              f"{xla_candidates_timed(r1)} autotuning candidates timed)"]
+        if xla_compiled(r1):
+            tune = xla_autotune_seconds(runs) if xla_candidates_timed(r1) else None
+            t = min(max(tune or 0.0, 0.0), x)
+            if tune is not None:
+                out.append(("xla_autotuning_warm", "XLA GEMM autotuning (compiled again, not cached)", t,
+                            "backend compile: cold − noautotune", _xla_tune_evidence(runs, tune)))
+            out.append(("xla_compile_warm", "XLA compile (compiled again: the executable was not cached)", x - t,
+                        f"JAX compile events ({rname})",
+                        ev + ["JAX's persistent cache did not serve the executable (a compile under "
+                              "jax_persistent_cache_min_compile_time_secs is not written; XLA flags that differ "
+                              "change its key)"]))
+        else:
+            out.append(("xla_warm", "XLA, warm cache: tracing, lowering, cache load", x,
+                        f"JAX compile events ({rname})", ev))
+    return out
+
+
+def cache_states(runs: dict) -> list[dict]:
+    """Per run: which isolated caches held files before it (warm) and which it wrote to, as one line each.
+    Runs saved before the per-cache counts were kept say only whether the ComputeCache and the framework
+    caches were warm."""
+    out = []
+    for name, r in runs.items():
+        env = r.get("env") or {}
+        before = env.get("caches_before")
+        written = {v: int((c or {}).get("count", 0)) for v, c in (r.get("cache_written") or {}).items()}
+        wrote = ", ".join(f"{_CACHE_NAME.get(v, v)} {n}" for v, n in written.items() if n) or "nothing"
+        if before is None:
+            warm = [lbl for lbl, key in (("ComputeCache", "compute_cache_warm"),
+                                         ("framework caches", "framework_cache_warm")) if env.get(key)]
+            line = (f"{' and '.join(warm)} warm" if warm else "all empty") + f" → wrote {wrote}"
+        else:
+            warm = [f"{_CACHE_NAME.get(v, v)} {n}" for v, n in before.items() if n]
+            line = (f"held {', '.join(warm)}" if warm else "all empty") + f" → wrote {wrote}"
+        out.append({"run": name, "before": before, "written": written, "line": line})
+    return out
+
+
+_CACHE_NAME = {"CUDA_CACHE_PATH": "ComputeCache", "TORCHINDUCTOR_CACHE_DIR": "Inductor", "TRITON_CACHE_DIR": "Triton",
+               "PYTORCH_KERNEL_CACHE_PATH": "torch kernels", "CUPY_CACHE_DIR": "CuPy",
+               "TORCH_EXTENSIONS_DIR": "torch extensions", "NUMBA_CACHE_DIR": "Numba",
+               "JAX_COMPILATION_CACHE_DIR": "JAX"}
+
+
+def overhead(runs: dict) -> tuple[float, float]:
+    """(wall time of all runs, the part outside the program's own windows: setup, factory, steps)."""
+    total = sum(float(r.get("wall_s") or 0.0) for r in runs.values())
+    own = sum(w["wall_s"] for r in runs.values() for w in r.get("windows", []) if w["name"] != "preinit")
+    return total, total - own
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of an error (a CUDA error's own sentence, not torch's advice after it)."""
+    for line in (text or "").splitlines():
+        if line.strip() and not line.startswith("Traceback"):
+            return line.strip()[:300]
+    return ""
+
+
+def _window_error(run: dict) -> str:
+    return next((w["error"] for w in run.get("windows", []) if w.get("error")), "")
+
+
+def _what_if(runs: dict) -> list[str]:
+    out = []
+    nj = runs.get("nojit")
+    if nj:
+        if usable(nj) and (nj.get("env") or {}).get("compute_cache_warm"):
+            out.append(f"with CUDA_DISABLE_PTX_JIT=1 the program ran (step 1 {_ms(step_walls(nj)[0])}), but with a "
+                       "warm ComputeCache, which serves JIT output compiled earlier: not a test of the need for JIT")
+        elif usable(nj):
+            out.append(f"with CUDA_DISABLE_PTX_JIT=1 and an empty ComputeCache the program ran (step 1 "
+                       f"{_ms(step_walls(nj)[0])}): it needs no PTX JIT")
+        else:
+            out.append(f"with CUDA_DISABLE_PTX_JIT=1 and an empty ComputeCache the program failed: it needs PTX "
+                       f"JIT ({first_line(nj.get('error') or '')})")
+    fj = forced_jit({"runs": runs})
+    if fj and fj["ran"]:
+        F = runs["forcejit"]
+        line = f"with CUDA_FORCE_PTX_JIT=1 and an empty ComputeCache: step 1 {_ms(step_walls(F)[0])}"
+        if fj["seconds"] is not None:
+            line += f", {_ms(fj['seconds'])} more than the warm run's: what PTX JIT of every kernel would cost"
+        line += "; PTX JIT " + ("seen: " + "; ".join(fj["evidence"]) if fj["detected"] else "not seen")
+        out.append(line)
+    elif fj:
+        out.append(f"with CUDA_FORCE_PTX_JIT=1 the program failed: some of its kernels carry no PTX this GPU "
+                   f"can JIT-compile, or the JIT failed ({fj['error']})")
+    return out
+
+
+def forced_jit_seconds(result: dict) -> float | None:
+    """What PTX JIT costs when forced: step 1 with CUDA_FORCE_PTX_JIT=1 (empty ComputeCache) − step 1 of the
+    warm run (None without both). Not forcejit − forcejit_warm: measured on the H200, a warm ComputeCache does
+    not serve forced JIT (the forced warm run JIT-compiled again and wrote nothing)."""
+    runs = result.get("runs") or {}
+    F, W = runs.get("forcejit"), runs.get("warm")
+    if usable(F) and usable(W):
+        return step_walls(F)[0] - step_walls(W)[0]
+    return None
+
+
+def forced_jit(result: dict) -> dict | None:
+    """The forced runs: was PTX JIT seen, what did it cost (None without a forcejit run)."""
+    runs = result.get("runs") or {}
+    F = runs.get("forcejit")
+    if not F:
+        return None
+    if not usable(F):
+        return {"ran": False, "detected": False, "seconds": None, "error": first_line(F.get("error") or
+                                                                                     _window_error(F))}
+    w1 = windows(F).get("step1", {})
+    cc = new_files(w1, "CUDA_CACHE_PATH")
+    loads = [c for c in ptx_loads(F) if c["window"] == "step1" and not c.get("rc")]
+    jitc = [lib for lib in w1.get("new_libraries") or [] if lib.startswith("libnvidia-ptxjitcompiler")]
+    ev = []
+    if cc.get("bytes"):
+        ev.append(f"the forced run's step 1 wrote {cc['count']} ComputeCache files ({cc['bytes'] / 1024:.0f} KiB)")
+    if loads:
+        ev.append(f"{len(loads)} loader calls were handed PTX in step 1: {sum(c['seconds'] for c in loads) * 1e3:.1f} "
+                  "ms in those calls")
+    if jitc:
+        ev.append(f"{jitc[0]} was loaded during step 1")
+    Fw = runs.get("forcejit_warm")
+    if usable(Fw):
+        ev.append(f"with its ComputeCache warm the forced run's step 1 took {_ms(step_walls(Fw)[0])} and wrote "
+                  f"{compute_cache_written(Fw)} files: the cache did not spare the JIT")
+    return {"ran": True, "detected": bool(cc.get("bytes") or loads or jitc), "seconds": forced_jit_seconds(result),
+            "evidence": ev}
+
+
+def _device(runs: dict) -> dict:
+    for r in runs.values():
+        if r.get("device"):
+            return r["device"]
+    return {}
+
+
+def render(a: dict) -> str:
+    dev = a.get("device") or {}
+    lines = [f"cold start of {a.get('label')} on {dev.get('gpu', '?')} (torch {dev.get('torch', '?')}, CUDA "
+             f"{dev.get('cuda', '?')}), {a.get('steps')} steps per run", ""]
+    lines.append(f"  {'run':<14} {'environment':<48} {'step 1':>11} {'step 2':>10} {'steady':>10} {'run wall':>9}")
+    for t in a["table"]:
+        lines.append(f"  {t['run']:<14} {t['env'][:48]:<48} {_ms(t['step1_s']):>11} {_ms(t['step2_s']):>10} "
+                     f"{_ms(t['steady_s']):>10} {t['wall_s'] or 0:8.1f}s" + ("" if t["ok"] else "  FAILED"))
+        if t.get("error"):
+            lines.append(f"      {' '.join(t['error'].split())[-160:]}")
+    lines.append("")
+    if a.get("baseline") is None:
+        lines.append(a.get("verdict", ""))
+        return "\n".join(lines)
+    ex = a["excess_s"]
+    lines.append(f"step 1 of the {a['baseline']} run: {_ms(a['step1_s'])} = steady {_ms(a['steady_s'])} + excess "
+                 f"{_ms(ex)} (step 2: {_ms(a['step2_s'])})")
+    lines.append(f"  {'cause':<72} {'ms':>10} {'share':>7}  how")
+    for c in sorted(a["components"], key=lambda c: -c["seconds"]):
+        share = f"{100 * c['seconds'] / ex:6.1f}%" if ex > 0 else "    n/a"
+        lines.append(f"  {c['label']:<72} {c['seconds'] * 1e3:10.1f} {share}  {c['how']}")
+    share = f"{a['unexplained_pct']:6.1f}%" if a.get("unexplained_pct") is not None else "    n/a"
+    lines.append(f"  {'unexplained':<72} {a['unexplained_s'] * 1e3:10.1f} {share}")
+    lines += ["", "evidence:"]
+    for c in a["components"]:
+        for e in c["evidence"]:
+            lines.append(f"  - [{c['cause']}] {e}")
+    for e in a.get("evidence", []):
+        lines.append(f"  - {e}")
+    comp = a["compilation"]
+    for m, evs in comp["mechanisms"].items():
+        for e in evs:
+            lines.append(f"  - [{m}] {e}")
+    for e in comp.get("hints", []):
+        lines.append(f"  - [hint] {e}")
+    if a.get("overhead_s") is not None:
+        lines.append(f"  - the runs took {a['runs_wall_s']:.1f} s in all, of which {a['overhead_s']:.1f} s outside "
+                     f"the program's own setup and steps ({a['import_s']:.1f} s importing torch, the rest process "
+                     "start, CUPTI and evidence)")
+    if a.get("caches"):
+        lines += ["", "caches (files before the run → files the run wrote):"]
+        for c in a["caches"]:
+            lines.append(f"  - {c['run']}: {c['line']}")
+    if a.get("kernels"):
+        k = a["kernels"]
+        lines += ["", f"kernels seen made at run time ({len(k)}):"]
+        for name, v in sorted(k.items(), key=lambda kv: (kv[1]["provenance"], kv[0]))[:12]:
+            lines.append(f"  - {name}: {v['provenance']} ({_MECH_LABEL.get(v['mechanism'], v['mechanism'])}, "
+                         f"evidence {v['evidence']}) — {v['how']}")
+        if len(k) > 12:
+            lines.append(f"  - … and {len(k) - 12} more (`--format json`: kernels)")
+    if a.get("what_if"):
+        lines += ["", "what-ifs:"] + [f"  - {w}" for w in a["what_if"]]
+    lines += ["", f"verdict: {comp['verdict']}"]
+    return "\n".join(lines)
+
+
+# --- provenance (CPU) ------------------------------------------------------------------------------------------------
+
+
+def observed_provenance(result: dict) -> dict[str, dict]:
+    """Kernel name (or ``module:<id>`` where the module's kernels are not known) -> what the process was seen
+    doing to produce it: ``{"provenance": "runtime-compiled" | "autotuned", "mechanism": ..., "evidence":
+    "observed", "how": ...}``. Mechanisms: ``triton`` (Triton via torch.compile), ``triton-direct``,
+    ``triton-jit`` (Triton, caller not observed) from the cubins Triton wrote; ``ptx-jit`` from modules loaded from
+    PTX text; ``nvrtc-cupy``, ``numba``, ``xla`` from modules loaded inside those routes' timed compile calls.
+    A kernel XLA loaded in several candidate modules during one compile, in a window whose autotuning log timed
+    candidates, is ``autotuned``. Runs with CUDA_FORCE_PTX_JIT=1 are what-ifs and are left out."""
+    out: dict[str, dict] = {}
+    for name, r in (result.get("runs") or {}).items():
+        if str((r.get("env") or {}).get("CUDA_FORCE_PTX_JIT")) == "1":
+            continue
+        route = triton_route(r)
+        for w in _step_windows(r):
+            for k in w.get("triton_kernels") or []:
+                out.setdefault(k, {"provenance": "runtime-compiled", "mechanism": route, "evidence": "observed",
+                                   "how": f"Triton wrote {k}.cubin to its cache during {w['name']} of the {name} run "
+                                          f"({_MECH_LABEL[route]})"})
+        wins = windows(r)
+        for wname, g in (r.get("modules") or {}).items():
+            recs = g.get("records", [])
+            owners = {id(m): span_owner(wins.get(wname), m.get("t_ms", -1.0)) if m.get("loaded_by") else None
+                      for m in recs}
+            copies: dict[str, int] = {}
+            for m in recs:
+                if owners[id(m)] == "xla":
+                    for k in m.get("kernels") or []:
+                        copies[k] = copies.get(k, 0) + 1
+            timed = xla_candidates_timed(wins.get(wname))
+            for m in recs:
+                if m.get("image") == "ptx":
+                    how = (f"module {m['id']} was loaded from PTX text by {m.get('loaded_by', 'a loader')} during "
+                           f"{wname} of the {name} run (the driver JIT-compiled it)")
+                    for k in m.get("kernels") or [f"module:{m['id']}"]:
+                        out.setdefault(k, {"provenance": "runtime-compiled", "mechanism": "ptx-jit",
+                                           "evidence": "observed", "how": how})
+                    continue
+                owner = owners[id(m)]
+                if owner is None:  # (a module without kernel names, as EAGER runs record them, names nothing)
+                    continue
+                for k in m.get("kernels") or []:
+                    how = (f"module {m['id']} was loaded by {m['loaded_by']} inside {_MECH_LABEL.get(owner, owner)}'s "
+                           f"compile during {wname} of the {name} run")
+                    prov = "runtime-compiled"
+                    if owner == "xla" and copies.get(k, 0) > 1 and timed:
+                        prov = AUTOTUNED
+                        how = (f"XLA compiled and loaded {copies[k]} candidate modules of {k} during {wname} of the "
+                               f"{name} run and timed {timed} candidates (its autotuning log): chosen by timing")
+                    prev = out.get(k)
+                    if prev is None or (prov == AUTOTUNED and prev["provenance"] != AUTOTUNED):
+                        out[k] = {"provenance": prov, "mechanism": owner, "evidence": "observed", "how": how}
+    return out
+
+
+def load(path: str) -> dict:
+    """A saved cold-start result (`--save`), checked enough to render."""
+    try:
+        with open_text(path) as f:
+            obj = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ProbeError(f"cannot read {path}: {e}; give a file written by `cold-start --save`") from e
+    except RecursionError:
+        raise ProbeError(f"cannot read {path}: values nested too deeply to be a cold-start result; give a file "
+                         "written by `cold-start --save`") from None
+    if not isinstance(obj, dict) or "runs" not in obj:
+        raise ProbeError(f"{path}: not a cold-start result (no 'runs'); give a file written by `cold-start --save`")
+    runs = obj["runs"]
+    if not isinstance(runs, dict) or not all(isinstance(r, dict) for r in runs.values()):
+        raise ProbeError(f"{path}: not a cold-start result ('runs' is not an object of runs by name); give a file "
+                         "written by `cold-start --save`")
+    return obj
+
+
+def apply_observed(rows, result: dict, per_name: dict | None = None, steps: int = 1):
+    """Rows of a kernel table (`trace` GEMM rows, `audit` rows: a ``kernel`` and a ``provenance`` column) with the
+    provenance a cold-start run *observed* (`observed_provenance`) and an ``evidence`` column (``observed`` for
+    those, ``name`` for the rest); and a summary: how many of the trace's kernel names (`per_name`: name ->
+    [launches, µs]) were seen compiled, their GPU µs per step, by mechanism, and the rows upgraded."""
+    import pandas as pd
+    obs = observed_provenance(result)
+    rows = rows.copy()
+    hit = rows["kernel"].isin(list(obs)) if len(rows) else pd.Series([], dtype=bool)
+    prov = rows["provenance"].astype(object) if len(rows) else rows.get("provenance")
+    if len(rows):
+        prov[hit] = [obs[k]["provenance"] for k in rows.loc[hit, "kernel"]]
+        rows["provenance"] = prov.astype(rows["provenance"].dtype if str(rows["provenance"].dtype) != "category"
+                                         else "category")
+    rows["evidence"] = pd.array(["observed" if h else "name" for h in hit], dtype="string")
+    seen = {k: v for k, v in obs.items() if per_name and k in per_name}
+    by_mech: dict[str, int] = {}
+    for v in seen.values():
+        by_mech[v["mechanism"]] = by_mech.get(v["mechanism"], 0) + 1
+    summary = {"source": result.get("label") or result.get("target") or "cold-start", "kernels": len(seen),
+               "gpu_us": sum(per_name[k][1] for k in seen) / max(steps, 1) if per_name else 0.0,
+               "by_mechanism": by_mech, "gemm_rows": int(hit.sum()) if len(rows) else 0,
+               "how": {k: v["how"] for k, v in seen.items()}}
+    return rows, summary

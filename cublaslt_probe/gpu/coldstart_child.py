@@ -1,0 +1,749 @@
+"""The GPU side of `cold-start`: one fresh process, one environment, the program's steps, the evidence.
+
+    python -m cublaslt_probe.gpu.coldstart_child --steps N [--preinit] [--no-cupti] --func FILE_OR_MODULE:NAME
+    python -m cublaslt_probe.gpu.coldstart_child --steps N [--preinit] [--no-cupti] --script SCRIPT [ARGS...]
+
+The parent (`cublaslt_probe.analysis.coldstart.run`) sets the environment (module loading, JIT and cache variables)
+and reads the one JSON line this prints last. What is measured:
+
+- each step's wall time (the step, then `torch.cuda.synchronize()`) and host time (until the step returned);
+- around each step: torch's allocator counters (`torch.cuda.memory_stats`), torch.compile's compile-time
+  counters (`torch._dynamo.utils.compilation_time_metrics`, when torch.compile was used), the files in the
+  controlled cache folders (ComputeCache, Inductor, Triton, torch's kernel cache), the shared libraries the
+  process has mapped (libnvrtc, libnvJitLink, cuDNN's runtime-compiled engines, ...);
+- the cuBLASLt level-2 log of each step (the in-process logger of `lt.Logger`), as lines;
+- with CUPTI (`cupti.Recorder`): each module the driver loaded and the load, link and allocation calls, with
+  their host timestamps;
+- the compile entry points of the runtime compilers a program may use (`JIT_HOOKS`), wrapped when their module
+  is imported: CuPy's cached compile and its NVRTC call, Triton's `JITFunction.run`, `compile`, launcher build
+  and module load, Numba's CUDA compile (NVVM, link), JAX's own compile events (`jax.monitoring`: tracing,
+  lowering, XLA backend compile, persistent-cache hits); seconds and calls per window, and the spans of the
+  calls over 1 ms; with XLA, the autotuning results and logs XLA wrote (`CUBLASLT_PROBE_XLA_DUMP`) per window;
+- with ``--preinit``: before the first step, the libraries are initialised one by one (CUDA context, cuBLAS
+  handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN), each timed.
+
+A step is either a callable (``--func``: called once; if it returns a callable, that was the setup and the
+returned callable is the step) or a script: one that marks its steps with
+``with cublaslt_probe.analysis.coldstart.cold_start_step():`` runs as ``__main__`` and its marked steps are measured; one that
+marks none but defines ``make_step()`` or ``step()`` at module level has that run ``--steps`` times.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.abc
+import json
+import os
+import re
+import runpy
+import statistics
+import sys
+import threading
+import time
+import traceback
+
+CACHE_VARS = ("CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH",
+              "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")
+# Shared libraries reported when they appear: compilers, JIT, CUDA libraries (other new libraries are not kept)
+WATCHED_LIBS = ("libnvrtc", "libnvJitLink", "libnvptxcompiler", "libnvidia-ptxjitcompiler", "libcudnn",
+                "libcublas", "libcupti", "libtriton", "libcuda", "libnvvm", "libcufft", "libcusparse",
+                "libcusolver", "libcurand", "libnccl")
+MAX_LOG_LINES = 4000
+T0 = time.perf_counter_ns()
+
+
+def _rel_ns(t: int) -> int:
+    return t - T0
+
+
+def mapped_libraries() -> list[str]:
+    out: list[str] = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and ".so" in parts[5]:
+                    b = os.path.basename(parts[5].strip())
+                    if b not in out:
+                        out.append(b)
+    except OSError:
+        pass
+    return out
+
+
+def cache_files(root: str | None) -> dict[str, int]:
+    """Relative path -> size of every file under `root`."""
+    out: dict[str, int] = {}
+    if not root or not os.path.isdir(root):
+        return out
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            try:
+                out[os.path.relpath(p, root)] = os.path.getsize(p)
+            except OSError:
+                pass
+    return out
+
+
+# --- compile entry points of the runtime compilers ---------------------------------------------------------------
+SPAN_NS = 1_000_000   # calls longer than this keep their span (module loads inside them are attributed to them)
+MAX_SPANS = 5000
+XLA_DUMP_FILES = ("autotune_results.txt", "autotune_logs.txt")
+XLA_TEXT_KEPT = 24_000
+
+
+class Timers:
+    """Seconds and calls inside each watched entry point (outermost call of a key per thread), process-wide,
+    and the spans of the calls longer than `SPAN_NS`."""
+
+    def __init__(self):
+        self.acc: dict[str, list] = {}     # key -> [ns, calls]
+        self.spans: list[tuple] = []       # (key, t0_ns, t1_ns)
+        self.local = threading.local()
+        self.errors: list[str] = []
+
+    def add(self, key: str, t0: int, t1: int) -> None:
+        g = self.acc.setdefault(key, [0, 0])
+        g[0] += t1 - t0
+        g[1] += 1
+        if t1 - t0 >= SPAN_NS and len(self.spans) < MAX_SPANS:
+            self.spans.append((key, t0, t1))
+
+    def count(self, key: str) -> None:
+        self.acc.setdefault(key, [0, 0])[1] += 1
+
+    def inside(self, key: str) -> bool:
+        return bool(getattr(self.local, key.replace(".", "_"), 0))
+
+    def wrap(self, key, fn):
+        """`fn` timed under `key` (a string, or a function of nothing that names the key at call time)."""
+        timers = self
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            k = key() if callable(key) else key
+            slot = k.replace(".", "_")
+            if getattr(timers.local, slot, 0):
+                return fn(*args, **kwargs)
+            setattr(timers.local, slot, 1)
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                t1 = time.perf_counter_ns()
+                setattr(timers.local, slot, 0)
+                timers.add(k, t0, t1)
+        timed.__cublaslt_probe_timer__ = key
+        return timed
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        return {k: (v[0], v[1]) for k, v in self.acc.items()}
+
+
+TIMERS = Timers()
+
+
+def _triton_compile_key() -> str:
+    # a compile inside JITFunction.run is Triton used directly; any other caller (Inductor) is not
+    return "triton.compile.direct" if TIMERS.inside("triton.run") else "triton.compile.other"
+
+
+def _triton_load_key() -> str:
+    return "triton.load.direct" if TIMERS.inside("triton.run") else "triton.load.other"
+
+
+def _jax_listeners(mod) -> None:
+    """Register on JAX's monitoring events (durations, counts, time spans) under ``jax:EVENT``."""
+    offset = time.perf_counter_ns() - time.time_ns()
+
+    def duration(event, secs, **_):
+        g = TIMERS.acc.setdefault("jax:" + event, [0, 0])
+        g[0] += int(secs * 1e9)
+        g[1] += 1
+
+    def span(event, start, end, **_):
+        if int((end - start) * 1e9) >= SPAN_NS and len(TIMERS.spans) < MAX_SPANS:
+            TIMERS.spans.append(("jax:" + event, int(start * 1e9) + offset, int(end * 1e9) + offset))
+
+    mod.register_event_duration_secs_listener(duration)
+    mod.register_event_listener(lambda event, **_: TIMERS.count("jax:" + event))
+    if hasattr(mod, "register_event_time_span_listener"):
+        mod.register_event_time_span_listener(span)
+
+
+# module -> [(attribute, possibly Class.method, timer key)]; a missing attribute is skipped (other versions)
+JIT_HOOKS: dict[str, list] = {
+    "cupy.cuda.compiler": [("_compile_with_cache_cuda", "cupy.compile"),
+                           ("_compile_using_nvrtc_no_warning", "cupy.nvrtc"), ("compile_using_nvrtc", "cupy.nvrtc"),
+                           ("compile_using_nvcc", "cupy.nvcc")],
+    "triton.runtime.jit": [("JITFunction.run", "triton.run")],
+    "triton.compiler.compiler": [("compile", _triton_compile_key), ("CompiledKernel._init_handles", _triton_load_key)],
+    "triton.compiler": [("compile", _triton_compile_key)],
+    "triton.runtime.build": [("compile_module_from_src", "triton.launcher"), ("_build", "triton.build")],
+    "triton.backends.nvidia.driver": [("compile_module_from_src", "triton.launcher")],
+    "triton.runtime.autotuner": [("Autotuner._bench", "triton.autotune")],
+    "numba.cuda.dispatcher": [("CUDADispatcher.compile", "numba.compile")],
+    "numba.cuda.cudadrv.nvvm": [("compile_ir", "numba.nvvm")],
+    "numba.cuda.codegen": [("CUDACodeLibrary.get_cubin", "numba.link")],
+    "jax._src.monitoring": _jax_listeners,
+}
+_HOOKED: set[str] = set()
+
+
+def hook_module(name: str, mod) -> None:
+    """Wrap the watched entry points of module `name` (once); a failure is kept as text, the program runs on."""
+    if name in _HOOKED or name not in JIT_HOOKS:
+        return
+    _HOOKED.add(name)
+    spec = JIT_HOOKS[name]
+    try:
+        if callable(spec):
+            spec(mod)
+            return
+        for attr, key in spec:
+            owner, _, meth = attr.rpartition(".")
+            obj = getattr(mod, owner, None) if owner else mod
+            fn = getattr(obj, meth, None) if obj is not None else None
+            if fn is None or getattr(fn, "__cublaslt_probe_timer__", None) is not None:
+                continue
+            setattr(obj, meth, TIMERS.wrap(key, fn))
+    except Exception as e:  # noqa: BLE001
+        TIMERS.errors.append(f"{name}: {type(e).__name__}: {e}")
+
+
+def hook_loaded() -> None:
+    """Wrap the entry points of every watched module already imported."""
+    for name in JIT_HOOKS:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            hook_module(name, mod)
+
+
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Wraps a watched module's entry points as soon as the module has executed (before its importer uses it)."""
+
+    _busy = threading.local()
+
+    def find_spec(self, fullname, path, target=None):
+        # not re-entered: another finder (numba-cuda's redirector) may ask every finder again for the same name
+        if fullname not in JIT_HOOKS or fullname in _HOOKED or getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy.on = False
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return None
+
+        def exec_module(module):
+            run(module)
+            hook_module(fullname, module)
+        try:
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            return None
+        return spec
+
+
+def install_hooks() -> None:
+    if not any(isinstance(f, _PostImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportHook())
+    hook_loaded()
+
+
+def xla_autotune_summary(text: str) -> dict:
+    """Counts in an XLA autotuning results/logs text proto: entries timed (``run_time``), by candidate kind."""
+    kinds: dict[str, int] = {}
+    for m in re.finditer(r"^\s*(gemm|triton|cuda_conv|custom_kernel_fusion|algorithm|cudnn|other)\s*\{", text, re.M):
+        kinds[m.group(1)] = kinds.get(m.group(1), 0) + 1
+    return {"timed": len(re.findall(r"\brun_time\s*\{", text)), "results": len(re.findall(r"^results\s*\{", text,
+                                                                                               re.M)),
+            "logs": len(re.findall(r"^logs\s*\{", text, re.M)), "kinds": kinds, "bytes": len(text)}
+
+
+class Session:
+    """Per-step bookkeeping of one child process."""
+
+    def __init__(self, torch, steps: int, recorder=None, logger=None):
+        self.torch = torch
+        self.steps_wanted = steps
+        self.rec = recorder
+        self.logger = logger
+        self.steps: list[dict] = []
+        self.windows: list[dict] = []  # setup, preinit, step windows: name, t0_ns, t1_ns, evidence deltas
+        self.lt_lines: dict[str, list[str]] = {}
+        self.lt_counts: dict[str, int] = {}
+        self._files = {v: cache_files(os.environ.get(v)) for v in CACHE_VARS}
+        self._libs = mapped_libraries()
+        self._mem = self._mem_stats()
+        self._dyn = self._dynamo()
+        self._jit = TIMERS.snapshot()
+        self._spans = len(TIMERS.spans)
+        self._xla_dump = os.environ.get("CUBLASLT_PROBE_XLA_DUMP")
+        self._xla_seen: dict[str, tuple] = {}
+        self._xla_autotune()  # what the dumps held before the program ran is not the program's
+        self._open: tuple[str, int] | None = None
+        self._t_host = 0
+        self.preinit_wanted = False
+        self.preinit_result: dict | None = None
+
+    # --- snapshots -------------------------------------------------------------------------------------
+    def _mem_stats(self) -> dict:
+        if not self.torch.cuda.is_initialized():  # never create the context just to read counters
+            return {}
+        try:
+            s = self.torch.cuda.memory_stats()
+        except Exception:  # noqa: BLE001
+            return {}
+        keys = ("reserved_bytes.all.current", "segment.all.current", "num_device_alloc", "num_device_free",
+                "num_alloc_retries", "allocated_bytes.all.current")
+        return {k: int(s.get(k, 0)) for k in keys if k in s}
+
+    @staticmethod
+    def _dynamo() -> dict:
+        mod = sys.modules.get("torch._dynamo.utils")
+        metrics = getattr(mod, "compilation_time_metrics", None) if mod else None
+        out: dict = {}
+        if isinstance(metrics, dict):
+            for k, v in metrics.items():
+                try:
+                    out[str(k)] = float(sum(v)) if isinstance(v, (list, tuple)) else float(v)
+                except (TypeError, ValueError):
+                    pass
+        return out
+
+    def _delta(self) -> dict:
+        files = {v: cache_files(os.environ.get(v)) for v in CACHE_VARS}
+        new_files = {}
+        for v in CACHE_VARS:
+            new = {p: s for p, s in files[v].items() if p not in self._files[v]}
+            if new:
+                new_files[v] = {"count": len(new), "bytes": sum(new.values()),
+                                "by_ext": _by_ext(new), "sample": sorted(new)[:40]}
+        libs = mapped_libraries()
+        new_libs = [b for b in libs if b not in self._libs and b.startswith(WATCHED_LIBS)]
+        mem = self._mem_stats()
+        dyn = self._dynamo()
+        d = {"new_files": new_files, "new_libraries": new_libs,
+             "mem_before": self._mem, "mem_after": mem,
+             "compile_s": {k: round(v - self._dyn.get(k, 0.0), 6) for k, v in dyn.items()
+                           if v - self._dyn.get(k, 0.0) > 1e-9}}
+        triton = sorted({os.path.splitext(os.path.basename(p))[0] for p in files["TRITON_CACHE_DIR"]
+                         if p.endswith(".cubin") and p not in self._files["TRITON_CACHE_DIR"]})
+        if triton:
+            d["triton_kernels"] = triton[:200]
+        self._files, self._libs, self._mem, self._dyn = files, libs, mem, dyn
+        jit = TIMERS.snapshot()
+        dj = {}
+        for k, (ns, n) in jit.items():
+            ns0, n0 = self._jit.get(k, (0, 0))
+            if n > n0 or ns > ns0:
+                dj[k] = {"s": round((ns - ns0) / 1e9, 6), "n": n - n0}
+        if dj:
+            d["jit_s"] = dj
+        self._jit = jit
+        xla = self._xla_autotune()
+        if xla:
+            d["xla_autotune"] = xla
+        return d
+
+    def _xla_autotune(self) -> dict:
+        """What XLA wrote to its autotuning dumps since the last window (it rewrites them at each compilation)."""
+        out = {}
+        if not self._xla_dump:
+            return out
+        for f in XLA_DUMP_FILES:
+            p = os.path.join(self._xla_dump, f)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            sig = (st.st_mtime_ns, st.st_size)
+            if self._xla_seen.get(f) == sig:
+                continue
+            self._xla_seen[f] = sig
+            try:
+                with open(p, errors="replace") as fh:
+                    text = fh.read()
+            except OSError:
+                continue
+            out[f.split(".")[0]] = {**xla_autotune_summary(text), "text": text[:XLA_TEXT_KEPT]}
+        return out
+
+    def _take_spans(self, t0: int, t1: int) -> list[dict]:
+        spans = TIMERS.spans[self._spans:]
+        self._spans = len(TIMERS.spans)
+        return [{"key": k, "t0_ms": round((a - t0) / 1e6, 3), "t1_ms": round((b - t0) / 1e6, 3)}
+                for k, a, b in spans if b >= t0 and a <= t1][:500]
+
+    # --- windows -----------------------------------------------------------------------------------------
+    def begin(self, name: str) -> None:
+        self.torch.cuda.synchronize()
+        self._take_log(None)
+        hook_loaded()
+        self._spans = len(TIMERS.spans)
+        self._open = (name, time.perf_counter_ns())
+
+    def end(self, ok: bool = True, error: str | None = None) -> dict:
+        name, t0 = self._open
+        t_host = self._t_host or time.perf_counter_ns()
+        try:
+            self.torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001
+            error = error or f"{type(e).__name__}: {e}"
+            ok = False
+        t1 = time.perf_counter_ns()
+        self._t_host = 0
+        w = {"name": name, "t0_ns": _rel_ns(t0), "t1_ns": _rel_ns(t1), "wall_s": (t1 - t0) / 1e9,
+             "host_s": (t_host - t0) / 1e9, "ok": ok}
+        if error:
+            w["error"] = error
+        w.update(self._delta())
+        spans = self._take_spans(t0, t1)
+        if spans:
+            w["jit_spans"] = spans
+        self._take_log(name)
+        self.windows.append(w)
+        self._open = None
+        if name.startswith("step"):
+            self.steps.append(w)
+        return w
+
+    def host_done(self) -> None:
+        self._t_host = time.perf_counter_ns()
+
+    def _take_log(self, name: str | None) -> None:
+        if self.logger is None:
+            return
+        from cublaslt_probe.gpu import lt
+        lines = lt.Logger.render([r for r in self.logger.take() if r[1] == 2])
+        if name is None:
+            if lines:
+                self.lt_counts["between"] = self.lt_counts.get("between", 0) + len(lines)
+            return
+        self.lt_counts[name] = len(lines)
+        if name in ("setup", "preinit", "step1", "step2"):
+            self.lt_lines[name] = lines[:MAX_LOG_LINES]
+
+    # --- steps -------------------------------------------------------------------------------------------
+    def start_step(self) -> None:
+        """Close the setup window, initialise the libraries apart if asked (once), open the next step."""
+        if self._open is not None and self._open[0] == "setup":
+            self.end()
+        if self.preinit_wanted and self.preinit_result is None:
+            self.begin("preinit")
+            self.preinit_result = preinit(self.torch)
+            self.end()
+        self.begin(f"step{len(self.steps) + 1}")
+
+    def run_steps(self, step) -> None:
+        for _ in range(self.steps_wanted):
+            self.start_step()
+            try:
+                step()
+                self.host_done()
+                self.end()
+            except Exception as e:  # noqa: BLE001  (reported, the steps stop)
+                self.end(ok=False, error=f"{type(e).__name__}: {e}")
+                raise
+
+
+def _by_ext(files: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in files:
+        ext = os.path.splitext(p)[1].lstrip(".") or "(none)"
+        out[ext] = out.get(ext, 0) + 1
+    return out
+
+
+# --- the active session, for scripts that mark their own steps -------------------------------------------------
+_ACTIVE: Session | None = None
+
+
+def marked_step_begin() -> None:
+    if _ACTIVE is not None:
+        _ACTIVE.start_step()
+
+
+def marked_step_end(error: str | None = None) -> None:
+    if _ACTIVE is not None and _ACTIVE._open is not None:
+        _ACTIVE.host_done()
+        _ACTIVE.end(ok=error is None, error=error)
+
+
+# --- preinit ---------------------------------------------------------------------------------------------------
+def preinit(torch) -> dict:
+    """Initialise the libraries a step may touch, each timed apart (s); failures are kept as text."""
+    out: dict = {}
+
+    def timed(name, fn):
+        t = time.perf_counter()
+        try:
+            fn()
+            torch.cuda.synchronize()
+            out[name] = time.perf_counter() - t
+        except Exception as e:  # noqa: BLE001
+            out[name] = f"{type(e).__name__}: {e}"
+
+    dev = "cuda"
+    timed("cuda_context", lambda: torch.zeros(1, device=dev))
+    timed("cublas_handle", lambda: torch.cuda.current_blas_handle())
+    timed("cublas_first_gemm_fp32", lambda: torch.ones(8, 8, device=dev) @ torch.ones(8, 8, device=dev))
+    timed("cublas_first_gemm_bf16", lambda: torch.ones(8, 8, device=dev, dtype=torch.bfloat16)
+          @ torch.ones(8, 8, device=dev, dtype=torch.bfloat16))
+    timed("cublaslt_first_gemm_bias", lambda: torch.nn.functional.linear(
+        torch.ones(8, 16, device=dev, dtype=torch.bfloat16), torch.ones(24, 16, device=dev, dtype=torch.bfloat16),
+        torch.ones(24, device=dev, dtype=torch.bfloat16)))
+
+    def fp8():
+        a = torch.ones(16, 32, device=dev).to(torch.float8_e4m3fn)
+        b = torch.ones(16, 32, device=dev).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=dev)
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    timed("cublaslt_first_fp8", fp8)
+    if torch.backends.cudnn.is_available():
+        timed("cudnn_handle_first_conv", lambda: torch.nn.functional.conv2d(
+            torch.ones(1, 1, 8, 8, device=dev), torch.ones(1, 1, 3, 3, device=dev)))
+    return out
+
+
+# --- loading the program -----------------------------------------------------------------------------------------
+def load_callable(spec: str):
+    """`path/to/file.py:NAME` or `package.module:NAME` (NAME may be dotted)."""
+    where, _, qual = spec.rpartition(":")
+    if not where or not qual:
+        raise SystemExit(f"--func {spec}: give FILE.py:NAME or MODULE:NAME")
+    if where.endswith(".py") or os.path.sep in where:
+        d = os.path.dirname(os.path.abspath(where))
+        if d not in sys.path:
+            sys.path.insert(0, d)
+        ns = runpy.run_path(where, run_name="__cublaslt_probe_coldstart__")
+        obj = ns[qual.split(".")[0]]
+        for part in qual.split(".")[1:]:
+            obj = getattr(obj, part)
+        return obj
+    import importlib
+    obj = importlib.import_module(where)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _no_paths(var: str, value: str) -> str:
+    """An environment value as reported: the folders this run made are named by their last part only."""
+    if var in CACHE_VARS or var == "CUBLASLT_PROBE_XLA_DUMP":
+        return os.path.basename(value)
+    return re.sub(r"=/\S*/([^/\s]+)", r"=\1", value) if var == "XLA_FLAGS" else value
+
+
+def main(argv: list[str] | None = None) -> dict:
+    global _ACTIVE
+    ap = argparse.ArgumentParser(prog="python -m cublaslt_probe.gpu.coldstart_child")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--preinit", action="store_true")
+    ap.add_argument("--no-cupti", action="store_true")
+    ap.add_argument("--func")
+    ap.add_argument("--script", nargs=argparse.REMAINDER)
+    a = ap.parse_args(argv)
+    res: dict = {"ok": False, "pid": os.getpid(),
+                 "env_seen": {k: _no_paths(k, v) for k, v in sorted(os.environ.items())
+                              if k.startswith(("CUDA_", "CUBLASLT_", "TORCHINDUCTOR_", "TRITON_", "PYTORCH_KERNEL",
+                                               "CUPY_", "NUMBA_", "JAX_", "TORCH_EXTENSIONS", "XLA_"))}}
+    install_hooks()
+    t = time.perf_counter()
+    import torch
+    res["import_torch_s"] = time.perf_counter() - t
+    res["libraries_at_import"] = [b for b in mapped_libraries() if b.startswith(WATCHED_LIBS)]
+    rec = None
+    if not a.no_cupti:
+        try:
+            from cublaslt_probe.gpu import cupti
+            rec = cupti.Recorder(kernel_names=os.environ.get("CUDA_MODULE_LOADING") != "EAGER")
+            t = time.perf_counter()
+            rec.start()
+            res["cupti"] = {"path": os.path.basename(rec.path), "start_s": time.perf_counter() - t,
+                            "watched": sorted(n for n, _ in rec.cbids.values())}
+        except Exception as e:  # noqa: BLE001  (the run goes on without CUPTI, and says so)
+            res["cupti"] = {"error": f"{type(e).__name__}: {e}"}
+            rec = None
+    else:
+        res["cupti"] = {"off": True}
+    logger = None
+    try:
+        from cublaslt_probe.gpu import lt
+        found = lt.loaded_libraries()
+        if found:  # mapped by torch's import: take it without running a GEMM
+            lib = lt.LtLibrary(found[0])
+            logger = lt.Logger(lib)
+            logger.set_level(2)
+            res["lt_log"] = {"library": os.path.basename(found[0]), "version": lib.version_str}
+        else:
+            res["lt_log"] = {"error": "libcublasLt not mapped before the first step; no log"}
+    except Exception as e:  # noqa: BLE001
+        res["lt_log"] = {"error": f"{type(e).__name__}: {e}"}
+    s = Session(torch, a.steps, rec, logger)
+    s.preinit_wanted = a.preinit
+    _ACTIVE = s
+    try:
+        s._open = ("setup", time.perf_counter_ns())
+        step = None
+        if a.func:
+            fn = load_callable(a.func)
+            s.start_step()  # the first call is step 1, unless it returns the step (then it was the setup)
+            try:
+                ret = fn()
+                s.host_done()
+                s.end()
+            except Exception as e:
+                s.end(ok=False, error=f"{type(e).__name__}: {e}")
+                raise
+            res["func_was_factory"] = callable(ret)
+            if callable(ret):
+                w = s.steps.pop()
+                w["name"] = "factory"
+                if "step1" in s.lt_lines:
+                    s.lt_lines["factory"] = s.lt_lines.pop("step1")
+                s.lt_counts["factory"] = s.lt_counts.pop("step1", 0)
+                step = ret
+            else:
+                step = fn
+                s.steps_wanted -= 1
+        elif a.script:
+            script, *args = a.script
+            old = sys.argv
+            sys.argv = [script, *args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            try:
+                ns = runpy.run_path(script, run_name="__main__")
+            finally:
+                sys.argv = old
+            if not s.steps:
+                maker, plain = ns.get("make_step"), ns.get("step")
+                if callable(maker):
+                    step = maker()
+                elif callable(plain):
+                    step = plain
+                else:
+                    raise SystemExit(f"{script}: it marked no step "
+                                     "(`with cublaslt_probe.analysis.coldstart.cold_start_step():`) "
+                                     "and defines neither make_step() nor step()")
+        else:
+            raise SystemExit("give --func or --script")
+        if step is not None:
+            s.run_steps(step)
+        elif s._open is not None and s._open[0] == "setup":
+            s.end()
+        res["ok"] = bool(s.steps) and all(w["ok"] for w in s.steps)
+    except BaseException as e:  # noqa: BLE001  (everything measured so far is still reported)
+        if s._open is not None:
+            try:
+                s.end(ok=False, error=f"{type(e).__name__}: {e}")
+            except Exception:  # noqa: BLE001
+                pass
+        res["error"] = f"{type(e).__name__}: {e}"
+        res["traceback"] = traceback.format_exc()[-2000:]
+    finally:
+        _ACTIVE = None
+        if rec is not None:
+            rec.stop()
+    if s.preinit_result is not None:
+        res["preinit"] = s.preinit_result
+    res["windows"] = s.windows
+    res["lt_lines"] = s.lt_lines
+    res["lt_counts"] = s.lt_counts
+    res["jit_hooks"] = sorted(_HOOKED)
+    if TIMERS.errors:
+        res["jit_hook_errors"] = TIMERS.errors[:20]
+    if rec is not None:
+        res["modules"], res["driver_calls"] = _events(rec, s.windows)
+        if rec.errors:
+            res["cupti"]["callback_errors"] = rec.errors
+    try:
+        p = torch.cuda.get_device_properties(0)
+        res["device"] = {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "torch": torch.__version__,
+                         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+        res["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+    except Exception:  # noqa: BLE001
+        pass
+    if s.steps:
+        walls = [w["wall_s"] for w in s.steps]
+        res["steady_s"] = statistics.median(walls[2:]) if len(walls) > 2 else min(walls)
+    return res
+
+
+def _events(rec, windows: list[dict]) -> tuple[dict, dict]:
+    """Module loads and driver calls by window: a summary for every window, the records for the steps."""
+    def window_of(t_rel: int) -> str:
+        for w in windows:
+            if w["t0_ns"] <= t_rel <= w["t1_ns"]:
+                return w["name"]
+        return "between"
+    mods: dict = {}
+    for m in rec.modules:
+        name = window_of(_rel_ns(m["t_ns"]))
+        g = mods.setdefault(name, {"count": 0, "bytes": 0, "by_kind": {}, "records": []})
+        g["count"] += 1
+        g["bytes"] += m["size"]
+        g["by_kind"][m["kind"]] = g["by_kind"].get(m["kind"], 0) + 1
+        if name.startswith("step") and len(g["records"]) < 2000:
+            g["records"].append({**{k: v for k, v in m.items() if k not in ("t_ns", "thread")},
+                                 "t_ms": round((_rel_ns(m["t_ns"]) - _start(windows, name)) / 1e6, 3)})
+    calls: dict = {}
+    for c in rec.calls:
+        name = window_of(_rel_ns(c["t_ns"]))
+        g = calls.setdefault(name, {"by_what": {}, "records": []})
+        dur = (c["end_ns"] - c["t_ns"]) / 1e9
+        w = g["by_what"].setdefault(c["what"], {"count": 0, "seconds": 0.0})
+        w["count"] += 1
+        w["seconds"] += dur
+        if c["what"] != "alloc" or name.startswith("step"):
+            if len(g["records"]) < 2000:
+                g["records"].append({**{k: v for k, v in c.items() if k not in ("t_ns", "end_ns", "thread")},
+                                     "t_ms": round((_rel_ns(c["t_ns"]) - _start(windows, name)) / 1e6, 3),
+                                     "seconds": round(dur, 6)})
+    # which module each load call produced: a module loaded on the same thread inside the call; kernel names
+    # are kept for those (what a program loaded itself: Triton, PTX, NVRTC output), counts for the rest
+    for c in rec.calls:
+        if c["what"] != "load":
+            continue
+        inside = [m for m in rec.modules if c["t_ns"] <= m["t_ns"] <= c["end_ns"] and m["thread"] == c["thread"]]
+        for m in inside:
+            m_name = window_of(_rel_ns(m["t_ns"]))
+            for r in mods.get(m_name, {}).get("records", []):
+                if r["id"] == m["id"]:
+                    r["loaded_by"] = c["name"]
+                    if "image" in c:
+                        r["image"] = c["image"]
+    for g in mods.values():
+        for r in g["records"]:
+            if "loaded_by" not in r:
+                r.pop("kernels", None)
+    return mods, calls
+
+
+def _start(windows: list[dict], name: str) -> int:
+    for w in windows:
+        if w["name"] == name:
+            return w["t0_ns"]
+    return 0
+
+
+if __name__ == "__main__":
+    # run the module under its own name, so that `coldstart.cold_start_step` finds the active session there
+    from cublaslt_probe.gpu import coldstart_child as _self
+    out = _self.main()
+    sys.stdout.flush()
+    print("\n" + json.dumps(out, default=str), flush=True)
+    os._exit(0)  # no CUDA/CUPTI teardown: the parent has what it needs
