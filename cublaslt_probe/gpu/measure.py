@@ -237,6 +237,16 @@ def batched_mm_variant(probe, c: Case, a, w) -> dict:
     return row
 
 
+def _padded_rows(torch, sizes: list[int], padded: list[int]):
+    """(the rows of the padded problem that hold the original groups' rows, in order; the padded problem's
+    offsets as torch's grouped GEMM takes them): group g's rows start where the padded groups before it end."""
+    ends = [0]
+    for x in padded:
+        ends.append(ends[-1] + x)
+    idx = torch.cat([torch.arange(ends[g], ends[g] + c, device="cuda") for g, c in enumerate(sizes)])
+    return idx, torch.tensor(ends[1:], dtype=torch.int32, device="cuda")
+
+
 def _grouped_numerics(probe, alts: dict, a, w, offs, ref, extra: dict) -> dict:
     """Max |y - y0| / max |y0| against the grouped GEMM's output `ref` on its own operands: every group
     padded with zero rows (the real rows read back), all groups padded to the largest in one `torch.bmm`, fp8
@@ -263,14 +273,9 @@ def _grouped_numerics(probe, alts: dict, a, w, offs, ref, extra: dict) -> dict:
     for name, alt in alts.items():
         if name.startswith("pad"):
             def padded(alt=alt):
-                ps = alt.group_sizes()
-                pst = [0]
-                for x in ps:
-                    pst.append(pst[-1] + x)
-                idx = torch.cat([torch.arange(pst[g], pst[g] + n, device="cuda") for g, n in enumerate(sizes)])
+                idx, po = _padded_rows(torch, sizes, alt.group_sizes())
                 ap = torch.zeros(alt.m, a.shape[1], device="cuda", dtype=a.dtype)
                 ap[idx] = a
-                po = torch.tensor(pst[1:], dtype=torch.int32, device="cuda")
                 return torch._grouped_mm(ap, w, offs=po)[idx]
             put(name, padded)
         elif name == "bmm_padded":
@@ -314,16 +319,11 @@ def _split_k_numerics(torch, alts: dict, a, w, ref, sizes: list[int], starts: li
     for name, alt in alts.items():
         if name.startswith("pad"):
             def padded(alt=alt):
-                ps = alt.group_sizes()
-                pst = [0]
-                for x in ps:
-                    pst.append(pst[-1] + x)
-                idx = torch.cat([torch.arange(pst[g], pst[g] + c, device="cuda") for g, c in enumerate(sizes)])
+                idx, po = _padded_rows(torch, sizes, alt.group_sizes())
                 ap = torch.zeros(alt.k, m, device="cuda", dtype=a.dtype)
                 ap[idx] = a.t()
                 bp = torch.zeros(alt.k, n, device="cuda", dtype=w.dtype)
                 bp[idx] = w
-                po = torch.tensor(pst[1:], dtype=torch.int32, device="cuda")
                 return torch._grouped_mm(ap.t(), bp, offs=po)
             put(name, padded)
         elif name == "bmm_padded":
