@@ -861,6 +861,7 @@ class StartUp:
 
     def __init__(self):
         self.phases: list[tuple[str, float]] = []
+        self.started = 0                  # phases paid by `Probe()` itself (those after: paid on first use)
 
     @contextlib.contextmanager
     def __call__(self, name: str):
@@ -879,6 +880,17 @@ class StartUp:
 
     def table(self) -> str:
         return "\n".join(f"{name:48s} {s * 1e3:9.1f} ms" for name, s in self.seconds().items())
+
+    def mark_started(self) -> None:
+        """`Probe()` has returned: the phases paid from now on are paid on first use, inside the work."""
+        self.started = len(self.phases)
+
+    def on_first_use(self) -> dict[str, float]:
+        """{phase: seconds} of the phases paid after `Probe()` returned (inside the windows that needed them)."""
+        out: dict[str, float] = {}
+        for name, s in self.phases[self.started:]:
+            out[name] = out.get(name, 0.0) + s
+        return out
 
 
 @dataclass
@@ -931,6 +943,7 @@ class Probe:
         self._start_set_up(phase, helpers)
         self._start_timer(phase)
         self._finish_start(phase, helpers, props, cores)
+        phase.mark_started()
 
     def _start_set_up(self, phase: StartUp, helpers: bool) -> None:
         """cuBLASLt loaded, the driver's events and graphs, the library, its logger, the environment, the builder;
