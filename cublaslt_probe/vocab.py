@@ -20,10 +20,8 @@ DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2")
 FP8_DTYPES = ("fp8", "fp8_e5m2")                   # fp8 is e4m3 x e4m3, fp8_e5m2 is e5m2 x e4m3; both write bf16
 LAYOUTS = ("NN", "NT", "TN", "TT")                 # torch view: a T = that operand stored transposed
 PRESETS = ("quick", "llm", "square", "decode", "grid", "regret", "moe")
-WINDOW = 128   # GEMMs per sweep window by default: a window's profiler session costs the probe about 3.5 ms
-               # whatever it holds, then 0.05-0.08 ms per GEMM (benchmarks/bench_window.py, two-GPU H200 host);
-               # windows of 128 against 32, alternating in one process on the decode preset: 581 against 555
-               # GEMMs/s (bench12_window.txt)
+WINDOW = 128   # GEMMs per sweep window by default: a window's profiler session has a fixed cost whatever it
+               # holds, which a larger window spreads over more GEMMs (docs/decisions.md, "Windows of 128")
 
 # Their spellings elsewhere (torch, cuBLAS logs) and bytes per element: dtypes.py.
 

@@ -1,9 +1,9 @@
 """The small ctypes layer over the CUDA driver (libcuda) torch has already loaded: timing events on raw handles.
 
-The probe records about 26 timing events per GEMM and reads about 17 elapsed times (decode preset). Through
-torch's `torch.cuda.Event` a record cost 3.8 µs of host time and a read 4.5 (cProfile on the H200 host,
-benchmarks/results/bench12_decode_cprofile.txt): each goes through torch's Python wrapper, its device guard
-and the runtime. Here they are the driver's own calls on handles made once, their arguments typed once.
+The probe records a few dozen timing events per GEMM and reads most of them back. Through torch's
+`torch.cuda.Event` each record and read goes through torch's Python wrapper, its device guard and the runtime,
+several times the host time of the driver's own call (docs/decisions.md, "Timing events through the driver").
+Here they are the driver's own calls on handles made once, their arguments typed once.
 
 A driver event is what a runtime event is (`cudaEvent_t` is a `CUevent`) and torch's streams are driver
 streams, so the events are recorded on torch's streams directly. There is one libcuda in a process (the

@@ -241,9 +241,9 @@ class LtLibrary:
     # algo config
     def algo_config(self, algo: cublasLtMatmulAlgo_t) -> dict:
         """The config attributes of an algo, with enum names from the header (a new dict each call). Read once
-        per algo (`read_algo_config`, nine library calls: 74 µs of the lt backend's build on the H200 hosts,
-        bench13_decode_cprofile.txt) and kept by the algo's bytes, which are all the library reads them from;
-        the decode preset's 1,568 lt GEMMs run far fewer algos."""
+        per algo (`read_algo_config`: nine library calls, a large share of the lt backend's build) and kept
+        by the algo's bytes, which are all the library reads them from; a sweep's lt GEMMs run far fewer
+        algos than GEMMs."""
         key = bytes(algo)
         cfg = self._configs.get(key)
         if cfg is None:
@@ -439,10 +439,9 @@ def measure_heuristics(lib: "LtLibrary", problems: list, reps: int = 5) -> list[
 
 def set_up(lib: "LtLibrary", dtypes=None) -> list[str]:
     """Pay the library's one-time set-ups now: one small heuristic question per dtype (`DTYPE_SPEC`; those of
-    `dtypes` when given). The first question of each type pays a set-up of its own whichever path asks it: after
-    bf16's, torch's first fp16 call took 87-101 ms to return against 2.2-2.7 ms for a later GEMM whose kernel
-    was new to the process (benchmarks/bench_first_gemm.py, bench23_first_gemm.txt). Nothing is launched and
-    no kernel is loaded. Returns the dtypes whose question the library refused (their set-up is left to their
+    `dtypes` when given). The first question of each type pays a set-up of its own whichever path asks it, tens of
+    milliseconds, far more than a later GEMM's new kernel costs (docs/decisions.md, "The library's
+    set-ups"). Nothing is launched and no kernel is loaded. Returns the dtypes whose question the library refused (their set-up is left to their
     first GEMM)."""
     refused = []
     for d in dtypes or DTYPE_SPEC:

@@ -206,9 +206,8 @@ def lt_problem(c: Case, workspace_bytes: int, alignment: int = 16):
 def current_stream(torch, device: int | None = None) -> int:
     """The raw handle (`cudaStream_t` as an int) of torch's current CUDA stream on `device` (the current device
     when None), from `torch._C._cuda_getCurrentRawStream`, which Inductor's generated code calls before every
-    launch. `torch.cuda.current_stream()` makes a Stream object through torch's device checks: 33 µs of host
-    time a call in the probe's process without a device number (bench12_decode_cprofile.txt), 20 with one
-    (bench13_decode_cprofile.txt), 2.4 calls per GEMM."""
+    launch. `torch.cuda.current_stream()` makes a Stream object through torch's device checks, several times
+    the host time of the raw lookup (docs/decisions.md, "Timing events through the driver")."""
     if device is None:
         device = torch.cuda.current_device()
     return torch._C._cuda_getCurrentRawStream(device)
@@ -377,8 +376,8 @@ class Builder:
     def _operands(self, dtype: str, *shapes):
         """Torch operands of `dtype`, one per (rows, cols, transposed, batch): views of one random buffer at
         aligned offsets (no allocation or fill per GEMM); each of logical shape (rows, cols), stored transposed
-        when asked (`operand_view`), made by one `as_strided` each (a slice, a view and a transpose took three
-        calls: 58 µs for a GEMM's operands, bench13_decode_cprofile.txt)."""
+        when asked (`operand_view`), made by one `as_strided` each: one torch call per operand, where a slice, a
+        view and a transpose would be three."""
         views, at = [], 0
         for rows, cols, transposed, batch in shapes:
             views.append(operand_view(rows, cols, transposed, batch, at))
@@ -388,7 +387,7 @@ class Builder:
 
     def set_flags(self, c: Case) -> None:
         """torch's flags for `c`: TF32 for the tf32 dtype only; for the torch paths, the BLAS library. Each is
-        read first and set only when it differs (a set cost 9.6 µs a call, bench13_decode_cprofile.txt): the
+        read first and set only when it differs (a set costs several times a read): the
         pipeline sets a GEMM's flags again after waiting for the one before, which changes them only when it
         retook that one (`Probe._own_flags`). Read from torch each time, so flags someone else set are never
         taken for the probe's own."""
@@ -629,9 +628,8 @@ def cpu_cores(slot: int, allowed=None, siblings_of=_siblings, local=None) -> tup
     """Three logical CPUs on three physical cores of their own for probe process `slot` of this host: the
     probe's own, its heuristic companion's and its prewarm thread's (`HeuristicPrewarm`), counted from the
     last core (the first ones take the system's interrupts); None when the cores this process may use are
-    too few. Pinned so, none shares a core with another or with another slot's: on the two-GPU H200 host,
-    unpinned, the companion's heuristic misses read 1.6x the probe's own and two probes ran 15 % slower each
-    than one alone. Taken among the CPUs `local` to the probe's GPU (`gpu_local_cpus`) when they hold the
+    too few. Pinned so, none shares a core with another or with another slot's: unpinned, the
+    companion's heuristic misses read longer than the probe's own, and two probes on one host slow each other. Taken among the CPUs `local` to the probe's GPU (`gpu_local_cpus`) when they hold the
     slot's three: a GPU's launches from a core of another NUMA node cost more host time."""
     allowed = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
     if local:
@@ -752,9 +750,8 @@ class HeuristicPrewarm:
     """A thread of the probe's process that asks cuBLASLt, ahead of the probe, the heuristic question each
     GEMM of a window will ask on its first call (`prewarm_problem`), so that the first call finds the answer in
     the library's cache, which is the process's, shared by torch's cuBLAS and cuBLASLt paths and a direct call.
-    The first call of a fresh bf16 decode shape took the probe 211 µs of host time (torch, cuBLAS API) and 169
-    µs (torch's Lt path), and 35 µs once its question had been asked (a hit costs 2-4 µs; a second call 22-25
-    µs in all); the lt backend's build 373 against 216 µs (docs/decisions.md, "the prewarm thread").
+    A heuristic miss is most of a fresh GEMM's first call on the host; a hit costs a few µs
+    (docs/decisions.md, "The prewarm thread").
     The answer is the library's own for the question, so the kernel chosen does not change; a question
     cuBLASLt refuses is left to the first call. Asking writes no cuBLASLt log line at level 2.
 
@@ -1009,7 +1006,7 @@ class Probe:
     def _library_setup(self):
         """cuBLASLt's one-time set-ups (`lt.set_up`: one per type), which the process's first heuristic question
         of each type pays whichever path asks it, asked on a thread of its own while this one calibrates:
-        start-up, not the first GEMMs' build and warm-up (docs/decisions.md, "the library's set-ups"). Returns
+        start-up, not the first GEMMs' build and warm-up (docs/decisions.md, "The library's set-ups"). Returns
         the started thread."""
         import threading
 
@@ -1062,8 +1059,8 @@ class Probe:
 
     @property
     def event_gap_us(self) -> float:
-        """µs the GPU spends between two timed samples when it never waits for the host (`Timer.calibrate_gap`;
-        on the H200s lent: 1.3-1.4 µs on one host, 2.6 on another)."""
+        """µs the GPU spends between two timed samples when it never waits for the host (`Timer.calibrate_gap`): it
+        differs from host to host, so it is measured, not assumed."""
         if self.timer._gap is None:
             with self.startup("gap calibration (first needed)"):
                 return self.timer.event_gap_us
@@ -1131,9 +1128,8 @@ class Probe:
     def time_heuristics(self, items: list[tuple[dict, Case]]) -> None:
         """Fill heuristic_miss_us / heuristic_hit_us of each record: `cublasLtMatmulAlgoGetHeuristic` for
         the Case's column-major problem with its backend's workspace limit, cache off then on
-        (lt.measure_heuristics), with one cache switch for the whole window (switching per GEMM, to hide
-        the work behind the GPU's, was measured slower: 1.6 ms per measurement instead of about 1.1 ms).
-        With the companion the measurements were asked of it as the window ran (`HeuristicCompanion`); this
+        (lt.measure_heuristics), with one cache switch for the whole window (a switch per GEMM costs more
+        than the GPU's work it would hide). With the companion the measurements are asked of it as the window runs (`HeuristicCompanion`); this
         collects them.
 
         Cases whose backends ask cuBLASLt the same question (same problem and workspace limit, e.g.

@@ -110,7 +110,8 @@ def estimate_spin(host_us: float, logged_us: float | None = None) -> float:
 def gpu_us_per_call(once_us: float) -> float:
     """The GPU's µs per call of a GEMM whose estimating call took `once_us`, as the spin rules count it (pure):
     half of it. The estimating call reads long now and then; counted as the whole estimate, the spin is
-    shorter than the batches need on a host-paced host (docs/decisions.md)."""
+    shorter than the batches need on a host-paced host (docs/decisions.md, "The GPU's time per call in the
+    spin rule")."""
     return max(once_us, 1.0) / 2
 
 
@@ -139,7 +140,7 @@ def timing_spin(host_us: float, once_us: float, reps: int, per: int, heavy: bool
     (tests/fixtures/probe/long_spin_raw.jsonl).
 
     A `heavy` GEMM (the probe's `is_heavy`) gets the whole enqueue time at least (`enqueue_spin`): the GPU's
-    rest before its batches is part of what it measures (docs/decisions.md)."""
+    rest before its batches is part of what it measures (docs/decisions.md, "Heavy GEMMs")."""
     g = gpu_us_per_call(once_us)
     lead = per * host_us + max(0.0, (reps - 1) * per * (host_us - g))
     spin = SPIN_FLOOR_US + SPIN_MARGIN * lead + SPIN_SLACK_US

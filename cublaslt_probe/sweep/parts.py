@@ -383,7 +383,7 @@ class RowBuilders:
         self.pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                         initializer=_builder_init, initargs=(os.sched_getaffinity(0), os.getpid()))
         self._ready = [self.pool.submit(_builder_pid) for _ in range(self.jobs)]   # every process started now
-        _builder_imports()   # and this process ready to write their rows: 0.4-0.6 s, before the probe starts
+        _builder_imports()   # and this process ready to write their rows, before the probe starts, not after the sweep
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
