@@ -128,7 +128,7 @@ def threshold_child(out: str) -> None:
     for the decode preset's first 256 GEMMs' questions."""
     from cublaslt_probe.gpu import lt
     from cublaslt_probe import sweep
-    from cublaslt_probe.gpu.probe import HeuristicCompanion, Probe, _heuristic_groups
+    from cublaslt_probe.gpu.probe import HeuristicCompanion, Probe, heuristic_groups
     t = time.perf_counter()
     comp = HeuristicCompanion()
     comp.wait_ready()
@@ -136,7 +136,7 @@ def threshold_child(out: str) -> None:
     comp.close()
     probe = Probe(pipeline=False)
     cases = [c for c in sweep.plan("decode").cases[:256] if not c.grouped]
-    _, problems = _heuristic_groups([({}, c) for c in cases], probe.heuristic_workspace)
+    _, problems = heuristic_groups([({}, c) for c in cases], probe.heuristic_workspace)
     lt.measure_heuristics(probe.lib, list(problems.values())[:8], 5)   # warm
     t = time.perf_counter()
     lt.measure_heuristics(probe.lib, list(problems.values()), 5)

@@ -132,19 +132,19 @@ def test_the_cpu_slot_comes_from_devices_or_the_launcher():
 
 def test_heuristic_questions_are_keyed_by_every_field_of_the_problem():
     """Two Cases share one heuristic measurement only when their cuBLASLt problems are equal field by field."""
-    from cublaslt_probe.gpu.probe import _heuristic_groups, lt_problem
+    from cublaslt_probe.gpu.probe import heuristic_groups, lt_problem
     a = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
     same = [Case("lt", "mm", "bf16", "NT", 16, 4096, 4096), Case("torch-lt", "mm", "bf16", "NT", 16, 4096, 4096)]
     other = [Case("torch", "mm", "bf16", "TN", 16, 4096, 4096), Case("torch", "mm", "fp16", "NT", 16, 4096, 4096),
              Case("torch", "addmm", "bf16", "NT", 16, 4096, 4096), Case("torch", "mm", "bf16", "NT", 16, 4096, 4095)]
     items = [({"key": c.key}, c) for c in [a, *same, *other]]
-    groups, problems = _heuristic_groups(items, lambda c: 1 << 20)
+    groups, problems = heuristic_groups(items, lambda c: 1 << 20)
     assert len(groups) == 1 + len(other)
     assert [r["key"] for r in groups[lt_problem(a, 1 << 20).key()]] == [a.key] + [c.key for c in same]
     for key, p in problems.items():
         assert key == dataclasses.astuple(p)
     # the workspace limit is part of the question
-    groups, _ = _heuristic_groups([({"key": a.key}, a), ({"key": same[0].key}, same[0])],
+    groups, _ = heuristic_groups([({"key": a.key}, a), ({"key": same[0].key}, same[0])],
                                   lambda c: 1 << 20 if c.backend == "torch" else 32 << 20)
     assert len(groups) == 2
 

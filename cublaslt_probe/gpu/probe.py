@@ -642,7 +642,7 @@ def cpu_cores(slot: int, allowed=None, siblings_of=_siblings, local=None) -> tup
     return cores[-1 - 3 * slot], cores[-2 - 3 * slot], cores[-3 - 3 * slot]
 
 
-def _heuristic_groups(items, workspace_of) -> tuple[dict, dict]:
+def heuristic_groups(items, workspace_of) -> tuple[dict, dict]:
     """The records of `items` grouped by the heuristic question their Case asks ({key: [records]}), and each
     question's Problem ({key: Problem}); the key is the Problem as a tuple."""
     groups: dict[tuple, list[dict]] = {}
@@ -1138,7 +1138,7 @@ class Probe:
         if not items:
             return
         t = time.perf_counter()
-        groups, problems = _heuristic_groups(items, self.heuristic_workspace)
+        groups, problems = heuristic_groups(items, self.heuristic_workspace)
         keys = list(problems)
         where = "probe"
         results = None
