@@ -548,7 +548,12 @@ def _no_paths(var: str, value: str) -> str:
     return re.sub(r"=/\S*/([^/\s]+)", r"=\1", value) if var == "XLA_FLAGS" else value
 
 
+# Long: the child's one life in the order it happens (hooks, torch's import, CUPTI, the log, the target's steps,
+# the record), each stage reading the state the ones before set up; it runs only on a GPU, where a split of it is
+# to be checked (tests/test_gpu_coldstart*.py).
 def main(argv: list[str] | None = None) -> dict:
+    """Run the target (`--func FILE_OR_MODULE:NAME` or `--script FILE ARGS`) for `--steps` steps, observed, and
+    return the record the parent reads (see the module docstring)."""
     global _ACTIVE
     ap = argparse.ArgumentParser(prog="python -m cublaslt_probe.gpu.coldstart_child")
     ap.add_argument("--steps", type=int, default=6)

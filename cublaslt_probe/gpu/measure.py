@@ -720,6 +720,9 @@ def route(torch, sizes: list[int], tokens: int, top_k: int, seed: int = 0):
     return idx[torch.randperm(tokens, generator=gen)].contiguous().cuda()
 
 
+# Long: one module's experts measured in order (the problem, its inputs, every variant built, the rounds timed,
+# the numerics), the variants sharing the inputs and the timing rounds; it runs only on a GPU
+# (tests/test_gpu_grouped_audit.py).
 def measure_experts(probe, rows: list[dict]) -> dict:
     """A module's experts rebuilt from its audited grouped rows (`experts_problem`: the recorded sizes, the
     router's top-k) and each variant of `experts_forward` timed as the whole call the program makes (forward;

@@ -308,6 +308,7 @@ def _put_extra(extra: dict, key: str, value: str) -> None:
     extra[key] = value
 
 
+# One function on purpose: every parsed log line passes through it (the parser's hot path, bench_parse_log.py).
 def build_record(time: str | None, pid: int | None, tag: str, function: str, body: str, *,
                  line: int = 0, source: str | None = None, library: str = "cublasLt",
                  offset: int = 0) -> LogRecord:
