@@ -11,6 +11,7 @@ import warnings
 
 MOVED = {
     "cublaslt_probe.audit": "cublaslt_probe.analysis.audit",
+    "cublaslt_probe.audit.render": "cublaslt_probe.render.audit",
     "cublaslt_probe.candidates": "cublaslt_probe.analysis.candidates",
     "cublaslt_probe.coldstart": "cublaslt_probe.analysis.coldstart",
     "cublaslt_probe.coldstart_child": "cublaslt_probe.gpu.coldstart_child",
@@ -37,13 +38,22 @@ MOVED = {
     "cublaslt_probe.trace": "cublaslt_probe.analysis.trace"
 }
 
+_LONGEST_FIRST = sorted(MOVED.items(), key=lambda kv: -len(kv[0]))   # a moved module inside a moved package wins
+
 
 class _Loader(importlib.abc.Loader):
     def __init__(self, new: str):
         self.new = new
 
     def create_module(self, spec):
-        return importlib.import_module(self.new)
+        mod = importlib.import_module(self.new)
+        if hasattr(mod, "__path__"):
+            # a package: its loaded submodules answer to the old path too, found in sys.modules, so importing
+            # one by its old path does not load it again (nor rebind the package's attribute of that name)
+            for name, sub in list(sys.modules.items()):
+                if name.startswith(self.new + "."):
+                    sys.modules.setdefault(spec.name + name[len(self.new):], sub)
+        return mod
 
     def exec_module(self, module) -> None:
         pass
@@ -53,7 +63,7 @@ class _OldPaths(importlib.abc.MetaPathFinder):
     """Finds an old path (`MOVED`, and the modules under a moved package) and loads the new module."""
 
     def find_spec(self, name: str, path=None, target=None):
-        for old, new in MOVED.items():
+        for old, new in _LONGEST_FIRST:
             if name == old or name.startswith(old + "."):
                 new_name = new + name[len(old):]
                 warnings.warn(f"{name} moved to {new_name}: import it from there (the old path goes in the next "

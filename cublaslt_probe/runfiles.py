@@ -20,9 +20,16 @@ step a range named ``STEP_PREFIX + str(index)``. Both appear in the trace as ``u
 thread that ran the forward. Backward kernels are attributed through the autograd ``Sequence number`` that
 torch.profiler records on a forward op and on the backward node that differentiates it.
 
-This module holds only names: it imports nothing from torch and is read on a CPU machine.
+This module holds the names, and the reader of the one file whose records `audit` reads line by line
+(`read_group_sizes`): it imports nothing from torch and is read on a CPU machine.
 """
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from cublaslt_probe.errors import CaptureError
 
 TRACE_FILE = "trace.json.gz"
 LOG_FILE = "cublaslt.log"
@@ -36,3 +43,27 @@ MODULE_PREFIX = "cublaslt_probe.module:"
 GRAPH_CAPTURE_PREFIX = "cublaslt_probe.graph_capture:"   # around a CUDA graph's capture (launches recorded)
 GRAPH_REPLAY_PREFIX = "cublaslt_probe.graph_replay:"     # around a replay of graph N
 STEP_PREFIX = "cublaslt_probe.step:"
+
+
+def read_group_sizes(run_dir: str | os.PathLike) -> list[dict] | None:
+    """The group sizes records of a run folder (`gpu.recorder.GroupSizes` writes them), in call order; None when the folder has no
+    ``group_sizes.jsonl`` (a capture made without recording them: the sizes are unknown). A line that is not
+    a record raises CaptureError naming the file and line."""
+    path = Path(run_dir) / GROUP_SIZES_FILE
+    if not path.exists():
+        return None
+    out = []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                ok = isinstance(r, dict) and isinstance(r.get("sizes"), list) and "op" in r and "call" in r
+            except ValueError:
+                ok = False
+            if not ok:
+                raise CaptureError(f"{path}:{i}: not a group sizes record; capture the run again "
+                                   "(cublaslt_probe.capture records them)")
+            out.append(r)
+    return out

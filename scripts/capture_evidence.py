@@ -5,7 +5,7 @@
 
 - traces: torch.profiler Chrome traces (record_shapes=True) of (1) a small transformer block forward+backward in
   bf16 and (2) a stack of fp8 `_scaled_mm` linears: traces/transformer_bf16.json.gz, traces/fp8_linear.json.gz.
-- explain: `explain.gather` with the first-call anatomy for bf16 4096³ and 16×4096×4096 (torch, NT):
+- explain: `gpu.explain.gather` with the first-call anatomy for bf16 4096³ and 16×4096×4096 (torch, NT):
   explain_*.json (each holds the probe record, 32 candidates and the first-call runs).
 - candidates: `lt_candidates` for bf16 NT 256×4096×4096 and fp8 NT 2048×4096×4096: candidates_*.json.
 - replay: every trace line of the committed level-2 logs and of the probe fixture replayed with the logged algo
@@ -72,11 +72,12 @@ def part_traces(out):
 
 def part_explain(out, probe):
     from cublaslt_probe.analysis import explain
+    from cublaslt_probe.gpu.explain import gather
     from cublaslt_probe.cases import Case
     for (m, n, k) in [(4096, 4096, 4096), (16, 4096, 4096)]:
         c = Case("torch", "mm", "bf16", "NT", m, n, k)
         t0 = time.time()
-        ev = explain.gather(c, first_call=True, probe=probe)
+        ev = gather(c, first_call=True, probe=probe)
         with open(os.path.join(out, f"explain_bf16_NT_{m}x{n}x{k}.json"), "w") as f:
             json.dump(ev, f, indent=1, default=str)
         print(f"explain {c.key}: {time.time() - t0:.1f}s", flush=True)

@@ -31,7 +31,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from cublaslt_probe import runfiles  # noqa: E402
-from cublaslt_probe.gpu.recorder import capture, read_group_sizes  # noqa: E402
+from cublaslt_probe.gpu.recorder import capture  # noqa: E402
+from cublaslt_probe.runfiles import read_group_sizes  # noqa: E402
 
 ROUNDS, STEPS = 6, 3
 GROUPED_KERNEL = "GroupProblemShape"   # in the mangled name of CUTLASS's grouped GEMM kernel

@@ -11,7 +11,8 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis.audit import ADVICE_KEYS, advice, advice_lines, audit, figures
+from cublaslt_probe.analysis.audit import ADVICE_KEYS, advice, audit
+from cublaslt_probe.render.audit import advice_lines, figures
 from cublaslt_probe.cli import main
 
 from conftest import FIXTURES

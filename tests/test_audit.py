@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.analysis.audit import AUDIT_COLUMNS, FIXED_KEYS, audit, collapse, render_html
+from cublaslt_probe.analysis.audit import AUDIT_COLUMNS, FIXED_KEYS, audit, collapse
+from cublaslt_probe.render.audit import render_html
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
 
@@ -434,7 +435,8 @@ def test_cli_table_and_advice_exact(monkeypatch):
 def test_html_chain_per_gemm(audits):
     """The page's per-GEMM chain: shapes from the op, the logged algo agreeing with the kernel, the roofline,
     the alignment fallback and the measured regret, for the GPT-2 vocabulary GEMM."""
-    from cublaslt_probe.analysis.audit import advice, chain
+    from cublaslt_probe.analysis.audit import advice
+    from cublaslt_probe.render.audit import chain
     a, m = audits["gpt2_train"], _measure("gpt2_train")
     r = a.rows.to_dict("records")[0]
     (g,) = [g for g in m["gemms"] if (g["key"]["m"], g["key"]["n"], g["key"]["k"]) == (r["m"], r["n"], r["k"])]

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cli import main
-from cublaslt_probe.analysis.diff import (KEY, EnvMismatch, diff, diff_files, diff_map, kernel_change, kernel_label,
-                                 sort_rows)
+from cublaslt_probe.analysis.diff import (KEY, EnvMismatch, diff, diff_files, kernel_change, kernel_label, sort_rows)
+from cublaslt_probe.render.plots import diff_map
 from cublaslt_probe.errors import ProbeError
 
 DATA = pathlib.Path(__file__).parent.parent / "data"

@@ -27,12 +27,12 @@ def same_lines(lines) -> list:
 # a fresh process, as `explain` runs: the probe the command makes, what it started, and its answer
 CHILD = """
 import json, multiprocessing, sys, threading
-from cublaslt_probe.analysis import explain
 from cublaslt_probe.cases import Case
+from cublaslt_probe.gpu.explain import gather
 from cublaslt_probe.gpu.probe import Probe, ProbeOptions
 opts = json.loads(sys.argv[1])
 p = Probe(ProbeOptions(**opts))
-ev = explain.gather(Case.from_key(sys.argv[2]), top=8, probe=p)
+ev = gather(Case.from_key(sys.argv[2]), top=8, probe=p)
 print(json.dumps({"companion": p._companion is not None, "prewarm": p._prewarm is not None,
                   "children": [c.name for c in multiprocessing.active_children()],
                   "threads": sorted(t.name for t in threading.enumerate()), "pools": list(p.builder.pools),
@@ -74,11 +74,11 @@ def test_a_one_shot_answer_is_the_sweep_probes(explained):
     """The one-shot probe's record of the GEMM and its candidates against a sweep's probe (companion, prewarm
     thread, every set-up at its start) in this process: the same kernels, log lines, algo and candidates, times
     within the method's noise."""
-    from cublaslt_probe.analysis import explain
+    from cublaslt_probe.gpu.explain import gather
     from cublaslt_probe.gpu.probe import Probe
     with Probe() as probe:
         assert probe._companion is not None and probe._prewarm is not None
-        ev = explain.gather(CASE, top=8, probe=probe)
+        ev = gather(CASE, top=8, probe=probe)
     one, full = explained["record"], ev["record"]
     assert not one["error"] and not full["error"], (one["error"], full["error"])
     assert one["kernels"] == full["kernels"]

@@ -98,7 +98,8 @@ def test_capture_records_the_group_sizes_of_every_grouped_call(tmp_path):
     operand dims, and sizes that add up to the routed rows; the trace holds each call once."""
     import torch
 
-    from cublaslt_probe.gpu.recorder import capture, read_group_sizes
+    from cublaslt_probe.gpu.recorder import capture
+    from cublaslt_probe.runfiles import read_group_sizes
     layer = _moe_layer(torch)
     x = torch.randn(2, 64, 256, device="cuda", dtype=torch.bfloat16)
     with capture(tmp_path / "run", model=layer) as cap:
@@ -130,7 +131,8 @@ def test_capture_records_the_group_sizes_of_every_grouped_call(tmp_path):
 def test_capture_without_group_sizes_writes_none(tmp_path):
     import torch
 
-    from cublaslt_probe.gpu.recorder import capture, read_group_sizes
+    from cublaslt_probe.gpu.recorder import capture
+    from cublaslt_probe.runfiles import read_group_sizes
     layer = _moe_layer(torch)
     x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
     with capture(tmp_path / "run", model=layer, group_sizes=False) as cap:

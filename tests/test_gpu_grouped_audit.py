@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cublaslt_probe.analysis.audit import audit
-from cublaslt_probe.gpu.recorder import read_group_sizes
+from cublaslt_probe.runfiles import read_group_sizes
 
 pytestmark = pytest.mark.gpu
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from cublaslt_probe.analysis import graphs
 from cublaslt_probe import runfiles
-from cublaslt_probe.analysis.audit import audit, render_html
+from cublaslt_probe.analysis.audit import audit
+from cublaslt_probe.render.audit import render_html
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
 

@@ -13,7 +13,8 @@ from cublaslt_probe import runfiles, sweep
 from cublaslt_probe.cases import Case, group_sizes, invalid_reason, sizes_code, sizes_summary
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import CaptureError, SpecError
-from cublaslt_probe.gpu.recorder import read_group_sizes, sizes_from_offsets
+from cublaslt_probe.gpu.recorder import sizes_from_offsets
+from cublaslt_probe.runfiles import read_group_sizes
 
 SPEC = """
 name = "experts"

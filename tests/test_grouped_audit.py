@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.analysis.audit import advice, audit, gpu_rates, table_rows
+from cublaslt_probe.analysis.audit import advice, audit, gpu_rates
+from cublaslt_probe.render.audit import table_rows
 from cublaslt_probe.cases import sizes_summary
 from cublaslt_probe.cli import main
-from cublaslt_probe.gpu.recorder import read_group_sizes
+from cublaslt_probe.runfiles import read_group_sizes
 
 from conftest import FIXTURES
 

@@ -152,22 +152,43 @@ def test_no_import_circle_at_module_level():
 
 
 def test_the_old_flat_paths_import_the_moved_modules_with_a_warning():
-    """`import cublaslt_probe.probe` (and every path `_moved.MOVED` lists, submodules of a moved package too)
-    gives the moved module itself, so a name set on one is seen through the other, and warns with the new
-    path; the package's own code uses none of them (the suite runs clean under -W error::DeprecationWarning)."""
+    """`import cublaslt_probe.probe` (and every path `_moved.MOVED` lists) gives the moved module itself, so a
+    name set on one is seen through the other, and warns with the new path; a moved package's submodules answer
+    to the old path too, without loading again or rebinding the package's names (`audit.advice` stays the
+    function). The package's own code uses none of the old paths (the suite runs clean under
+    -W error::DeprecationWarning)."""
     import importlib
     import sys
     import warnings
 
     from cublaslt_probe import _moved
 
-    for old, new in sorted(_moved.MOVED.items()) + [("cublaslt_probe.audit.render",
-                                                    "cublaslt_probe.analysis.audit.render")]:
+    for old, new in sorted(_moved.MOVED.items()):
         assert new in MODULES, new               # every target exists in the tree
-        sys.modules.pop(old, None)
+        first = old not in sys.modules
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             mod = importlib.import_module(old)
         assert mod is importlib.import_module(new), old
-        assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old
-        sys.modules.pop(old, None)
+        said = [w for w in caught if issubclass(w.category, DeprecationWarning) and new in str(w.message)]
+        assert said or not first, old            # the first import by the old path says where it went
+    audit_pkg = importlib.import_module("cublaslt_probe.analysis.audit")
+    advice_fn = audit_pkg.advice
+    old_advice = importlib.import_module("cublaslt_probe.audit.advice")
+    assert old_advice is sys.modules["cublaslt_probe.analysis.audit.advice"]
+    assert audit_pkg.advice is advice_fn and callable(audit_pkg.advice)
+
+
+CPU_PACKAGES = [f"{ROOT}.{p}" for p in ("analysis", "render", "sweep", "names", "logs")] + \
+    [f"{ROOT}.{m}" for m in ("vocab", "dtypes", "cases", "runfiles", "streams", "errors")]
+
+
+def test_the_cpu_side_never_reaches_into_gpu():
+    """analysis/, render/, sweep/, names/, logs/ and the shared vocabulary import nothing from gpu/, not even
+    inside a function: what runs on the GPU is called by the CLI (and the recorder by the program), never by
+    the code that reads what it wrote. A rule both sides need lives on the CPU side (evidence, runfiles)."""
+    bad = [f"{m}:{line} imports {t}" for m, imps in IMPORTS.items()
+           if any(m == p or m.startswith(p + ".") for p in CPU_PACKAGES)
+           for t, line, _ in imps if t == GPU_PACKAGE or t.startswith(GPU_PACKAGE + ".")]
+    assert bad == []
+    assert all(p in MODULES for p in CPU_PACKAGES)

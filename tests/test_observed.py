@@ -5,7 +5,8 @@ import pathlib
 import pandas as pd
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis.audit import audit, summary_lines
+from cublaslt_probe.analysis.audit import audit
+from cublaslt_probe.render.audit import summary_lines
 from cublaslt_probe.cli import main
 from cublaslt_probe.analysis.coldstart import apply_observed, load
 from cublaslt_probe.names import decode

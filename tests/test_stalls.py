@@ -127,7 +127,8 @@ def test_a_stall_outside_every_module_has_no_module_and_prints_none(tmp_path):
 
 def test_stall_lines_read_a_missing_module_as_missing_in_any_dtype(tmp_path):
     # the same stall in a string column (pandas 3 makes [str, None] one, with NaN): still no "(nan)"
-    from cublaslt_probe.analysis.audit import audit, stall_lines
+    from cublaslt_probe.analysis.audit import audit
+    from cublaslt_probe.render.audit import stall_lines
     a = audit(_without_module_ranges(PROGRAMS / "llama_decode", tmp_path / "run"))
     stalls = a.stalls
     # "str" is pandas 3's string dtype (missing stays missing); pandas 2 writes a missing value as the text "<NA>"

@@ -307,16 +307,12 @@ def _filter(df: pd.DataFrame, filters: dict[str, list], name: str) -> pd.DataFra
     return out
 
 
-def diff_map(joined_df: pd.DataFrame, x: str = "m", y: str = "n", *, backend: str | None = None, **filters):
-    """Map of where the two sides choose different kernels -> matplotlib Figure (never shown or saved).
-
-    Drawn by the project's path-difference map (`cublaslt_probe.render.plots.pathdiff_map`): one GEMM per cell,
-    the other columns pinned as `plots.select` explains (bf16, NT, mm, K = 4096 when present, else the most
-    common value; pass ``dtype=``, ``layout=``, ``op=``, ``k=`` ... in `filters` to choose). Without
-    backends in the diff, `backend` picks the one to map (default torch, else the most common)."""
-    from cublaslt_probe.render.plots import pathdiff_map
+def map_sides(joined_df: pd.DataFrame, backend: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
+    """The two sides of a diff as datasets a path-difference map compares (`render.plots.diff_map` draws it):
+    (side A, side B, A's backend, B's backend), each side one row per GEMM with the dataset's columns and its
+    environment and label in ``attrs``. Without backends in the diff, `backend` picks the one to map (default
+    torch, else the most common)."""
     j = joined_df
-    ba = bb = None
     backends = j.attrs.get("backends") or (None, None)
     if backends[0] is not None:
         ba, bb = backends
@@ -331,7 +327,7 @@ def diff_map(joined_df: pd.DataFrame, x: str = "m", y: str = "n", *, backend: st
     side_b = _side_frame(j, "b", bb)
     side_a.attrs = {"env": j.attrs.get("env_a", {}), "source": j.attrs.get("label_a", "A")}
     side_b.attrs = {"env": j.attrs.get("env_b", {}), "source": j.attrs.get("label_b", "B")}
-    return pathdiff_map(side_a, side_b, x=x, y=y, a=ba, b=bb, **filters)
+    return side_a, side_b, ba, bb
 
 
 def _side_frame(j: pd.DataFrame, s: str, backend: str) -> pd.DataFrame:

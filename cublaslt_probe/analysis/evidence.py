@@ -138,3 +138,20 @@ def log_matches_case(case: dict, rec) -> bool | None:
     if rec.function and want_lt is not None:
         checks.append((rec.function == LT_FUNCTION) == want_lt)
     return all(checks) if checks else None
+
+# --- a program's GEMM as audit --measure rebuilds it ----------------------------------------------------------
+# The backends each audited GEMM is timed on: torch's cuBLAS path (32 MiB workspace), its cuBLASLt path
+# (1 MiB), cuBLASLt called directly (32 MiB).
+TIMED_BACKENDS = ("torch", "torch-lt", "lt")
+# The torch ops whose GEMM the probe rebuilds, and its op for each.
+TORCH_OPS = {"aten::mm": "mm", "aten::matmul": "mm", "aten::addmm": "addmm", "aten::_addmm_activation": "addmm",
+             "aten::linear": "addmm", "aten::bmm": "bmm", "aten::baddbmm": "bmm", "aten::_scaled_mm": "scaled_mm"}
+GROUPED_TORCH_OPS = {"aten::_grouped_mm": "grouped_mm", "aten::_scaled_grouped_mm": "scaled_grouped_mm"}
+
+
+def path_of(log_function) -> str | None:
+    """The torch path a logged GEMM took: ``torch-lt`` for cublasLtMatmul (torch's cuBLASLt path), ``torch``
+    for a typed wrapper (cublasLtTSTMatmul, ...: its cuBLAS path); None without a logged function."""
+    if not isinstance(log_function, str) or not log_function:
+        return None
+    return "torch-lt" if log_function == "cublasLtMatmul" else "torch"

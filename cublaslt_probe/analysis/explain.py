@@ -1,6 +1,6 @@
 """`explain`: the chain of evidence for one GEMM on one screen.
 
-`gather(case)` (GPU) collects an *evidence* dict — the probe record (log line, kernels, time, heuristic µs),
+`gpu.explain.gather(case)` (GPU) collects an *evidence* dict — the probe record (log line, kernels, time, heuristic µs),
 the heuristic's candidates for the same problem, optionally the first-call anatomy — which can be saved as
 JSON. On any machine, `analyse(evidence)` turns it into one plain dict per section (what was logged, what
 ran, what the name says, waves, time against the GPU's peaks, heuristic cost, rank among the candidates,
@@ -290,24 +290,3 @@ _SECTIONS = (("1. cuBLASLt log (level 2, the call that ran):", _render_log),
              ("7. heuristic CPU cost (cublasLtMatmulAlgoGetHeuristic, same problem):", _render_heuristic),
              ("8. among the heuristic's own candidates:", _render_candidates),
              ("9. first call:", _render_first_call))
-
-
-# --- gathering (GPU) ------------------------------------------------------------------------------------------
-def gather(case, *, top: int = 32, first_call: bool = False, probe=None) -> dict:
-    """Run the GEMM through the probe, its candidates, optionally the first-call anatomy (GPU)."""
-    from cublaslt_probe.analysis.candidates import compact
-    from cublaslt_probe.analysis.evidence import heuristic_workspace
-    from cublaslt_probe.gpu.probe import Probe, lt_candidates
-    probe = probe or Probe(pipeline=False)  # one GEMM: nothing to overlap
-    [rec] = probe.run_window([case])
-    ev = {"case": case.as_dict(), "env": probe.env, "record": rec}
-    ws = heuristic_workspace(case.backend, case.op, case.n, case.k)
-    try:
-        ev["candidates"] = [compact(r) for r in lt_candidates(probe, case, top=top, workspace_bytes=ws)]
-        ev["candidates_workspace"] = ws
-    except Exception as e:  # noqa: BLE001
-        ev["candidates_error"] = f"{type(e).__name__}: {e}"
-    if first_call:
-        from cublaslt_probe.gpu import firstcall
-        ev["first_call"] = firstcall.analyse(firstcall.run(case.key))
-    return ev

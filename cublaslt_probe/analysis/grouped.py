@@ -2,7 +2,7 @@
 
 CPU only (no torch). A grouped GEMM (`aten::_grouped_mm`, `aten::_scaled_grouped_mm`) is `groups` GEMMs in one
 launch; the trace gives its total rows and the groups, not how the rows split. A run folder written by
-`cublaslt_probe.capture` holds the split in ``group_sizes.jsonl`` (`recorder.read_group_sizes`); `join_sizes`
+`cublaslt_probe.capture` holds the split in ``group_sizes.jsonl`` (`runfiles.read_group_sizes`); `join_sizes`
 puts it on the audit's grouped rows:
 
 - a forward call's record joins the row of the same op whose first three operands' dims (A, B, offsets) are
@@ -148,7 +148,7 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
     import pandas as pd
     from cublaslt_probe.cases import group_sizes as even_sizes
     from cublaslt_probe.cases import sizes_summary
-    from cublaslt_probe.gpu.recorder import read_group_sizes
+    from cublaslt_probe.runfiles import read_group_sizes
     grouped = [i for i, g in zip(df.index, df["groups"].tolist()) if not _missing(g)]
     if not grouped:
         return df

@@ -19,7 +19,7 @@ _RIGHT = {"share", "calls", "gpu_us", "m", "n", "k", "groups", "pct_peak", "floo
 
 
 def audit_table(a, rows, total: int, items: list | None, meas: dict | None = None) -> str:
-    from cublaslt_probe.analysis.audit import TABLE_COLUMNS, advice_lines, grouped_lines, summary_lines, table_rows
+    from cublaslt_probe.render.audit import TABLE_COLUMNS, advice_lines, grouped_lines, summary_lines, table_rows
     head = "\n".join(summary_lines(a)) + "\n"
     if not len(a.rows):
         return head + "no GEMM kernels in the steps of this trace\n"
@@ -89,7 +89,8 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
       cublaslt-probe audit run1/ --from run1/measure.json -o rows.jsonl
       cublaslt-probe audit run1/ --from run1/measure.json --replay-out pins.log   # then: replay pins.log --all
     """
-    from cublaslt_probe.analysis.audit import advice, audit, jsonl_frame, render_html
+    from cublaslt_probe.analysis.audit import advice, audit, jsonl_frame
+    from cublaslt_probe.render.audit import render_html
     fmt = out_format(fmt, output, FORMATS)
     if measure and from_path:
         raise click.UsageError("give --measure (time on the GPU now) or --from (saved measurements), not both")

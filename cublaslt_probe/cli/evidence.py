@@ -304,7 +304,8 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
     Two paths of one GPU (torch's cuBLAS path vs its cuBLASLt path, 32 MiB vs 1 MiB workspace):
       cublaslt-probe diff data/h200_llm.parquet data/h200_llm.parquet --backends torch,torch-lt
     """
-    from cublaslt_probe.analysis.diff import diff_files, diff_map, sort_rows
+    from cublaslt_probe.analysis.diff import diff_files, sort_rows
+    from cublaslt_probe.render.plots import diff_map
     fmt = out_format(fmt, output, FORMATS)
     check_dataset_file(a)
     check_dataset_file(b)

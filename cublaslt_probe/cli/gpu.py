@@ -175,7 +175,8 @@ def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call
     if from_path:
         ev = _load(from_path, "explain")
     else:
-        ev = explain.gather(make_case(backend, m, n, k, dtype, layout, op, batch), top=top, first_call=with_first_call)
+        from cublaslt_probe.gpu.explain import gather
+        ev = gather(make_case(backend, m, n, k, dtype, layout, op, batch), top=top, first_call=with_first_call)
         _save(ev, save)
     click.echo(explain.render(ev))
 

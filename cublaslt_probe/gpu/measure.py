@@ -43,6 +43,7 @@ import statistics
 import time
 
 from cublaslt_probe.analysis.candidates import max_rel_diff
+from cublaslt_probe.analysis.evidence import GROUPED_TORCH_OPS, TIMED_BACKENDS, TORCH_OPS, path_of
 from cublaslt_probe.cases import Case, invalid_reason
 from cublaslt_probe.dtypes import TORCH_NAMES
 from cublaslt_probe.errors import CaptureError
@@ -50,10 +51,6 @@ from cublaslt_probe.errors import CaptureError
 log = logging.getLogger(__name__)
 
 PAD_MULTIPLES = (8, 16, 64, 128)
-PATHS = ("torch", "torch-lt", "lt")   # cuBLAS 32 MiB, torch's cuBLASLt 1 MiB, cuBLASLt 32 MiB
-TORCH_OPS = {"aten::mm": "mm", "aten::matmul": "mm", "aten::addmm": "addmm", "aten::_addmm_activation": "addmm",
-             "aten::linear": "addmm", "aten::bmm": "bmm", "aten::baddbmm": "bmm", "aten::_scaled_mm": "scaled_mm"}
-GROUPED_TORCH_OPS = {"aten::_grouped_mm": "grouped_mm", "aten::_scaled_grouped_mm": "scaled_grouped_mm"}
 # transformers 5.x `config._experts_implementation` -> the variant that runs its expert GEMMs as it does
 # ("deepgemm" runs DeepGEMM's kernels, which the probe does not build)
 EXPERTS_IMPLEMENTATIONS = {"grouped_mm": "original", "eager": "mm_per_group", "batched_mm": "batched_mm"}
@@ -88,14 +85,6 @@ def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | No
     c = Case(backend, op, dtype, g["layout"], int(g["m"]), int(g["n"]), int(g["k"]), batch)
     why = invalid_reason(c)
     return (None, why) if why else (c, None)
-
-
-def path_of(log_function) -> str | None:
-    """The torch path a logged GEMM took: ``torch-lt`` for cublasLtMatmul (torch's cuBLASLt path), ``torch``
-    for a typed wrapper (cublasLtTSTMatmul, ...: its cuBLAS path); None without a logged function."""
-    if not isinstance(log_function, str) or not log_function:
-        return None
-    return "torch-lt" if log_function == "cublasLtMatmul" else "torch"
 
 
 def pad_values(v: int) -> list[tuple[int, int]]:
@@ -895,7 +884,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
             results.append(entry)
             continue
         entry["case"] = c.key
-        paths = [Case(**{**c.as_dict(), "backend": p}) for p in PATHS if p != c.backend]
+        paths = [Case(**{**c.as_dict(), "backend": p}) for p in TIMED_BACKENDS if p != c.backend]
         wi = whatif_cases(c) if whatifs else []
         todo = [c] + paths + [alt for _, _, alt in wi]
         try:

@@ -172,30 +172,6 @@ class GroupSizes:
         return len(self.records)
 
 
-def read_group_sizes(run_dir: str | os.PathLike) -> list[dict] | None:
-    """The group sizes records of a run folder (`GroupSizes`), in call order; None when the folder has no
-    ``group_sizes.jsonl`` (a capture made without recording them: the sizes are unknown). A line that is not
-    a record raises CaptureError naming the file and line."""
-    path = Path(run_dir) / runfiles.GROUP_SIZES_FILE
-    if not path.exists():
-        return None
-    out = []
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-                ok = isinstance(r, dict) and isinstance(r.get("sizes"), list) and "op" in r and "call" in r
-            except ValueError:
-                ok = False
-            if not ok:
-                raise CaptureError(f"{path}:{i}: not a group sizes record; capture the run again "
-                                   "(cublaslt_probe.capture records them)")
-            out.append(r)
-    return out
-
-
 class GraphRecorder:
     """Records the CUDA graphs captured while a capture is open, so that `audit` can join the kernels replayed
     later to the launches that built them (`graphs`). `install()` wraps ``torch.cuda.CUDAGraph``'s

@@ -192,7 +192,7 @@ def _not_measured(rows: pd.DataFrame, idx: list[int], what: str, limit: int = 8)
 
 def _measured_gemms(rows: pd.DataFrame, measure: dict) -> tuple[list[_Measured], list[AdviceItem]]:
     """The GEMMs measured with a time, and a quiet item for each that was not (grouped, an error)."""
-    from cublaslt_probe.gpu.measure import path_of
+    from cublaslt_probe.analysis.evidence import path_of
     out, quiet = [], []
     for i, g in enumerate(measure.get("gemms") or []):
         key = g.get("key") or {}
@@ -239,7 +239,7 @@ def _pin_items(ms: list[_Measured]) -> list[AdviceItem]:
 def _moved_rows(rows: pd.DataFrame, target: str) -> list[int]:
     """The audit rows a switch to path `target` moves: those whose logged function puts them on another path,
     and, where no log line says, every GEMM of an op torch runs through its BLAS switch."""
-    from cublaslt_probe.gpu.measure import TORCH_OPS, path_of
+    from cublaslt_probe.analysis.evidence import TORCH_OPS, path_of
     out = []
     for i, lf, op in zip(rows.index, rows["log_function"].tolist(), rows["op"].tolist()):
         p = path_of(None if _na(lf) else lf)
@@ -253,9 +253,9 @@ def _switch_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceI
     saving nets the measured ones with their sign, and names those it moves that were not measured. Advice
     only when the net beats the moved GEMMs' own time by `MIN_GAIN`; else a quiet line, when some GEMM alone
     got faster."""
-    from cublaslt_probe.gpu.measure import PATHS
+    from cublaslt_probe.analysis.evidence import TIMED_BACKENDS
     items, quiet = [], []
-    for target in PATHS:
+    for target in TIMED_BACKENDS:
         done = []
         for m in ms:
             if m.path is None or m.path == target:

@@ -415,5 +415,16 @@ def pathdiff_table(df: pd.DataFrame, a: str = "torch", b: str = "torch-lt") -> p
     return j[j[f"kernel_{a}"].astype(str) != j[f"kernel_{b}"].astype(str)].reset_index(drop=True)
 
 
-__all__ = ["kernel_map", "tflops_map", "regret_map", "pathdiff_map", "pathdiff_table", "COLOR_FIELDS",
+def diff_map(joined_df: pd.DataFrame, x: str = "m", y: str = "n", *, backend: str | None = None, **filters) -> Figure:
+    """Map of where the two sides of a diff (`analysis.diff.diff`) choose different kernels -> matplotlib Figure
+    (never shown or saved): `pathdiff_map` of the diff's two sides (`analysis.diff.map_sides`), one GEMM per
+    cell, the other columns pinned as `plots.select` explains (bf16, NT, mm, K = 4096 when present, else the
+    most common value; pass ``dtype=``, ``layout=``, ``op=``, ``k=`` ... in `filters` to choose). Without
+    backends in the diff, `backend` picks the one to map (default torch, else the most common)."""
+    from cublaslt_probe.analysis.diff import map_sides
+    side_a, side_b, ba, bb = map_sides(joined_df, backend)
+    return pathdiff_map(side_a, side_b, x=x, y=y, a=ba, b=bb, **filters)
+
+
+__all__ = ["kernel_map", "tflops_map", "regret_map", "pathdiff_map", "diff_map", "pathdiff_table", "COLOR_FIELDS",
            "REGRET_COLUMNS"]

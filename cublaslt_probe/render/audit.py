@@ -170,7 +170,7 @@ def grouped_tables(measure: dict | None) -> list[tuple[str, list[list[str]], lis
 
 def grouped_lines(measure: dict | None) -> list[str]:
     """`grouped_tables` as text."""
-    from cublaslt_probe.cli._common import render_table
+    from cublaslt_probe.render.text import render_table
     out = []
     for title, body, notes in grouped_tables(measure):
         out += [title, render_table(list(GROUPED_TABLE), body, {"rows", "µs", "vs original", "numerics"},
