@@ -166,7 +166,10 @@ def target_args(target) -> tuple[list[str], dict]:
 
 def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = None, cupti: bool = True,
         timeout: float = 600.0, label: str | None = None, python: str | None = None, log=None) -> dict:
-    """Run the target's steps once per environment, each in a fresh child process; the raw result."""
+    """Run the target's steps once per environment, each in a fresh child process; the raw result.
+
+    Each run is one `_run_env` call; this loop owns the order: it stops at the first child that could not use a GPU
+    (`NoCudaDevice`) and, after the cold run of a named set, appends the runs `auto_envs` asks for."""
     if steps < 3:
         raise ProbeError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
     args, desc = target_args(target)
@@ -181,57 +184,11 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
     try:
         while todo:
             name = todo.pop(0)
-            spec = ENVS[name]
-            dirs = {"CUDA_CACHE_PATH": os.path.join(root, f"computecache_{spec.compute_cache}")}
-            dirs.update({var: os.path.join(root, f"{prefix}_{spec.framework_cache}")
-                         for var, prefix in CACHE_DIRS.items()})
-            before = {}
-            for var, d in dirs.items():
-                os.makedirs(d, exist_ok=True)
-                before[var] = _files(d)
-            # one dump folder for every run, emptied before each: the XLA flags are then the same in every run
-            # (JAX's persistent cache keys its entries on them, so a per-run folder would make every run miss)
-            dump = os.path.join(root, "xla_dump")
-            shutil.rmtree(dump, ignore_errors=True)
-            os.makedirs(dump, exist_ok=True)
-            env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
-            env.update(dirs)
-            env.update({"CUDA_MODULE_LOADING": spec.loading, "CUDA_CACHE_DISABLE": "0", "PYTHONUNBUFFERED": "1",
-                        "CUBLASLT_PROBE_XLA_DUMP": dump,
-                        "XLA_FLAGS": xla_flags(os.environ.get("XLA_FLAGS", ""), dump,
-                                               os.path.join(root, f"xlacache_{spec.framework_cache}"),
-                                               spec.xla_flags)})
-            env.update(spec.extra)
-            env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             cmd = [python or sys.executable, "-m", "cublaslt_probe.gpu.coldstart_child", "--steps", str(steps)]
-            cmd += ["--preinit"] if spec.preinit else []
+            cmd += ["--preinit"] if ENVS[name].preinit else []
             cmd += [] if cupti else ["--no-cupti"]
             cmd += args
-            t0 = time.perf_counter()
-            try:
-                p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-                rc, stdout, stderr = p.returncode, p.stdout, p.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, stdout, stderr = None, _text(e.stdout), _text(e.stderr) + f"\n(timed out after {timeout:.0f} s)"
-            rec: dict = {"env": {"what": spec.what, "CUDA_MODULE_LOADING": spec.loading, **spec.extra,
-                                 **{f"XLA {k}": v for k, v in spec.xla_flags.items()},
-                                 "preinit": spec.preinit, "compute_cache": spec.compute_cache,
-                                 "compute_cache_warm": bool(before["CUDA_CACHE_PATH"]),
-                                 "framework_cache_warm": any(before[v] for v in FRAMEWORK_VARS),
-                                 "caches_before": {v: len(before[v]) for v in dirs}},
-                         "returncode": rc, "wall_s": time.perf_counter() - t0}
-            child = _last_json(stdout)
-            if child is None:
-                rec.update({"ok": False, "error": (stderr or stdout or "no output")[-1500:]})
-            else:
-                rec.update(child)
-                if not child.get("ok") and stderr:
-                    rec["stderr_tail"] = stderr[-1500:]
-            written = {}
-            for var, d in dirs.items():
-                new = {p: s for p, s in _files(d).items() if p not in before[var]}
-                written[var] = {"count": len(new), "bytes": sum(new.values())}
-            rec["cache_written"] = written
+            rec = _run_env(ENVS[name], cmd, root, pkg_root, timeout)
             out["runs"][name] = rec
             why = _no_gpu(rec)
             if why:
@@ -249,6 +206,69 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _run_env(spec: EnvSpec, cmd: list[str], root: str, pkg_root: str, timeout: float) -> dict:
+    """One run: `cmd` in a fresh child under `spec`'s environment, its caches in folders under `root`; the run's
+    record (its environment, the child's JSON or its error, what it wrote to each cache).
+
+    The cache folders are listed before and after the child, so the record says which caches were warm and what
+    the run added to each: the evidence `analyse` splits cold − warm by."""
+    dirs = {"CUDA_CACHE_PATH": os.path.join(root, f"computecache_{spec.compute_cache}")}
+    dirs.update({var: os.path.join(root, f"{prefix}_{spec.framework_cache}")
+                 for var, prefix in CACHE_DIRS.items()})
+    before = {}
+    for var, d in dirs.items():
+        os.makedirs(d, exist_ok=True)
+        before[var] = _files(d)
+    env = _child_env(spec, dirs, root, pkg_root)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, stdout, stderr = None, _text(e.stdout), _text(e.stderr) + f"\n(timed out after {timeout:.0f} s)"
+    rec: dict = {"env": {"what": spec.what, "CUDA_MODULE_LOADING": spec.loading, **spec.extra,
+                         **{f"XLA {k}": v for k, v in spec.xla_flags.items()},
+                         "preinit": spec.preinit, "compute_cache": spec.compute_cache,
+                         "compute_cache_warm": bool(before["CUDA_CACHE_PATH"]),
+                         "framework_cache_warm": any(before[v] for v in FRAMEWORK_VARS),
+                         "caches_before": {v: len(before[v]) for v in dirs}},
+                 "returncode": rc, "wall_s": time.perf_counter() - t0}
+    child = _last_json(stdout)
+    if child is None:
+        rec.update({"ok": False, "error": (stderr or stdout or "no output")[-1500:]})
+    else:
+        rec.update(child)
+        if not child.get("ok") and stderr:
+            rec["stderr_tail"] = stderr[-1500:]
+    written = {}
+    for var, d in dirs.items():
+        new = {p: s for p, s in _files(d).items() if p not in before[var]}
+        written[var] = {"count": len(new), "bytes": sum(new.values())}
+    rec["cache_written"] = written
+    return rec
+
+
+def _child_env(spec: EnvSpec, dirs: dict[str, str], root: str, pkg_root: str) -> dict[str, str]:
+    """The child's environment: this process's, less every variable a run controls (`CONTROLLED`), plus the
+    run's cache folders (`dirs`), `spec`'s settings, the XLA dump and cache flags, and this package first on
+    PYTHONPATH (the child imports the same cublaslt_probe). Empties the shared XLA dump folder under `root`."""
+    # one dump folder for every run, emptied before each: the XLA flags are then the same in every run
+    # (JAX's persistent cache keys its entries on them, so a per-run folder would make every run miss)
+    dump = os.path.join(root, "xla_dump")
+    shutil.rmtree(dump, ignore_errors=True)
+    os.makedirs(dump, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
+    env.update(dirs)
+    env.update({"CUDA_MODULE_LOADING": spec.loading, "CUDA_CACHE_DISABLE": "0", "PYTHONUNBUFFERED": "1",
+                "CUBLASLT_PROBE_XLA_DUMP": dump,
+                "XLA_FLAGS": xla_flags(os.environ.get("XLA_FLAGS", ""), dump,
+                                       os.path.join(root, f"xlacache_{spec.framework_cache}"),
+                                       spec.xla_flags)})
+    env.update(spec.extra)
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
 
 def xla_flags(user: str, dump: str, cache_root: str, extra: dict) -> str:
