@@ -166,7 +166,10 @@ def target_args(target) -> tuple[list[str], dict]:
 
 def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = None, cupti: bool = True,
         timeout: float = 600.0, label: str | None = None, python: str | None = None, log=None) -> dict:
-    """Run the target's steps once per environment, each in a fresh child process; the raw result."""
+    """Run the target's steps once per environment, each in a fresh child process; the raw result.
+
+    Each run is one `_run_env` call; this loop owns the order: it stops at the first child that could not use a GPU
+    (`NoCudaDevice`) and, after the cold run of a named set, appends the runs `auto_envs` asks for."""
     if steps < 3:
         raise ProbeError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
     args, desc = target_args(target)
@@ -181,57 +184,11 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
     try:
         while todo:
             name = todo.pop(0)
-            spec = ENVS[name]
-            dirs = {"CUDA_CACHE_PATH": os.path.join(root, f"computecache_{spec.compute_cache}")}
-            dirs.update({var: os.path.join(root, f"{prefix}_{spec.framework_cache}")
-                         for var, prefix in CACHE_DIRS.items()})
-            before = {}
-            for var, d in dirs.items():
-                os.makedirs(d, exist_ok=True)
-                before[var] = _files(d)
-            # one dump folder for every run, emptied before each: the XLA flags are then the same in every run
-            # (JAX's persistent cache keys its entries on them, so a per-run folder would make every run miss)
-            dump = os.path.join(root, "xla_dump")
-            shutil.rmtree(dump, ignore_errors=True)
-            os.makedirs(dump, exist_ok=True)
-            env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
-            env.update(dirs)
-            env.update({"CUDA_MODULE_LOADING": spec.loading, "CUDA_CACHE_DISABLE": "0", "PYTHONUNBUFFERED": "1",
-                        "CUBLASLT_PROBE_XLA_DUMP": dump,
-                        "XLA_FLAGS": xla_flags(os.environ.get("XLA_FLAGS", ""), dump,
-                                               os.path.join(root, f"xlacache_{spec.framework_cache}"),
-                                               spec.xla_flags)})
-            env.update(spec.extra)
-            env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             cmd = [python or sys.executable, "-m", "cublaslt_probe.gpu.coldstart_child", "--steps", str(steps)]
-            cmd += ["--preinit"] if spec.preinit else []
+            cmd += ["--preinit"] if ENVS[name].preinit else []
             cmd += [] if cupti else ["--no-cupti"]
             cmd += args
-            t0 = time.perf_counter()
-            try:
-                p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-                rc, stdout, stderr = p.returncode, p.stdout, p.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, stdout, stderr = None, _text(e.stdout), _text(e.stderr) + f"\n(timed out after {timeout:.0f} s)"
-            rec: dict = {"env": {"what": spec.what, "CUDA_MODULE_LOADING": spec.loading, **spec.extra,
-                                 **{f"XLA {k}": v for k, v in spec.xla_flags.items()},
-                                 "preinit": spec.preinit, "compute_cache": spec.compute_cache,
-                                 "compute_cache_warm": bool(before["CUDA_CACHE_PATH"]),
-                                 "framework_cache_warm": any(before[v] for v in FRAMEWORK_VARS),
-                                 "caches_before": {v: len(before[v]) for v in dirs}},
-                         "returncode": rc, "wall_s": time.perf_counter() - t0}
-            child = _last_json(stdout)
-            if child is None:
-                rec.update({"ok": False, "error": (stderr or stdout or "no output")[-1500:]})
-            else:
-                rec.update(child)
-                if not child.get("ok") and stderr:
-                    rec["stderr_tail"] = stderr[-1500:]
-            written = {}
-            for var, d in dirs.items():
-                new = {p: s for p, s in _files(d).items() if p not in before[var]}
-                written[var] = {"count": len(new), "bytes": sum(new.values())}
-            rec["cache_written"] = written
+            rec = _run_env(ENVS[name], cmd, root, pkg_root, timeout)
             out["runs"][name] = rec
             why = _no_gpu(rec)
             if why:
@@ -249,6 +206,69 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _run_env(spec: EnvSpec, cmd: list[str], root: str, pkg_root: str, timeout: float) -> dict:
+    """One run: `cmd` in a fresh child under `spec`'s environment, its caches in folders under `root`; the run's
+    record (its environment, the child's JSON or its error, what it wrote to each cache).
+
+    The cache folders are listed before and after the child, so the record says which caches were warm and what
+    the run added to each: the evidence `analyse` splits cold − warm by."""
+    dirs = {"CUDA_CACHE_PATH": os.path.join(root, f"computecache_{spec.compute_cache}")}
+    dirs.update({var: os.path.join(root, f"{prefix}_{spec.framework_cache}")
+                 for var, prefix in CACHE_DIRS.items()})
+    before = {}
+    for var, d in dirs.items():
+        os.makedirs(d, exist_ok=True)
+        before[var] = _files(d)
+    env = _child_env(spec, dirs, root, pkg_root)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, stdout, stderr = None, _text(e.stdout), _text(e.stderr) + f"\n(timed out after {timeout:.0f} s)"
+    rec: dict = {"env": {"what": spec.what, "CUDA_MODULE_LOADING": spec.loading, **spec.extra,
+                         **{f"XLA {k}": v for k, v in spec.xla_flags.items()},
+                         "preinit": spec.preinit, "compute_cache": spec.compute_cache,
+                         "compute_cache_warm": bool(before["CUDA_CACHE_PATH"]),
+                         "framework_cache_warm": any(before[v] for v in FRAMEWORK_VARS),
+                         "caches_before": {v: len(before[v]) for v in dirs}},
+                 "returncode": rc, "wall_s": time.perf_counter() - t0}
+    child = _last_json(stdout)
+    if child is None:
+        rec.update({"ok": False, "error": (stderr or stdout or "no output")[-1500:]})
+    else:
+        rec.update(child)
+        if not child.get("ok") and stderr:
+            rec["stderr_tail"] = stderr[-1500:]
+    written = {}
+    for var, d in dirs.items():
+        new = {p: s for p, s in _files(d).items() if p not in before[var]}
+        written[var] = {"count": len(new), "bytes": sum(new.values())}
+    rec["cache_written"] = written
+    return rec
+
+
+def _child_env(spec: EnvSpec, dirs: dict[str, str], root: str, pkg_root: str) -> dict[str, str]:
+    """The child's environment: this process's, less every variable a run controls (`CONTROLLED`), plus the
+    run's cache folders (`dirs`), `spec`'s settings, the XLA dump and cache flags, and this package first on
+    PYTHONPATH (the child imports the same cublaslt_probe). Empties the shared XLA dump folder under `root`."""
+    # one dump folder for every run, emptied before each: the XLA flags are then the same in every run
+    # (JAX's persistent cache keys its entries on them, so a per-run folder would make every run miss)
+    dump = os.path.join(root, "xla_dump")
+    shutil.rmtree(dump, ignore_errors=True)
+    os.makedirs(dump, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
+    env.update(dirs)
+    env.update({"CUDA_MODULE_LOADING": spec.loading, "CUDA_CACHE_DISABLE": "0", "PYTHONUNBUFFERED": "1",
+                "CUBLASLT_PROBE_XLA_DUMP": dump,
+                "XLA_FLAGS": xla_flags(os.environ.get("XLA_FLAGS", ""), dump,
+                                       os.path.join(root, f"xlacache_{spec.framework_cache}"),
+                                       spec.xla_flags)})
+    env.update(spec.extra)
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
 
 def xla_flags(user: str, dump: str, cache_root: str, extra: dict) -> str:
@@ -725,17 +745,16 @@ _MECH_LABEL = {"triton": "Triton via torch.compile", "inductor": "Inductor code 
 
 
 def analyse(result: dict) -> dict:
-    """The breakdown of the cold run's first step (see the module doc). CPU only."""
+    """The breakdown of the cold run's first step (see the module doc). CPU only.
+
+    Each term of the module doc's sum has its own function, called here in the sum's order (cold caches,
+    initialisation, module loading, then what step 1 of the eager run shows); each returns its components, and
+    what one measured but counts nowhere goes to the analysis' evidence, so the components and the notes keep
+    that order."""
     runs = result.get("runs") or {}
     if not runs:
         raise ProbeError("cold-start result has no runs: was it saved by `cold-start --save`?")
-    table = []
-    for name, r in runs.items():
-        walls = step_walls(r)
-        table.append({"run": name, "env": (r.get("env") or {}).get("what", ""), "ok": bool(r.get("ok")),
-                      "step1_s": walls[0] if walls else None, "step2_s": walls[1] if len(walls) > 1 else None,
-                      "steady_s": steady(walls), "wall_s": r.get("wall_s"),
-                      "error": None if r.get("ok") else first_line(r.get("error") or _window_error(r))})
+    table = _run_table(runs)
     base_name = "cold" if usable(runs.get("cold")) else next((n for n, r in runs.items() if usable(r)
                                                               and n not in ("forcejit", "forcejit_warm")), None)
     out = {"label": result.get("label"), "device": _device(runs), "steps": result.get("steps"), "table": table,
@@ -749,141 +768,20 @@ def analyse(result: dict) -> dict:
     step1, st = walls[0], steady(walls)
     excess = step1 - st
     out.update({"step1_s": step1, "step2_s": walls[1], "steady_s": st, "excess_s": excess})
+    notes = out["evidence"]
     comps: list[dict] = []
-
-    def add(cause, label, seconds, how, evidence):
-        comps.append({"cause": cause, "label": label, "seconds": max(0.0, seconds or 0.0), "how": how,
-                      "measured_s": seconds, "evidence": evidence})
-
-    wA = windows(A)
-    s1 = wA.get("step1", {})
-    # 1. cold caches: compilation whose output was cached
     if base_name == "cold" and usable(B):
-        d = _diff(A, B)
-        tri = s1.get("triton_kernels") or []
-        fw_files = sum(new_files(s1, v).get("count", 0) for v in FRAMEWORK_VARS)
-        cc_files = new_files(s1, "CUDA_CACHE_PATH").get("count", 0) or compute_cache_written(A)
-        ev = [f"step 1 cold {_ms(step1)} vs warm caches {_ms(step_walls(B)[0])}: {d * 1e3:+.1f} ms",
-              f"cold run step 1 wrote {fw_files} framework cache files ({len(tri)} Triton kernels) and "
-              f"{cc_files} ComputeCache files; the warm run's step 1 wrote "
-              f"{sum(new_files(windows(B).get('step1'), v).get('count', 0) for v in FRAMEWORK_VARS)} and "
-              f"{new_files(windows(B).get('step1'), 'CUDA_CACHE_PATH').get('count', 0)}"]
-        cA, cB = compile_seconds(s1), compile_seconds(windows(B).get("step1"))
-        if cA or cB:
-            ev.append(f"torch.compile's timers in step 1: {cA:.3f} s cold, {cB:.3f} s warm")
-        # benchmark-based autotuning that a warm cache skips (Inductor timing Triton configs) is kept apart
-        tune = max(0.0, autotune_seconds(s1) - autotune_seconds(windows(B).get("step1")))
-        tune = min(tune, max(d, 0.0)) if fw_files else 0.0
-        if tune:
-            add("autotuning", "benchmark-based autotuning (cold cache)", tune, "torch.compile timers (cold − warm)",
-                [f"autotuning timers in step 1: {autotune_seconds(s1):.3f} s cold, "
-                 f"{autotune_seconds(windows(B).get('step1')):.3f} s warm"])
-        # the routes whose entry points were timed: each gets its own cold − warm timer difference
-        timed = _cold_timed(runs, s1, windows(B).get("step1") or {})
-        room = max(d - tune, 0.0)
-        total = sum(max(t[2], 0.0) for t in timed)
-        scale = min(1.0, room / total) if total > 0 else 0.0
-        for cause, label, sec, how, tev in timed:
-            if scale < 1.0 and sec > 0:
-                tev = tev + [f"the timed routes add up to {total * 1e3:.1f} ms, more than cold − warm "
-                             f"({room * 1e3:.1f} ms): each is scaled by {scale:.3f}"]
-            add(cause, label, sec * scale if sec > 0 else sec, how, tev)
-        used = total * scale
-        rest = d - tune - used
-        torch_fw = bool(cA or cB) or bool(new_files(s1, "TORCHINDUCTOR_CACHE_DIR").get("count"))
-        fw_label = ("runtime compilation, Triton via torch.compile (cold cache)" if torch_fw else
-                    "runtime compilation, framework (cold cache)")
-        if timed and not torch_fw:
-            if cc_files:
-                add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest,
-                    "cold − warm − timed routes",
-                    [f"{cc_files} ComputeCache files written by the cold run"])
-            else:
-                out["evidence"].append(f"cold − warm less the timed compile routes: {rest * 1e3:+.1f} ms, not "
-                                       "attributed (no other cache was written)")
-        elif fw_files and cc_files:
-            fw = min(max(rest, 0.0), max(0.0, cA - cB - tune)) if (cA or cB) else max(rest, 0.0)
-            add("runtime_compilation", fw_label, fw, "cold − warm", ev)
-            add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest - fw, "cold − warm",
-                [f"{cc_files} ComputeCache files written by the cold run"])
-        elif fw_files:
-            add("runtime_compilation", fw_label, rest, "cold − warm", ev)
-        elif cc_files:
-            add("ptx_jit", "runtime compilation, PTX JIT (cold ComputeCache)", rest, "cold − warm", ev)
-        else:
-            ev.append("no cache file was written: no compilation is cached, the difference is run-to-run noise")
-            add("cold_caches", "cold caches (nothing was compiled)", 0.0, "cold − warm", ev)
-            comps[-1]["measured_s"] = d
-    # 2. library initialisation
+        comps += _cold_cache_components(runs, A, B, step1, notes)
     if usable(B) and usable(C):
-        d = _diff(B, C)
-        pre = C.get("preinit") or {}
-        items = ", ".join(f"{k} {v * 1e3:.1f} ms" if isinstance(v, float) else f"{k} failed" for k, v in pre.items())
-        add("initialisation", "library initialisation (handles, first GEMM of a handle, cuDNN)", d, "warm − preinit",
-            [f"step 1 warm {_ms(step_walls(B)[0])} vs libraries initialised first {_ms(step_walls(C)[0])}: "
-             f"{d * 1e3:+.1f} ms", f"initialising apart took: {items}"])
-    # 3. lazy module loading
+        comps.append(_initialisation_component(B, C))
     if usable(C) and usable(D):
-        d = _diff(C, D)
-        mA, mD = modules_in(A, "step1"), modules_in(D, "step1")
-        ev = [f"step 1 LAZY {_ms(step_walls(C)[0])} vs EAGER {_ms(step_walls(D)[0])}: {d * 1e3:+.1f} ms"]
-        if A.get("modules") is not None:
-            kinds = ", ".join(f"{k} {v}" for k, v in (mA.get("by_kind") or {}).items())
-            ev.append(f"CUPTI: {mA.get('count', 0)} modules ({mA.get('bytes', 0) / 2**20:.1f} MiB; {kinds or 'none'}) "
-                      f"loaded during the {base_name} run's step 1; {mD.get('count', 0)} during the eager run's "
-                      f"step 1; the eager run loaded {modules_in(D, 'setup').get('count', 0)} modules at start "
-                      f"(setup {_ms(windows(D).get('setup', {}).get('wall_s'))})")
-            ls, ln = driver_seconds(A, "step1", "load")
-            if ln:
-                ev.append(f"{ln} explicit load calls (cuModuleLoad*/cuLibraryLoad*) in step 1: {ls * 1e3:.1f} ms")
-        add("module_loading", "lazy module loading", d, "preinit − eager", ev)
-    # 4. inside the eager run's step 1 (or the baseline's when there is none)
+        comps.append(_module_loading_component(A, C, D, base_name))
+    # inside the eager run's step 1 (or the baseline's when there is none)
     R = D if usable(D) else (C if usable(C) else A)
     rname = [n for n, r in runs.items() if r is R][0]
-    r1 = windows(R).get("step1", {})
-    cw = compile_seconds(r1)
-    at = autotune_seconds(r1)
-    if cw:
-        add("runtime_compilation_warm", "framework compilation with warm caches (tracing, guards, cache loads)",
-            cw - at, f"torch.compile timers ({rname})",
-            [f"torch.compile's outermost timer in {rname} step 1: {cw:.3f} s (keys: "
-             f"{', '.join(sorted(r1.get('compile_s', {}))[:6])})"])
-    if at:
-        add("autotuning_warm", "benchmark-based autotuning (warm caches)", at, f"torch.compile timers ({rname})",
-            [f"autotuning timers in {rname} step 1: {at:.3f} s"])
-    for cause, label, sec, how, tev in _warm_timed(runs, R, rname, r1):
-        add(cause, label, sec, how, tev)
-    if R.get("cudnn_benchmark"):
-        out["evidence"].append("torch.backends.cudnn.benchmark was on: cuDNN times candidate engines at each new "
-                               "shape (benchmark-based autotuning, not timed apart here)")
-    # heuristic misses
-    newp, lines1 = new_problems(R, "step1")
-    miss = None
-    if usable(C) and usable(E):
-        calls = lt_calls_per_step(C)
-        hc, he = steady(step_hosts(C)), steady(step_hosts(E))
-        if calls and hc is not None and he is not None:
-            miss = (he - hc) / calls
-    if lines1 or newp:
-        ev = [f"{rname} step 1: {lines1} cuBLASLt matmul calls in the level-2 log, {newp} distinct problems not "
-              "seen earlier in the process (each a heuristics-cache miss)"]
-        if miss is not None:
-            ev.append(f"miss time {miss * 1e6:.0f} µs per call: host time per steady step with the cache off "
-                      f"{_ms(steady(step_hosts(E)))} vs on {_ms(steady(step_hosts(C)))}, "
-                      f"{lt_calls_per_step(C):.0f} calls per step")
-            add("heuristics", "cuBLASLt heuristic selection (cache misses)", newp * miss, "misses × miss time", ev)
-        else:
-            ev.append("no miss time measured (needs the preinit and nocache runs): not counted")
-            out["evidence"].extend(ev)
-    # allocator growth
-    asec, acount = driver_seconds(R, "step1", "alloc")
-    mb, ma = (r1.get("mem_before") or {}), (r1.get("mem_after") or {})
-    grow = ma.get("reserved_bytes.all.current", 0) - mb.get("reserved_bytes.all.current", 0)
-    if acount or grow:
-        add("allocator", "allocator growth", asec, f"CUPTI driver allocation calls ({rname})",
-            [f"{rname} step 1: {acount} allocation calls in the driver taking {asec * 1e3:.1f} ms; torch's reserved "
-             f"memory grew by {grow / 2**20:.1f} MiB "
-             f"({ma.get('num_device_alloc', 0) - mb.get('num_device_alloc', 0)} cudaMalloc)"])
+    comps += _step1_components(runs, R, rname, notes)
+    comps += _heuristics_components(R, rname, C, E, notes)
+    comps += _allocator_components(R, rname)
     explained = sum(c["seconds"] for c in comps)
     out["unexplained_s"] = excess - explained
     out["unexplained_pct"] = 100.0 * out["unexplained_s"] / excess if excess > 0 else None
@@ -896,6 +794,197 @@ def analyse(result: dict) -> dict:
     out["import_s"] = sum(float(r.get("import_torch_s") or 0.0) for r in runs.values())
     out["step2_excess_s"] = walls[1] - st
     return out
+
+
+def _run_table(runs: dict) -> list[dict]:
+    """One row per run: its environment, whether it completed, its step 1, step 2 and steady-state walls, and the
+    first line of its error; the table shows every run, the failed ones too."""
+    table = []
+    for name, r in runs.items():
+        walls = step_walls(r)
+        table.append({"run": name, "env": (r.get("env") or {}).get("what", ""), "ok": bool(r.get("ok")),
+                      "step1_s": walls[0] if walls else None, "step2_s": walls[1] if len(walls) > 1 else None,
+                      "steady_s": steady(walls), "wall_s": r.get("wall_s"),
+                      "error": None if r.get("ok") else first_line(r.get("error") or _window_error(r))})
+    return table
+
+
+def _component(cause: str, label: str, seconds: float | None, how: str, evidence: list[str]) -> dict:
+    """One cause of the breakdown. It counts `seconds` clamped at 0 (a difference below zero is run-to-run
+    noise) and keeps what was measured in `measured_s`, so the evidence can show it."""
+    return {"cause": cause, "label": label, "seconds": max(0.0, seconds or 0.0), "how": how,
+            "measured_s": seconds, "evidence": evidence}
+
+
+def _cold_cache_components(runs: dict, A: dict, B: dict, step1: float, notes: list[str]) -> list[dict]:
+    """cold − warm (step 1 of the cold run `A` over the warm run `B`): the compilation whose output the caches
+    keep. Autotuning and the timed compile routes take their own timers' share; the rest goes to the framework
+    and to PTX JIT by which caches the cold run wrote. A rest that no component takes goes to `notes`."""
+    d = _diff(A, B)
+    s1 = windows(A).get("step1", {})
+    tri = s1.get("triton_kernels") or []
+    fw_files = sum(new_files(s1, v).get("count", 0) for v in FRAMEWORK_VARS)
+    cc_files = new_files(s1, "CUDA_CACHE_PATH").get("count", 0) or compute_cache_written(A)
+    ev = [f"step 1 cold {_ms(step1)} vs warm caches {_ms(step_walls(B)[0])}: {d * 1e3:+.1f} ms",
+          f"cold run step 1 wrote {fw_files} framework cache files ({len(tri)} Triton kernels) and "
+          f"{cc_files} ComputeCache files; the warm run's step 1 wrote "
+          f"{sum(new_files(windows(B).get('step1'), v).get('count', 0) for v in FRAMEWORK_VARS)} and "
+          f"{new_files(windows(B).get('step1'), 'CUDA_CACHE_PATH').get('count', 0)}"]
+    cA, cB = compile_seconds(s1), compile_seconds(windows(B).get("step1"))
+    if cA or cB:
+        ev.append(f"torch.compile's timers in step 1: {cA:.3f} s cold, {cB:.3f} s warm")
+    comps = []
+    # benchmark-based autotuning that a warm cache skips (Inductor timing Triton configs) is kept apart
+    tune = max(0.0, autotune_seconds(s1) - autotune_seconds(windows(B).get("step1")))
+    tune = min(tune, max(d, 0.0)) if fw_files else 0.0
+    if tune:
+        comps.append(_component(
+            "autotuning", "benchmark-based autotuning (cold cache)", tune, "torch.compile timers (cold − warm)",
+            [f"autotuning timers in step 1: {autotune_seconds(s1):.3f} s cold, "
+             f"{autotune_seconds(windows(B).get('step1')):.3f} s warm"]))
+    # the routes whose entry points were timed: each gets its own cold − warm timer difference
+    timed = _cold_timed(runs, s1, windows(B).get("step1") or {})
+    scaled, used = _scaled_timed(timed, max(d - tune, 0.0))
+    comps += scaled
+    rest = d - tune - used
+    torch_fw = bool(cA or cB) or bool(new_files(s1, "TORCHINDUCTOR_CACHE_DIR").get("count"))
+    fw_label = ("runtime compilation, Triton via torch.compile (cold cache)" if torch_fw else
+                "runtime compilation, framework (cold cache)")
+    jit_label = "runtime compilation, PTX JIT (cold ComputeCache)"
+    if timed and not torch_fw:
+        if cc_files:
+            comps.append(_component("ptx_jit", jit_label, rest, "cold − warm − timed routes",
+                                    [f"{cc_files} ComputeCache files written by the cold run"]))
+        else:
+            notes.append(f"cold − warm less the timed compile routes: {rest * 1e3:+.1f} ms, not "
+                         "attributed (no other cache was written)")
+    elif fw_files and cc_files:
+        fw = min(max(rest, 0.0), max(0.0, cA - cB - tune)) if (cA or cB) else max(rest, 0.0)
+        comps.append(_component("runtime_compilation", fw_label, fw, "cold − warm", ev))
+        comps.append(_component("ptx_jit", jit_label, rest - fw, "cold − warm",
+                                [f"{cc_files} ComputeCache files written by the cold run"]))
+    elif fw_files:
+        comps.append(_component("runtime_compilation", fw_label, rest, "cold − warm", ev))
+    elif cc_files:
+        comps.append(_component("ptx_jit", jit_label, rest, "cold − warm", ev))
+    else:
+        ev.append("no cache file was written: no compilation is cached, the difference is run-to-run noise")
+        comps.append(_component("cold_caches", "cold caches (nothing was compiled)", 0.0, "cold − warm", ev))
+        comps[-1]["measured_s"] = d
+    return comps
+
+
+def _scaled_timed(timed: list[tuple], room: float) -> tuple[list[dict], float]:
+    """The timed compile routes of `_cold_timed` as components, and the seconds they take. Their timers overlap
+    what else cold − warm holds, so when they add up to more than `room` (cold − warm less autotuning) each is
+    scaled down to fit and its evidence says by how much."""
+    total = sum(max(t[2], 0.0) for t in timed)
+    scale = min(1.0, room / total) if total > 0 else 0.0
+    comps = []
+    for cause, label, sec, how, tev in timed:
+        if scale < 1.0 and sec > 0:
+            tev = tev + [f"the timed routes add up to {total * 1e3:.1f} ms, more than cold − warm "
+                         f"({room * 1e3:.1f} ms): each is scaled by {scale:.3f}"]
+        comps.append(_component(cause, label, sec * scale if sec > 0 else sec, how, tev))
+    return comps, total * scale
+
+
+def _initialisation_component(B: dict, C: dict) -> dict:
+    """warm − preinit: library initialisation (handles, the first GEMM of a handle, cuDNN), with what
+    initialising apart took in the preinit run `C`."""
+    d = _diff(B, C)
+    pre = C.get("preinit") or {}
+    items = ", ".join(f"{k} {v * 1e3:.1f} ms" if isinstance(v, float) else f"{k} failed" for k, v in pre.items())
+    return _component(
+        "initialisation", "library initialisation (handles, first GEMM of a handle, cuDNN)", d, "warm − preinit",
+        [f"step 1 warm {_ms(step_walls(B)[0])} vs libraries initialised first {_ms(step_walls(C)[0])}: "
+         f"{d * 1e3:+.1f} ms", f"initialising apart took: {items}"])
+
+
+def _module_loading_component(A: dict, C: dict, D: dict, base_name: str) -> dict:
+    """preinit − eager: lazy module loading, with the modules CUPTI saw loaded in step 1 of the baseline `A` and
+    of the eager run `D` (when the runs had CUPTI)."""
+    d = _diff(C, D)
+    mA, mD = modules_in(A, "step1"), modules_in(D, "step1")
+    ev = [f"step 1 LAZY {_ms(step_walls(C)[0])} vs EAGER {_ms(step_walls(D)[0])}: {d * 1e3:+.1f} ms"]
+    if A.get("modules") is not None:
+        kinds = ", ".join(f"{k} {v}" for k, v in (mA.get("by_kind") or {}).items())
+        ev.append(f"CUPTI: {mA.get('count', 0)} modules ({mA.get('bytes', 0) / 2**20:.1f} MiB; {kinds or 'none'}) "
+                  f"loaded during the {base_name} run's step 1; {mD.get('count', 0)} during the eager run's "
+                  f"step 1; the eager run loaded {modules_in(D, 'setup').get('count', 0)} modules at start "
+                  f"(setup {_ms(windows(D).get('setup', {}).get('wall_s'))})")
+        ls, ln = driver_seconds(A, "step1", "load")
+        if ln:
+            ev.append(f"{ln} explicit load calls (cuModuleLoad*/cuLibraryLoad*) in step 1: {ls * 1e3:.1f} ms")
+    return _component("module_loading", "lazy module loading", d, "preinit − eager", ev)
+
+
+def _step1_components(runs: dict, R: dict, rname: str, notes: list[str]) -> list[dict]:
+    """The compilers' own work inside step 1 of run `R` (named `rname`) with warm caches: torch.compile's and
+    its autotuning's timers, then each timed compile route (`_warm_timed`). cuDNN's benchmark mode is not timed
+    apart: it goes to `notes`."""
+    comps = []
+    r1 = windows(R).get("step1", {})
+    cw = compile_seconds(r1)
+    at = autotune_seconds(r1)
+    if cw:
+        comps.append(_component(
+            "runtime_compilation_warm", "framework compilation with warm caches (tracing, guards, cache loads)",
+            cw - at, f"torch.compile timers ({rname})",
+            [f"torch.compile's outermost timer in {rname} step 1: {cw:.3f} s (keys: "
+             f"{', '.join(sorted(r1.get('compile_s', {}))[:6])})"]))
+    if at:
+        comps.append(_component("autotuning_warm", "benchmark-based autotuning (warm caches)", at,
+                                f"torch.compile timers ({rname})",
+                                [f"autotuning timers in {rname} step 1: {at:.3f} s"]))
+    for cause, label, sec, how, tev in _warm_timed(runs, R, rname, r1):
+        comps.append(_component(cause, label, sec, how, tev))
+    if R.get("cudnn_benchmark"):
+        notes.append("torch.backends.cudnn.benchmark was on: cuDNN times candidate engines at each new "
+                     "shape (benchmark-based autotuning, not timed apart here)")
+    return comps
+
+
+def _heuristics_components(R: dict, rname: str, C: dict | None, E: dict | None, notes: list[str]) -> list[dict]:
+    """cuBLASLt heuristic misses in step 1 of run `R`: its new problems × the miss time, which the host time per
+    steady step of the nocache run `E` over the preinit run `C` measures. Without that time the misses are not
+    counted and their evidence goes to `notes`."""
+    newp, lines1 = new_problems(R, "step1")
+    miss = None
+    if usable(C) and usable(E):
+        calls = lt_calls_per_step(C)
+        hc, he = steady(step_hosts(C)), steady(step_hosts(E))
+        if calls and hc is not None and he is not None:
+            miss = (he - hc) / calls
+    if not (lines1 or newp):
+        return []
+    ev = [f"{rname} step 1: {lines1} cuBLASLt matmul calls in the level-2 log, {newp} distinct problems not "
+          "seen earlier in the process (each a heuristics-cache miss)"]
+    if miss is None:
+        ev.append("no miss time measured (needs the preinit and nocache runs): not counted")
+        notes.extend(ev)
+        return []
+    ev.append(f"miss time {miss * 1e6:.0f} µs per call: host time per steady step with the cache off "
+              f"{_ms(steady(step_hosts(E)))} vs on {_ms(steady(step_hosts(C)))}, "
+              f"{lt_calls_per_step(C):.0f} calls per step")
+    return [_component("heuristics", "cuBLASLt heuristic selection (cache misses)", newp * miss,
+                       "misses × miss time", ev)]
+
+
+def _allocator_components(R: dict, rname: str) -> list[dict]:
+    """Allocator growth in step 1 of run `R`: the time CUPTI saw in the driver's allocation calls, with how much
+    torch's reserved memory grew; none when step 1 neither allocated nor grew."""
+    r1 = windows(R).get("step1", {})
+    asec, acount = driver_seconds(R, "step1", "alloc")
+    mb, ma = (r1.get("mem_before") or {}), (r1.get("mem_after") or {})
+    grow = ma.get("reserved_bytes.all.current", 0) - mb.get("reserved_bytes.all.current", 0)
+    if not (acount or grow):
+        return []
+    return [_component(
+        "allocator", "allocator growth", asec, f"CUPTI driver allocation calls ({rname})",
+        [f"{rname} step 1: {acount} allocation calls in the driver taking {asec * 1e3:.1f} ms; torch's reserved "
+         f"memory grew by {grow / 2**20:.1f} MiB "
+         f"({ma.get('num_device_alloc', 0) - mb.get('num_device_alloc', 0)} cudaMalloc)"])]
 
 
 def _cold_timed(runs: dict, a1: dict, b1: dict) -> list[tuple]:
