@@ -150,7 +150,14 @@ def join(trace_path, det, L: pd.DataFrame, ev: GraphEvents | None = None) -> tup
     ev = ev or read_graph_events(trace_path)
     if not len(ev.graph_launches) or not len(ev.kernels):
         return L, []
-    ops = det.ops
+    op_row, graph, counts = _join_replays(det, L, ev, _capture_sequences(det.ops, ev))
+    return L.assign(op_row=op_row, graph=graph), _join_notes(**counts)
+
+
+def _capture_sequences(ops: pd.DataFrame, ev: GraphEvents) -> dict[int, pd.DataFrame]:
+    """Each captured graph's node-adding calls (`GraphEvents.launch_calls` inside its capture range, on its
+    thread, by time), with ``op_row``: the row of `ops` (the trace's CPU ops) innermost around the call, -1
+    for a call outside any op. The i-th node of a replay repeats the i-th of these calls."""
     sequences: dict[int, pd.DataFrame] = {}
     for c in ev.captures.itertuples(index=False):
         s = ev.launch_calls[(ev.launch_calls["ts"] >= c.ts) & (ev.launch_calls["ts"] <= c.end)
@@ -158,17 +165,25 @@ def join(trace_path, det, L: pd.DataFrame, ev: GraphEvents | None = None) -> tup
         s = s.sort_values("ts", kind="stable")
         mine = ops[ops["pid"] == c.pid] if "pid" in ops.columns else ops
         at = innermost(mine["ts"].to_numpy(), mine["end"].to_numpy(), mine["tid"].to_numpy(),
-                        s["ts"].to_numpy(), s["tid"].to_numpy())
+                       s["ts"].to_numpy(), s["tid"].to_numpy())
         sequences[int(c.graph)] = s.assign(op_row=np.where(at >= 0, mine.index.to_numpy()[np.maximum(at, 0)], -1))
+    return sequences
+
+
+def _join_replays(det, L: pd.DataFrame, ev: GraphEvents, sequences: dict[int, pd.DataFrame]
+                  ) -> tuple[np.ndarray, np.ndarray, dict]:
+    """`join`'s work on the arrays: (``op_row``, ``graph``) of `L` with each graph launch's kernels unlinked
+    from the op around the launch and joined to the capture's calls (`sequences`) node for node, else by GEMM
+    order (`_gemm_order`); and the counts `_join_notes` reports."""
+    from cublaslt_probe.analysis.trace import GEMM_OPS
+    ops = det.ops
     ts_l = L["ts"].to_numpy(dtype=np.float64)
     tl_l = L["t_launch"].to_numpy(dtype=np.float64)
     op_row = L["op_row"].to_numpy().copy()
     graph = L["graph"].to_numpy().copy()
-    joined, unseen, mismatch, by_gemm = 0, 0, 0, 0
-    from cublaslt_probe.analysis.trace import GEMM_OPS
+    counts = {"joined": 0, "unseen": 0, "mismatch": 0, "by_gemm": 0, "unseen_gemm_us": 0.0}
     gemm_key = np.array([str(k[0]) in GEMM_OPS for k in det.op_keys], dtype=bool)
     gemm_op = gemm_key[ops["key"].to_numpy()] if len(ops) else np.zeros(0, dtype=bool)
-    unseen_gemm_us = 0.0
     kind = L["kind"].to_numpy()
     dur = L["dur"].to_numpy(dtype=np.float64)
     by_corr = ev.kernels.groupby("corr")
@@ -183,31 +198,48 @@ def join(trace_path, det, L: pd.DataFrame, ev: GraphEvents | None = None) -> tup
         n = _graph_of(ev, gl, len(ks), sequences)
         if n is None or n not in sequences:
             graph[mine] = -2
-            unseen += len(mine)
-            unseen_gemm_us += float(dur[mine][kind[mine] > 0].sum())
+            counts["unseen"] += len(mine)
+            counts["unseen_gemm_us"] += float(dur[mine][kind[mine] > 0].sum())
             continue
         seq = sequences[n]
+        graph[mine] = n
         if len(seq) != len(ks):
             got = _gemm_order(seq, gemm_op, mine, ts_l, kind)
-            graph[mine] = n
             if got is None:
-                mismatch += 1
+                counts["mismatch"] += 1
             else:
                 op_row[got[0]] = got[1]
-                joined += len(got[0])
-                by_gemm += 1
+                counts["joined"] += len(got[0])
+                counts["by_gemm"] += 1
             continue
-        at = pd.Series(seq["op_row"].to_numpy(), index=ks["ts"].to_numpy())
-        at = at[~at.index.duplicated()]
-        got = at.reindex(ts_l[mine]).to_numpy()
-        ok = ~pd.isna(got)
-        if (kind[mine][ok] == 1).any() and (got[ok][kind[mine][ok] == 1] < 0).any():
-            mismatch += 1
-            graph[mine] = n
+        got = _node_order(seq, ks, mine, ts_l, kind)
+        if got is None:
+            counts["mismatch"] += 1
             continue
-        op_row[mine[ok]] = got[ok].astype(np.int64)
-        graph[mine] = n
-        joined += int(ok.sum())
+        op_row[got[0]] = got[1]
+        counts["joined"] += len(got[0])
+    return op_row, graph, counts
+
+
+def _node_order(seq: pd.DataFrame, ks: pd.DataFrame, mine: np.ndarray, ts_l: np.ndarray, kind: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A replay that matches its capture node for node: each of its launches (`mine` rows of `L`, whose GPU
+    starts `ts_l` find them among the replay's kernels `ks`) joined to the op of the capture call at its
+    position (`seq`); None when a GEMM kernel (kind 1) lands on a call outside any op. Returns (launch rows,
+    op rows)."""
+    at = pd.Series(seq["op_row"].to_numpy(), index=ks["ts"].to_numpy())
+    at = at[~at.index.duplicated()]
+    got = at.reindex(ts_l[mine]).to_numpy()
+    ok = ~pd.isna(got)
+    if (kind[mine][ok] == 1).any() and (got[ok][kind[mine][ok] == 1] < 0).any():
+        return None
+    return mine[ok], got[ok].astype(np.int64)
+
+
+def _join_notes(joined: int, by_gemm: int, mismatch: int, unseen: int, unseen_gemm_us: float) -> list[str]:
+    """The notes of `join`: how many launches were joined node for node or by GEMM order, how many replays
+    did not match their capture, and how many launches came from a graph captured before the capture opened,
+    with the fix."""
     notes = []
     if joined:
         notes.append(f"{joined:,} launches were replayed from CUDA graphs captured inside the capture: each is "
@@ -229,7 +261,7 @@ def join(trace_path, det, L: pd.DataFrame, ev: GraphEvents | None = None) -> tup
                      "cublaslt_probe.capture before the warm-up and the graph capture (torch.cuda.graph, "
                      "CUDAGraph.capture_begin, or torch.compile(mode=\"reduce-overhead\")'s first calls) and "
                      "replay inside it; profiler options (record_shapes, with_modules) do not change this")
-    return L.assign(op_row=op_row, graph=graph), notes
+    return notes
 
 
 # --------------------------------------------------------------------------- modules of compiled code
@@ -291,7 +323,7 @@ def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str 
     (repeating from its first when the region ran the graph more than once); without regions, ops under no
     module range or under an outermost one (the compiled model's own) count. Two independent GEMMs of one
     problem that Inductor's scheduler swapped are named in each other's place."""
-    from cublaslt_probe.analysis.trace import GEMM_OPS, op_key_json, problem_of
+    from cublaslt_probe.analysis.trace import GEMM_OPS
     empty = det.ranges.iloc[:0]
     ops = det.ops
     if not records or not len(ops):
@@ -309,27 +341,63 @@ def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str 
     m_tid, tid = both[:len(mods)], both[len(mods):]     # one code per (process, thread) for ranges and ops
     o_ts, o_end = ops["ts"].to_numpy(dtype=np.float64), ops["end"].to_numpy(dtype=np.float64)
     gemm = gemm[range_parents(o_ts[gemm], o_end[gemm], tid[gemm]) < 0]      # outermost GEMM ops
-    problems: dict[int, tuple | None] = {}
-    for k in np.unique(key[gemm]).tolist():
-        p = problem_of(*op_key_json(det.op_keys[k])[:4])
-        problems[k] = (p["m"], p["n"], p["k"], p["batch"]) if p else None
-    prob = [problems[k] for k in key[gemm]]
-    graphs: dict[int, dict] = {}
-    for r in sorted(records, key=lambda r: (r["graph"], r.get("node", 0))):
-        g = graphs.setdefault(r["graph"], {"id": r.get("compile_id"), "by": {}})
-        g["by"].setdefault((r["m"], r["n"], r["k"], r["batch"]), []).append(r["module"])
     regions = np.flatnonzero(np.char.startswith(name_of.astype(str), COMPILED_REGION))
     if len(regions):
         segs = [(o_ts[i], o_end[i], tid[i], name_of[i][len(COMPILED_REGION):].strip(" :")) for i in regions]
     else:
         segs = [(-np.inf, np.inf, t, None) for t in np.unique(tid[gemm])]
+    named, regions_named = _segment_modules(segs, _recorded_graphs(records), _gemm_problems(det, key[gemm]),
+                                            o_ts[gemm], tid[gemm], mods, m_tid)
+    out = []
+    for i, module in named:
+        o = gemm[i]
+        out.append((runfiles.MODULE_PREFIX + module, o_ts[o], o_end[o], int(ops["tid"].iloc[o]),
+                    int(ops["pid"].iloc[o]) if "pid" in ops.columns else -1))
+    if not out:
+        return empty, ("the capture recorded the GEMMs of compiled graphs with their modules, but no GEMM op of "
+                       "the trace matches them (another program, or a compile the capture did not see)")
+    add = pd.DataFrame(out, columns=["name", "ts", "end", "tid", "pid"]).assign(gpu=False, device=-1)
+    add = add.astype({c: rng[c].dtype for c in add.columns if c in rng.columns})
+    note = (f"{len(out):,} GEMM ops of compiled code ({regions_named:,} compiled call"
+            f"{'s' if regions_named != 1 else ''}) are named by the module their graph node came from "
+            f"(recorded while torch.compile compiled it: {runfiles.COMPILED_GEMMS_FILE}); two GEMMs of one "
+            "problem that the compiler reordered may be named in each other's place")
+    return pd.concat([rng, add], ignore_index=True), note
+
+
+def _gemm_problems(det, keys: np.ndarray) -> list[tuple | None]:
+    """The problem (m, n, k, batch) of each op key in `keys` (`trace.problem_of` of `det.op_keys`), None for
+    a key whose shapes give none; each distinct key is read once."""
+    from cublaslt_probe.analysis.trace import op_key_json, problem_of
+    problems: dict[int, tuple | None] = {}
+    for k in np.unique(keys).tolist():
+        p = problem_of(*op_key_json(det.op_keys[k])[:4])
+        problems[k] = (p["m"], p["n"], p["k"], p["batch"]) if p else None
+    return [problems[k] for k in keys]
+
+
+def _recorded_graphs(records: list[dict]) -> dict[int, dict]:
+    """The compiled graphs of `records`: graph number -> ``id`` (its compile id) and ``by`` (problem (m, n, k,
+    batch) -> the modules of its nodes of that problem, in node order)."""
+    graphs: dict[int, dict] = {}
+    for r in sorted(records, key=lambda r: (r["graph"], r.get("node", 0))):
+        g = graphs.setdefault(r["graph"], {"id": r.get("compile_id"), "by": {}})
+        g["by"].setdefault((r["m"], r["n"], r["k"], r["batch"]), []).append(r["module"])
+    return graphs
+
+
+def _segment_modules(segs: list[tuple], graphs: dict[int, dict], prob: list, g_ts: np.ndarray,
+                     g_tid: np.ndarray, mods: pd.DataFrame, m_tid: np.ndarray) -> tuple[list[tuple], int]:
+    """The modules of the outermost GEMM ops (starts `g_ts`, thread codes `g_tid`, problems `prob`) that the
+    calls of compiled code `segs` (start, end, thread code, compile id or None) ran, as `compiled_module_ranges`
+    says: (op position, module) in naming order, and how many calls named any. An op is named once, by the
+    first call that holds it; one inside a module range `mods` of its own is left to that range."""
     m_ts = mods["ts"].to_numpy(dtype=np.float64)
     m_end = mods["end"].to_numpy(dtype=np.float64)
-    inner = innermost(m_ts, m_end, m_tid, o_ts[gemm], tid[gemm])
+    inner = innermost(m_ts, m_end, m_tid, g_ts, g_tid)
     m_parent = range_parents(m_ts, m_end, m_tid)
-    g_ts, g_tid = o_ts[gemm], tid[gemm]
-    out, regions_named = [], 0
-    taken = np.zeros(len(gemm), dtype=bool)
+    named, regions_named = [], 0
+    taken = np.zeros(len(g_ts), dtype=bool)
     for s_ts, s_end, s_tid, s_id in segs:
         inside = np.flatnonzero((g_ts >= s_ts) & (g_ts <= s_end) & (g_tid == s_tid) & ~taken)
         if len(mods):   # not inside a module range of its own: the compiled wrapper's, or (no regions) a root's
@@ -342,29 +410,18 @@ def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str 
         best = max(graphs.items(), key=lambda kv: (sum(prob[i] in kv[1]["by"] for i in inside),
                                                     kv[1]["id"] == s_id, -kv[0]))[1]
         seen: dict[tuple, int] = {}
-        named = 0
+        named_here = 0
         for i in inside:
             mods_p = best["by"].get(prob[i])
             if not mods_p:
                 continue
             n = seen.get(prob[i], 0)
             seen[prob[i]] = n + 1
-            o = gemm[i]
-            out.append((runfiles.MODULE_PREFIX + mods_p[n % len(mods_p)], o_ts[o], o_end[o],
-                        int(ops["tid"].iloc[o]), int(ops["pid"].iloc[o]) if "pid" in ops.columns else -1))
+            named.append((i, mods_p[n % len(mods_p)]))
             taken[i] = True
-            named += 1
-        regions_named += bool(named)
-    if not out:
-        return empty, ("the capture recorded the GEMMs of compiled graphs with their modules, but no GEMM op of "
-                       "the trace matches them (another program, or a compile the capture did not see)")
-    add = pd.DataFrame(out, columns=["name", "ts", "end", "tid", "pid"]).assign(gpu=False, device=-1)
-    add = add.astype({c: rng[c].dtype for c in add.columns if c in rng.columns})
-    note = (f"{len(out):,} GEMM ops of compiled code ({regions_named:,} compiled call"
-            f"{'s' if regions_named != 1 else ''}) are named by the module their graph node came from "
-            f"(recorded while torch.compile compiled it: {runfiles.COMPILED_GEMMS_FILE}); two GEMMs of one "
-            "problem that the compiler reordered may be named in each other's place")
-    return pd.concat([rng, add], ignore_index=True), note
+            named_here += 1
+        regions_named += bool(named_here)
+    return named, regions_named
 
 
 def _thread_codes(frame: pd.DataFrame) -> np.ndarray:

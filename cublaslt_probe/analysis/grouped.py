@@ -145,13 +145,23 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
     joined as the module doc says. `gpus`: GPU name -> (peak rates as `audit.gpu_rates` gives them, SM count),
     the GPU a row's ``gpu`` names judges it (the first one for a row that names none). A note names the rows
     whose sizes are assumed, and why."""
-    import pandas as pd
-    from cublaslt_probe.cases import group_sizes as even_sizes
-    from cublaslt_probe.cases import sizes_summary
-    from cublaslt_probe.runfiles import read_group_sizes
     grouped = [i for i, g in zip(df.index, df["groups"].tolist()) if not _missing(g)]
     if not grouped:
         return df
+    records, why = _recorded_sizes(path, env)
+    rows = df.to_dict("index")
+    cols, upd, assumed = _size_columns(rows, grouped, _found_sizes(rows, grouped, records), gpus)
+    df = _with_columns(df, cols, upd)
+    if assumed:
+        notes.append(ASSUMED_NOTE.format(n=assumed, why=why))
+    return df
+
+
+def _recorded_sizes(path, env: dict) -> tuple[list[dict] | None, str]:
+    """The group size records of the run folder `path` (`runfiles.read_group_sizes`; None for a bare trace or
+    none recorded), and why a grouped row has no recorded sizes: the words `ASSUMED_NOTE` gives for it (a bare
+    trace, a run captured without recording them as the capture's `env` says, no file, or no matching call)."""
+    from cublaslt_probe.runfiles import read_group_sizes
     p = Path(path)
     records = read_group_sizes(p) if p.is_dir() else None
     if not p.is_dir():
@@ -162,11 +172,18 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
                and cap["group_sizes_calls"] is None else "no group_sizes.jsonl in the run folder")
     else:
         why = "no recorded call matches them"
+    return records, why
+
+
+def _found_sizes(rows: dict, grouped: list, records: list[dict] | None) -> dict[int, list[list[int]]]:
+    """The recorded group sizes of each grouped row (`rows`: index -> row; `grouped`: the grouped indexes)
+    that a record reaches, every recorded call's sizes in a list: a forward row by its op and first three
+    operands' dims with the same total and groups, a backward row by the forward rows of its module that it
+    differentiates (module doc)."""
     by_dims: dict[tuple, list[list[int]]] = {}
     for r in records or []:
         key = (r.get("op"), json.dumps([r.get("a"), r.get("b"), r.get("offs")]))
         by_dims.setdefault(key, []).append([int(x) for x in r["sizes"]])
-    rows = df.to_dict("index")
     found: dict[int, list[list[int]]] = {}
     for i in grouped:
         r = rows[i]
@@ -184,6 +201,17 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
                 for s in found[j]]
         if same:
             found[i] = same
+    return found
+
+
+def _size_columns(rows: dict, grouped: list, found: dict[int, list[list[int]]], gpus: dict
+                  ) -> tuple[dict[str, dict], dict[str, dict], int]:
+    """For each grouped row with a total: its `GROUPED_COLUMNS` values (index -> value per column), from the
+    sizes `found` gives it (the routing `pick_routing` keeps) or equal sizes; its roofline's floor_us, bound
+    and floor_ratio by the GPU that judges it (`gpus`, as `join_sizes` takes it); and how many rows had their
+    sizes assumed."""
+    from cublaslt_probe.cases import group_sizes as even_sizes
+    from cublaslt_probe.cases import sizes_summary
     cols: dict[str, dict[int, object]] = {c: {} for c in GROUPED_COLUMNS}
     upd: dict[str, dict[int, object]] = {"floor_us": {}, "bound": {}, "floor_ratio": {}}
     assumed = 0
@@ -212,6 +240,13 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
             upd["floor_us"][i] = f["floor_us"]
             upd["bound"][i] = f["bound"]
             upd["floor_ratio"][i] = r["mean_us"] / f["floor_us"] if f["floor_us"] else None
+    return cols, upd, assumed
+
+
+def _with_columns(df, cols: dict[str, dict], upd: dict[str, dict]):
+    """A copy of `df` with every `GROUPED_COLUMNS` column set from `cols` (index -> value; missing elsewhere)
+    in its dtype, and the values of `upd` written over its existing columns (``bound`` stays categorical)."""
+    import pandas as pd
     df = df.copy()
     for c, (dt, _) in GROUPED_COLUMNS.items():
         vals = [cols[c].get(i) for i in df.index]
@@ -222,6 +257,4 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
             for i, v in vals.items():
                 col.at[i] = v
             df[c] = col.astype("category") if c == "bound" else col
-    if assumed:
-        notes.append(ASSUMED_NOTE.format(n=assumed, why=why))
     return df

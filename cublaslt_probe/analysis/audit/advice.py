@@ -468,85 +468,131 @@ def _grouped_items(rows: pd.DataFrame, ms: list[_Measured], experts: list[dict] 
     when its saving beats the original's time (the call's, or the GEMMs') by `MIN_GAIN`; of the paddings, the
     smallest multiple within `MIN_GAIN` of the best (a quiet line when none pays). Every item changes the same
     GEMMs: they exclude each other. Items resting on sizes that were assumed say so."""
+    items, quiet = [], []
+    for (module, _), members in _grouped_modules(ms).items():
+        items_m, quiet_m = _module_grouped_items(rows, members, module, experts)
+        items += items_m
+        quiet += quiet_m
+    return items, quiet
+
+
+def _grouped_modules(ms: list[_Measured]) -> dict[tuple, list[_Measured]]:
+    """The measured grouped GEMMs of `ms` by (module, groups), in measurement order: the GEMMs of one module
+    with one group count share their routing, so a variant changes them together; a GEMM of no module stands
+    alone (keyed by its index)."""
     by_mod: dict[tuple, list[_Measured]] = {}
     for m in ms:
         if m.g.get("grouped"):
             gk = (m.module, (m.g.get("key") or {}).get("groups")) if m.module else (None, m.i)
             by_mod.setdefault(gk, []).append(m)
-    items, quiet = [], []
-    for (module, _), members in by_mod.items():
-        groups = (members[0].g.get("key") or {}).get("groups")
-        in_mod = f" in {module}" if module else f" of {members[0].label}"
-        mod_rows = {int(i) for i, r in zip(rows.index, rows.to_dict("records"))
-                    if module and not _na(r["module"]) and r["module"] == module and not _na(r["groups"])
-                    and int(r["groups"]) == int(groups or 0)} | {r for m in members for r in m.rows}
-        assumed = any(m.g.get("sizes_source") == "assumed" for m in members)
-        tag = " [group sizes assumed equal: none recorded]" if assumed else ""
-        touches = frozenset().union(*(m.ids for m in members)) | frozenset(("row", r) for r in mod_rows)
+    return by_mod
 
-        def net_of(name: str):
-            done = [(m, v, *m.change(name, v["time_us"], _short_kernel(v.get("kernel")), named=module is None))
-                    for m in members for v in [_variant(m, name)] if v]
-            base = sum(m.orig * m.calls for m, *_ in done)
-            net = sum(d for *_, d, _ in done)
-            return {"done": done, "net": net, "ok": bool(done) and net > MIN_GAIN * base}
-        names = list(dict.fromkeys(v["variant"] for m in members for v in m.g.get("grouped") or []
-                                   if v["variant"] != "original"))
-        res = {n: net_of(n) for n in names}
-        ex = next((e for e in experts or [] if isinstance(e, dict) and e.get("module") == module
-                   and e.get("groups") == groups
-                   and _whole(e)[0]), None)
-        if ex is not None:
-            items_w, quiet_w = _whole_items(rows, ex, res, members, module, groups, in_mod, tag, touches, mod_rows)
-            items += items_w
-            quiet += quiet_w
-            continue
-        pays = [n for n in names if res[n]["ok"]]
-        pads = [n for n in names if n.startswith("pad")]
-        ok_pads = [n for n in pads if n in pays]
-        if ok_pads:
-            best = max(res[n]["net"] for n in ok_pads)
-            keep = min((n for n in ok_pads if res[n]["net"] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
-            pays = [n for n in pays if not n.startswith("pad") or n == keep]
-        elif pads:
-            shown = ", ".join(f"×{n[3:]} {res[n]['net']:+,.1f}" for n in pads if res[n]["done"])
-            quiet.append(_quiet(f"pad each expert's token count{in_mod}: no net saving (µs/step saved per multiple: "
-                                f"{shown}); no advice{tag}", "no_gain", module))
-        for name in pays:
-            done, net = res[name]["done"], res[name]["net"]
-            seen = {r for m, *_ in done for r in m.rows}
-            ev_un, risk_un = _not_measured(rows, sorted(mod_rows - seen), "changes")
-            if name.startswith("pad"):
-                mult = int(name[3:])
-                what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
-                m0, v0 = done[0][0], done[0][1]
-                rows0 = m0.g["grouped"][0]["rows"]
-                extra = v0["rows"] - rows0
-                k0 = m0.g.get("key") or {}
-                mib = extra * ((k0.get("k") or 0) + (k0.get("n") or 0)) * 2 / 2**20
-                risk = (f"{extra:,} zero rows per call ({100 * extra / max(1, rows0):.1f} % more rows: about "
-                        f"{mib:,.1f} MiB more input and output in {m0.label}); the experts' forward must place each "
-                        f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and drop the zero rows "
-                        "after); the saving is the GEMMs' alone: the zero rows also pass through the layer's other "
-                        "ops (activation, routing weights), not measured here")
-                also = [f"×{n[3:]} {'saves' if res[n]['net'] > 0 else 'costs'} {abs(res[n]['net']):,.1f} µs/step"
-                        for n in pads if n != name and res[n]["done"]]
-            else:
-                what = GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name)
-                risk, also = GROUPED_RISK.get(name, ""), []
-                if name == "bmm_padded":
-                    risk += f"; {done[0][1]['rows'] - done[0][0].g['grouped'][0]['rows']:,} padding rows per call"
-            items.append(AdviceItem(
-                "grouped", what + tag, module, net,
-                "; ".join(e for *_, e in done) + (f"; also measured: {', '.join(also)}" if also else "")
-                + (f"; {ev_un}" if ev_un else "") + tag,
-                "; ".join(x for x in (risk, _grouped_numerics(done, name), risk_un) if x),
-                [m.label for m, *_ in done], touches, frozenset(m.i for m, _, d, _ in done if d > 0)))
-        if not pays:
-            quiet.append(_quiet(f"grouped GEMMs{in_mod}: no alternative beats the original by 3 % over the "
-                                f"{len(members)} measured; no advice{tag}", "no_gain", module,
-                                gemms=[m.label for m in members]))
+
+def _module_grouped_items(rows: pd.DataFrame, members: list[_Measured], module, experts: list[dict] | None
+                          ) -> tuple[list[AdviceItem], list[AdviceItem]]:
+    """`_grouped_items` for the grouped GEMMs `members` of one module (None: one GEMM of no module): the items
+    and quiet lines of the whole call (`_whole_items`) where `experts` measured it, else of the GEMMs' own
+    nets. The module's rows that a variant changes are its audit rows with the same groups and the members'."""
+    groups = (members[0].g.get("key") or {}).get("groups")
+    in_mod = f" in {module}" if module else f" of {members[0].label}"
+    mod_rows = {int(i) for i, r in zip(rows.index, rows.to_dict("records"))
+                if module and not _na(r["module"]) and r["module"] == module and not _na(r["groups"])
+                and int(r["groups"]) == int(groups or 0)} | {r for m in members for r in m.rows}
+    assumed = any(m.g.get("sizes_source") == "assumed" for m in members)
+    tag = " [group sizes assumed equal: none recorded]" if assumed else ""
+    touches = frozenset().union(*(m.ids for m in members)) | frozenset(("row", r) for r in mod_rows)
+    names = list(dict.fromkeys(v["variant"] for m in members for v in m.g.get("grouped") or []
+                               if v["variant"] != "original"))
+    res = {n: _grouped_net(members, module, n) for n in names}
+    ex = next((e for e in experts or [] if isinstance(e, dict) and e.get("module") == module
+               and e.get("groups") == groups
+               and _whole(e)[0]), None)
+    if ex is not None:
+        return _whole_items(rows, ex, res, members, module, groups, in_mod, tag, touches, mod_rows)
+    pays, quiet = _paying_variants(names, res, module, in_mod, tag)
+    pads = [n for n in names if n.startswith("pad")]
+    items = [_grouped_item(rows, name, res, pads, module, groups, in_mod, tag, touches, mod_rows)
+             for name in pays]
+    if not pays:
+        quiet.append(_quiet(f"grouped GEMMs{in_mod}: no alternative beats the original by 3 % over the "
+                            f"{len(members)} measured; no advice{tag}", "no_gain", module,
+                            gemms=[m.label for m in members]))
     return items, quiet
+
+
+def _grouped_net(members: list[_Measured], module, name: str) -> dict:
+    """Variant `name` over the grouped GEMMs `members`: ``done`` (each GEMM measured with it: the GEMM, the
+    variant, its saving per step and its evidence), ``net`` (the savings' sum, with their sign) and ``ok``
+    (the net beats the GEMMs' original time per step by `MIN_GAIN`). A GEMM of no module names itself."""
+    done = [(m, v, *m.change(name, v["time_us"], _short_kernel(v.get("kernel")), named=module is None))
+            for m in members for v in [_variant(m, name)] if v]
+    base = sum(m.orig * m.calls for m, *_ in done)
+    net = sum(d for *_, d, _ in done)
+    return {"done": done, "net": net, "ok": bool(done) and net > MIN_GAIN * base}
+
+
+def _paying_variants(names: list[str], res: dict, module, in_mod: str, tag: str
+                     ) -> tuple[list[str], list[AdviceItem]]:
+    """The variants of `names` whose net (`res`, `_grouped_net`) pays, in order; of the paddings only the
+    smallest multiple within `MIN_GAIN` of the best, since they exclude each other. With paddings measured and
+    none paying, a quiet line giving each multiple's net."""
+    pays = [n for n in names if res[n]["ok"]]
+    pads = [n for n in names if n.startswith("pad")]
+    ok_pads = [n for n in pads if n in pays]
+    quiet = []
+    if ok_pads:
+        best = max(res[n]["net"] for n in ok_pads)
+        keep = min((n for n in ok_pads if res[n]["net"] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
+        pays = [n for n in pays if not n.startswith("pad") or n == keep]
+    elif pads:
+        shown = ", ".join(f"×{n[3:]} {res[n]['net']:+,.1f}" for n in pads if res[n]["done"])
+        quiet.append(_quiet(f"pad each expert's token count{in_mod}: no net saving (µs/step saved per multiple: "
+                            f"{shown}); no advice{tag}", "no_gain", module))
+    return pays, quiet
+
+
+def _grouped_item(rows: pd.DataFrame, name: str, res: dict, pads: list[str], module, groups, in_mod: str,
+                  tag: str, touches: frozenset, mod_rows: set) -> AdviceItem:
+    """The advice item of paying variant `name` of one module's grouped GEMMs: its net saving, the GEMMs'
+    evidence, the module's rows it changes that were not measured (`mod_rows` less the measured), and the
+    risk: the padding's extra rows (`_pad_words`), or the variant's words (`GROUPED_WORDS`, `GROUPED_RISK`)."""
+    done, net = res[name]["done"], res[name]["net"]
+    seen = {r for m, *_ in done for r in m.rows}
+    ev_un, risk_un = _not_measured(rows, sorted(mod_rows - seen), "changes")
+    if name.startswith("pad"):
+        what, risk, also = _pad_words(name, done, res, pads, in_mod)
+    else:
+        what = GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name)
+        risk, also = GROUPED_RISK.get(name, ""), []
+        if name == "bmm_padded":
+            risk += f"; {done[0][1]['rows'] - done[0][0].g['grouped'][0]['rows']:,} padding rows per call"
+    return AdviceItem(
+        "grouped", what + tag, module, net,
+        "; ".join(e for *_, e in done) + (f"; also measured: {', '.join(also)}" if also else "")
+        + (f"; {ev_un}" if ev_un else "") + tag,
+        "; ".join(x for x in (risk, _grouped_numerics(done, name), risk_un) if x),
+        [m.label for m, *_ in done], touches, frozenset(m.i for m, _, d, _ in done if d > 0))
+
+
+def _pad_words(name: str, done: list, res: dict, pads: list[str], in_mod: str) -> tuple[str, str, list[str]]:
+    """(what, risk, also) of padding variant `name` (``padN``: each expert's token count to a multiple of N):
+    the zero rows and bytes it adds to the first measured GEMM (`done`, `_grouped_net`), what the experts'
+    forward must do, and the other multiples' nets (`res`) as evidence."""
+    mult = int(name[3:])
+    what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
+    m0, v0 = done[0][0], done[0][1]
+    rows0 = m0.g["grouped"][0]["rows"]
+    extra = v0["rows"] - rows0
+    k0 = m0.g.get("key") or {}
+    mib = extra * ((k0.get("k") or 0) + (k0.get("n") or 0)) * 2 / 2**20
+    risk = (f"{extra:,} zero rows per call ({100 * extra / max(1, rows0):.1f} % more rows: about "
+            f"{mib:,.1f} MiB more input and output in {m0.label}); the experts' forward must place each "
+            f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and drop the zero rows "
+            "after); the saving is the GEMMs' alone: the zero rows also pass through the layer's other "
+            "ops (activation, routing weights), not measured here")
+    also = [f"×{n[3:]} {'saves' if res[n]['net'] > 0 else 'costs'} {abs(res[n]['net']):,.1f} µs/step"
+            for n in pads if n != name and res[n]["done"]]
+    return what, risk, also
 
 
 def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, groups, in_mod: str, tag: str,

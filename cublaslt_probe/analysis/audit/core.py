@@ -30,28 +30,12 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     steps found (`steps.found_steps`) left out first as warm-up (None: the capture's ``warmup``, else 1)."""
     from cublaslt_probe.analysis.grouped import join_sizes
     from cublaslt_probe.analysis.stalls import host_stalls
-    from cublaslt_probe.analysis.trace import read_chrome_trace, timeline_frame
+    from cublaslt_probe.analysis.trace import timeline_frame
     files = resolve(path, log_path)
     notes: list[str] = []
     env = _read_env(files["env"], notes)
-    s = read_chrome_trace(files["trace"], detail=True)
-    if s.stats.events == 0 or (s.stats.bad_events and not s.stats.kernels and not s.stats.cpu_ops):
-        raise ProbeError(f"{files['trace']}: no profiler events in it: give a torch.profiler Chrome trace "
-                         "(prof.export_chrome_trace, record_shapes=True) or a run folder written by "
-                         "cublaslt_probe.capture")
+    s, partial = _read_trace(files["trace"], notes)
     det = s.detail
-    st = s.stats
-    partial = bool(st.truncated or st.bad_events or st.bad_durations or st.bad_ids)
-    damage = ((["cut off inside the event array (the events before the cut are audited)"] if st.truncated else [])
-              + ([f"{st.bad_events:,} malformed events skipped"] if st.bad_events else [])
-              + ([f"{st.bad_durations:,} kernel or copy events without a valid dur (missing, not a number, "
-                  "negative or infinite: counted as 0 µs)"] if st.bad_durations else [])
-              + ([f"{st.bad_ids:,} correlation or External ids out of range (read as missing: their kernels are "
-                  "not linked)"] if st.bad_ids else [])
-              + (["the gzip stream is damaged after the last event (every event was read)"]
-                 if st.gzip_damaged_after_events and not st.truncated else []))
-    if damage:
-        notes.append(f"{files['trace']}: " + "; ".join(damage))
     pids = [p for p in s.pids if p >= 0]
     if pid is not None:
         det = det.for_process(pid)
@@ -68,13 +52,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
         det.ranges, note = compiled_module_ranges(det, compiled)
         notes += [note] if note else []
     L, steps = _in_steps(det, env, notes, gpu_ranges, warmup)
-    if ((L["op_row"].to_numpy() < 0) & (L["t_launch"].to_numpy() != L["ts"].to_numpy())).any() or \
-            any(str(k[0]).startswith(GRAPH_OPS) for k in det.op_keys):   # a graph launched inside an op
-        from cublaslt_probe.analysis.graphs import join as join_graphs   # unlinked launches with a launch call
-        L, graph_notes = join_graphs(files["trace"], det, L)
-        notes += graph_notes
-    else:
-        L = L.assign(graph=np.full(len(L), -1, dtype=np.int64))
+    L = _with_graphs(files["trace"], det, L, notes)
     per_name: dict[str, list] = {}
     for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
         per_name[det.names[i]] = [int(c), float(t)]
@@ -103,6 +81,44 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                  gpu=facts.name, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
                  stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial)
+
+
+def _read_trace(trace, notes: list[str]):
+    """The detailed read of the Chrome trace `trace` (`trace.read_chrome_trace`) and whether it is partial
+    (cut off, or events skipped or read as missing); a note on `notes` names the damage, since the rows
+    then count only what was read. A trace with no profiler event raises `ProbeError` naming what to give."""
+    from cublaslt_probe.analysis.trace import read_chrome_trace
+    s = read_chrome_trace(trace, detail=True)
+    if s.stats.events == 0 or (s.stats.bad_events and not s.stats.kernels and not s.stats.cpu_ops):
+        raise ProbeError(f"{trace}: no profiler events in it: give a torch.profiler Chrome trace "
+                         "(prof.export_chrome_trace, record_shapes=True) or a run folder written by "
+                         "cublaslt_probe.capture")
+    st = s.stats
+    partial = bool(st.truncated or st.bad_events or st.bad_durations or st.bad_ids)
+    damage = ((["cut off inside the event array (the events before the cut are audited)"] if st.truncated else [])
+              + ([f"{st.bad_events:,} malformed events skipped"] if st.bad_events else [])
+              + ([f"{st.bad_durations:,} kernel or copy events without a valid dur (missing, not a number, "
+                  "negative or infinite: counted as 0 µs)"] if st.bad_durations else [])
+              + ([f"{st.bad_ids:,} correlation or External ids out of range (read as missing: their kernels are "
+                  "not linked)"] if st.bad_ids else [])
+              + (["the gzip stream is damaged after the last event (every event was read)"]
+                 if st.gzip_damaged_after_events and not st.truncated else []))
+    if damage:
+        notes.append(f"{trace}: " + "; ".join(damage))
+    return s, partial
+
+
+def _with_graphs(trace, det, L: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """The launches `L` with the ``graph`` column: joined to the CUDA graph captures of `trace`
+    (`graphs.join`, its notes added to `notes`) where some launch has a launch call but no op (a graph replay)
+    or a graph is launched inside an op; else -1 for every launch, with no second read of the trace."""
+    if ((L["op_row"].to_numpy() < 0) & (L["t_launch"].to_numpy() != L["ts"].to_numpy())).any() or \
+            any(str(k[0]).startswith(GRAPH_OPS) for k in det.op_keys):   # a graph launched inside an op
+        from cublaslt_probe.analysis.graphs import join as join_graphs   # unlinked launches with a launch call
+        L, graph_notes = join_graphs(trace, det, L)
+        notes += graph_notes
+        return L
+    return L.assign(graph=np.full(len(L), -1, dtype=np.int64))
 
 
 def _missing_notes(G: pd.DataFrame, det, meta: dict, attribution: str, no_shape: int, no_shape_us: float,
