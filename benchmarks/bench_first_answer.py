@@ -38,20 +38,21 @@ COMMANDS = {
     "audit_measure": ["audit", PROGRAM, "--measure", "--top-measure", "9"],
     "sweep_decode": ["sweep", "--preset", "decode", "--no-progress"],
 }
-# a tree whose probe records no phases: the functions that pay them (module, attribute path, phase)
+# a tree whose probe records no phases (the tree before the probe recorded them, whose modules sat at the
+# package's top: cublaslt_probe.probe, .lt, .driver): the functions that pay them (module, attribute path, phase)
 BASE_PHASES = [
-    ("cublaslt_probe.gpu.probe", "HeuristicCompanion.__init__", "heuristic companion started"),
-    ("cublaslt_probe.gpu.lt", "ensure_loaded", "cuBLAS/cuBLASLt loaded"),
-    ("cublaslt_probe.gpu.driver", "Clock.__init__", "driver events and graphs"),
-    ("cublaslt_probe.gpu.driver", "Graphs.__init__", "driver events and graphs"),
-    ("cublaslt_probe.gpu.lt", "LtLibrary.__init__", "cuBLASLt library and logger"),
-    ("cublaslt_probe.gpu.lt", "Logger.__init__", "cuBLASLt library and logger"),
-    ("cublaslt_probe.gpu.probe", "environment", "environment"),
-    ("cublaslt_probe.gpu.probe", "Builder.__init__", "operand pools, every dtype"),
-    ("cublaslt_probe.gpu.probe", "Probe._calibrate_spin", "spin and gap calibration"),
-    ("cublaslt_probe.gpu.probe", "Probe._calibrate_gap", "spin and gap calibration"),
-    ("cublaslt_probe.gpu.probe", "Probe.profile", "profiler and CUPTI started (first kernel capture)"),
-    ("cublaslt_probe.gpu.probe", "HeuristicCompanion.wait_ready", "heuristic companion ready"),
+    ("cublaslt_probe.probe", "HeuristicCompanion.__init__", "heuristic companion started"),
+    ("cublaslt_probe.lt", "ensure_loaded", "cuBLAS/cuBLASLt loaded"),
+    ("cublaslt_probe.driver", "Clock.__init__", "driver events and graphs"),
+    ("cublaslt_probe.driver", "Graphs.__init__", "driver events and graphs"),
+    ("cublaslt_probe.lt", "LtLibrary.__init__", "cuBLASLt library and logger"),
+    ("cublaslt_probe.lt", "Logger.__init__", "cuBLASLt library and logger"),
+    ("cublaslt_probe.probe", "environment", "environment"),
+    ("cublaslt_probe.probe", "Builder.__init__", "operand pools, every dtype"),
+    ("cublaslt_probe.probe", "Probe._calibrate_spin", "spin and gap calibration"),
+    ("cublaslt_probe.probe", "Probe._calibrate_gap", "spin and gap calibration"),
+    ("cublaslt_probe.probe", "Probe.profile", "profiler and CUPTI started (first kernel capture)"),
+    ("cublaslt_probe.probe", "HeuristicCompanion.wait_ready", "heuristic companion ready"),
 ]
 
 
@@ -85,7 +86,10 @@ def child(name: str, out: str, extra: list) -> None:
         with open(out, "w") as f:
             json.dump({"import_torch_s": t_torch}, f)
         return
-    from cublaslt_probe.gpu import probe as probe_mod
+    try:
+        from cublaslt_probe.gpu import probe as probe_mod
+    except ImportError:   # a tree from before the package's folders: its probe sat at the top
+        from cublaslt_probe import probe as probe_mod
     from cublaslt_probe.cli import main
     phases, made = [], {}
     own = hasattr(probe_mod, "StartUp")
