@@ -15,6 +15,7 @@ import json
 import math
 
 from cublaslt_probe.analysis.evidence import main_kernel
+from cublaslt_probe.errors import SchemaError
 
 # max |y - y0| / max |y0| two correct algorithms may differ by (accumulation order, split-K).
 TOLERANCE = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 2e-2, "bf16": 2e-2, "fp8": 5e-2, "fp8_e5m2": 5e-2}
@@ -67,11 +68,9 @@ def noise_band(noise_pcts) -> float:
 def summary(df) -> dict:
     """Headline over a dataset with regret columns: share where #0 is fastest within noise, median/worst."""
     if "regret_pct" not in df:
-        from cublaslt_probe.errors import SchemaError
         raise SchemaError("this dataset has no regret columns: sweep with `--candidates 32` (e.g. --preset regret)")
     d = df[df["regret_pct"].notna()]
     if d.empty:
-        from cublaslt_probe.errors import SchemaError
         raise SchemaError("no row of this dataset has candidates with times")
     band = noise_band(d["noise_pct"].tolist())
     r = d["regret_pct"].astype(float)

@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.errors import NoCudaDevice, ProbeError
 from cublaslt_probe.names.classes import AUTOTUNED
 from cublaslt_probe.streams import open_text
 
@@ -192,7 +192,6 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
             out["runs"][name] = rec
             why = _no_gpu(rec)
             if why:
-                from cublaslt_probe.errors import NoCudaDevice
                 raise NoCudaDevice("cold-start", why)
             if log:
                 log(f"{name}: {'ok' if rec.get('ok') else 'FAILED'} in {rec['wall_s']:.1f} s")

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from cublaslt_probe.errors import SchemaError
+from cublaslt_probe.errors import ProbeError, SchemaError
 from cublaslt_probe.analysis.evidence import consistency, log_matches_case, main_kernel, trace_record
-from cublaslt_probe.vocab import DECODED_COLUMNS, ENV_KEYS
+from cublaslt_probe.vocab import DECODED_COLUMNS, ENV_KEYS, ENV_MATCH
 from cublaslt_probe.streams import complete_lines, cut_note, open_text
 
 log = logging.getLogger(__name__)
@@ -199,8 +199,6 @@ def read_raw(path: str | os.PathLike, stats: RawStats | None = None) -> tuple[di
 
 
 def _check_env(p, env: dict, seen: list[tuple[str, dict]], allow_env_mismatch: bool) -> None:
-    from cublaslt_probe.errors import ProbeError
-    from cublaslt_probe.vocab import ENV_MATCH
     for q, other in seen:
         diff = [k for k in ENV_MATCH if env.get(k) != other.get(k)]
         if diff and not allow_env_mismatch:

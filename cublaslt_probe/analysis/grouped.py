@@ -33,6 +33,8 @@ from pathlib import Path
 
 from cublaslt_probe.dtypes import element_bytes
 from cublaslt_probe.analysis.explain import roofline_floor
+from cublaslt_probe.cases import group_sizes as even_sizes, sizes_summary
+from cublaslt_probe.runfiles import read_group_sizes
 
 GROUPED_COLUMNS: dict[str, tuple[str, str]] = {
     "sizes_source": ("category", "grouped GEMM: where its group sizes come from: recorded (the run folder's "
@@ -78,7 +80,6 @@ def _missing(v) -> bool:
 def pick_routing(sizes_lists: list[list[int]]) -> tuple[list[int], int]:
     """The routing of median imbalance (max / mean) of `sizes_lists` (one per call), and how many distinct
     routings there are."""
-    from cublaslt_probe.cases import sizes_summary
     distinct = sorted({tuple(s) for s in sizes_lists},
                       key=lambda s: (sizes_summary(list(s)).get("imbalance") or 0, s))
     return list(distinct[(len(distinct) - 1) // 2]), len(distinct)
@@ -161,7 +162,6 @@ def _recorded_sizes(path, env: dict) -> tuple[list[dict] | None, str]:
     """The group size records of the run folder `path` (`runfiles.read_group_sizes`; None for a bare trace or
     none recorded), and why a grouped row has no recorded sizes: the words `ASSUMED_NOTE` gives for it (a bare
     trace, a run captured without recording them as the capture's `env` says, no file, or no matching call)."""
-    from cublaslt_probe.runfiles import read_group_sizes
     p = Path(path)
     records = read_group_sizes(p) if p.is_dir() else None
     if not p.is_dir():
@@ -210,8 +210,6 @@ def _size_columns(rows: dict, grouped: list, found: dict[int, list[list[int]]], 
     sizes `found` gives it (the routing `pick_routing` keeps) or equal sizes; its roofline's floor_us, bound
     and floor_ratio by the GPU that judges it (`gpus`, as `join_sizes` takes it); and how many rows had their
     sizes assumed."""
-    from cublaslt_probe.cases import group_sizes as even_sizes
-    from cublaslt_probe.cases import sizes_summary
     cols: dict[str, dict[int, object]] = {c: {} for c in GROUPED_COLUMNS}
     upd: dict[str, dict[int, object]] = {"floor_us": {}, "bound": {}, "floor_ratio": {}}
     assumed = 0

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from cublaslt_probe.cases import Case
 
 RUNS = {
     "lazy": {"CUDA_MODULE_LOADING": "LAZY"},
@@ -69,7 +70,6 @@ def _child(key: str) -> dict:
     t_start = time.perf_counter()
     import torch
 
-    from cublaslt_probe.cases import Case
     from cublaslt_probe.gpu.probe import Builder
     c = Case.from_key(key)
     res = _library_init(torch, t_start)
@@ -138,7 +138,6 @@ def _new_shape(torch, b, c, fn) -> dict:
     """The kernels `fn` (the GEMM of Case `c`) launches (the probe's kernel capture), and a new shape whose
     kernel is already loaded: variants built by `b` are tried, the first that launches the same kernels is
     kept."""
-    from cublaslt_probe.cases import Case
     from cublaslt_probe.gpu.probe import profile_kernels
     marker = torch.zeros(1, dtype=torch.int8, device="cuda")
 

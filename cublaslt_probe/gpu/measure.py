@@ -44,7 +44,8 @@ import time
 
 from cublaslt_probe.analysis.candidates import max_rel_diff
 from cublaslt_probe.analysis.evidence import GROUPED_TORCH_OPS, TIMED_BACKENDS, TORCH_OPS, path_of
-from cublaslt_probe.cases import Case, invalid_reason
+from cublaslt_probe.cases import (Case, group_sizes, grouped_alternatives, invalid_reason, sizes_code,
+                                  sizes_summary, SPLIT_K)
 from cublaslt_probe.dtypes import TORCH_NAMES
 from cublaslt_probe.errors import CaptureError
 
@@ -174,7 +175,6 @@ def grouped_case_of(g: dict) -> tuple[Case | None, str | None]:
     """The probe Case of one audited grouped GEMM (a dict with op, dtype, layout, m, n, k, batch, groups,
     group_dim and the audit's ``group_sizes``, a JSON list; equal sizes without it), or why there is none.
     Offsets along m give the 2-D x 3-D form, offsets along k the weight gradient's (`Case.split_k`)."""
-    from cublaslt_probe.cases import SPLIT_K, group_sizes, sizes_code
     op = GROUPED_TORCH_OPS.get(g.get("op") or "")
     if op is None:
         return None, f"op {g.get('op')!r} is not a grouped GEMM"
@@ -336,7 +336,6 @@ def measure_grouped(probe, g: dict) -> dict:
     ``group_summary`` (the sizes measured), ``implementations``, ``numerics`` and ``tolerance`` (the original
     dtype's; fp8's for the fp8 variant, ``tolerance_fp8``); or ``skipped`` with the reason."""
     from cublaslt_probe.analysis import candidates as cand
-    from cublaslt_probe.cases import grouped_alternatives, sizes_summary
     from cublaslt_probe.gpu.probe import time_grouped_alternatives
     c, why = grouped_case_of(g)
     if c is None:
@@ -547,7 +546,6 @@ def experts_problem(rows: list[dict]) -> tuple[dict | None, str | None]:
     except (TypeError, ValueError):
         sizes = None
     if not sizes or len(sizes) != E or sum(sizes) != S:
-        from cublaslt_probe.cases import group_sizes
         sizes = group_sizes("uniform", S, E)
     k = up.get("group_top_k")
     k = int(k) if isinstance(k, (int, float)) and not (isinstance(k, float) and math.isnan(k)) and k else None
@@ -721,7 +719,6 @@ def measure_experts(probe, rows: list[dict]) -> dict:
     the same rows split evenly (a router's change). ``variants``: name, time_us (per call), saved_us, error
     or not_run; ``numerics``: each variant's output against ``original``'s on the same inputs (forward).
     Returns ``problem``, ``scope`` and ``calls`` too, or ``skipped`` with the reason."""
-    from cublaslt_probe.cases import group_sizes
     t0 = time.perf_counter()
     prob, why = experts_problem(rows)
     if prob is None:

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 
 from cublaslt_probe.analysis.candidates import max_rel_diff
-from cublaslt_probe.cases import Case, invalid_reason, sizes_summary
+from cublaslt_probe.cases import Case, grouped_alternatives, invalid_reason, sizes_summary
 from cublaslt_probe.dtypes import FP8_ELEMENTS, TORCH_NAMES, lt_types, output_type
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
 from cublaslt_probe.analysis.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
@@ -1547,7 +1547,6 @@ def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
     the grouped GEMM's own output on the same operands (`max_rel_diff`; of a split-k GEMM, the non-empty
     groups' outputs). One row per variant: its name, key, rows computed (along k for split-k), median µs,
     µs saved against the original (positive: faster), kernels, error."""
-    from cublaslt_probe.cases import grouped_alternatives
     torch = probe.torch
     alts = grouped_alternatives(c)
     recs = probe.run_window(list(alts.values()))

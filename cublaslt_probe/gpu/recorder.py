@@ -39,6 +39,7 @@ from pathlib import Path
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.errors import CaptureError
+from cublaslt_probe.cases import sizes_summary
 
 LOG_LEVEL = 2  # one Trace line per cuBLASLt matmul, with its algo
 # The Python entry points of torch's grouped GEMMs the recorder wraps (`GroupSizes`): module, attribute, the aten op
@@ -159,7 +160,6 @@ class GroupSizes:
 
     @staticmethod
     def _summarise(rec: dict) -> dict:
-        from cublaslt_probe.cases import sizes_summary
         rec["groups"] = len(rec["sizes"])
         rec["summary"] = sizes_summary(rec["sizes"])
         return rec

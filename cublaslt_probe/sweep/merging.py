@@ -12,6 +12,7 @@ from cublaslt_probe.sweep.parts import KeyIndex, Part, find_parts, write_dataset
 from cublaslt_probe.sweep.spec import plan_from_spec
 from cublaslt_probe.sweep.presets import plan
 from cublaslt_probe.sweep.slices import Slice
+from cublaslt_probe.errors import ProbeError
 
 log = logging.getLogger("cublaslt_probe.sweep")
 
@@ -33,7 +34,6 @@ def merge(inputs: list[str], out: str, allow_env_mismatch: bool = False, jobs: i
     which GEMMs two parts both hold, and which records belong to no slice of theirs. Parts written before plans
     were recorded can only be checked for GEMMs held twice.
     """
-    from cublaslt_probe.errors import ProbeError
     if not inputs:
         raise ProbeError("merge needs at least one part")
     parts = [Part.open(p) for p in find_parts(list(inputs))]

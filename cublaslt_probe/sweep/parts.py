@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from cublaslt_probe.streams import complete_lines, cut_note, open_text
 from cublaslt_probe.sweep.slices import Slice, WHOLE, _first_count, parse_shard, shard
+from cublaslt_probe.errors import ProbeError
 
 log = logging.getLogger("cublaslt_probe.sweep")
 
@@ -84,7 +85,6 @@ class KeyIndex:
         self.sorted = h[order]
         self.order = order.astype(np.int32)
         if len(h) > 1 and (self.sorted[1:] == self.sorted[:-1]).any():
-            from cublaslt_probe.errors import ProbeError
             raise ProbeError("two keys of the plan share a hash in this process: run the command again")
 
     def __len__(self) -> int:
@@ -124,7 +124,6 @@ class Part:
 
     @classmethod
     def open(cls, path: str) -> "Part":
-        from cublaslt_probe.errors import ProbeError
         if not os.path.exists(path):
             raise ProbeError(f"no part at {path}: name raw files (.raw.jsonl), datasets (.parquet), a folder "
                              "of parts or a glob")
@@ -187,7 +186,6 @@ def find_parts(inputs: list[str]) -> list[str]:
     both its raw file and its dataset, the dataset is read if it is not older than the raw file (`run` writes it
     last, from the whole raw file), else the raw file."""
     import glob
-    from cublaslt_probe.errors import ProbeError
     found = []
     for p in inputs:
         if os.path.isdir(p):
@@ -223,7 +221,6 @@ def find_parts(inputs: list[str]) -> list[str]:
 
 def _kept_records(path: str, keep, start: int = 0, stop: int | None = None):
     """The kept records of a raw file (those from record `start` to `stop` when given), parsed."""
-    from cublaslt_probe.errors import ProbeError
     for i, (line, _) in enumerate(_raw_lines(path)):
         if i < start:
             continue

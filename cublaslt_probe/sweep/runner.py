@@ -13,6 +13,7 @@ from cublaslt_probe.vocab import ENV_MATCH, WINDOW
 from cublaslt_probe.sweep.parts import KeyIndex, Part, RowBuilders, raw_env, write_dataset
 from cublaslt_probe.sweep.spec import Cases, Plan
 from cublaslt_probe.sweep.slices import Slice
+from cublaslt_probe.errors import ProbeError
 
 log = logging.getLogger("cublaslt_probe.sweep")
 
@@ -143,7 +144,6 @@ def run_raw(cases: list[Case], raw: str, executor, *, resume: bool = False, wind
 def _open_part(cases: list[Case], raw: str, executor, resume: bool, meta: dict | None, retry_errors: bool):
     """(the GEMMs of `cases` still to run, the raw file `raw` opened to append their records): a new file starts
     with the environment line; an existing one is resumed (`--resume`) when its environment and slice match."""
-    from cublaslt_probe.errors import ProbeError
     todo = cases
     if os.path.exists(raw):
         if not resume:

@@ -30,6 +30,7 @@ from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.analysis.trace import PY_MODULE_PREFIX
 from cublaslt_probe.analysis.trace.ranges import contained, innermost, range_parents
 from cublaslt_probe.analysis.audit.schema import _na
+from cublaslt_probe.vocab import gpu_peaks
 
 
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
@@ -141,7 +142,6 @@ def _short(v, n: int = 40) -> str:
 # --------------------------------------------------------------------------- rates
 def gpu_rates(gpu: str | None) -> tuple[dict | None, float | None, str | None]:
     """(dense peak TFLOP/s by dtype, HBM TB/s, source) of a GPU (`vocab.gpu_peaks`); Nones when unknown."""
-    from cublaslt_probe.vocab import gpu_peaks
     p = gpu_peaks(gpu)
     return (dict(p.tflops), p.hbm_tbps, p.describe()) if p else (None, None, None)
 

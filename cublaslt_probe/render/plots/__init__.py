@@ -15,6 +15,7 @@ from cublaslt_probe.render.plots.select import (AXES, Selection, auto_axes, defa
                                                 require_columns, select)
 from cublaslt_probe.vocab import MEASURED_TFLOPS, peak_tflops
 from cublaslt_probe.render.plots.style import COLOR_FIELDS, config_labels, kernel_labels, peak_source
+from cublaslt_probe.errors import ProbeError
 
 __all__ = ["kernel_map", "tflops_map", "regret_map", "pathdiff_map", "pathdiff_table", "diff_map", "heuristic_plot",
            "select", "Selection", "auto_axes", "default_dataset", "load", "env_of", "require_columns", "AXES",
@@ -26,7 +27,6 @@ def save(fig, path, dpi: int = 120) -> str:
     """Write `fig` to `path`; the format comes from the extension (png, svg, pdf). Returns the format."""
     import os
 
-    from cublaslt_probe.errors import ProbeError
     ext = os.path.splitext(str(path))[1].lower().lstrip(".")
     if ext not in ("png", "svg", "pdf"):
         raise ProbeError(f"cannot write {path}: give a file ending in .png, .svg or .pdf")
