@@ -192,6 +192,8 @@ def main():
     ap.add_argument("--threshold", action="store_true")
     ap.add_argument("--reverse", action="store_true", help="this tree first in each pair of runs")
     ap.add_argument("--only", default="", help="comma-separated: import_torch,explain,audit_measure,sweep_decode")
+    ap.add_argument("--sweeps", type=int, default=1, help="runs of sweep_decode per tree")
+    ap.add_argument("--keep", help="a folder to keep the sweeps' datasets and raw files in (their per-GEMM phases)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     ap.add_argument("extra", nargs="*", help=argparse.SUPPRESS)
@@ -210,7 +212,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         order = list(trees)[::-1] if a.reverse else list(trees)
         for name, rounds in (("import_torch", a.rounds), ("explain", a.rounds), ("audit_measure", 1),
-                             ("sweep_decode", 1)):
+                             ("sweep_decode", a.sweeps)):
             if name not in only:
                 continue
             for r in range(rounds):
@@ -219,7 +221,7 @@ def main():
                     if name == "explain":
                         extra = ["--save", os.path.join(tmp, f"explain-{tree}-{r}.json")]
                     elif name == "sweep_decode":
-                        extra = ["-o", os.path.join(tmp, f"decode-{tree}.parquet")]
+                        extra = ["-o", os.path.join(a.keep or tmp, f"decode-{tree}-{r}.parquet")]
                     got = run_child(trees[tree], name, extra, tmp, 280)
                     if name == "explain" and "error" not in got:
                         with open(extra[1]) as f:
@@ -259,7 +261,7 @@ def main():
                 if ok[0].get("probe_start_s") is not None:
                     summary[f"{name}.{tree}.probe_start_s"] = round(statistics.median(x["probe_start_s"] for x in ok), 2)
                 if ok[0].get("gemms_per_s"):
-                    summary[f"{name}.{tree}.gemms_per_s"] = round(ok[0]["gemms_per_s"], 1)
+                    summary[f"{name}.{tree}.gemms_per_s"] = round(statistics.median(x["gemms_per_s"] for x in ok), 1)
     res["summary"] = summary
     save()
     print(json.dumps(summary, indent=1))
