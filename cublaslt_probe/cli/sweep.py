@@ -34,7 +34,7 @@ from cublaslt_probe.vocab import PRESETS, WINDOW
                    "each from its own run of them first (a slower GPU runs fewer), each a raw part, merged into OUT "
                    "(with --shard, left as parts of the whole plan).")
 @click.option("--window", default=WINDOW, show_default=True,
-              help="GEMMs per profiler window (records are written after each window).")
+              help="GEMMs per kernel-capture window (records are written after each window).")
 @click.option("--reps", default=20, show_default=True,
               help="Most timing samples per GEMM (at least 5; under 200 µs a sample is a batch of 3-5 back-to-back "
                    "calls, docs/dataset.md 'Timing method').")
@@ -122,7 +122,7 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
 
 def ran_line(gemms: int, seconds: float, dataset_seconds: float, first_use: dict[str, float]) -> str:
     """The sweep's closing line: GEMMs, seconds and rate; when the probe paid set-ups on first use inside the
-    run (a plan too small for the helpers pays its profiler start, pools and calibrations there), how long they
+    run (a plan too small for the helpers pays its CUPTI start, pools and calibrations there), how long they
     took, the largest named, and the rate without them, so that a small sweep's rate reads as the GEMMs' own."""
     line = f"ran {gemms} GEMMs in {seconds:.2f} s ({gemms / seconds:.1f} GEMMs/s)"
     paid = sum(first_use.values())

@@ -1,6 +1,9 @@
-"""A small ctypes layer over the libcupti that torch ships: what the CUDA driver was seen doing.
+"""A small ctypes layer over the libcupti that torch ships: what the CUDA driver and the GPU were seen doing.
 
-One CUPTI callback subscriber records, with host timestamps (`time.perf_counter_ns`):
+`Activity` (CUPTI's activity API) records what the GPU ran between its start and its stop: each kernel, memset
+and memcpy with its name and GPU start/end, named as torch.profiler names them. It is the probe's kernel capture.
+
+`Recorder` (one CUPTI callback subscriber) records, with host timestamps (`time.perf_counter_ns`):
 
 - every module the driver loads (resource callback ``CUPTI_CBID_RESOURCE_MODULE_LOADED``): its id, the size
   of the loaded image, whether it is an ELF cubin, and the kernels it holds (the ``.text.<kernel>`` section
@@ -22,7 +25,15 @@ size_t cubinSize; const char *pCubin}``; ``cuModuleLoadData_params {CUmodule *mo
 Callback ids of the driver domain are not written here: they are looked up by name in the installed CUPTI
 (``cuptiGetCallbackName``), so a newer CUPTI never meets a stale table.
 
-Only one CUPTI subscriber may exist in a process: a torch.profiler session cannot run while this one is on.
+Activity records (``cupti_activity.h``; packed, 8-byte aligned; fields only ever appended between versions):
+kernel (``CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL``, ``CUpti_ActivityKernel4`` onwards): ``kind`` at 0,
+``start``/``end`` (ns, u64) at 16/24, ``name`` (const char *) at 104; memcpy (``CUpti_ActivityMemcpy5``): ``kind``,
+then ``copyKind``, ``srcKind``, ``dstKind`` (u8) at 4/5/6, ``start``/``end`` at 16/24; memset
+(``CUpti_ActivityMemset4``): ``start``/``end`` at 16/24, ``memoryKind`` (u16) at 50.
+
+Only one CUPTI subscriber may exist in a process: a torch.profiler session cannot run while a `Recorder` is on.
+The activity API's buffer callbacks are one pair per process too: `Activity` registers its own at every start
+(torch.profiler registers its own at each of its sessions), so the two take turns but never overlap.
 Nothing here is imported by the CPU side of the package.
 """
 from __future__ import annotations
@@ -128,9 +139,10 @@ def elf_kernels(read, limit: int = MAX_KERNELS_PER_MODULE) -> tuple[list[str], i
     return names[:limit], len(names)
 
 
-def find_library() -> str:
+def find_library(fix: str = "run cold-start with --no-cupti") -> str:
     """The libcupti this process should use: one already mapped, else the one next to torch's libraries or in
-    the CUDA wheels on sys.path (``nvidia/*/lib``), else a system one."""
+    the CUDA wheels on sys.path (``nvidia/*/lib``), else a system one. Without one, a CaptureError ending in
+    `fix` (what the caller can do instead)."""
     from cublaslt_probe.gpu.lt import loaded_libraries
     found = loaded_libraries("libcupti.so")
     if found:
@@ -149,7 +161,7 @@ def find_library() -> str:
         if os.path.isfile(c):
             return c
     raise CaptureError("no libcupti found (not mapped, not next to torch, not in nvidia/*/lib on sys.path): "
-                       "install nvidia-cuda-cupti or run cold-start with --no-cupti")
+                       f"install nvidia-cuda-cupti or {fix}")
 
 
 class Recorder:
@@ -281,3 +293,144 @@ class Recorder:
             if base == "cuLinkAddData":
                 rec["image_bytes"] = int(ctypes.c_size_t.from_address(p + 24).value)
         self.calls.append(rec)
+
+
+# --- the activity API: what the GPU ran -------------------------------------------------------------------------
+KIND_MEMCPY, KIND_MEMSET, KIND_CONCURRENT_KERNEL = 1, 2, 10
+ACTIVITY_KINDS = (KIND_CONCURRENT_KERNEL, KIND_MEMSET, KIND_MEMCPY)
+FLUSH_FORCED = 1                 # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: hand over every buffer, full or not
+BUFFER_BYTES = 1 << 21           # one activity buffer (CUPTI asks for more as they fill)
+# torch.profiler's (kineto's) words for a copy's kind and a memory's kind (CUpti_ActivityMemcpyKind,
+# CUpti_ActivityMemoryKind), so a copy or a memset is named here as in a torch.profiler trace
+MEMCPY_KINDS = {0: "<unknown>", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+                8: "DtoD", 9: "HtoH", 10: "PtoP"}
+MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed",
+                6: "Device Static", 7: "Managed Static"}
+
+BUFFER_REQUESTED = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
+                                    ctypes.POINTER(ctypes.c_size_t))
+BUFFER_COMPLETED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t,
+                                    ctypes.c_size_t)
+
+
+def kernel_name(raw: bytes, cache: dict) -> str:
+    """A kernel's name as torch.profiler gives it: demangled by the GNU demangler (as kineto's `demangle`), the
+    name itself where that fails (an `extern "C"` name such as nvjet's, or one it cannot read)."""
+    name = cache.get(raw)
+    if name is None:
+        text = raw.decode(errors="replace")
+        try:
+            import cxxfilt
+            name = cxxfilt.demangle(text) or text
+        except Exception:  # noqa: BLE001  (an invalid mangling keeps its name)
+            name = text
+        cache[raw] = name
+    return name
+
+
+def activity_event(p: int, names: dict) -> tuple[int, str, float] | None:
+    """(start ns, name, duration µs) of the activity record at address `p`: a kernel, a memset or a memcpy, named
+    as torch.profiler names them; None for another kind."""
+    kind = ctypes.c_uint32.from_address(p).value
+    if kind not in ACTIVITY_KINDS:
+        return None
+    start, end = struct.unpack("<QQ", ctypes.string_at(p + 16, 16))
+    if kind == KIND_CONCURRENT_KERNEL:
+        raw = ctypes.c_char_p.from_address(p + 104).value
+        if not raw:
+            raise CaptureError("a CUPTI kernel record holds no name where this tool reads it: the installed "
+                               "CUPTI's record layout is not the one it knows")
+        name = kernel_name(raw, names)
+    elif kind == KIND_MEMSET:
+        name = f"Memset ({MEMORY_KINDS.get(ctypes.c_uint16.from_address(p + 50).value, 'Unrecognized')})"
+    else:
+        copy, src, dst = ctypes.string_at(p + 4, 3)
+        name = (f"Memcpy {MEMCPY_KINDS.get(copy, '<unknown>')} ({MEMORY_KINDS.get(src, 'Unrecognized')} -> "
+                f"{MEMORY_KINDS.get(dst, 'Unrecognized')})")
+    return start, name, (end - start) / 1e3 if end >= start else 0.0
+
+
+class Activity:
+    """What the GPU ran between `start()` and `stop()` (CUPTI's activity API): `stop()` returns every kernel,
+    memset and memcpy as (start ns, name, duration µs), in start order, named as torch.profiler names them.
+
+    One per process (`activity()`): CUPTI's buffer callbacks belong to the process. Its first start initialises
+    CUPTI (tens of milliseconds, where a process's first torch.profiler session takes seconds); the callbacks are
+    registered again at every start, as another user of the activity API (torch.profiler) may have replaced them
+    since."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path or find_library("run where torch's CUDA wheels are installed (the kernel capture needs CUPTI)")
+        self.lib = L = ctypes.CDLL(self.path)
+        L.cuptiActivityRegisterCallbacks.argtypes = [BUFFER_REQUESTED, BUFFER_COMPLETED]
+        L.cuptiActivityEnable.argtypes = L.cuptiActivityDisable.argtypes = [ctypes.c_int]
+        L.cuptiActivityFlushAll.argtypes = [ctypes.c_uint32]
+        L.cuptiActivityGetNextRecord.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+        L.cuptiGetResultString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        self._buffers: dict[int, ctypes.Array] = {}   # address -> the buffer CUPTI holds (kept alive here)
+        self._events: list[tuple[int, str, float]] = []
+        self._errors: list[str] = []
+        self._names: dict[bytes, str] = {}
+        self._callbacks = (BUFFER_REQUESTED(self._requested), BUFFER_COMPLETED(self._completed))
+        self.on = False
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            s = ctypes.c_char_p()
+            self.lib.cuptiGetResultString(rc, ctypes.byref(s))
+            raise CaptureError(f"{what} failed: CUPTI error {rc} ({(s.value or b'').decode()}); is another "
+                               "profiler (Nsight Systems, Nsight Compute) attached? run without it")
+
+    def start(self) -> None:
+        self._events, self._errors = [], []
+        self._check(self.lib.cuptiActivityRegisterCallbacks(*self._callbacks), "cuptiActivityRegisterCallbacks")
+        enabled = []
+        try:
+            for kind in ACTIVITY_KINDS:
+                self._check(self.lib.cuptiActivityEnable(kind), f"cuptiActivityEnable({kind})")
+                enabled.append(kind)
+        except CaptureError:
+            for kind in enabled:
+                self.lib.cuptiActivityDisable(kind)
+            raise
+        self.on = True
+
+    def stop(self) -> list[tuple[int, str, float]]:
+        """Stop recording (after the caller synchronised the GPU) and hand over what was recorded."""
+        if self.on:
+            for kind in ACTIVITY_KINDS:
+                self.lib.cuptiActivityDisable(kind)
+            self.on = False
+            self._check(self.lib.cuptiActivityFlushAll(FLUSH_FORCED), "cuptiActivityFlushAll")
+        if self._errors:
+            raise CaptureError(self._errors[0])
+        return sorted(self._events)
+
+    def _requested(self, buf, size, max_records) -> None:
+        b = ctypes.create_string_buffer(BUFFER_BYTES)   # malloc'd: aligned for CUPTI's 8-byte records
+        self._buffers[ctypes.addressof(b)] = b
+        buf[0] = ctypes.addressof(b)
+        size[0] = BUFFER_BYTES
+        max_records[0] = 0
+
+    def _completed(self, ctx, stream, buf, size, valid) -> None:
+        rec = ctypes.c_void_p()
+        try:
+            while self.lib.cuptiActivityGetNextRecord(buf, valid, ctypes.byref(rec)) == 0:
+                ev = activity_event(rec.value, self._names)
+                if ev is not None:
+                    self._events.append(ev)
+        except Exception as e:  # noqa: BLE001  (never raise into CUPTI's thread; said at stop)
+            self._errors.append(str(e) if isinstance(e, CaptureError) else f"{type(e).__name__}: {e}")
+        finally:
+            self._buffers.pop(buf, None)
+
+
+_ACTIVITY: list[Activity] = []
+
+
+def activity() -> Activity:
+    """The process's `Activity`, made on first use."""
+    if not _ACTIVITY:
+        _ACTIVITY.append(Activity())
+    return _ACTIVITY[0]

@@ -6,7 +6,7 @@ and a verdict; the CLI prints `render(analysis)`.
 
 The runs and what each separates:
 - `lazy`   default (CUDA_MODULE_LOADING=LAZY): first call, second call, steady state, a new shape whose kernel
-           is already loaded (a variant of the shape checked with the profiler to launch the same kernel).
+           is already loaded (a variant of the shape checked with the kernel capture to launch the same kernel).
 - `lazy_pre` like `lazy`, but before the first GEMM the library is initialised apart: the cuBLAS handle
            is created and cuBLASLt answers one heuristic query for an unrelated problem (its per-context
            init, `cublasLtCtxInit` in a level-5 log); each is timed on its own.
@@ -197,7 +197,7 @@ def analyse(result: dict) -> dict:
         ns = lazy.get("new_shape")
         if ns:
             comp["new_shape_first_us"] = ns["first_us"]
-            ev.append(f"new shape {ns['key']} launching the same kernel (profiler): first call {ns['first_us']:.0f} µs, "
+            ev.append(f"new shape {ns['key']} launching the same kernel (CUPTI): first call {ns['first_us']:.0f} µs, "
                       f"second {ns['second_us']:.0f} µs -> no module load; the extra "
                       f"{max(0.0, ns['first_us'] - ns['second_us']):.0f} µs is the heuristic miss and cold caches")
         grow = lazy.get("mem_reserved_after", 0) - lazy.get("mem_reserved_before", 0)

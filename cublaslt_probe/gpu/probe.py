@@ -5,7 +5,7 @@ on a CPU machine.
 How each capture is made (the evidence, not a guess):
 - log lines: the logger API of the libcublasLt instance torch loaded (`lt.Logger`), level 2 for exactly one
   call of the GEMM after warm-up; one process for the whole sweep.
-- kernel names: torch.profiler (CUPTI) over a *window* of many GEMMs; before each GEMM a 1-element int8
+- kernel names: CUPTI's activity API (`cupti.Activity`) over a *window* of many GEMMs; before each GEMM a 1-element int8
   `fill_` marker kernel is launched on the same stream, so the kernel stream splits into one group per GEMM
   (`profile_kernels`).
 - GPU time: the timing method of `timing.py` (`Timer`, over the driver's events: `driver.Clock`): the median
@@ -23,13 +23,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import json
 import logging
 import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -53,7 +51,7 @@ WARM_CALLS = 1                   # calls before the logged call: the first loads
                                  # heuristic (answered ahead by the prewarm thread when it runs); the logged call,
                                  # which is the estimating call too for a GEMM run one step after another, follows
 HELPERS_FROM_GEMMS = 500         # a pipelined plan of this many GEMMs or more starts the heuristic companion and the
-                                 # prewarm thread, and pays every type's set-up and the profiler's start up front
+                                 # prewarm thread, and pays every type's set-up and CUPTI's start up front
                                  # (`uses_helpers`; docs/decisions.md, "what a probe sets up")
 
 
@@ -121,7 +119,7 @@ def cupy_version() -> str | None:
 
 def uses_helpers(options: "ProbeOptions") -> bool:
     """Does a probe with `options` start the heuristic companion and the prewarm thread (and pay every type's
-    set-up and the profiler's start up front)? With the pipeline, when its plan is unknown (a sweep's caller may
+    set-up and CUPTI's start up front)? With the pipeline, when its plan is unknown (a sweep's caller may
     give none) or HELPERS_FROM_GEMMS GEMMs or more: a companion's start costs the probe's start-up more than it
     saves a shorter plan."""
     return options.pipeline and (options.plan is None or options.plan >= HELPERS_FROM_GEMMS)
@@ -530,11 +528,14 @@ def _lap(ph: dict, name: str, t0: float) -> float:
 
 # --- kernels ------------------------------------------------------------------------------------------------------
 def profile_kernels(torch, calls, marker) -> list[list[tuple[str, float]]]:
-    """Run `calls` (zero-argument callables, or (setup, fn) pairs whose setup runs first) under
-    torch.profiler; the kernels each launched, in launch order, as (name, µs). Before each call `marker`
-    (a 1-element int8 CUDA tensor) is filled on the same stream, which splits the kernel stream per call."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    """Run `calls` (zero-argument callables, or (setup, fn) pairs whose setup runs first) under CUPTI's activity
+    API (`cupti.Activity`); the kernels each launched, in launch order, as (name, µs), named as torch.profiler
+    names them. Before each call `marker` (a 1-element int8 CUDA tensor) is filled on the same stream, which
+    splits the kernel stream per call."""
+    from cublaslt_probe.gpu.cupti import activity
+    rec = activity()
+    rec.start()
+    try:
         for call in calls:
             setup, fn = call if isinstance(call, tuple) else (None, call)
             if setup is not None:
@@ -543,9 +544,11 @@ def profile_kernels(torch, calls, marker) -> list[list[tuple[str, float]]]:
             fn()
         marker.fill_(1)
         torch.cuda.synchronize()
-    evs = _device_events(prof)
+    finally:
+        evs = rec.stop()
     if not evs:
-        raise CaptureError("the profiler recorded no kernels (is CUPTI available?)")
+        raise CaptureError("CUPTI recorded no kernels for the capture's calls (the marker's neither): is another "
+                           "profiler attached?")
     name = evs[0][1]
     groups: list[list[tuple[str, float]]] = []
     for _, kernel, dur in evs:
@@ -558,29 +561,6 @@ def profile_kernels(torch, calls, marker) -> list[list[tuple[str, float]]]:
         raise CaptureError(f"split the kernel stream into {len(groups)} groups for {len(calls)} GEMMs: "
                            "another stream or process launched kernels inside the window")
     return groups
-
-
-def _device_events(prof) -> list[tuple[float, str, float]]:
-    """(start, name, duration µs) of every kernel/memset/memcpy, in start order.
-
-    Reads kineto's results directly (fast); falls back to the Chrome-trace export.
-    """
-    try:
-        from torch.autograd import DeviceType
-        out = [(e.start_ns(), e.name(), e.duration_ns() / 1e3)
-               for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA]
-    except (AttributeError, RuntimeError):
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "trace.json")
-            prof.export_chrome_trace(path)
-            with open(path) as f:
-                trace = json.load(f)
-        out = [(e.get("ts", 0), e["name"], float(e.get("dur", 0.0))) for e in trace.get("traceEvents", [])
-               if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
-    out.sort(key=lambda x: x[0])
-    return out
-
-
 
 
 def physical_cores(allowed, siblings_of) -> list[int]:
@@ -854,7 +834,7 @@ class HeuristicPrewarm:
 class StartUp:
     """The probe's start-up phases, each with its seconds, in the order they were paid: those of `Probe()`
     itself, then those paid when first needed (a dtype's operand pool, the spin and gap calibrations, the
-    profiler's first session), named so. `table()` renders them."""
+    first kernel capture), named so. `table()` renders them."""
 
     def __init__(self):
         self.phases: list[tuple[str, float]] = []
@@ -907,9 +887,9 @@ class Probe:
     `Probe(ProbeOptions(reps=10))`, or the options as keywords: `Probe(reps=10)`.
 
     It sets up only what its work uses: the heuristic companion, the prewarm thread, every type's cuBLASLt
-    set-up and the profiler's first session are paid in the start-up of a probe whose plan (`ProbeOptions.plan`)
+    set-up and the first kernel capture are paid in the start-up of a probe whose plan (`ProbeOptions.plan`)
     is large enough to win them back (`uses_helpers`); a probe for a few GEMMs pays each type's set-up with its
-    first GEMM of that type, the profiler's start with its first kernel capture, the operand pool of a dtype
+    first GEMM of that type, CUPTI's start with the first kernel capture, the operand pool of a dtype
     with its first GEMM of that dtype, and calibrates the GPU spin and the event gap when its timing first
     needs them. `startup` records each phase with its time."""
 
@@ -973,11 +953,11 @@ class Probe:
                            flush=None if flush is None else flush.zero_, quiet=self._quiet)
 
     def _finish_start(self, phase: StartUp, helpers: bool, props, cores) -> None:
-        """With the helpers: the calibrations, the profiler's first session, the set-ups joined, the companion
+        """With the helpers: the calibrations, the first kernel capture, the set-ups joined, the companion
         waited for, the prewarm thread started (all start-up, not the first window's). Then the pinning."""
         if helpers:
             self._calibrate()
-            self.profile([lambda: None])   # the profiler's import and CUPTI's start, once
+            self.profile([lambda: None])   # CUPTI's start, once
             with phase("cuBLASLt set-ups joined"):
                 self._setup_thread.join()
             if self._companion is not None:
@@ -1181,10 +1161,10 @@ class Probe:
     # kernels, log lines, direct cuBLASLt calls ------------------------------------------------------------
     def profile(self, calls) -> list[list[tuple[str, float]]]:
         """The kernels each call launched, in launch order, as (name, µs) (`profile_kernels`). The first session
-        of the process also pays the profiler's import and CUPTI's start: a phase of its own in `startup`."""
+        of the process also pays CUPTI's start: a phase of its own in `startup`."""
         if self._profiled:
             return profile_kernels(self.torch, calls, self.marker)
-        with self.startup("profiler and CUPTI started (first kernel capture)"):
+        with self.startup("CUPTI started (first kernel capture)"):
             profile_kernels(self.torch, [lambda: None], self.marker)
         self._profiled = True
         return profile_kernels(self.torch, calls, self.marker)
@@ -1272,7 +1252,7 @@ class Probe:
             self._set_up.update(todo)
 
     def _run_window(self, cases: list[Case]) -> list[dict]:
-        """One raw record per Case. Kernel names are captured for the window in one profiler session;
+        """One raw record per Case. Kernel names are captured for the window in one CUPTI session;
         the window is cut early when the GEMMs it holds alive pass the options' `mem_budget` bytes.
 
         With the `pipeline` option (the default) the host prepares each GEMM (operands, warm-up, the logged
@@ -1495,7 +1475,7 @@ class _Window:
 def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = CUBLAS_WORKSPACE,
                   alignment: int = 16, reps: int = 10) -> list[dict]:
     """Every candidate cuBLASLt's heuristic returns for Case `c` (its cuBLAS view), each run: config,
-    waves, workspace, the kernels it launched (profiler), median time (events, same method as the probe),
+    waves, workspace, the kernels it launched (CUPTI), median time (events, same method as the probe),
     and its max relative difference to candidate 0's output."""
     torch = probe.torch
     why = invalid_reason(Case("lt", c.op, c.dtype, c.layout, c.m, c.n, c.k, c.batch))

@@ -176,7 +176,7 @@ def run_raw_parts(parts, executor, *, resume: bool = False, window: int = WINDOW
     """Run the GEMMs of `parts` ((cases, raw file, meta) each, in turn) through `executor` in windows of
     `window` that may hold GEMMs of several parts, each record appended to its part's raw file after its
     window (see `run`); (GEMMs run, seconds they took). A `--devices` worker runs the blocks it claimed
-    together so, in whole windows: a window's profiler session costs about 3.5 ms whatever it holds."""
+    together so, in whole windows: a window's kernel capture has a fixed cost, whatever it holds."""
     files, todo, where = [], [], {}
     try:
         for cases, raw, meta in parts:

@@ -1,0 +1,35 @@
+"""The kernel capture's names (`gpu/cupti.kernel_name`) are torch.profiler's: CUPTI hands over a kernel's mangled
+name, and the capture demangles it as kineto does. Checked on names CUPTI and torch.profiler gave for the same
+GEMM on the H200 (benchmarks/results/kernel_capture.json, written by benchmarks/bench_kernel_capture.py)."""
+import json
+from pathlib import Path
+
+from cublaslt_probe.gpu.cupti import kernel_name
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "kernel_capture.json"
+
+
+def _pairs() -> list[tuple[str, str]]:
+    runs = json.loads(RESULTS.read_text())
+    theirs = runs["torch_profiler"][0]["first"]["kernels"]
+    ours = runs["cupti_activity"][0]["first"]["kernels"]
+    assert len(theirs) == len(ours) == 2
+    return [(raw, name) for (raw, _), (name, _) in zip(ours, theirs)]
+
+
+def test_a_mangled_kernel_is_named_as_torch_profiler_names_it():
+    (plain, plain_t), (mangled, mangled_t) = _pairs()
+    assert mangled.startswith("_ZN8cublasLt") and mangled_t.startswith("void cublasLt::splitKreduce_kernel<")
+    cache: dict = {}
+    assert kernel_name(mangled.encode(), cache) == mangled_t
+    assert cache == {mangled.encode(): mangled_t}
+
+
+def test_an_unmangled_kernel_keeps_its_name():
+    (plain, plain_t), _ = _pairs()
+    assert plain == plain_t and plain.startswith("nvjet_")
+    assert kernel_name(plain.encode(), {}) == plain_t
+
+
+def test_a_name_no_demangler_reads_is_kept():
+    assert kernel_name(b"_Z-not-a-name", {}) == "_Z-not-a-name"
