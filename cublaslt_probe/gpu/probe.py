@@ -120,8 +120,8 @@ def cupy_version() -> str | None:
 def uses_helpers(options: "ProbeOptions") -> bool:
     """Does a probe with `options` start the heuristic companion and the prewarm thread (and pay every type's
     set-up and CUPTI's start up front)? With the pipeline, when its plan is unknown (a sweep's caller may
-    give none) or HELPERS_FROM_GEMMS GEMMs or more: a companion's start costs the probe's start-up more than it
-    saves a shorter plan."""
+    give none) or HELPERS_FROM_GEMMS GEMMs or more: a shorter plan ends before the helpers pay back what they
+    cost (docs/decisions.md, "What a probe sets up")."""
     return options.pipeline and (options.plan is None or options.plan >= HELPERS_FROM_GEMMS)
 
 
@@ -652,15 +652,27 @@ class HeuristicCompanion:
                                 name="cublaslt-probe-heuristics")
         self.proc.start()
         child.close()
+        self.started = time.perf_counter()
         self.ready: str | None = None
+        self.ready_after_s: float | None = None   # from its spawn to its "ready"
         self.asked: set = set()       # questions asked and not yet collected
         self.answers: dict = {}       # key -> (miss_us, hit_us, error, busy_s)
+
+    def poll_ready(self) -> bool:
+        """Is the companion ready (its library loaded, its set-ups paid)? Never waits; raises CaptureError when
+        it could not start, or is not ready START_S after its spawn."""
+        if self.ready is None:
+            if self.conn.poll():
+                self.wait_ready()
+            elif time.perf_counter() - self.started > self.START_S:
+                raise CaptureError(f"the heuristic companion was not ready after {self.START_S:.0f} s")
+        return self.ready is not None
 
     def wait_ready(self) -> None:
         """Wait until the companion has loaded its library and paid its set-ups (`lt.set_up`)."""
         if self.ready is not None:
             return
-        if not self.conn.poll(self.START_S):
+        if not self.conn.poll(max(0.0, self.START_S - (time.perf_counter() - self.started))):
             raise CaptureError(f"the heuristic companion was not ready after {self.START_S:.0f} s")
         try:
             state, what = self.conn.recv()
@@ -669,6 +681,7 @@ class HeuristicCompanion:
         if state != "ready":
             raise CaptureError(f"the heuristic companion could not start: {what}")
         self.ready = what
+        self.ready_after_s = time.perf_counter() - self.started
 
     def _drain(self, block: bool) -> None:
         try:
@@ -953,19 +966,14 @@ class Probe:
                            flush=None if flush is None else flush.zero_, quiet=self._quiet)
 
     def _finish_start(self, phase: StartUp, helpers: bool, props, cores) -> None:
-        """With the helpers: the calibrations, the first kernel capture, the set-ups joined, the companion
-        waited for, the prewarm thread started (all start-up, not the first window's). Then the pinning."""
+        """With the helpers: the calibrations, the first kernel capture, the set-ups joined, the prewarm thread
+        started (all start-up, not the first window's); the companion is not waited for (`_companion_ready`).
+        Then the pinning."""
         if helpers:
             self._calibrate()
             self.profile([lambda: None])   # CUPTI's start, once
             with phase("cuBLASLt set-ups joined"):
                 self._setup_thread.join()
-            if self._companion is not None:
-                with phase("heuristic companion ready"):
-                    try:   # its start and its library's set-ups are start-up too, not the first window's end
-                        self._companion.wait_ready()
-                    except CaptureError as e:
-                        self._drop_companion(e)
             self._prewarm_sms = props.multi_processor_count
             self._prewarm = HeuristicPrewarm(self._ask_library, cores and cores[2])
         if cores:
@@ -1109,8 +1117,8 @@ class Probe:
         """Fill heuristic_miss_us / heuristic_hit_us of each record: `cublasLtMatmulAlgoGetHeuristic` for
         the Case's column-major problem with its backend's workspace limit, cache off then on
         (lt.measure_heuristics), with one cache switch for the whole window (a switch per GEMM costs more
-        than the GPU's work it would hide). With the companion the measurements are asked of it as the window runs (`HeuristicCompanion`); this
-        collects them.
+        than the GPU's work it would hide). With a companion ready as the window began, the measurements are
+        asked of it as the window runs (`HeuristicCompanion`); this collects them.
 
         Cases whose backends ask cuBLASLt the same question (same problem and workspace limit, e.g.
         `torch`, `cupy` and `lt` of one GEMM) share one measurement: the call is identical."""
@@ -1140,6 +1148,17 @@ class Probe:
         share = round((time.perf_counter() - t) * 1e3 / len(items), 3)
         for rec, _ in items:
             rec.setdefault("probe_ms", {})["heuristic_share"] = share
+
+    def _companion_ready(self) -> bool:
+        """Has the probe a companion ready to be asked this window's questions? The probe never waits for it:
+        the windows before it is ready measure their heuristic in this process (`time_heuristics`)."""
+        if self._companion is None:
+            return False
+        try:
+            return self._companion.poll_ready()
+        except CaptureError as e:
+            self._drop_companion(e)
+            return False
 
     def _ask_heuristic(self, c: Case) -> None:
         """Pipeline: ask the companion for Case `c`'s heuristic measurement now (once per question and window)."""
@@ -1270,10 +1289,12 @@ class Probe:
         self._library_set_up([c for c in cases if not c.grouped])
         if self.flush is None:
             self.event_gap_us   # noqa: B018  (calibrated before the window's first GEMM)
-        if self.options.pipeline and self._companion is not None:
-            companion = [c for c in cases if not invalid_reason(c) and not c.grouped]   # (no heuristic question)
+        if self.options.pipeline and (self._prewarm is not None or self._companion is not None):
+            asking = [c for c in cases if not invalid_reason(c) and not c.grouped]   # (no heuristic question)
             if self._prewarm is not None:   # the first calls' questions, asked ahead of them on another core
-                self._prewarm.ask([prewarm_problem(c, self._prewarm_sms) for c in companion])
+                self._prewarm.ask([prewarm_problem(c, self._prewarm_sms) for c in asking])
+            if self._companion_ready():
+                companion = asking
         for c in cases:
             if companion and (self._prewarm is None or self._prewarm.idle()):
                 # the companion works through the window's questions while the window runs; not while the
