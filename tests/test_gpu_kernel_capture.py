@@ -43,24 +43,13 @@ def torch_profiler_kernels(torch, calls, marker) -> list[list[tuple[str, float]]
     """The same capture through torch.profiler (the probe's capture before `cupti.Activity`)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
+
+    from cublaslt_probe.gpu.probe import run_marked, split_by_marker
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for call in calls:
-            setup, fn = call if isinstance(call, tuple) else (None, call)
-            if setup is not None:
-                setup()
-            marker.fill_(1)
-            fn()
-        marker.fill_(1)
-        torch.cuda.synchronize()
+        run_marked(torch, calls, marker)
     evs = sorted((e.start_ns(), e.name(), e.duration_ns() / 1e3) for e in prof.profiler.kineto_results.events()
                  if e.device_type() == DeviceType.CUDA)
-    groups: list = []
-    for _, name, dur in evs:
-        if name == evs[0][1]:
-            groups.append([])
-        else:
-            groups[-1].append((name, dur))
-    return groups[:-1]
+    return split_by_marker(evs, len(calls))
 
 
 def test_the_capture_names_what_torch_profiler_names_with_its_durations(calls):

@@ -164,6 +164,14 @@ def find_library(fix: str = "run cold-start with --no-cupti") -> str:
                        f"install nvidia-cuda-cupti or {fix}")
 
 
+def check(lib, rc: int, what: str, fix: str) -> None:
+    """Raise CaptureError naming CUPTI's error and `fix` (what the user can do) when `rc` is not success."""
+    if rc != 0:
+        s = ctypes.c_char_p()
+        lib.cuptiGetResultString(rc, ctypes.byref(s))
+        raise CaptureError(f"{what} failed: CUPTI error {rc} ({(s.value or b'').decode()}); {fix}")
+
+
 class Recorder:
     """One CUPTI subscriber: `start()`, run the program, `stop()`; events in `modules` and `calls`."""
 
@@ -186,11 +194,7 @@ class Recorder:
         self.on = False
 
     def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            s = ctypes.c_char_p()
-            self.lib.cuptiGetResultString(rc, ctypes.byref(s))
-            raise CaptureError(f"{what} failed: CUPTI error {rc} ({(s.value or b'').decode()}); if a profiler "
-                               "is attached, run without it or with --no-cupti")
+        check(self.lib, rc, what, "if a profiler is attached, run without it or with --no-cupti")
 
     def driver_callbacks(self, max_cbid: int = 4096) -> dict[str, int]:
         """Every driver-API callback name of the installed CUPTI -> its id."""
@@ -375,11 +379,7 @@ class Activity:
         self.on = False
 
     def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            s = ctypes.c_char_p()
-            self.lib.cuptiGetResultString(rc, ctypes.byref(s))
-            raise CaptureError(f"{what} failed: CUPTI error {rc} ({(s.value or b'').decode()}); is another "
-                               "profiler (Nsight Systems, Nsight Compute) attached? run without it")
+        check(self.lib, rc, what, "is another profiler (Nsight Systems, Nsight Compute) attached? run without it")
 
     def start(self) -> None:
         self._events, self._errors = [], []
