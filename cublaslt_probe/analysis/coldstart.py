@@ -19,7 +19,9 @@ with warm caches (torch.compile's own timers), benchmark-based autotuning (its a
 heuristic misses (new problems in the step's level-2 log × the miss time measured by `nocache`) and allocator
 growth (time in the driver's allocation calls, seen by CUPTI). The compile routes whose entry points the child
 timed (CuPy/NVRTC, Triton used directly, Numba, JAX/XLA and XLA's GEMM autotuning) take their own share of
-cold − warm (their timers' difference) and of the eager run's step 1 (their timers there). What none of these
+cold − warm (their timers' difference) and their warm-cache cost from the warm run's step 1 (their timers there);
+the differences after cold − warm are taken with each run's timed-route seconds out of its step 1, since a route
+that compiles in every run varies between runs by more than those differences measure. What none of these
 explains is reported as "unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A
 difference between two runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was
 measured.
@@ -964,8 +966,8 @@ def _initialisation_component(B: dict, C: dict) -> dict:
 
 
 def _module_loading_component(A: dict, C: dict, D: dict, base_name: str) -> dict:
-    """preinit − eager: lazy module loading, with the modules CUPTI saw loaded in step 1 of the baseline `A` and
-    of the eager run `D` (when the runs had CUPTI)."""
+    """preinit − eager, each step 1 less its timed compile routes (`routes_seconds`): lazy module loading, with
+    the modules CUPTI saw loaded in step 1 of the baseline `A` and of the eager run `D` (when the runs had CUPTI)."""
     (c1, tc), (d1, td) = _walls_less_routes(C), _walls_less_routes(D)
     d = (c1 - tc) - (d1 - td)
     mA, mD = modules_in(A, "step1"), modules_in(D, "step1")
@@ -985,8 +987,9 @@ def _module_loading_component(A: dict, C: dict, D: dict, base_name: str) -> dict
 
 
 def _step1_components(runs: dict, R: dict, rname: str, notes: list[str], W: dict, wname: str) -> list[dict]:
-    """The compilers' own work inside step 1 of run `R` (named `rname`) with warm caches: torch.compile's and
-    its autotuning's timers, then each timed compile route (`_warm_timed`). cuDNN's benchmark mode is not timed
+    """The compilers' own work with warm caches: torch.compile's and its autotuning's timers inside step 1 of run
+    `R` (named `rname`), then each timed compile route (`_warm_timed`) inside step 1 of run `W` (named `wname`:
+    the warm run, whose step 1 the differences after cold − warm start from). cuDNN's benchmark mode is not timed
     apart: it goes to `notes`."""
     comps = []
     r1 = windows(R).get("step1", {})

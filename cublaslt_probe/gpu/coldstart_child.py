@@ -20,7 +20,12 @@ and reads the one JSON line this prints last. What is measured:
   lowering, XLA backend compile, persistent-cache hits); seconds and calls per window, and the spans of the
   calls over 1 ms; with XLA, the autotuning results and logs XLA wrote (`CUBLASLT_PROBE_XLA_DUMP`) per window;
 - with ``--preinit``: before the first step, the libraries are initialised one by one (CUDA context, cuBLAS
-  handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN), each timed.
+  handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN; CuPy's own cuBLAS handle,
+  first GEMM and first reduction when the program imported CuPy), each timed, the driver's load calls in the
+  preinit window tagged with the item they fell in.
+
+XLA_FLAGS is set to the run's flags (`CUBLASLT_PROBE_XLA_FLAGS`, from the parent) only where the installed jaxlib
+is known to accept them (`apply_xla_flags`).
 
 A step is either a callable (``--func``: called once; if it returns a callable, that was the setup and the
 returned callable is the step) or a script: one that marks its steps with
