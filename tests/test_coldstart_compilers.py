@@ -239,7 +239,7 @@ def test_numba_compile_is_observed_and_measured_where_it_happens(raw, analysed):
         assert warm["label"] == "Numba, compiled again (no disk cache)"
         assert warm["seconds"] == pytest.approx(
             coldstart.jit_seconds(coldstart.windows(runs["warm"])["step1"], "numba.compile"))
-        # the compile varies from run to run by more than any difference between runs measures (484 to 798 ms
+        # the compile varies from run to run by more than any difference between runs measures (483 to 798 ms
         # in these captures): the differences after cold − warm are taken with it out, so none holds its noise
         mod = _cause(a, "module_loading")
         assert abs(mod["measured_s"]) < 0.01, mod["evidence"]
