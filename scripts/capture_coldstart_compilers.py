@@ -4,10 +4,10 @@
 
 Runs `cublaslt-probe cold-start --save` on each program of scripts/coldstart_programs/ (CuPy kernels + a
 matmul, a plain Triton kernel + a torch matmul, a Numba kernel, a jitted JAX MLP, a torch.compile'd block),
-`--rounds` times: OUT/NAME_runK.json is round K's saved run and OUT/NAME_runK.txt its rendering. Within a round
-the programs run side by side (one process each, the runs of one program one after another); the rounds run
-one after the other, so round 2 repeats round 1 under the same load. OUT/versions.json holds the versions of
-the frameworks found.
+`--rounds` times: OUT/NAME_runK.json is round K's saved run and OUT/NAME_runK.txt its rendering. Every
+`cold-start` runs alone, one after another (round 1: each program in turn, then round 2 in the same order): a
+program that shared the machine's CPUs with another would compile slower by a varying amount, and round 2 could
+not repeat round 1. OUT/versions.json holds the versions of the frameworks found.
 """
 from __future__ import annotations
 
@@ -48,20 +48,15 @@ def main() -> None:
         json.dump(versions(), f, indent=1)
     names = [n.strip() for n in a.only.split(",") if n.strip()]
     for k in range(1, a.rounds + 1):
-        t0 = time.time()
-        procs = {}
         for name in names:
+            t0 = time.time()
             prog = os.path.join(HERE, "coldstart_programs", f"{name}_prog.py")
             save = os.path.join(a.out, f"{name}_run{k}.json")
             cmd = [sys.executable, "-m", "cublaslt_probe", "cold-start", "--steps", str(a.steps), "--label", name,
                    "--timeout", str(a.timeout), "--save", save, "--", "python", prog]
-            log = open(os.path.join(a.out, f"{name}_run{k}.txt"), "w")
-            procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log)
-        for name, (p, log) in procs.items():
-            p.wait()
-            log.close()
-            print(f"round {k} {name}: exit {p.returncode}", flush=True)
-        print(f"round {k}: {time.time() - t0:.0f} s", flush=True)
+            with open(os.path.join(a.out, f"{name}_run{k}.txt"), "w") as log:
+                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+            print(f"round {k} {name}: exit {rc} in {time.time() - t0:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ with warm caches (torch.compile's own timers), benchmark-based autotuning (its a
 heuristic misses (new problems in the step's level-2 log × the miss time measured by `nocache`) and allocator
 growth (time in the driver's allocation calls, seen by CUPTI). The compile routes whose entry points the child
 timed (CuPy/NVRTC, Triton used directly, Numba, JAX/XLA and XLA's GEMM autotuning) take their own share of
-cold − warm (their timers' difference) and of the eager run's step 1 (their timers there). What none of these
+cold − warm (their timers' difference) and their warm-cache cost from the warm run's step 1 (their timers there);
+the differences after cold − warm are taken with each run's timed-route seconds out of its step 1, since a route
+that compiles in every run varies between runs by more than those differences measure. What none of these
 explains is reported as "unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A
 difference between two runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was
 measured.
@@ -47,7 +49,7 @@ CONTROLLED = ("CUDA_MODULE_LOADING", "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE", "C
               "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_PTX_JIT", "CUBLASLT_HEURISTICS_CACHE_CAPACITY",
               "CUBLASLT_LOG_LEVEL", "CUBLASLT_LOG_MASK", "CUBLASLT_LOG_FILE", "TORCHINDUCTOR_CACHE_DIR",
               "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH", "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
-              "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "CUBLASLT_PROBE_XLA_DUMP")
+              "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "CUBLASLT_PROBE_XLA_DUMP", "CUBLASLT_PROBE_XLA_FLAGS")
 # every compile cache a run isolates (the folder each variable names): env var -> folder prefix
 CACHE_DIRS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
               "PYTORCH_KERNEL_CACHE_PATH": "torchkernels", "CUPY_CACHE_DIR": "cupy",
@@ -252,7 +254,10 @@ def _run_env(spec: EnvSpec, cmd: list[str], root: str, pkg_root: str, timeout: f
 def _child_env(spec: EnvSpec, dirs: dict[str, str], root: str, pkg_root: str) -> dict[str, str]:
     """The child's environment: this process's, less every variable a run controls (`CONTROLLED`), plus the
     run's cache folders (`dirs`), `spec`'s settings, the XLA dump and cache flags, and this package first on
-    PYTHONPATH (the child imports the same cublaslt_probe). Empties the shared XLA dump folder under `root`."""
+    PYTHONPATH (the child imports the same cublaslt_probe). Empties the shared XLA dump folder under `root`.
+    The XLA flags go to the child as `CUBLASLT_PROBE_XLA_FLAGS`: the child sets XLA_FLAGS to them only where its
+    jaxlib accepts them (`coldstart_child.apply_xla_flags`), so a program without JAX, or with a jaxlib too old for
+    a flag, runs with the user's XLA_FLAGS untouched."""
     # one dump folder for every run, emptied before each: the XLA flags are then the same in every run
     # (JAX's persistent cache keys its entries on them, so a per-run folder would make every run miss)
     dump = os.path.join(root, "xla_dump")
@@ -262,7 +267,7 @@ def _child_env(spec: EnvSpec, dirs: dict[str, str], root: str, pkg_root: str) ->
     env.update(dirs)
     env.update({"CUDA_MODULE_LOADING": spec.loading, "CUDA_CACHE_DISABLE": "0", "PYTHONUNBUFFERED": "1",
                 "CUBLASLT_PROBE_XLA_DUMP": dump,
-                "XLA_FLAGS": xla_flags(os.environ.get("XLA_FLAGS", ""), dump,
+                "CUBLASLT_PROBE_XLA_FLAGS": xla_flags(os.environ.get("XLA_FLAGS", ""), dump,
                                        os.path.join(root, f"xlacache_{spec.framework_cache}"),
                                        spec.xla_flags)})
     env.update(spec.extra)
@@ -759,7 +764,7 @@ def analyse(result: dict) -> dict:
     out = {"label": result.get("label"), "device": _device(runs), "steps": result.get("steps"), "table": table,
            "baseline": base_name, "components": [], "evidence": [], "compilation": runtime_compilation(runs)}
     if base_name is None:
-        out["verdict"] = "no run completed its steps: see the errors in the table"
+        out["verdict"] = failure_verdict(runs)
         return out
     A = runs[base_name]
     B, C, D, E = (runs.get(n) for n in ("warm", "preinit", "eager", "nocache"))
@@ -778,7 +783,10 @@ def analyse(result: dict) -> dict:
     # inside the eager run's step 1 (or the baseline's when there is none)
     R = D if usable(D) else (C if usable(C) else A)
     rname = [n for n, r in runs.items() if r is R][0]
-    comps += _step1_components(runs, R, rname, notes)
+    # the timed compile routes with warm caches: measured in the warm run, whose step 1 the differences after
+    # cold − warm start from with those routes' seconds taken out (`routes_seconds`)
+    W, wname = (B, "warm") if usable(B) else (R, rname)
+    comps += _step1_components(runs, R, rname, notes, W, wname)
     comps += _heuristics_components(R, rname, C, E, notes)
     comps += _allocator_components(R, rname)
     explained = sum(c["seconds"] for c in comps)
@@ -793,6 +801,32 @@ def analyse(result: dict) -> dict:
     out["import_s"] = sum(float(r.get("import_torch_s") or 0.0) for r in runs.values())
     out["step2_excess_s"] = walls[1] - st
     return out
+
+
+def failure_verdict(runs: dict) -> str:
+    """The verdict when no run completed its steps: where the program failed and with what error, and whether a
+    timed compile route was the last thing the failed step ran (the error came out of that compile)."""
+    errs, where, inside = [], [], []
+    for r in runs.values():
+        errs.append(first_line(r.get("error") or _window_error(r)))
+        bad = next((w for w in r.get("windows", []) if not w.get("ok", True)), None)
+        if bad is None:
+            continue
+        where.append(bad["name"])
+        spans = bad.get("jit_spans") or []
+        if spans:  # the step's last timed call ended as the step ended: the error came out of it
+            last = max(spans, key=lambda sp: sp["t1_ms"])
+            if bad["wall_s"] * 1e3 - last["t1_ms"] < 1.0:
+                inside.append(span_owner(bad, last["t1_ms"]))
+    if not errs or len(set(errs)) > 1 or not errs[0]:
+        return "no run completed its steps: see the errors in the table"
+    place = re.sub(r"^step(\d+)$", r"step \1", where[0]) if len(set(where)) == 1 and len(where) == len(errs) \
+        else "its steps"
+    mech = inside[0] if len(inside) == len(errs) and len(set(inside)) == 1 and inside[0] else None
+    return (f"no run completed its steps: the program failed in {place} of every run"
+            + (f", inside {_MECH_LABEL.get(mech, mech)}'s compile" if mech else "")
+            + f" ({errs[0]}); that is the program's own error, not a cold-start cost: run the script alone to see "
+            "its traceback, fix it, then run cold-start again")
 
 
 def _run_table(runs: dict) -> list[dict]:
@@ -888,24 +922,58 @@ def _scaled_timed(timed: list[tuple], room: float) -> tuple[list[dict], float]:
     return comps, total * scale
 
 
+def routes_seconds(run: dict, w: dict | None) -> float:
+    """Seconds a step window spent inside the timed compile routes (CuPy's compile, Triton's launch path beyond
+    its steady launches, Numba's compile, JAX's compile events): the part of the step that `_warm_timed` measures
+    directly. A route that compiles in every run (Numba without a disk cache) varies from run to run by more than
+    the differences between runs measure, so those differences are taken with it out."""
+    tri = triton_direct_warm(run, w)[0] if jit_calls(w, "triton.run") else 0.0
+    return jit_seconds(w, "cupy.compile", "numba.compile") + tri + xla_seconds(w)
+
+
+def _walls_less_routes(X: dict) -> tuple[float, float]:
+    """(step 1 of run X, the timed routes' seconds in it)."""
+    return step_walls(X)[0], routes_seconds(X, windows(X).get("step1"))
+
+
+# what the preinit items of each library initialise, for the label
+_PREINIT_LIBS = (("cupy_", "CuPy's own cuBLAS handle, first GEMM and first reduction"),)
+
+
 def _initialisation_component(B: dict, C: dict) -> dict:
-    """warm − preinit: library initialisation (handles, the first GEMM of a handle, cuDNN), with what
-    initialising apart took in the preinit run `C`."""
-    d = _diff(B, C)
+    """warm − preinit, each step 1 less its timed compile routes (`routes_seconds`): library initialisation
+    (torch's handles, first GEMMs, cuDNN; CuPy's own cuBLAS handle, GEMM and reduction when the program uses
+    CuPy), with what initialising apart took in the preinit run `C` and the driver's load calls in each item."""
+    (b1, tb), (c1, tc) = _walls_less_routes(B), _walls_less_routes(C)
+    d = (b1 - tb) - (c1 - tc)
     pre = C.get("preinit") or {}
     items = ", ".join(f"{k} {v * 1e3:.1f} ms" if isinstance(v, float) else f"{k} failed" for k, v in pre.items())
-    return _component(
-        "initialisation", "library initialisation (handles, first GEMM of a handle, cuDNN)", d, "warm − preinit",
-        [f"step 1 warm {_ms(step_walls(B)[0])} vs libraries initialised first {_ms(step_walls(C)[0])}: "
-         f"{d * 1e3:+.1f} ms", f"initialising apart took: {items}"])
+    ev = [f"step 1 warm {_ms(b1)} vs libraries initialised first {_ms(c1)}: {(b1 - c1) * 1e3:+.1f} ms",
+          f"initialising apart took: {items}"]
+    if tb or tc:
+        ev[0] += (f"; less the timed compile routes in each ({_ms(tb)} warm, {_ms(tc)} preinit): "
+                  f"{d * 1e3:+.1f} ms")
+    loads: dict[str, list[float]] = {}
+    for c in ((C.get("driver_calls") or {}).get("preinit") or {}).get("records", []):
+        if c.get("what") == "load" and c.get("preinit_item"):
+            loads.setdefault(c["preinit_item"], []).append(float(c.get("seconds") or 0.0))
+    if loads:
+        ev.append("CUPTI: load calls (cuModuleLoad*/cuLibraryLoad*) inside the items: " + ", ".join(
+            f"{k} {len(v)} ({sum(v) * 1e3:.1f} ms)" for k, v in loads.items()))
+    libs = [what for prefix, what in _PREINIT_LIBS if any(k.startswith(prefix) for k in pre)]
+    label = "library initialisation (handles, first GEMM of a handle, cuDNN" + "".join(f"; {x}" for x in libs) + ")"
+    return _component("initialisation", label, d, "warm − preinit", ev)
 
 
 def _module_loading_component(A: dict, C: dict, D: dict, base_name: str) -> dict:
-    """preinit − eager: lazy module loading, with the modules CUPTI saw loaded in step 1 of the baseline `A` and
-    of the eager run `D` (when the runs had CUPTI)."""
-    d = _diff(C, D)
+    """preinit − eager, each step 1 less its timed compile routes (`routes_seconds`): lazy module loading, with
+    the modules CUPTI saw loaded in step 1 of the baseline `A` and of the eager run `D` (when the runs had CUPTI)."""
+    (c1, tc), (d1, td) = _walls_less_routes(C), _walls_less_routes(D)
+    d = (c1 - tc) - (d1 - td)
     mA, mD = modules_in(A, "step1"), modules_in(D, "step1")
-    ev = [f"step 1 LAZY {_ms(step_walls(C)[0])} vs EAGER {_ms(step_walls(D)[0])}: {d * 1e3:+.1f} ms"]
+    ev = [f"step 1 LAZY {_ms(c1)} vs EAGER {_ms(d1)}: {(c1 - d1) * 1e3:+.1f} ms"]
+    if tc or td:
+        ev[0] += f"; less the timed compile routes in each ({_ms(tc)} LAZY, {_ms(td)} EAGER): {d * 1e3:+.1f} ms"
     if A.get("modules") is not None:
         kinds = ", ".join(f"{k} {v}" for k, v in (mA.get("by_kind") or {}).items())
         ev.append(f"CUPTI: {mA.get('count', 0)} modules ({mA.get('bytes', 0) / 2**20:.1f} MiB; {kinds or 'none'}) "
@@ -918,9 +986,10 @@ def _module_loading_component(A: dict, C: dict, D: dict, base_name: str) -> dict
     return _component("module_loading", "lazy module loading", d, "preinit − eager", ev)
 
 
-def _step1_components(runs: dict, R: dict, rname: str, notes: list[str]) -> list[dict]:
-    """The compilers' own work inside step 1 of run `R` (named `rname`) with warm caches: torch.compile's and
-    its autotuning's timers, then each timed compile route (`_warm_timed`). cuDNN's benchmark mode is not timed
+def _step1_components(runs: dict, R: dict, rname: str, notes: list[str], W: dict, wname: str) -> list[dict]:
+    """The compilers' own work with warm caches: torch.compile's and its autotuning's timers inside step 1 of run
+    `R` (named `rname`), then each timed compile route (`_warm_timed`) inside step 1 of run `W` (named `wname`:
+    the warm run, whose step 1 the differences after cold − warm start from). cuDNN's benchmark mode is not timed
     apart: it goes to `notes`."""
     comps = []
     r1 = windows(R).get("step1", {})
@@ -936,7 +1005,7 @@ def _step1_components(runs: dict, R: dict, rname: str, notes: list[str]) -> list
         comps.append(_component("autotuning_warm", "benchmark-based autotuning (warm caches)", at,
                                 f"torch.compile timers ({rname})",
                                 [f"autotuning timers in {rname} step 1: {at:.3f} s"]))
-    for cause, label, sec, how, tev in _warm_timed(runs, R, rname, r1):
+    for cause, label, sec, how, tev in _warm_timed(runs, W, wname, windows(W).get("step1", {})):
         comps.append(_component(cause, label, sec, how, tev))
     if R.get("cudnn_benchmark"):
         notes.append("torch.backends.cudnn.benchmark was on: cuDNN times candidate engines at each new "

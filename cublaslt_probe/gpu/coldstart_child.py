@@ -20,7 +20,12 @@ and reads the one JSON line this prints last. What is measured:
   lowering, XLA backend compile, persistent-cache hits); seconds and calls per window, and the spans of the
   calls over 1 ms; with XLA, the autotuning results and logs XLA wrote (`CUBLASLT_PROBE_XLA_DUMP`) per window;
 - with ``--preinit``: before the first step, the libraries are initialised one by one (CUDA context, cuBLAS
-  handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN), each timed.
+  handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN; CuPy's own cuBLAS handle,
+  first GEMM and first reduction when the program imported CuPy), each timed, the driver's load calls in the
+  preinit window tagged with the item they fell in.
+
+XLA_FLAGS is set to the run's flags (`CUBLASLT_PROBE_XLA_FLAGS`, from the parent) only where the installed jaxlib
+is known to accept them (`apply_xla_flags`).
 
 A step is either a callable (``--func``: called once; if it returns a callable, that was the setup and the
 returned callable is the step) or a script: one that marks its steps with
@@ -484,16 +489,22 @@ def marked_step_end(error: str | None = None) -> None:
 
 
 # --- preinit ---------------------------------------------------------------------------------------------------
+PREINIT_SPANS: dict[str, tuple[int, int]] = {}  # item -> (t0_ns, t1_ns): which item the driver's calls fall in
+
+
 def preinit(torch) -> dict:
-    """Initialise the libraries a step may touch, each timed apart (s); failures are kept as text."""
+    """Initialise the libraries a step may touch, each timed apart (s); failures are kept as text. torch's (CUDA
+    context, cuBLAS handle and first GEMMs, cuBLASLt, cuDNN) always; CuPy's (its own cuBLAS handle, first GEMM
+    and first reduction) when the program imported CuPy."""
     out: dict = {}
 
     def timed(name, fn):
-        t = time.perf_counter()
+        t = time.perf_counter_ns()
         try:
             fn()
             torch.cuda.synchronize()
-            out[name] = time.perf_counter() - t
+            out[name] = (time.perf_counter_ns() - t) / 1e9
+            PREINIT_SPANS[name] = (t, time.perf_counter_ns())
         except Exception as e:  # noqa: BLE001
             out[name] = f"{type(e).__name__}: {e}"
 
@@ -516,6 +527,14 @@ def preinit(torch) -> dict:
     if torch.backends.cudnn.is_available():
         timed("cudnn_handle_first_conv", lambda: torch.nn.functional.conv2d(
             torch.ones(1, 1, 8, 8, device=dev), torch.ones(1, 1, 3, 3, device=dev)))
+    cp = sys.modules.get("cupy")
+    if cp is not None and hasattr(cp, "cuda"):
+        # CuPy keeps its own cuBLAS handle, made at its first matmul, and its own reductions (CUB's device-wide
+        # kernels, or kernels it compiles): a CuPy program pays these in its first step, apart from torch's
+        timed("cupy_cublas_handle", lambda: cp.cuda.device.get_cublas_handle())
+        timed("cupy_first_gemm_fp32", lambda: (cp.ones((8, 8), cp.float32) @ cp.ones((8, 8), cp.float32),
+                                               cp.cuda.Device().synchronize()))
+        timed("cupy_first_reduction", lambda: (cp.ones(8, cp.float32).sum(), cp.cuda.Device().synchronize()))
     return out
 
 
@@ -541,6 +560,51 @@ def load_callable(spec: str):
     return obj
 
 
+# The oldest jaxlib whose XLA is known to accept every flag a run may set (the autotuning dumps
+# --xla_gpu_dump_autotune_results_to / --xla_gpu_dump_autotune_logs_to, --xla_gpu_autotune_level, the autotuning
+# cache folders): XLA aborts the process at its first use on a flag it does not know, so an older jaxlib gets none.
+XLA_MIN_JAXLIB = (0, 4, 30)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """The leading numbers of a version string ("0.4.30.dev20240601" -> (0, 4, 30))."""
+    out = []
+    for part in text.split("."):
+        m = re.match(r"\d+", part)
+        if not m:
+            break
+        out.append(int(m.group()))
+    return tuple(out)
+
+
+def xla_flags_accepted(jaxlib: str | None) -> str | None:
+    """None when the run's XLA flags can be set with this jaxlib version (None: not installed), else why not."""
+    if jaxlib is None:
+        return "jaxlib is not installed: no XLA flags set"
+    if _version(jaxlib) < XLA_MIN_JAXLIB:
+        return (f"jaxlib {jaxlib} is older than {'.'.join(map(str, XLA_MIN_JAXLIB))}, whose XLA is known to accept "
+                "the autotuning dump and cache flags: no XLA flags set (no autotuning evidence)")
+    return None
+
+
+def apply_xla_flags() -> dict:
+    """Set XLA_FLAGS to the run's flags (`CUBLASLT_PROBE_XLA_FLAGS`, from the parent) where the installed jaxlib
+    accepts them; elsewhere leave the user's XLA_FLAGS as they are. Returns what was done, for the record."""
+    flags = os.environ.pop("CUBLASLT_PROBE_XLA_FLAGS", None)
+    if flags is None:
+        return {"set": False, "why": "the parent asked for no XLA flags"}
+    import importlib.metadata
+    try:
+        jaxlib = importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        jaxlib = None
+    why = xla_flags_accepted(jaxlib)
+    if why:
+        return {"set": False, "jaxlib": jaxlib, "why": why}
+    os.environ["XLA_FLAGS"] = flags
+    return {"set": True, "jaxlib": jaxlib}
+
+
 def _no_paths(var: str, value: str) -> str:
     """An environment value as reported: the folders this run made are named by their last part only."""
     if var in CACHE_VARS or var == "CUBLASLT_PROBE_XLA_DUMP":
@@ -562,7 +626,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--func")
     ap.add_argument("--script", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
-    res: dict = {"ok": False, "pid": os.getpid(),
+    xla = apply_xla_flags()
+    res: dict = {"ok": False, "pid": os.getpid(), "xla_flags": xla,
                  "env_seen": {k: _no_paths(k, v) for k, v in sorted(os.environ.items())
                               if k.startswith(("CUDA_", "CUBLASLT_", "TORCHINDUCTOR_", "TRITON_", "PYTORCH_KERNEL",
                                                "CUPY_", "NUMBA_", "JAX_", "TORCH_EXTENSIONS", "XLA_"))}}
@@ -715,9 +780,12 @@ def _events(rec, windows: list[dict]) -> tuple[dict, dict]:
         w["seconds"] += dur
         if c["what"] != "alloc" or name.startswith("step"):
             if len(g["records"]) < 2000:
-                g["records"].append({**{k: v for k, v in c.items() if k not in ("t_ns", "end_ns", "thread")},
-                                     "t_ms": round((_rel_ns(c["t_ns"]) - _start(windows, name)) / 1e6, 3),
-                                     "seconds": round(dur, 6)})
+                r = {**{k: v for k, v in c.items() if k not in ("t_ns", "end_ns", "thread")},
+                     "t_ms": round((_rel_ns(c["t_ns"]) - _start(windows, name)) / 1e6, 3), "seconds": round(dur, 6)}
+                item = next((k for k, (a, b) in PREINIT_SPANS.items() if a <= c["t_ns"] <= b), None)
+                if name == "preinit" and item:
+                    r["preinit_item"] = item  # the library initialisation the call was made in
+                g["records"].append(r)
     # which module each load call produced: a module loaded on the same thread inside the call; kernel names
     # are kept for those (what a program loaded itself: Triton, PTX, NVRTC output), counts for the rest
     for c in rec.calls:
