@@ -221,21 +221,40 @@ def test_the_librarys_one_time_set_ups_are_paid_in_the_probes_start_up():
     assert all(ph["build_warm"] < 40 for _, _, ph in recs), recs
 
 
+COMPANION_CHILD = """
+import json
+from cublaslt_probe import sweep
+from cublaslt_probe.gpu.probe import Probe
+cases = [c for c in sweep.plan("quick").cases if c.backend in ("torch", "lt")][:6]
+with Probe() as p:
+    waited = p._companion.ready is not None
+    first = p.run_window(cases)
+    p._companion.wait_ready()
+    later = p.run_window(cases)
+    print(json.dumps({"waited": waited, "ready_after_s": p._companion.ready_after_s,
+                      "first": [[r["heuristic_where"], r["kernels"]] for r in first],
+                      "later": [[r["heuristic_where"], r["kernels"]] for r in later]}))
+"""
+
+
 def test_the_probe_does_not_wait_for_its_companion():
     """A sweep's probe starts without waiting for its heuristic companion (which loads torch and cuBLASLt in a
     process of its own): the windows run before it is ready measure their heuristic in the probe's process, and
-    once it is ready the next window's questions go to it."""
-    from cublaslt_probe.gpu.probe import Probe
-    cases = [c for c in sweep.plan("quick").cases if c.backend in ("torch", "lt")][:6]
-    with Probe() as p:
-        assert p._companion is not None and p._companion.ready is None   # the constructor did not wait
-        first = p.run_window(cases)
-        assert {r["heuristic_where"] for r in first} == {"probe"}, [r["heuristic_where"] for r in first]
-        p._companion.wait_ready()
-        later = p.run_window(cases)
-        assert {r["heuristic_where"] for r in later} == {"companion"}
-        assert p._companion.ready_after_s > 0
-        assert [r["kernels"] for r in later] == [r["kernels"] for r in first]
+    once it is ready the next window's questions go to it. In a process of its own (one probe per process: a
+    second one here would take the cuBLASLt logger from the module's)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "-c", COMPANION_CHILD], capture_output=True, text=True, timeout=300, cwd=root)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not got["waited"]   # the constructor returned before the companion was ready
+    assert {w for w, _ in got["first"]} == {"probe"}, got["first"]
+    assert {w for w, _ in got["later"]} == {"companion"}, got["later"]
+    assert got["ready_after_s"] > 0
+    assert [k for _, k in got["later"]] == [k for _, k in got["first"]]
 
 
 def test_cupy_operands_from_the_pool_are_laid_out_as_fresh_arrays(probe):
