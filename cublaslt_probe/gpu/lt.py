@@ -453,9 +453,10 @@ def set_up(lib: "LtLibrary", dtypes=None) -> list[str]:
     return refused
 
 
-def serve_heuristics(conn, cpu: int | None = None) -> None:
-    """The heuristic companion's loop (a process of its own, started by the probe): load cuBLASLt as torch
-    does, then answer requests until told to stop. A request is (ident, Problem, reps); the requests waiting
+def serve_heuristics(conn, cpu: int | None = None, path: str | None = None) -> None:
+    """The heuristic companion's loop (a process of its own, started by the probe): load cuBLASLt — the library
+    file at `path` (the one the probe's process loaded, through ctypes: no torch to import), else as torch
+    loads it — then answer requests until told to stop. A request is (ident, Problem, reps); the requests waiting
     when one arrives are measured together (`measure_heuristics`: one switch of this process's cache for
     all of them) and answered as [(ident, miss_us, hit_us, error, busy_s)], busy_s the measurement's share of
     this process's time. None stops it. The first message sent is ("ready", library path) or ("failed", why).
@@ -466,8 +467,17 @@ def serve_heuristics(conn, cpu: int | None = None) -> None:
     try:
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
-        ensure_loaded()
-        lib = LtLibrary()
+        lib = None
+        if path:
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                lib = LtLibrary(path)
+            except OSError as e:   # its dependencies not found outside torch's process: load it as torch does
+                log.warning("the heuristic companion could not load %s by itself (%s); loading it through torch",
+                            path, e)
+        if lib is None:
+            ensure_loaded()
+            lib = LtLibrary()
         set_up(lib)   # the library's set-ups before "ready": the probe's start-up waits for it, not its first window
         conn.send(("ready", lib.path))
     except Exception as e:  # noqa: BLE001

@@ -650,17 +650,18 @@ def heuristic_groups(items, workspace_of) -> tuple[dict, dict]:
 class HeuristicCompanion:
     """The process that times the heuristic while the probe times GEMMs (`lt.serve_heuristics`): asked each
     question as its GEMM is prepared, it answers on another core; the probe collects the answers at the
-    end of the window. Its cuBLASLt is another instance of the same library file, on the same GPU, so a miss
-    costs what it costs torch, and switching its cache off leaves torch's alone."""
+    end of the window. Its cuBLASLt is another instance of the same library file (`path`, loaded without
+    torch), on the same GPU, so a miss costs what it costs torch, and switching its cache off leaves torch's
+    alone."""
 
     START_S = 120.0   # a companion not ready by then (loading torch and cuBLASLt) is given up
 
-    def __init__(self, cpu: int | None = None):
+    def __init__(self, cpu: int | None = None, path: str | None = None):
         import multiprocessing
         ctx = multiprocessing.get_context("spawn")  # never fork a process holding a CUDA context
         self.conn, child = ctx.Pipe()
         from cublaslt_probe.gpu import lt
-        self.proc = ctx.Process(target=lt.serve_heuristics, args=(child, cpu), daemon=True,
+        self.proc = ctx.Process(target=lt.serve_heuristics, args=(child, cpu, path), daemon=True,
                                 name="cublaslt-probe-heuristics")
         self.proc.start()
         child.close()
@@ -932,9 +933,6 @@ class Probe:
         cores = None if self.options.cpu_slot is None else cpu_cores(self.options.cpu_slot,
                                                                       local=gpu_local_cpus(props))
         self._companion = None
-        if helpers:   # started first: it loads torch and cuBLASLt on another core while this process gets ready
-            with phase("heuristic companion started"):
-                self._companion = HeuristicCompanion(cores and cores[1])
         self.cpus = cores   # (the probe's CPU, its companion's, its prewarm thread's), or None when not pinned
         self.host_cpus = os.sched_getaffinity(0)   # before pinning: the CPUs a helper process may use
         self._inflight: InFlight | None = None
@@ -953,6 +951,10 @@ class Probe:
         from cublaslt_probe.gpu import driver, lt
         with phase("cuBLAS/cuBLASLt loaded"):
             lt.ensure_loaded()
+        if helpers:   # started first: it loads the same cuBLASLt on another core while this process gets ready
+            with phase("heuristic companion started"):
+                found = lt.loaded_libraries()
+                self._companion = HeuristicCompanion(self.cpus and self.cpus[1], found[0] if found else None)
         with phase("driver events and graphs"):
             self.clock = driver.Clock()   # the timing events (torch has run CUDA work: the driver is loaded)
             self.graphs = driver.Graphs(self.clock)
