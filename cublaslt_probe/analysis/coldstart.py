@@ -1278,6 +1278,15 @@ def _device(runs: dict) -> dict:
     return {}
 
 
+def _unexplained_line(a: dict) -> str:
+    """The table's last line: what no cause explains, or, where the measured causes add up to more than the
+    excess (each is measured in its own runs, and the runs vary), by how much they over-explain it."""
+    u, pct = a["unexplained_s"], a.get("unexplained_pct")
+    label = "unexplained" if u >= 0 else "causes beyond the excess (noise between the runs)"
+    share = f"{abs(pct):6.1f}%" if pct is not None else "    n/a"
+    return f"  {label:<72} {abs(u) * 1e3:10.1f} {share}"
+
+
 def render(a: dict) -> str:
     dev = a.get("device") or {}
     lines = [f"cold start of {a.get('label')} on {dev.get('gpu', '?')} (torch {dev.get('torch', '?')}, CUDA "
@@ -1299,8 +1308,7 @@ def render(a: dict) -> str:
     for c in sorted(a["components"], key=lambda c: -c["seconds"]):
         share = f"{100 * c['seconds'] / ex:6.1f}%" if ex > 0 else "    n/a"
         lines.append(f"  {c['label']:<72} {c['seconds'] * 1e3:10.1f} {share}  {c['how']}")
-    share = f"{a['unexplained_pct']:6.1f}%" if a.get("unexplained_pct") is not None else "    n/a"
-    lines.append(f"  {'unexplained':<72} {a['unexplained_s'] * 1e3:10.1f} {share}")
+    lines.append(_unexplained_line(a))
     lines += ["", "evidence:"]
     for c in a["components"]:
         for e in c["evidence"]:

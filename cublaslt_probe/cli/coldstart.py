@@ -47,6 +47,9 @@ def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, fr
             click.echo(f"saved {save}", err=True)
     a = coldstart.analyse(raw)
     click.echo(json.dumps(a, indent=1, default=str) if fmt == "json" else coldstart.render(a))
+    if a.get("baseline") is None:   # no run got through its steps: the report says where each failed
+        from cublaslt_probe.cli._common import EXIT_PARTIAL
+        click.get_current_context().exit(EXIT_PARTIAL)
 
 
 COMMANDS = [cold_start_cmd]
