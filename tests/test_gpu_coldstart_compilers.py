@@ -73,6 +73,10 @@ def test_numba_is_numba():
     raw, a = _run("numba")
     assert "numba" in a["compilation"]["mechanisms"], a["compilation"]
     assert coldstart.jit_calls(coldstart.windows(raw["runs"]["cold"])["step1"], "numba.nvvm") >= 1
+    # its kernel, loaded lazily from the cubin Numba linked (cuLibraryLoadData), is observed as Numba's
+    seen = {k: v for k, v in a["kernels"].items() if "coldstart_saxpy_tanh" in k}
+    assert seen and all(v["provenance"] == "runtime-compiled" and v["mechanism"] == "numba" for v in seen.values()), \
+        a["kernels"]
 
 
 @pytest.mark.gpu

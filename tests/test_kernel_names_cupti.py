@@ -33,3 +33,12 @@ def test_an_unmangled_kernel_keeps_its_name():
 
 def test_a_name_no_demangler_reads_is_kept():
     assert kernel_name(b"_Z-not-a-name", {}) == "_Z-not-a-name"
+
+
+def test_a_cubins_size_is_read_from_its_header():
+    """`cupti.elf_size` (the size a lazily loaded library's module has, which ties it to its load call) on a
+    cubin Triton wrote on the H200: its program headers come after its section headers and end the file."""
+    from cublaslt_probe.gpu.cupti import elf_size
+    cubin = (Path(__file__).resolve().parent / "fixtures" / "coldstart" / "triton_add.cubin").read_bytes()
+    assert elf_size(cubin[:64]) == len(cubin)
+    assert elf_size(b"//\n.version 8.0" + bytes(64)) is None and elf_size(cubin[:32]) is None

@@ -1367,8 +1367,8 @@ def observed_provenance(result: dict) -> dict[str, dict]:
         wins = windows(r)
         for wname, g in (r.get("modules") or {}).items():
             recs = g.get("records", [])
-            owners = {id(m): span_owner(wins.get(wname), m.get("t_ms", -1.0)) if m.get("loaded_by") else None
-                      for m in recs}
+            owners = {id(m): span_owner(wins.get(wname), m.get("load_t_ms", m.get("t_ms", -1.0)))
+                      if m.get("loaded_by") else None for m in recs}
             copies: dict[str, int] = {}
             for m in recs:
                 if owners[id(m)] == "xla":

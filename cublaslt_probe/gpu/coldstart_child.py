@@ -786,17 +786,27 @@ def _events(rec, windows: list[dict]) -> tuple[dict, dict]:
                 if name == "preinit" and item:
                     r["preinit_item"] = item  # the library initialisation the call was made in
                 g["records"].append(r)
-    # which module each load call produced: a module loaded on the same thread inside the call; kernel names
-    # are kept for those (what a program loaded itself: Triton, PTX, NVRTC output), counts for the rest
-    for c in rec.calls:
-        if c["what"] != "load":
-            continue
-        inside = [m for m in rec.modules if c["t_ns"] <= m["t_ns"] <= c["end_ns"] and m["thread"] == c["thread"]]
+    # which module each load call produced: a module loaded on the same thread inside the call, or, for a
+    # library loaded lazily (`cuLibraryLoadData`: its module is made at its first use, after the call), the
+    # first later module on that thread of the cubin's size; kernel names are kept for those (what a program
+    # loaded itself: Triton, PTX, NVRTC, Numba output), counts for the rest. `load_t_ms` is the call's time.
+    loads = [c for c in rec.calls if c["what"] == "load"]
+    produced = {id(c): [m for m in rec.modules if c["t_ns"] <= m["t_ns"] <= c["end_ns"]
+                        and m["thread"] == c["thread"]] for c in loads}
+    made = {m["id"] for ms in produced.values() for m in ms}
+    for c in loads:
+        inside, how = produced[id(c)], c["name"]
+        if not inside and c["name"].startswith("cuLibraryLoad") and c.get("image_bytes"):
+            later = [m for m in rec.modules if m["t_ns"] > c["end_ns"] and m["thread"] == c["thread"]
+                     and m["size"] == c["image_bytes"] and m["id"] not in made]
+            inside, how = later[:1], f"{c['name']} (made at its first use)"
+            made.update(m["id"] for m in inside)
         for m in inside:
             m_name = window_of(_rel_ns(m["t_ns"]))
             for r in mods.get(m_name, {}).get("records", []):
                 if r["id"] == m["id"]:
-                    r["loaded_by"] = c["name"]
+                    r["loaded_by"] = how
+                    r["load_t_ms"] = round((_rel_ns(c["t_ns"]) - _start(windows, m_name)) / 1e6, 3)
                     if "image" in c:
                         r["image"] = c["image"]
     for g in mods.values():

@@ -113,6 +113,18 @@ def image_kind(head: bytes) -> str:
     return "unknown"
 
 
+def elf_size(head: bytes) -> int | None:
+    """The size of a 64-bit ELF image from its first 64 bytes: where its last header table ends — the section
+    headers (``e_shoff``, ``e_shnum`` x ``e_shentsize``) or the program headers after them, as a cubin lays them
+    out (``e_phoff``, ``e_phnum`` x ``e_phentsize``); None for anything else."""
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:
+        return None
+    phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
+    end = max(shoff + shnum * shentsize if shoff else 0, phoff + phnum * phentsize if phoff else 0)
+    return end or None
+
+
 def elf_kernels(read, limit: int = MAX_KERNELS_PER_MODULE) -> tuple[list[str], int]:
     """Kernel names of an ELF cubin from its section names (``.text.<name>``), reading only the headers.
 
@@ -286,6 +298,10 @@ class Recorder:
                 rec["image"] = kind
                 if kind == "ptx":
                     rec["image_bytes"] = len(ctypes.string_at(img))
+                elif kind == "cubin":   # its size, which the module the driver makes of it has (`Module`)
+                    size = elf_size(ctypes.string_at(img, 64))
+                    if size:
+                        rec["image_bytes"] = size
         elif p and base in _PATH_SECOND:
             fname = ctypes.c_char_p.from_address(p + 8).value
             if fname:
