@@ -38,6 +38,14 @@ def _gemm():
     return torch, fn
 
 
+def _calls(torch, fn, t: dict) -> None:
+    """The GEMM once, the GPU waited for; its time in t["calls_s"]."""
+    s = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    t["calls_s"] = time.perf_counter() - s
+
+
 def torch_profiler(torch, fn, first: bool) -> dict:
     t = {}
     s = time.perf_counter()
@@ -47,10 +55,7 @@ def torch_profiler(torch, fn, first: bool) -> dict:
     prof = profile(activities=[ProfilerActivity.CUDA])
     prof.__enter__()
     t["enter_s"] = time.perf_counter() - s
-    s = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    t["calls_s"] = time.perf_counter() - s
+    _calls(torch, fn, t)
     s = time.perf_counter()
     prof.__exit__(None, None, None)
     t["exit_s"] = time.perf_counter() - s
@@ -63,9 +68,13 @@ def torch_profiler(torch, fn, first: bool) -> dict:
     return t
 
 
-def _cupti():
+def _cupti(state: dict, t: dict):
+    """The process's libcupti (loaded once, kept in `state`); its load time in t["load_s"]."""
     from cublaslt_probe.gpu.cupti import find_library
-    return ctypes.CDLL(find_library())
+    s = time.perf_counter()
+    state["lib"] = state.get("lib") or ctypes.CDLL(find_library())
+    t["load_s"] = time.perf_counter() - s
+    return state["lib"]
 
 
 CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
@@ -74,10 +83,7 @@ CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctyp
 def cupti_callback(torch, fn, first: bool, state: dict) -> dict:
     from cublaslt_probe.gpu.cupti import CallbackData
     t = {}
-    s = time.perf_counter()
-    L = state.get("lib") or _cupti()
-    state["lib"] = L
-    t["load_s"] = time.perf_counter() - s
+    L = _cupti(state, t)
     s = time.perf_counter()
     L.cuptiSubscribe.argtypes = [ctypes.POINTER(ctypes.c_void_p), CB, ctypes.c_void_p]
     L.cuptiEnableCallback.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
@@ -102,10 +108,7 @@ def cupti_callback(torch, fn, first: bool, state: dict) -> dict:
                 enabled += L.cuptiEnableCallback(1, sub, domain, cbid) == 0
     t["subscribe_rc"], t["enabled"] = rc, enabled
     t["enter_s"] = time.perf_counter() - s
-    s = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    t["calls_s"] = time.perf_counter() - s
+    _calls(torch, fn, t)
     s = time.perf_counter()
     L.cuptiUnsubscribe(sub)
     t["exit_s"] = time.perf_counter() - s
@@ -121,10 +124,7 @@ KIND_CONCURRENT_KERNEL = 10
 
 def cupti_activity(torch, fn, first: bool, state: dict) -> dict:
     t = {}
-    s = time.perf_counter()
-    L = state.get("lib") or _cupti()
-    state["lib"] = L
-    t["load_s"] = time.perf_counter() - s
+    L = _cupti(state, t)
     s = time.perf_counter()
     recs = []
     if first:
@@ -156,10 +156,7 @@ def cupti_activity(torch, fn, first: bool, state: dict) -> dict:
     state["out"] = recs
     t["enable_rc"] = L.cuptiActivityEnable(KIND_CONCURRENT_KERNEL)
     t["enter_s"] = time.perf_counter() - s
-    s = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    t["calls_s"] = time.perf_counter() - s
+    _calls(torch, fn, t)
     s = time.perf_counter()
     t["disable_rc"] = L.cuptiActivityDisable(KIND_CONCURRENT_KERNEL)
     t["flush_rc"] = L.cuptiActivityFlushAll(1)
