@@ -261,7 +261,8 @@ def main():
                 if ok[0].get("probe_start_s") is not None:
                     summary[f"{name}.{tree}.probe_start_s"] = round(statistics.median(x["probe_start_s"] for x in ok), 2)
                 if ok[0].get("gemms_per_s"):
-                    summary[f"{name}.{tree}.gemms_per_s"] = round(statistics.median(x["gemms_per_s"] for x in ok), 1)
+                    rate = statistics.median(x["gemms_per_s"] for x in ok)
+                    summary[f"{name}.{tree}.gemms_per_s"] = round(rate, 1)
     res["summary"] = summary
     save()
     print(json.dumps(summary, indent=1))

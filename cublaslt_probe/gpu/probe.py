@@ -654,7 +654,7 @@ class HeuristicCompanion:
     torch), on the same GPU, so a miss costs what it costs torch, and switching its cache off leaves torch's
     alone."""
 
-    START_S = 120.0   # a companion not ready by then (loading torch and cuBLASLt) is given up
+    START_S = 120.0   # a companion not ready by then (loading cuBLASLt, paying its set-ups) is given up
 
     def __init__(self, cpu: int | None = None, path: str | None = None):
         import multiprocessing
