@@ -19,10 +19,19 @@ def _need(module):
         pytest.skip(f"{module} is not installed on this machine: its compile route cannot be tried")
 
 
+def windows_cpu(run):
+    return sum(w["process"]["cpu_s"] for w in run["windows"])
+
+
 def _run(name, envs="cold,warm"):
     raw = coldstart.run(["python", str(PROGS / f"{name}_prog.py")], steps=4, envs=envs, timeout=300)
     bad = {k: r.get("error") for k, r in raw["runs"].items() if not r.get("ok")}
     assert not bad, bad
+    # every window keeps the process's own accounting (CPU seconds, its compilers' CPU, reads from storage)
+    for r in raw["runs"].values():
+        for w in r["windows"]:
+            assert {"cpu_s", "children_cpu_s", "majflt", "inblock_bytes"} <= set(w["process"]), w["name"]
+        assert windows_cpu(r) > 0
     a = coldstart.analyse(raw)
     total = sum(c["seconds"] for c in a["components"]) + a["unexplained_s"]
     assert total == pytest.approx(a["excess_s"], abs=1e-9)
@@ -77,6 +86,10 @@ def test_numba_is_numba():
     seen = {k: v for k, v in a["kernels"].items() if "coldstart_saxpy_tanh" in k}
     assert seen and all(v["provenance"] == "runtime-compiled" and v["mechanism"] == "numba" for v in seen.values()), \
         a["kernels"]
+    # the call that loaded it was Numba's (through its CUDA bindings), not a library shipping its kernels
+    recs = [m for m in raw["runs"]["cold"]["modules"]["step1"]["records"]
+            if any("coldstart_saxpy_tanh" in k for k in m.get("kernels") or [])]
+    assert recs and all(m.get("caller") and not coldstart.shipped_by(m) for m in recs), recs
 
 
 @pytest.mark.gpu
@@ -86,12 +99,19 @@ def test_jax_is_xla_compile_and_its_autotuning_is_timed():
     assert "xla" in a["compilation"]["mechanisms"], a["compilation"]
     assert coldstart.xla_autotune_seconds(raw["runs"]) is not None
     assert raw["runs"]["cold"]["xla_flags"]["set"]
-    # the warm run's XLA flags are the cold run's, so JAX's persistent cache serves the executable
-    w1 = coldstart.windows(raw["runs"]["warm"])["step1"]
-    assert coldstart.xla_hits(w1) >= 1 and not coldstart.xla_compiled(w1), w1.get("jit_s")
-
-
-@pytest.mark.gpu
-def test_torch_compile_is_still_triton_via_torch_compile():
-    raw, a = _run("torch_compile")
-    assert "triton" in a["compilation"]["mechanisms"] and "triton-direct" not in a["compilation"]["mechanisms"]
+    # the warm run's XLA flags are the cold run's, so JAX's persistent cache serves the executable, unless the
+    # cold compile was under JAX's minimum compile time for its cache: then nothing was written, and the analysis
+    # says the warm run compiled again
+    c1, w1 = (coldstart.windows(raw["runs"][n])["step1"] for n in ("cold", "warm"))
+    if coldstart.jit_calls(c1, coldstart.JAX_WRITES):
+        assert coldstart.xla_hits(w1) >= 1 and not coldstart.xla_compiled(w1), w1.get("jit_s")
+    else:
+        assert any(c["cause"] == "xla_compile_warm" for c in a["components"]), a["components"]
+    # cuBLASLt's kernels, loaded while XLA's autotuner timed them, were loaded by cuBLASLt (shipped, chosen by
+    # timing, never runtime-compiled); XLA's own GEMM fusions were loaded by XLA
+    recs = [m for m in raw["runs"]["cold"]["modules"]["step1"]["records"] if m.get("loaded_by")]
+    lib = [m for m in recs if any(k.startswith("nvjet") for k in m.get("kernels") or [])]
+    own = [m for m in recs if any(k.startswith("gemm_fusion") for k in m.get("kernels") or [])]
+    assert own and not any(coldstart.shipped_by(m) for m in own), own[:3]
+    assert lib and all(str(coldstart.shipped_by(m)).startswith("libcublas") for m in lib), recs[:3]
+    assert not [k for k, v in a["kernels"].items() if k.startswith("nvjet") and v["provenance"] != "autotuned"]

@@ -42,3 +42,23 @@ def test_a_cubins_size_is_read_from_its_header():
     cubin = (Path(__file__).resolve().parent / "fixtures" / "coldstart" / "triton_add.cubin").read_bytes()
     assert elf_size(cubin[:64]) == len(cubin)
     assert elf_size(b"//\n.version 8.0" + bytes(64)) is None and elf_size(cubin[:32]) is None
+
+
+def test_the_caller_of_a_call_is_the_first_frame_past_the_callee():
+    """`CallStack.caller` names the shared object that called into a library, from inside a callback that library
+    makes (the driver's callbacks in the Recorder): here glibc's qsort calls a comparison made with ctypes, so the
+    frame past glibc's is libffi's (ctypes' foreign call into qsort)."""
+    import ctypes
+
+    from cublaslt_probe.gpu.cupti import CallStack
+    stack, libc = CallStack(), ctypes.CDLL(None)
+    seen = []
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
+    def cmp(a, b):
+        seen.append((stack.caller(past=("libc.so",)), stack.caller()))
+        return a[0] - b[0]
+    arr = (ctypes.c_int * 3)(3, 1, 2)
+    libc.qsort(arr, 3, ctypes.sizeof(ctypes.c_int), cmp)
+    assert list(arr) == [1, 2, 3] and seen
+    assert all(past_libc.startswith(("libffi", "_ctypes")) and driver is None for past_libc, driver in seen), seen

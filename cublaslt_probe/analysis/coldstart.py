@@ -8,14 +8,16 @@ compiling or loading from PTX. `cold_start(...)` is run + analyse.
 
 The environments are `ENVS` (what each separates: docs/coldstart.md); `--env-set default` runs cold, warm,
 preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`); noautotune is added when
-the cold run compiled with XLA (`AUTO_ENVS`). Each run has its own folder for every compile cache a process may
+the cold run compiled with XLA, cold_again when its step 1 read files from storage (`AUTO_ENVS`). Each run has its own folder for every compile cache a process may
 use (`CACHE_DIRS`: ComputeCache, Inductor, Triton, torch's kernels and extensions, CuPy, Numba, JAX).
 
 The breakdown of the cold run's step 1: excess = step 1 − steady state (median of steps 3…N) =
 (cold − warm) + (warm − preinit) + (preinit − eager) + (eager step 1 − steady); the first three are the
 cold-cache compilation (split between the framework and PTX JIT by what was written where), initialisation and
-module loading; the last is split into what was observed inside the eager run's step 1: framework compilation
-with warm caches (torch.compile's own timers), benchmark-based autotuning (its autotuning timers), cuBLASLt
+module loading; where the cold run's step 1 read files from storage, a cold_again run (empty caches, the
+operating system's file cache warm) splits cold − warm into those first reads (cold − cold_again) and the
+compilation (cold_again − warm). The last term is split into what was observed inside the eager run's step 1:
+framework compilation with warm caches (torch.compile's own timers), benchmark-based autotuning (its autotuning timers), cuBLASLt
 heuristic misses (new problems in the step's level-2 log × the miss time measured by `nocache`) and allocator
 growth (time in the driver's allocation calls, seen by CUPTI). The compile routes whose entry points the child
 timed (CuPy/NVRTC, Triton used directly, Numba, JAX/XLA and XLA's GEMM autotuning) take their own share of
@@ -91,10 +93,17 @@ ENVS = {e.name: e for e in (
             extra={"CUDA_FORCE_PTX_JIT": "1"}),
     EnvSpec("noautotune", "LAZY, empty caches, XLA autotuning off", compute_cache="noautotune",
             framework_cache="noautotune", xla_flags={"xla_gpu_autotune_level": "0"}),
+    EnvSpec("cold_again", "LAZY, empty caches again, the OS file cache warm", compute_cache="again",
+            framework_cache="again"),
 )}
 # runs added after the listed ones when the cold run observed what they separate (not with an explicit --envs)
 AUTO_ENVS = {"noautotune": "XLA compiled in the cold run's steps: the same program with XLA's autotuning off "
-                           "times the autotuning"}
+                           "times the autotuning",
+             "cold_again": "the cold run's step 1 read files from storage (the operating system's file cache did "
+                           "not hold them): the cold run again, its caches empty, after the others have read those "
+                           "files, times the first reads apart from the compilation"}
+# bytes a step must read from storage for the first reads of files to be a cause (below: the odd page)
+STORAGE_READ_MIN = 1 << 20
 ENV_SETS = {
     "default": ("cold", "warm", "preinit", "eager", "nocache"),
     "full": tuple(ENVS),
@@ -294,10 +303,14 @@ def xla_flags(user: str, dump: str, cache_root: str, extra: dict) -> str:
 
 
 def auto_envs(cold: dict) -> list[str]:
-    """The runs `AUTO_ENVS` adds after this cold run: noautotune when XLA compiled during its steps."""
+    """The runs `AUTO_ENVS` adds after this cold run: noautotune when XLA compiled during its steps; cold_again
+    when its step 1 read at least `STORAGE_READ_MIN` bytes from storage."""
     seen = any(k.startswith("jax:") and k.endswith("backend_compile_duration")
                for w in _step_windows(cold) for k in (w.get("jit_s") or {}))
-    return ["noautotune"] if seen else []
+    out = ["noautotune"] if seen else []
+    if storage_read(windows(cold).get("step1")) >= STORAGE_READ_MIN:
+        out.append("cold_again")
+    return out
 
 
 def _no_gpu(rec: dict) -> str | None:
@@ -364,6 +377,20 @@ def step_hosts(run: dict) -> list[float]:
     ws = [w for w in run.get("windows", []) if re.fullmatch(r"step\d+", w["name"])]
     ws.sort(key=lambda w: int(w["name"][4:]))
     return [w["host_s"] for w in ws]
+
+
+def storage_read(w: dict | None) -> int:
+    """Bytes a window read from storage, the process and its waited-for children (the child's `process_counters`;
+    0 for runs saved before they were kept): what the operating system's file cache did not hold."""
+    p = (w or {}).get("process") or {}
+    return int(max(p.get("read_bytes", 0), p.get("inblock_bytes", 0)))
+
+
+def compile_run(runs: dict) -> dict | None:
+    """The run whose step 1 the cold-cache causes are measured in: cold_again (empty caches, the files the
+    compilers read already in the operating system's file cache) where it completed, else cold."""
+    again = runs.get("cold_again")
+    return again if usable(again) else runs.get("cold")
 
 
 def steady(values: list[float]) -> float | None:
@@ -514,7 +541,7 @@ def xla_autotune_seconds(runs: dict) -> float | None:
     """What XLA's GEMM autotuning costs per full compile of the program: the cold run's backend compile in step 1
     − the noautotune run's (the same compile with ``--xla_gpu_autotune_level=0``, caches empty too); None without
     both runs compiling."""
-    A, N = runs.get("cold"), runs.get("noautotune")
+    A, N = compile_run(runs), runs.get("noautotune")
     if not (usable(A) and usable(N)):
         return None
     a1, n1 = windows(A).get("step1"), windows(N).get("step1")
@@ -775,7 +802,12 @@ def analyse(result: dict) -> dict:
     notes = out["evidence"]
     comps: list[dict] = []
     if base_name == "cold" and usable(B):
-        comps += _cold_cache_components(runs, A, B, step1, notes)
+        K = compile_run(runs)
+        if K is not A:
+            comps.append(_file_cache_component(A, K))
+        elif storage_read(windows(A).get("step1")) >= STORAGE_READ_MIN:
+            notes.append(_unseparated_reads(A))
+        comps += _cold_cache_components(runs, K, "cold" if K is A else "cold_again", B, notes)
     if usable(B) and usable(C):
         comps.append(_initialisation_component(B, C))
     if usable(C) and usable(D):
@@ -786,7 +818,7 @@ def analyse(result: dict) -> dict:
     # the timed compile routes with warm caches: measured in the warm run, whose step 1 the differences after
     # cold − warm start from with those routes' seconds taken out (`routes_seconds`)
     W, wname = (B, "warm") if usable(B) else (R, rname)
-    comps += _step1_components(runs, R, rname, notes, W, wname)
+    comps += _step1_components(runs, R, rname, notes, W, wname, A, base_name)
     comps += _heuristics_components(R, rname, C, E, notes)
     comps += _allocator_components(R, rname)
     explained = sum(c["seconds"] for c in comps)
@@ -849,17 +881,18 @@ def _component(cause: str, label: str, seconds: float | None, how: str, evidence
             "measured_s": seconds, "evidence": evidence}
 
 
-def _cold_cache_components(runs: dict, A: dict, B: dict, step1: float, notes: list[str]) -> list[dict]:
-    """cold − warm (step 1 of the cold run `A` over the warm run `B`): the compilation whose output the caches
-    keep. Autotuning and the timed compile routes take their own timers' share; the rest goes to the framework
-    and to PTX JIT by which caches the cold run wrote. A rest that no component takes goes to `notes`."""
+def _cold_cache_components(runs: dict, A: dict, aname: str, B: dict, notes: list[str]) -> list[dict]:
+    """`aname` − warm (step 1 of run `A`, empty caches: cold, or cold_again where it ran, over the warm run `B`):
+    the compilation whose output the caches keep. Autotuning and the timed compile routes take their own timers'
+    share; the rest goes to the framework and to PTX JIT by which caches run `A` wrote. A rest that no component
+    takes goes to `notes`."""
     d = _diff(A, B)
     s1 = windows(A).get("step1", {})
     tri = s1.get("triton_kernels") or []
     fw_files = sum(new_files(s1, v).get("count", 0) for v in FRAMEWORK_VARS)
     cc_files = new_files(s1, "CUDA_CACHE_PATH").get("count", 0) or compute_cache_written(A)
-    ev = [f"step 1 cold {_ms(step1)} vs warm caches {_ms(step_walls(B)[0])}: {d * 1e3:+.1f} ms",
-          f"cold run step 1 wrote {fw_files} framework cache files ({len(tri)} Triton kernels) and "
+    ev = [f"step 1 {aname} {_ms(step_walls(A)[0])} vs warm caches {_ms(step_walls(B)[0])}: {d * 1e3:+.1f} ms",
+          f"{aname} run step 1 wrote {fw_files} framework cache files ({len(tri)} Triton kernels) and "
           f"{cc_files} ComputeCache files; the warm run's step 1 wrote "
           f"{sum(new_files(windows(B).get('step1'), v).get('count', 0) for v in FRAMEWORK_VARS)} and "
           f"{new_files(windows(B).get('step1'), 'CUDA_CACHE_PATH').get('count', 0)}"]
@@ -905,6 +938,36 @@ def _cold_cache_components(runs: dict, A: dict, B: dict, step1: float, notes: li
         comps.append(_component("cold_caches", "cold caches (nothing was compiled)", 0.0, "cold − warm", ev))
         comps[-1]["measured_s"] = d
     return comps
+
+
+def _reads(w: dict | None) -> str:
+    """What a window read from storage and its CPU time, for the evidence."""
+    p = (w or {}).get("process") or {}
+    return (f"{storage_read(w) / 2**20:.1f} MiB read from storage ({p.get('majflt', 0)} major page faults, "
+            f"{p.get('children_majflt', 0)} in its subprocesses), CPU {p.get('cpu_s', 0.0) * 1e3:.1f} ms "
+            f"+ {p.get('children_cpu_s', 0.0) * 1e3:.1f} ms in subprocesses")
+
+
+def _file_cache_component(A: dict, K: dict) -> dict:
+    """cold − cold_again (step 1 of each, the same empty caches): the first reads of the files the program and
+    its compilers use, which the operating system's file cache held by the time of the cold_again run. What
+    each step read from storage and its CPU time are the evidence (the reads cost CPU as well as waiting)."""
+    a, k = step_walls(A)[0], step_walls(K)[0]
+    wa, wk = windows(A).get("step1"), windows(K).get("step1")
+    ev = [f"step 1 with empty caches: {_ms(a)} in the cold run, {_ms(k)} in the cold_again run (after the other "
+          f"runs had read the same files): {(a - k) * 1e3:+.1f} ms",
+          f"step 1 of the cold run: {_reads(wa)}; of the cold_again run: {_reads(wk)}",
+          "a second cold-start on this machine finds those files in the file cache: this cause is then absent, the "
+          "others are the same"]
+    return _component("file_cache", "first reads of files from storage (the OS file cache was cold)", a - k,
+                      "cold − cold_again", ev)
+
+
+def _unseparated_reads(A: dict) -> str:
+    """The note for a cold run whose step 1 read from storage with no cold_again run to time those reads."""
+    return (f"the cold run's step 1 read {storage_read(windows(A).get('step1')) / 2**20:.1f} MiB from storage (the "
+            "operating system's file cache did not hold the files): cold − warm includes those first reads, not "
+            "separated here (no cold_again run: it is added when a named run set is used, or name it in --envs)")
 
 
 def _scaled_timed(timed: list[tuple], room: float) -> tuple[list[dict], float]:
@@ -986,11 +1049,13 @@ def _module_loading_component(A: dict, C: dict, D: dict, base_name: str) -> dict
     return _component("module_loading", "lazy module loading", d, "preinit − eager", ev)
 
 
-def _step1_components(runs: dict, R: dict, rname: str, notes: list[str], W: dict, wname: str) -> list[dict]:
+def _step1_components(runs: dict, R: dict, rname: str, notes: list[str], W: dict, wname: str, A: dict,
+                      aname: str) -> list[dict]:
     """The compilers' own work with warm caches: torch.compile's and its autotuning's timers inside step 1 of run
     `R` (named `rname`), then each timed compile route (`_warm_timed`) inside step 1 of run `W` (named `wname`:
-    the warm run, whose step 1 the differences after cold − warm start from). cuDNN's benchmark mode is not timed
-    apart: it goes to `notes`."""
+    the warm run, whose step 1 the differences after cold − warm start from), each at most what step 1 of the
+    explained run `A` (named `aname`) spent in the same route where that run compiled there too. cuDNN's
+    benchmark mode is not timed apart: it goes to `notes`."""
     comps = []
     r1 = windows(R).get("step1", {})
     cw = compile_seconds(r1)
@@ -1005,7 +1070,15 @@ def _step1_components(runs: dict, R: dict, rname: str, notes: list[str], W: dict
         comps.append(_component("autotuning_warm", "benchmark-based autotuning (warm caches)", at,
                                 f"torch.compile timers ({rname})",
                                 [f"autotuning timers in {rname} step 1: {at:.3f} s"]))
+    # a route that compiles in every run (Numba without a disk cache) counts no more than the explained step
+    # spent in it: its compile varies between runs by more than the differences between runs measure
+    own = {t[0]: t[2] for t in _warm_timed(runs, A, aname, windows(A).get("step1", {}))} if A is not W else {}
     for cause, label, sec, how, tev in _warm_timed(runs, W, wname, windows(W).get("step1", {})):
+        if cause in own and 0 <= own[cause] < sec:
+            tev = tev + [f"the {aname} run's step 1 spent {own[cause] * 1e3:.1f} ms in it (it compiled there as "
+                         f"well): counted at that, the {wname} run's {sec * 1e3:.1f} ms being the compile's "
+                         "variation between runs"]
+            sec = own[cause]
         comps.append(_component(cause, label, sec, how, tev))
     if R.get("cudnn_benchmark"):
         notes.append("torch.backends.cudnn.benchmark was on: cuDNN times candidate engines at each new "
@@ -1099,7 +1172,7 @@ def _cold_timed(runs: dict, a1: dict, b1: dict) -> list[tuple]:
 
 def _xla_tune_evidence(runs: dict, tune: float) -> list[str]:
     N = runs.get("noautotune") or {}
-    A = runs.get("cold") or {}
+    A = compile_run(runs) or {}
     got = xla_autotuned(A)
     return [f"XLA backend compile in step 1: {jit_seconds(windows(A).get('step1'), JAX_BACKEND) * 1e3:.1f} ms with "
             f"autotuning, {jit_seconds(windows(N).get('step1'), JAX_BACKEND) * 1e3:.1f} ms with "
@@ -1346,6 +1419,21 @@ def render(a: dict) -> str:
 # --- provenance (CPU) ------------------------------------------------------------------------------------------------
 
 
+# libraries that ship their kernels compiled: a module whose load call one of them made holds its own kernel
+# (cuDNN's runtime-compiled engines, which load what NVRTC made for them, are not among them)
+SHIPPING_LIBRARIES = ("libcublas", "libcudnn_engines_precompiled", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv",
+                      "libcufft", "libcusparse", "libcusolver", "libcurand", "libnccl", "libcudart", "libnvjpeg",
+                      "libnpp", "libtorch_cuda", "libc10_cuda")
+
+
+def shipped_by(m: dict) -> str | None:
+    """The library whose own kernel a module holds (the shared object that made its load call is one of
+    `SHIPPING_LIBRARIES`), or None: a module made by whoever else called the driver (a compiler loading what it
+    made), or recorded before the caller was kept."""
+    caller = m.get("caller") or ""
+    return caller if caller.startswith(SHIPPING_LIBRARIES) else None
+
+
 def observed_provenance(result: dict) -> dict[str, dict]:
     """Kernel name (or ``module:<id>`` where the module's kernels are not known) -> what the process was seen
     doing to produce it: ``{"provenance": "runtime-compiled" | "autotuned", "mechanism": ..., "evidence":
@@ -1353,7 +1441,10 @@ def observed_provenance(result: dict) -> dict[str, dict]:
     ``triton-jit`` (Triton, caller not observed) from the cubins Triton wrote; ``ptx-jit`` from modules loaded from
     PTX text; ``nvrtc-cupy``, ``numba``, ``xla`` from modules loaded inside those routes' timed compile calls.
     A kernel XLA loaded in several candidate modules during one compile, in a window whose autotuning log timed
-    candidates, is ``autotuned``. Runs with CUDA_FORCE_PTX_JIT=1 are what-ifs and are left out."""
+    candidates, is ``autotuned``. A module whose load call a library that ships its kernels made (`shipped_by`:
+    cuBLASLt unpacking its own kernels while XLA's autotuner runs them) was loaded, not compiled: it is
+    ``autotuned`` when XLA timed candidates in that window, else left out. Runs with CUDA_FORCE_PTX_JIT=1 are
+    what-ifs and are left out."""
     out: dict[str, dict] = {}
     for name, r in (result.get("runs") or {}).items():
         if str((r.get("env") or {}).get("CUDA_FORCE_PTX_JIT")) == "1":
@@ -1385,6 +1476,16 @@ def observed_provenance(result: dict) -> dict[str, dict]:
                     continue
                 owner = owners[id(m)]
                 if owner is None:  # (a module without kernel names, as EAGER runs record them, names nothing)
+                    continue
+                if shipped_by(m):  # a library's own kernel, loaded (lazily) while the compiler ran
+                    if owner == "xla" and timed:
+                        for k in m.get("kernels") or []:
+                            if k in out and out[k]["provenance"] == AUTOTUNED:
+                                continue
+                            out[k] = {"provenance": AUTOTUNED, "mechanism": owner, "evidence": "observed",
+                                      "how": f"a kernel {m['caller']} ships, which it loaded (not compiled) during "
+                                             f"XLA's compile in {wname} of the {name} run while XLA timed {timed} "
+                                             "candidates (its autotuning log): chosen by timing"}
                     continue
                 for k in m.get("kernels") or []:
                     how = (f"module {m['id']} was loaded by {m['loaded_by']} inside {_MECH_LABEL.get(owner, owner)}'s "

@@ -10,7 +10,8 @@ and reads the one JSON line this prints last. What is measured:
 - around each step: torch's allocator counters (`torch.cuda.memory_stats`), torch.compile's compile-time
   counters (`torch._dynamo.utils.compilation_time_metrics`, when torch.compile was used), the files in the
   controlled cache folders (ComputeCache, Inductor, Triton, torch's kernel cache), the shared libraries the
-  process has mapped (libnvrtc, libnvJitLink, cuDNN's runtime-compiled engines, ...);
+  process has mapped (libnvrtc, libnvJitLink, cuDNN's runtime-compiled engines, ...), the process's CPU time
+  (its own and its compiler subprocesses'), page faults and bytes read from storage (`process_counters`);
 - the cuBLASLt level-2 log of each step (the in-process logger of `lt.Logger`), as lines;
 - with CUPTI (`cupti.Recorder`): each module the driver loaded and the load, link and allocation calls, with
   their host timestamps;
@@ -40,6 +41,7 @@ import importlib.abc
 import json
 import os
 import re
+import resource
 import runpy
 import statistics
 import sys
@@ -74,6 +76,42 @@ def mapped_libraries() -> list[str]:
     except OSError:
         pass
     return out
+
+
+def process_counters() -> dict[str, float]:
+    """The process's own accounting, read at a window's edges: CPU seconds of this process and of its waited-for
+    children (compilers run as subprocesses: ptxas, the C compiler), page faults that had to read from storage
+    (major), blocks read from storage, and what /proc/self/io and /proc/self/stat add where readable (bytes the
+    process had read from storage, read and written through system calls — Python writing bytecode caches shows
+    there; the time it waited for block I/O, kept only where the kernel's delay accounting is on). A window's difference tells CPU work from waiting and a first read of files
+    from storage (the operating system's file cache cold) from a file read that the cache served."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = {"cpu_s": me.ru_utime + me.ru_stime, "children_cpu_s": kids.ru_utime + kids.ru_stime,
+           "majflt": me.ru_majflt, "children_majflt": kids.ru_majflt,
+           "inblock_bytes": 512 * (me.ru_inblock + kids.ru_inblock), "voluntary_switches": me.ru_nvcsw}
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("rchar", "read_bytes", "wchar"):
+                    out[k] = int(v)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[39])  # field 42, delayacct_blkio_ticks (fields from the state, field 3, on)
+        if ticks:
+            out["blkio_s"] = ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def counters_delta(before: dict, after: dict) -> dict:
+    """`after` − `before`, key by key (a key only one side has is left out); seconds rounded to the microsecond."""
+    return {k: (round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k])
+            for k in after if k in before}
 
 
 def cache_files(root: str | None) -> dict[str, int]:
@@ -295,6 +333,7 @@ class Session:
         self._mem = self._mem_stats()
         self._dyn = self._dynamo()
         self._jit = TIMERS.snapshot()
+        self._proc = process_counters()
         self._spans = len(TIMERS.spans)
         self._xla_dump = os.environ.get("CUBLASLT_PROBE_XLA_DUMP")
         self._xla_seen: dict[str, tuple] = {}
@@ -399,6 +438,7 @@ class Session:
         self._take_log(None)
         hook_loaded()
         self._spans = len(TIMERS.spans)
+        self._proc = process_counters()
         self._open = (name, time.perf_counter_ns())
 
     def end(self, ok: bool = True, error: str | None = None) -> dict:
@@ -410,9 +450,10 @@ class Session:
             error = error or f"{type(e).__name__}: {e}"
             ok = False
         t1 = time.perf_counter_ns()
+        proc = process_counters()
         self._t_host = 0
         w = {"name": name, "t0_ns": _rel_ns(t0), "t1_ns": _rel_ns(t1), "wall_s": (t1 - t0) / 1e9,
-             "host_s": (t_host - t0) / 1e9, "ok": ok}
+             "host_s": (t_host - t0) / 1e9, "ok": ok, "process": counters_delta(self._proc, proc)}
         if error:
             w["error"] = error
         w.update(self._delta())
@@ -631,6 +672,12 @@ def main(argv: list[str] | None = None) -> dict:
                  "env_seen": {k: _no_paths(k, v) for k, v in sorted(os.environ.items())
                               if k.startswith(("CUDA_", "CUBLASLT_", "TORCHINDUCTOR_", "TRITON_", "PYTORCH_KERNEL",
                                                "CUPY_", "NUMBA_", "JAX_", "TORCH_EXTENSIONS", "XLA_"))}}
+    res["process_info"] = {"dont_write_bytecode": sys.dont_write_bytecode, "pycache_prefix": sys.pycache_prefix is not None}
+    try:
+        with open("/proc/sys/kernel/task_delayacct") as f:
+            res["process_info"]["task_delayacct"] = f.read().strip()
+    except OSError:
+        pass
     install_hooks()
     t = time.perf_counter()
     import torch
@@ -807,8 +854,9 @@ def _events(rec, windows: list[dict]) -> tuple[dict, dict]:
                 if r["id"] == m["id"]:
                     r["loaded_by"] = how
                     r["load_t_ms"] = round((_rel_ns(c["t_ns"]) - _start(windows, m_name)) / 1e6, 3)
-                    if "image" in c:
-                        r["image"] = c["image"]
+                    for k in ("image", "caller"):
+                        if k in c:
+                            r[k] = c[k]
     for g in mods.values():
         for r in g["records"]:
             if "loaded_by" not in r:

@@ -10,8 +10,8 @@ and memcpy with its name and GPU start/end, named as torch.profiler names them. 
   names of the ELF, read from its section headers only);
 - the driver calls that load, link or allocate (``cuModuleLoad*``, ``cuLibraryLoad*``, ``cuLink*``,
   ``cuMemAlloc*``, ``cuMemCreate``, ``cuMemMap``, ...): entry and exit time, the return code, and for the
-  loaders the kind of image handed over (``cubin`` ELF, ``fatbin``, ``ptx`` text) and its size; for the
-  linker the input type (PTX, cubin, fatbin, LTO-IR, ...).
+  loaders the kind of image handed over (``cubin`` ELF, ``fatbin``, ``ptx`` text), its size and the shared
+  object that made the call (`CallStack`); for the linker the input type (PTX, cubin, fatbin, LTO-IR, ...).
 
 Layouts (CUPTI's ``cupti_callbacks.h``, the driver's ``generated_cuda_meta.h``):
 ``CUpti_CallbackData {int callbackSite; const char *functionName; const void *functionParams;
@@ -151,6 +151,46 @@ def elf_kernels(read, limit: int = MAX_KERNELS_PER_MODULE) -> tuple[list[str], i
     return names[:limit], len(names)
 
 
+class Dl_info(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p)]
+
+
+# the frames of a driver call seen from inside its callback: the driver's and CUPTI's, then whoever called it
+_DRIVER_FRAMES = ("libcuda.so", "libcupti")
+
+
+class CallStack:
+    """Who made a driver call, seen from inside its callback: `caller()` is the shared object of the first frame
+    past the driver's and CUPTI's on the C stack (glibc's backtrace and dladdr). A load call made by a library
+    that ships its kernels (cuBLASLt unpacking one of its own) is told apart by it from one made by a compiler
+    loading what it has just made (XLA, Numba, CuPy): both hand the driver an image in the process's memory."""
+
+    def __init__(self):
+        libc = ctypes.CDLL(None)
+        self._backtrace, self._dladdr = libc.backtrace, libc.dladdr
+        self._backtrace.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+        self._dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(Dl_info)]
+        self._frames = (ctypes.c_void_p * 96)()
+        self._backtrace(self._frames, 96)  # the unwinder loads on first use: not inside a driver callback
+
+    def caller(self, past: tuple[str, ...] = _DRIVER_FRAMES) -> str | None:
+        """The shared object of the first frame past the innermost run of frames in `past` (the driver's and
+        CUPTI's: the driver's caller); None when no frame is in `past`."""
+        n = self._backtrace(self._frames, 96)
+        info = Dl_info()
+        seen = False
+        for i in range(n):
+            if not self._frames[i] or not self._dladdr(self._frames[i], ctypes.byref(info)) or not info.dli_fname:
+                continue
+            lib = os.path.basename(info.dli_fname.decode(errors="replace"))
+            if lib.startswith(past):
+                seen = True
+            elif seen:
+                return lib
+        return None
+
+
 def find_library(fix: str = "run cold-start with --no-cupti") -> str:
     """The libcupti this process should use: one already mapped, else the one next to torch's libraries or in
     the CUDA wheels on sys.path (``nvidia/*/lib``), else a system one. Without one, a CaptureError ending in
@@ -204,6 +244,11 @@ class Recorder:
         self._cb = CALLBACK(self._on_callback)  # keep a reference: ctypes callbacks must outlive use
         self._sub = ctypes.c_void_p()
         self.on = False
+        try:
+            self._stack: CallStack | None = CallStack()
+        except (OSError, AttributeError) as e:  # no glibc backtrace/dladdr: load calls keep no caller
+            self._stack = None
+            self.errors.append(f"load calls' callers not recorded: {type(e).__name__}: {e}")
 
     def _check(self, rc: int, what: str) -> None:
         check(self.lib, rc, what, "if a profiler is attached, run without it or with --no-cupti")
@@ -296,6 +341,8 @@ class Recorder:
             if img:
                 kind = image_kind(ctypes.string_at(img, 16))
                 rec["image"] = kind
+                if self._stack is not None:
+                    rec["caller"] = self._stack.caller()
                 if kind == "ptx":
                     rec["image_bytes"] = len(ctypes.string_at(img))
                 elif kind == "cubin":   # its size, which the module the driver makes of it has (`Module`)
