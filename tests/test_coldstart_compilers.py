@@ -52,9 +52,10 @@ def test_each_program_is_named_by_its_mechanism(analysed, prog, k):
     mech, label, causes = NAMED[prog]
     assert mech in a["compilation"]["mechanisms"], a["compilation"]
     assert label in a["compilation"]["verdict"]
-    got = {c["cause"] for c in a["components"] if c["seconds"] > 0}
+    got = {c["cause"] for c in a["components"]}
     assert causes <= got, got
-    # the route's causes are the largest part of the excess (59 % to 100 % on these runs)
+    # the route's causes are the largest part of the excess (59 % to 100 % on these runs); one of them may count
+    # 0 (Numba compiles in every run: its cold − warm timer difference is the compile's noise, 0 in round 2)
     assert sum(c["seconds"] for c in a["components"] if c["cause"] in causes) > 0.4 * a["excess_s"]
 
 
@@ -116,6 +117,64 @@ def test_the_second_capture_names_the_same_causes(analysed, prog):
         {c["cause"] for c in a2["components"] if c["cause"] in causes}
 
 
+# --- the operating system's file cache: first reads from storage, a cause of their own ----------------------------------
+@pytest.mark.parametrize("prog", PROGRAMS)
+def test_first_reads_from_storage_are_timed_apart_and_the_rest_repeats(raw, analysed, prog):
+    """Round 1 ran first on a freshly started machine: its cold run's step 1 read the compilers' and libraries'
+    files from storage (28 to 365 MiB), so a cold_again run was added, whose step 1 (caches empty again) read
+    nothing; round 2, on the same machine after round 1, read nothing and got no cold_again run. Without the
+    first reads, round 1's excess is round 2's within 10 % (measured: 0.4 % to 8 %)."""
+    r1, r2 = raw[(prog, 1)], raw[(prog, 2)]
+    a1, a2 = analysed[(prog, 1)], analysed[(prog, 2)]
+    cold1, again1 = (coldstart.windows(r1["runs"][n])["step1"] for n in ("cold", "cold_again"))
+    assert coldstart.storage_read(cold1) >= 20 * 2**20 and coldstart.storage_read(again1) == 0
+    assert "cold_again" in coldstart.auto_envs(r1["runs"]["cold"]) and r1["envs"][-1] == "cold_again"
+    assert not any(r1["runs"]["cold_again"]["env"]["caches_before"].values())
+    fc = _cause(a1, "file_cache")
+    assert fc["measured_s"] == pytest.approx(coldstart.step_walls(r1["runs"]["cold"])[0]
+                                             - coldstart.step_walls(r1["runs"]["cold_again"])[0])
+    assert any(f"{coldstart.storage_read(cold1) / 2**20:.1f} MiB read from storage" in e for e in fc["evidence"])
+    assert "first reads of files from storage" in coldstart.render(a1)
+    assert coldstart.storage_read(coldstart.windows(r2["runs"]["cold"])["step1"]) < coldstart.STORAGE_READ_MIN
+    assert "cold_again" not in r2["runs"] and _cause(a2, "file_cache") is None
+    assert "cold_again" not in coldstart.auto_envs(r2["runs"]["cold"])
+    assert abs((a1["excess_s"] - fc["seconds"]) - a2["excess_s"]) < 0.10 * a2["excess_s"]
+
+
+def test_reads_from_storage_without_a_cold_again_run_are_said_not_separated():
+    """The plain Triton program on a freshly started machine, captured before cold_again existed: cold − warm
+    holds the first reads (365 MiB), and the analysis says so instead of calling them compilation silently."""
+    r = coldstart.load(COMP / "triton_reads_unseparated.json.gz")
+    a = coldstart.analyse(r)
+    assert "cold_again" not in r["runs"] and _cause(a, "file_cache") is None
+    assert any(e.startswith("the cold run's step 1 read 365.1 MiB from storage") and "not separated" in e
+               for e in a["evidence"])
+    assert coldstart.auto_envs(r["runs"]["cold"]) == ["cold_again"]
+
+
+def test_every_window_keeps_the_process_accounting(raw):
+    for r in raw.values():
+        for run in r["runs"].values():
+            for w in run["windows"]:
+                p = w["process"]
+                assert {"cpu_s", "children_cpu_s", "majflt", "children_majflt", "inblock_bytes", "read_bytes",
+                        "rchar"} <= set(p), (run["env"]["what"], w["name"])
+                assert p["cpu_s"] >= 0 and p["read_bytes"] == p["inblock_bytes"]  # the same bytes, two counters
+    # Triton's C modules are built by the host compiler, a subprocess: its CPU time is the children's
+    c1 = coldstart.windows(raw[("triton", 2)]["runs"]["cold"])["step1"]["process"]
+    assert c1["children_cpu_s"] > 0.3
+
+
+def test_the_childs_process_counters_see_cpu_and_subprocesses():
+    from cublaslt_probe.gpu.coldstart_child import counters_delta, process_counters
+    before = process_counters()
+    sum(i * i for i in range(300_000))
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(2_000_000))"], check=True)
+    d = counters_delta(before, process_counters())
+    assert d["cpu_s"] > 0 and d["children_cpu_s"] > 0.02
+    assert d["rchar"] >= 0 and set(d) >= {"majflt", "inblock_bytes", "voluntary_switches"}
+
+
 # --- caches: isolated per run, their state reported -------------------------------------------------------------------
 @pytest.mark.parametrize("prog,var", [("cupy", "CUPY_CACHE_DIR"), ("triton", "TRITON_CACHE_DIR"),
                                       ("jax", "JAX_COMPILATION_CACHE_DIR"), ("torch_compile", "TRITON_CACHE_DIR")])
@@ -132,7 +191,9 @@ def test_every_cache_is_empty_for_the_cold_run_and_warm_after(raw, analysed, pro
 def test_cupy_warm_run_compiles_nothing_and_loads_from_its_cache(raw, analysed):
     for k in (1, 2):
         runs = raw[("cupy", k)]["runs"]
-        c1, w1 = coldstart.windows(runs["cold"])["step1"], coldstart.windows(runs["warm"])["step1"]
+        # the cold-cache cause is measured in the run with empty caches whose files the OS cache held (cold_again
+        # where the cold run read from storage: round 1)
+        c1, w1 = coldstart.windows(coldstart.compile_run(runs))["step1"], coldstart.windows(runs["warm"])["step1"]
         assert coldstart.jit_calls(c1, "cupy.nvrtc") == 2 and coldstart.jit_calls(w1, "cupy.nvrtc") == 0
         assert coldstart.jit_calls(w1, "cupy.compile") == 2
         a = analysed[("cupy", k)]
@@ -187,8 +248,9 @@ def test_xla_autotuning_is_timed_by_the_noautotune_run(raw, analysed):
     for k in (1, 2):
         r = raw[("jax", k)]
         runs = r["runs"]
-        assert r["envs"][-1] == "noautotune" and runs["noautotune"]["env"]["XLA xla_gpu_autotune_level"] == "0"
-        cold1, no1 = coldstart.windows(runs["cold"])["step1"], coldstart.windows(runs["noautotune"])["step1"]
+        assert "noautotune" in r["envs"] and runs["noautotune"]["env"]["XLA xla_gpu_autotune_level"] == "0"
+        cold1 = coldstart.windows(coldstart.compile_run(runs))["step1"]
+        no1 = coldstart.windows(runs["noautotune"])["step1"]
         tune = coldstart.xla_autotune_seconds(runs)
         assert tune == pytest.approx(coldstart.jit_seconds(cold1, coldstart.JAX_BACKEND)
                                      - coldstart.jit_seconds(no1, coldstart.JAX_BACKEND))
@@ -221,8 +283,8 @@ def test_jax_warm_runs_load_the_executable_from_the_persistent_cache(raw, analys
         assert _cause(a, "xla_warm")["seconds"] == pytest.approx(
             coldstart.xla_seconds(coldstart.windows(runs["warm"])["step1"]))
         assert any("served from JAX's persistent cache" in h for h in a["compilation"]["hints"])
-        assert coldstart.auto_envs(runs["cold"]) == ["noautotune"]
-    assert coldstart.auto_envs(raw[("cupy", 1)]["runs"]["cold"]) == []
+        assert coldstart.auto_envs(runs["cold"]) == ["noautotune", "cold_again"][:3 - k]
+    assert coldstart.auto_envs(raw[("cupy", 2)]["runs"]["cold"]) == []
 
 
 # --- Numba: compiled in every run (no disk cache without cache=True) --------------------------------------------------
@@ -238,8 +300,9 @@ def test_numba_compile_is_observed_and_measured_where_it_happens(raw, analysed):
         assert a["compilation"]["verdict"].startswith("runtime compilation observed: Numba")
         warm = _cause(a, "numba_warm")
         assert warm["label"] == "Numba, compiled again (no disk cache)"
-        assert warm["seconds"] == pytest.approx(
-            coldstart.jit_seconds(coldstart.windows(runs["warm"])["step1"], "numba.compile"))
+        # measured in the warm run, and at most what the cold run's step 1 spent compiling (it compiled there too)
+        assert warm["seconds"] == pytest.approx(min(
+            coldstart.jit_seconds(coldstart.windows(runs[n])["step1"], "numba.compile") for n in ("warm", "cold")))
         # the compile varies from run to run by more than any difference between runs measures (483 to 798 ms
         # in these captures): the differences after cold − warm are taken with it out, so none holds its noise
         mod = _cause(a, "module_loading")
@@ -259,13 +322,37 @@ def test_provenance_names_the_route_that_made_each_kernel(raw):
 
 
 def test_xla_gemm_fusions_are_autotuned_not_library_selected(raw, analysed):
-    prov = coldstart.observed_provenance(raw[("jax", 1)])
-    assert set(prov) == {"gemm_fusion_dot_general_2", "gemm_fusion_dot_general_3"}
-    for v in prov.values():
-        assert v["provenance"] == coldstart.AUTOTUNED and v["mechanism"] == "xla"
-        assert "candidate modules" in v["how"] and "timed 51 candidates" in v["how"]
-    text = coldstart.render(analysed[("jax", 1)])
-    assert "gemm_fusion_dot_general_2: autotuned" in text
+    for k in (1, 2):
+        prov = coldstart.observed_provenance(raw[("jax", k)])
+        fusions = {n: v for n, v in prov.items() if n.startswith("gemm_fusion")}
+        assert set(fusions) == {"gemm_fusion_dot_general_2", "gemm_fusion_dot_general_3"}
+        for v in fusions.values():
+            assert v["provenance"] == coldstart.AUTOTUNED and v["mechanism"] == "xla"
+            assert "candidate modules" in v["how"] and "timed 51 candidates" in v["how"]
+        # cuBLASLt's own kernels, loaded by cuBLASLt while XLA's autotuner timed them: chosen by timing, loaded,
+        # never runtime-compiled (the load call's caller is the evidence)
+        lib = {n: v for n, v in prov.items() if n not in fusions}
+        assert len(lib) == 16 and all(n.startswith("nvjet_sm90_") for n in lib)
+        for v in lib.values():
+            assert v["provenance"] == coldstart.AUTOTUNED and v["mechanism"] == "xla"
+            assert v["how"].startswith("a kernel libcublasLt.so.13 ships, which it loaded (not compiled)")
+        text = coldstart.render(analysed[("jax", k)])
+        assert "gemm_fusion_dot_general_2: autotuned" in text and "runtime-compiled" not in text
+
+
+def test_a_module_is_the_librarys_own_only_when_the_library_loaded_it(raw):
+    recs = [m for m in raw[("jax", 1)]["runs"]["cold"]["modules"]["step1"]["records"] if m.get("loaded_by")]
+    by = {}
+    for m in recs:
+        by.setdefault(m.get("caller"), set()).update(k[:11] for k in m.get("kernels") or [])
+    assert by == {"libcublasLt.so.13": {"nvjet_sm90_"}, "xla_cuda_plugin.so": {"gemm_fusion", "loop_multip"}}
+    assert coldstart.shipped_by({"caller": "libcublasLt.so.13"}) == "libcublasLt.so.13"
+    assert coldstart.shipped_by({"caller": "xla_cuda_plugin.so"}) is None
+    assert coldstart.shipped_by({"caller": "libcudnn_engines_runtime_compiled.so.9"}) is None
+    assert coldstart.shipped_by({}) is None  # recorded before the caller was kept
+    # Numba's module: loaded lazily (made at its first use) from the cubin Numba made, by Numba's CUDA bindings
+    n = [m for m in raw[("numba", 1)]["runs"]["cold"]["modules"]["step1"]["records"] if m.get("loaded_by")]
+    assert n and all(m["loaded_by"].endswith("(made at its first use)") and not coldstart.shipped_by(m) for m in n)
 
 
 # --- inputs: old runs, a failed program -------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import click
 @click.option("--env-set", default="default", show_default=True,
               type=click.Choice(["default", "full", "compile", "jit"]),
               help="default: cold, warm, preinit, eager, nocache; full adds nojit, forcejit, forcejit_warm; "
-                   "noautotune is added when the cold run compiled with XLA")
+                   "noautotune is added when the cold run compiled with XLA, cold_again when its step 1 read files "
+                   "from storage")
 @click.option("--envs", default=None, help="an explicit comma list of runs instead (e.g. cold,warm,forcejit)")
 @click.option("--no-cupti", is_flag=True, help="no CUPTI subscriber in the children (no module/driver-call evidence)")
 @click.option("--timeout", default=600.0, show_default=True, help="seconds per child process")
