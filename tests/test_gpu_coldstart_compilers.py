@@ -115,3 +115,9 @@ def test_jax_is_xla_compile_and_its_autotuning_is_timed():
     assert own and not any(coldstart.shipped_by(m) for m in own), own[:3]
     assert lib and all(str(coldstart.shipped_by(m)).startswith("libcublas") for m in lib), recs[:3]
     assert not [k for k, v in a["kernels"].items() if k.startswith("nvjet") and v["provenance"] != "autotuned"]
+
+
+@pytest.mark.gpu
+def test_torch_compile_is_still_triton_via_torch_compile():
+    raw, a = _run("torch_compile")
+    assert "triton" in a["compilation"]["mechanisms"] and "triton-direct" not in a["compilation"]["mechanisms"]
