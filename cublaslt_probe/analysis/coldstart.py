@@ -958,7 +958,7 @@ def _file_cache_component(A: dict, K: dict) -> dict:
           f"runs had read the same files): {(a - k) * 1e3:+.1f} ms",
           f"step 1 of the cold run: {_reads(wa)}; of the cold_again run: {_reads(wk)}",
           "a second cold-start on this machine finds those files in the file cache: this cause is then absent, the "
-          "others are the same"]
+          "others are the same" if a > k else "the first reads took no time the runs can tell from their noise"]
     return _component("file_cache", "first reads of files from storage (the OS file cache was cold)", a - k,
                       "cold − cold_again", ev)
 
