@@ -47,7 +47,9 @@ def test_audit_with_a_cold_start_says_what_was_observed():
     a = audit(RUN, coldstart=load(COLD))
     assert a.observed["kernels"] == 3 and a.observed["gemm_rows"] == 0     # its GEMMs are cuBLAS's
     assert (a.rows.evidence == "name").all()
-    assert any(ln.startswith("cold-start evidence (compiled_mlp): 3 kernel name(s)") for ln in summary_lines(a))
+    assert any(ln.startswith("cold-start evidence (compiled_mlp): 3 kernel name(s) of this trace observed made or "
+                             "chosen at run time (runtime-compiled 3; by mechanism: triton 3)")
+               for ln in summary_lines(a))
     plain = audit(RUN)
     assert plain.observed is None and (plain.rows.evidence == "name").all() and len(plain.rows) == len(a.rows)
 
@@ -88,3 +90,18 @@ def test_audit_of_a_cut_off_trace_shows_what_it_has_and_exits_partial(tmp_path):
     assert not audit(FIX / "programs" / "gpt2_train").partial
     r = CliRunner().invoke(main, ["audit", str(run), "-f", "jsonl"])
     assert r.exit_code == 3 and r.stdout.count("\n") == len(a.rows) and "Traceback" not in r.output
+
+
+def test_kernels_xla_timed_become_autotuned_whatever_their_name_says():
+    """The JAX program's cold start (tests/fixtures/coldstart/compilers): cuBLASLt's nvjet kernels, which XLA's
+    autotuner ran among its candidates, are library-selected by their name and autotuned by observation; XLA's
+    own GEMM fusions likewise. A row table of those names is upgraded and counted by provenance."""
+    cold = load(FIX / "coldstart" / "compilers" / "jax_run1.json.gz")
+    from cublaslt_probe.analysis.coldstart import observed_provenance
+    names = sorted(observed_provenance(cold))
+    rows = pd.DataFrame({"kernel": names, "provenance": pd.Categorical([decode(n).provenance for n in names])})
+    nvjet = rows.kernel.str.startswith("nvjet_")
+    assert nvjet.sum() == 16 and (rows.loc[nvjet, "provenance"] == "library-selected").all()
+    out, seen = apply_observed(rows, cold)
+    assert (out.provenance == "autotuned").all() and (out.evidence == "observed").all()
+    assert seen["gemm_rows"] == 18 and seen["gemm_rows_by_provenance"] == {"autotuned": 18}

@@ -1524,7 +1524,8 @@ def apply_observed(rows, result: dict, per_name: dict | None = None, steps: int 
     """Rows of a kernel table (`trace` GEMM rows, `audit` rows: a ``kernel`` and a ``provenance`` column) with the
     provenance a cold-start run *observed* (`observed_provenance`) and an ``evidence`` column (``observed`` for
     those, ``name`` for the rest); and a summary: how many of the trace's kernel names (`per_name`: name ->
-    [launches, µs]) were seen compiled, their GPU µs per step, by mechanism, and the rows upgraded."""
+    [launches, µs]) were observed made at run time or chosen by timing, their GPU µs per step, by mechanism and
+    by provenance, and the rows upgraded (by provenance)."""
     import pandas as pd
     obs = observed_provenance(result)
     rows = rows.copy()
@@ -1537,10 +1538,15 @@ def apply_observed(rows, result: dict, per_name: dict | None = None, steps: int 
     rows["evidence"] = pd.array(["observed" if h else "name" for h in hit], dtype="string")
     seen = {k: v for k, v in obs.items() if per_name and k in per_name}
     by_mech: dict[str, int] = {}
+    by_prov: dict[str, int] = {}
     for v in seen.values():
         by_mech[v["mechanism"]] = by_mech.get(v["mechanism"], 0) + 1
+        by_prov[v["provenance"]] = by_prov.get(v["provenance"], 0) + 1
+    row_prov: dict[str, int] = {}
+    for k in (rows.loc[hit, "kernel"] if len(rows) else []):
+        row_prov[obs[k]["provenance"]] = row_prov.get(obs[k]["provenance"], 0) + 1
     summary = {"source": result.get("label") or result.get("target") or "cold-start", "kernels": len(seen),
                "gpu_us": sum(per_name[k][1] for k in seen) / max(steps, 1) if per_name else 0.0,
-               "by_mechanism": by_mech, "gemm_rows": int(hit.sum()) if len(rows) else 0,
-               "how": {k: v["how"] for k, v in seen.items()}}
+               "by_mechanism": by_mech, "by_provenance": by_prov, "gemm_rows": int(hit.sum()) if len(rows) else 0,
+               "gemm_rows_by_provenance": row_prov, "how": {k: v["how"] for k, v in seen.items()}}
     return rows, summary

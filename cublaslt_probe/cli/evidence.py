@@ -184,8 +184,10 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
     if coldstart_path:
         from cublaslt_probe.analysis.coldstart import apply_observed, load
         summary.kernels, seen = apply_observed(summary.kernels, load(coldstart_path))
-        click.echo(f"cold-start evidence: {seen['gemm_rows']} GEMM row(s) of this trace seen compiled at run time "
-                   "(evidence observed); the others keep the provenance their name gives (evidence name)", err=True)
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(seen["gemm_rows_by_provenance"].items()))
+        click.echo(f"cold-start evidence: {seen['gemm_rows']} GEMM row(s) of this trace observed made or chosen at run "
+                   f"time ({kinds + ', ' if kinds else ''}evidence observed); the others keep the provenance their "
+                   "name gives (evidence name)", err=True)
     df = {"shape": lambda: summary.kernels, "kernel": lambda: by_kernel(summary.kernels),
           "class": lambda: summary.timeline}[by]()
     total = len(df)

@@ -48,8 +48,10 @@ def summary_lines(a: Audit) -> list[str]:
                      + (f"; torch allow_tf32={cap.get('allow_tf32')}" if "allow_tf32" in cap else ""))
     if a.observed is not None:
         o = a.observed
-        lines.append(f"cold-start evidence ({o['source']}): {o['kernels']} kernel name(s) of this trace seen compiled "
-                     f"at run time ({', '.join(f'{k} {v}' for k, v in sorted(o['by_mechanism'].items())) or 'none'}), "
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted((o.get("by_provenance") or {}).items()))
+        lines.append(f"cold-start evidence ({o['source']}): {o['kernels']} kernel name(s) of this trace observed made "
+                     f"or chosen at run time ({kinds + '; ' if kinds else ''}by mechanism: "
+                     f"{', '.join(f'{k} {v}' for k, v in sorted(o['by_mechanism'].items())) or 'none'}), "
                      f"{o['gpu_us']:,.1f} µs/step of GPU time; {o['gemm_rows']} GEMM row(s) upgraded to evidence "
                      "observed")
     lines += [f"note: {n}" for n in a.notes]
