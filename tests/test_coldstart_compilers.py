@@ -102,8 +102,8 @@ def test_causes_and_unexplained_add_up_exactly(raw, analysed, prog, k):
 
 @pytest.mark.parametrize("prog", PROGRAMS)
 def test_unexplained_share_is_under_ten_percent(analysed, prog):
-    """Measured (round 1, round 2): CuPy 0.1 %, 0.3 %; Triton 1.9 %, 0.2 %; Numba 0.1 %, 0.2 %; JAX 0.9 %, 0.8 %;
-    torch.compile -1.9 %, 0.1 %."""
+    """Measured (round 1, round 2): CuPy 0.1 %, 0.2 %; Triton 1.2 %, 0.3 %; Numba 0.1 %, 0.1 %; JAX 1.8 %, 1.4 %;
+    torch.compile 0.9 %, 1.0 %."""
     for k in (1, 2):
         assert abs(analysed[(prog, k)]["unexplained_pct"]) < 10
 
@@ -453,3 +453,23 @@ def test_xla_flags_reach_only_a_jaxlib_known_to_accept_them(tmp_path, monkeypatc
     else:
         assert not done["set"] and done["why"] == child.xla_flags_accepted(jaxlib)
         assert flags == "--xla_gpu_enable_triton_gemm=false"  # the user's, untouched
+
+
+def test_torch_compile_warm_compilation_is_measured_where_the_differences_start(raw, analysed):
+    """torch.compile traces, checks guards and loads its caches in every run (0.8 to 1.2 s, varying between runs by
+    more than the differences between runs measure): its timers are measured in the warm run and taken out of
+    warm − preinit and preinit − eager, like the other compile routes. Library initialisation is then 104 and
+    108 ms in the two rounds (with the timers left in: 285 and 365 ms), and the unexplained share 0.9 % and 1.0 %
+    (with them left in: −2.3 % and −7.9 %)."""
+    for k in (1, 2):
+        runs, a = raw[("torch_compile", k)]["runs"], analysed[("torch_compile", k)]
+        w1 = coldstart.windows(runs["warm"])["step1"]
+        warm = _cause(a, "runtime_compilation_warm")
+        assert warm["seconds"] == pytest.approx(coldstart.compile_seconds(w1) - coldstart.autotune_seconds(w1))
+        init = _cause(a, "initialisation")
+        p1 = coldstart.windows(runs["preinit"])["step1"]
+        assert init["measured_s"] == pytest.approx(
+            (coldstart.step_walls(runs["warm"])[0] - coldstart.compile_seconds(w1))
+            - (coldstart.step_walls(runs["preinit"])[0] - coldstart.compile_seconds(p1)))
+        assert 0.05 < init["seconds"] < 0.15
+        assert abs(a["unexplained_pct"]) < 3

@@ -17,13 +17,13 @@ cold-cache compilation (split between the framework and PTX JIT by what was writ
 module loading; where the cold run's step 1 read files from storage, a cold_again run (empty caches, the
 operating system's file cache warm) splits cold − warm into those first reads (cold − cold_again) and the
 compilation (cold_again − warm). The last term is split into what was observed inside the eager run's step 1:
-framework compilation with warm caches (torch.compile's own timers), benchmark-based autotuning (its autotuning timers), cuBLASLt
-heuristic misses (new problems in the step's level-2 log × the miss time measured by `nocache`) and allocator
-growth (time in the driver's allocation calls, seen by CUPTI). The compile routes whose entry points the child
-timed (CuPy/NVRTC, Triton used directly, Numba, JAX/XLA and XLA's GEMM autotuning) take their own share of
-cold − warm (their timers' difference) and their warm-cache cost from the warm run's step 1 (their timers there);
-the differences after cold − warm are taken with each run's timed-route seconds out of its step 1, since a route
-that compiles in every run varies between runs by more than those differences measure. What none of these
+cuBLASLt heuristic misses (new problems in the step's level-2 log × the miss time measured by `nocache`) and
+allocator growth (time in the driver's allocation calls, seen by CUPTI). The compile routes the child timed
+(torch.compile's own timers, CuPy/NVRTC, Triton used directly, Numba, JAX/XLA and XLA's GEMM autotuning) take
+their own share of cold − warm (their timers' difference) and their warm-cache cost from the warm run's step 1
+(their timers there: framework compilation with warm caches, benchmark-based autotuning, cache lookups and
+loads); the differences after cold − warm are taken with each run's timed-route seconds out of its step 1, since
+a route that compiles in every run varies between runs by more than those differences measure. What none of these
 explains is reported as "unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A
 difference between two runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was
 measured.
@@ -986,12 +986,12 @@ def _scaled_timed(timed: list[tuple], room: float) -> tuple[list[dict], float]:
 
 
 def routes_seconds(run: dict, w: dict | None) -> float:
-    """Seconds a step window spent inside the timed compile routes (CuPy's compile, Triton's launch path beyond
-    its steady launches, Numba's compile, JAX's compile events): the part of the step that `_warm_timed` measures
-    directly. A route that compiles in every run (Numba without a disk cache) varies from run to run by more than
+    """Seconds a step window spent inside the timed compile routes (torch.compile's outermost timer, CuPy's
+    compile, Triton's launch path beyond its steady launches, Numba's compile, JAX's compile events): the part of
+    the step that `_step1_components` measures directly. A route that compiles in every run (Numba without a disk cache) varies from run to run by more than
     the differences between runs measure, so those differences are taken with it out."""
     tri = triton_direct_warm(run, w)[0] if jit_calls(w, "triton.run") else 0.0
-    return jit_seconds(w, "cupy.compile", "numba.compile") + tri + xla_seconds(w)
+    return compile_seconds(w) + jit_seconds(w, "cupy.compile", "numba.compile") + tri + xla_seconds(w)
 
 
 def _walls_less_routes(X: dict) -> tuple[float, float]:
@@ -1051,25 +1051,25 @@ def _module_loading_component(A: dict, C: dict, D: dict, base_name: str) -> dict
 
 def _step1_components(runs: dict, R: dict, rname: str, notes: list[str], W: dict, wname: str, A: dict,
                       aname: str) -> list[dict]:
-    """The compilers' own work with warm caches: torch.compile's and its autotuning's timers inside step 1 of run
-    `R` (named `rname`), then each timed compile route (`_warm_timed`) inside step 1 of run `W` (named `wname`:
-    the warm run, whose step 1 the differences after cold − warm start from), each at most what step 1 of the
-    explained run `A` (named `aname`) spent in the same route where that run compiled there too. cuDNN's
-    benchmark mode is not timed apart: it goes to `notes`."""
+    """The compilers' own work with warm caches, inside step 1 of run `W` (named `wname`: the warm run, whose step
+    1 the differences after cold − warm start from): torch.compile's and its autotuning's timers, then each timed
+    compile route (`_warm_timed`), each route at most what step 1 of the explained run `A` (named `aname`) spent
+    in it where that run compiled there too. cuDNN's benchmark mode (run `R`, named `rname`) is not timed apart:
+    it goes to `notes`."""
     comps = []
-    r1 = windows(R).get("step1", {})
-    cw = compile_seconds(r1)
-    at = autotune_seconds(r1)
+    w1 = windows(W).get("step1", {})
+    cw = compile_seconds(w1)
+    at = autotune_seconds(w1)
     if cw:
         comps.append(_component(
             "runtime_compilation_warm", "framework compilation with warm caches (tracing, guards, cache loads)",
-            cw - at, f"torch.compile timers ({rname})",
-            [f"torch.compile's outermost timer in {rname} step 1: {cw:.3f} s (keys: "
-             f"{', '.join(sorted(r1.get('compile_s', {}))[:6])})"]))
+            cw - at, f"torch.compile timers ({wname})",
+            [f"torch.compile's outermost timer in {wname} step 1: {cw:.3f} s (keys: "
+             f"{', '.join(sorted(w1.get('compile_s', {}))[:6])})"]))
     if at:
         comps.append(_component("autotuning_warm", "benchmark-based autotuning (warm caches)", at,
-                                f"torch.compile timers ({rname})",
-                                [f"autotuning timers in {rname} step 1: {at:.3f} s"]))
+                                f"torch.compile timers ({wname})",
+                                [f"autotuning timers in {wname} step 1: {at:.3f} s"]))
     # a route that compiles in every run (Numba without a disk cache) counts no more than the explained step
     # spent in it: its compile varies between runs by more than the differences between runs measure
     own = {t[0]: t[2] for t in _warm_timed(runs, A, aname, windows(A).get("step1", {}))} if A is not W else {}
