@@ -3,7 +3,8 @@
     PYTHONPATH=. python3 scripts/capture_coldstart_compilers.py --out OUT [--only cupy,jax] [--rounds 2]
 
 Runs `cublaslt-probe cold-start --save` on each program of scripts/coldstart_programs/ (CuPy kernels + a
-matmul, a plain Triton kernel + a torch matmul, a Numba kernel, a jitted JAX MLP, a torch.compile'd block),
+matmul, a plain Triton kernel + a torch matmul, a Numba kernel, a jitted JAX MLP, a torch.compile'd block, and
+two steps that are their program's first use of JAX or of Numba),
 `--rounds` times: OUT/NAME_runK.json is round K's saved run and OUT/NAME_runK.txt its rendering. Every
 `cold-start` runs alone, one after another (round 1: each program in turn, then round 2 in the same order): a
 program that shared the machine's CPUs with another would compile slower by a varying amount, and round 2 could
@@ -20,7 +21,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROGRAMS = ("cupy", "triton", "numba", "jax", "torch_compile")
+PROGRAMS = ("cupy", "triton", "numba", "jax", "torch_compile", "jax_first_use", "numba_first_use")
 PACKAGES = ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "numba", "numba-cuda", "jax", "jaxlib",
             "jax-cuda13-plugin", "jax-cuda12-plugin", "nvidia-cuda-nvrtc")
 

@@ -121,3 +121,23 @@ def test_jax_is_xla_compile_and_its_autotuning_is_timed():
 def test_torch_compile_is_still_triton_via_torch_compile():
     raw, a = _run("torch_compile")
     assert "triton" in a["compilation"]["mechanisms"] and "triton-direct" not in a["compilation"]["mechanisms"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,module,items", [
+    ("jax_first_use", "jax", ("jax_backend", "jax_first_transfer")),
+    ("numba_first_use", "numba", ("numba_context", "numba_first_transfer"))])
+def test_a_frameworks_own_initialisation_in_step_1_is_timed_apart(name, module, items):
+    """A program whose step 1 is its first use of JAX or Numba: the preinit run starts that framework apart (each
+    item timed) and the initialisation cause names it."""
+    _need(module)
+    if module == "numba":
+        p = subprocess.run([sys.executable, "-c", NUMBA_CHECK], capture_output=True, text=True, timeout=120)
+        if p.returncode:
+            pytest.skip("numba cannot compile a CUDA kernel on this machine")
+    raw, a = _run(name, envs="cold,warm,preinit")
+    pre = raw["runs"]["preinit"]["preinit"]
+    assert all(isinstance(pre.get(k), float) for k in items), pre
+    init = next(c for c in a["components"] if c["cause"] == "initialisation")
+    assert {"jax": "JAX's backend", "numba": "Numba's context"}[module] in init["label"]
+    assert any(items[0] in e for e in init["evidence"])

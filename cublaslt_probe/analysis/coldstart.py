@@ -1000,7 +1000,8 @@ def _walls_less_routes(X: dict) -> tuple[float, float]:
 
 
 # what the preinit items of each library initialise, for the label
-_PREINIT_LIBS = (("cupy_", "CuPy's own cuBLAS handle, first GEMM and first reduction"),)
+_PREINIT_LIBS = (("cupy_", "CuPy's own cuBLAS handle, first GEMM and first reduction"),
+                 ("jax_", "JAX's backend and first transfer"), ("numba_", "Numba's context and first transfer"))
 
 
 def _initialisation_component(B: dict, C: dict) -> dict:

@@ -22,8 +22,9 @@ and reads the one JSON line this prints last. What is measured:
   calls over 1 ms; with XLA, the autotuning results and logs XLA wrote (`CUBLASLT_PROBE_XLA_DUMP`) per window;
 - with ``--preinit``: before the first step, the libraries are initialised one by one (CUDA context, cuBLAS
   handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN; CuPy's own cuBLAS handle,
-  first GEMM and first reduction when the program imported CuPy), each timed, the driver's load calls in the
-  preinit window tagged with the item they fell in.
+  first GEMM and first reduction, JAX's backend and first transfer, Numba's context and first transfer, each when
+  the program imported it), each timed, the driver's load calls in the preinit window tagged with the item they
+  fell in.
 
 XLA_FLAGS is set to the run's flags (`CUBLASLT_PROBE_XLA_FLAGS`, from the parent) only where the installed jaxlib
 is known to accept them (`apply_xla_flags`).
@@ -536,7 +537,8 @@ PREINIT_SPANS: dict[str, tuple[int, int]] = {}  # item -> (t0_ns, t1_ns): which 
 def preinit(torch) -> dict:
     """Initialise the libraries a step may touch, each timed apart (s); failures are kept as text. torch's (CUDA
     context, cuBLAS handle and first GEMMs, cuBLASLt, cuDNN) always; CuPy's (its own cuBLAS handle, first GEMM
-    and first reduction) when the program imported CuPy."""
+    and first reduction), JAX's (its backend, a first transfer) and Numba's (its context, a first transfer) when
+    the program imported them."""
     out: dict = {}
 
     def timed(name, fn):
@@ -576,6 +578,17 @@ def preinit(torch) -> dict:
         timed("cupy_first_gemm_fp32", lambda: (cp.ones((8, 8), cp.float32) @ cp.ones((8, 8), cp.float32),
                                                cp.cuda.Device().synchronize()))
         timed("cupy_first_reduction", lambda: (cp.ones(8, cp.float32).sum(), cp.cuda.Device().synchronize()))
+    jax = sys.modules.get("jax")
+    if jax is not None and hasattr(jax, "devices"):
+        # JAX starts its backend (the PjRt client on the GPU) at its first use, and its first transfer
+        timed("jax_backend", lambda: jax.devices())
+        timed("jax_first_transfer", lambda: jax.device_put(1.0).block_until_ready())
+    nbc = sys.modules.get("numba.cuda")
+    if nbc is not None and hasattr(nbc, "current_context"):
+        # Numba's CUDA driver layer and its context (on the primary context torch made), and its first transfer
+        import numpy as np
+        timed("numba_context", lambda: nbc.current_context())
+        timed("numba_first_transfer", lambda: (nbc.to_device(np.ones(8, np.float32)), nbc.synchronize()))
     return out
 
 
