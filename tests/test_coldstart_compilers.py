@@ -492,3 +492,21 @@ def test_a_frameworks_own_initialisation_is_started_apart_in_the_preinit_run(pro
     # the other programs' preinit runs start only the frameworks they imported
     assert not any(k.startswith(("jax_", "numba_")) for k in
                    coldstart.load(COMP / "cupy_run2.json.gz")["runs"]["preinit"]["preinit"])
+
+
+def test_a_saved_run_with_values_of_another_type_is_the_files_error(tmp_path):
+    """A window's process accounting, or a module's caller, of another type than `--save` writes: one line that
+    names the file and says what to give, exit 1, no traceback."""
+    base = coldstart.load(COMP / "jax_run1.json.gz")
+    for name, edit in (("process", lambda r: [w.__setitem__("process", "lots") for run in r["runs"].values()
+                                              for w in run["windows"]]),
+                       ("caller", lambda r: [m.__setitem__("caller", 5) for run in r["runs"].values()
+                                             for g in (run.get("modules") or {}).values() for m in g["records"]])):
+        r = copy.deepcopy(base)
+        edit(r)
+        bad = tmp_path / f"{name}.json"
+        bad.write_text(json.dumps(r))
+        res = CliRunner().invoke(main, ["cold-start", "--from", str(bad)])
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        line = res.output.strip()
+        assert len(line.splitlines()) == 1 and str(bad) in line and "give an unedited file written by" in line

@@ -502,11 +502,21 @@ def _cs_runs_list(data: bytes) -> bytes:
     return json.dumps(doc).encode()
 
 
+def _cs_wrong_type(data: bytes) -> bytes:
+    """Every window's wall time a string, as an edited file might hold (valid JSON, a value of another type)."""
+    doc = json.loads(data)
+    for run in doc.get("runs", {}).values():
+        for w in run.get("windows", []):
+            w["wall_s"] = f"{w['wall_s']} s"
+    return json.dumps(doc).encode()
+
+
 COLDSTART_MUTATIONS: dict[str, Callable[[bytes], bytes]] = {
     "gzip_head": _gz_damage("head"), "gzip_middle": _gz_damage("middle"), "gzip_trailer": _gz_damage("trailer"),
     "gzip_cut": _gz_cut(0.5), "utf8_bom": lambda d: gzip.compress(_bom(d), 1, mtime=0),
     "not_an_object": lambda d: gzip.compress(_cs_not_object(d), 1, mtime=0),
     "runs_a_list": lambda d: gzip.compress(_cs_runs_list(d), 1, mtime=0),
+    "a_value_of_another_type": lambda d: gzip.compress(_cs_wrong_type(d), 1, mtime=0),
     "deep_nesting": lambda d: gzip.compress(d.replace(b'"schema": 1', b'"schema": 1, "deep": '
                                                       + b"[" * DEEP + b"]" * DEEP, 1), 1, mtime=0),
 }

@@ -1503,7 +1503,8 @@ def observed_provenance(result: dict) -> dict[str, dict]:
 
 
 def load(path: str) -> dict:
-    """A saved cold-start result (`--save`), checked enough to render."""
+    """A saved cold-start result (`--save`), checked enough to render: its shape, then an analysis of it, whose
+    errors on a value of the wrong type are the file's."""
     try:
         with open_text(path) as f:
             obj = json.load(f)
@@ -1518,6 +1519,15 @@ def load(path: str) -> dict:
     if not isinstance(runs, dict) or not all(isinstance(r, dict) for r in runs.values()):
         raise ProbeError(f"{path}: not a cold-start result ('runs' is not an object of runs by name); give a file "
                          "written by `cold-start --save`")
+    # what the analysis reads, read once here: a value of another type than `cold-start --save` writes (an edited
+    # or damaged file) is this file's error, not the analysis'
+    try:
+        if runs:
+            analyse(obj)
+        observed_provenance(obj)
+    except (TypeError, AttributeError, KeyError, ValueError, IndexError, ZeroDivisionError) as e:
+        raise ProbeError(f"{path}: a value in it is not one `cold-start --save` writes ({type(e).__name__}: "
+                         f"{str(e)[:120]}); give an unedited file written by `cold-start --save`") from None
     return obj
 
 
