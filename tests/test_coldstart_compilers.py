@@ -510,3 +510,11 @@ def test_a_saved_run_with_values_of_another_type_is_the_files_error(tmp_path):
         assert res.exit_code == 1 and "Traceback" not in res.output, res.output
         line = res.output.strip()
         assert len(line.splitlines()) == 1 and str(bad) in line and "give an unedited file written by" in line
+
+
+def test_the_named_run_sets_leave_the_added_runs_to_what_the_cold_run_observed():
+    """noautotune and cold_again are added after the cold run when it observed what they separate; no named set
+    runs them unasked."""
+    for name in coldstart.ENV_SETS:
+        assert not {"noautotune", "cold_again"} & set(coldstart.env_names(name)), name
+    assert set(coldstart.AUTO_ENVS) == {"noautotune", "cold_again"} <= set(coldstart.ENVS)

@@ -8,8 +8,9 @@ compiling or loading from PTX. `cold_start(...)` is run + analyse.
 
 The environments are `ENVS` (what each separates: docs/coldstart.md); `--env-set default` runs cold, warm,
 preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`); noautotune is added when
-the cold run compiled with XLA, cold_again when its step 1 read files from storage (`AUTO_ENVS`). Each run has its own folder for every compile cache a process may
-use (`CACHE_DIRS`: ComputeCache, Inductor, Triton, torch's kernels and extensions, CuPy, Numba, JAX).
+the cold run compiled with XLA, cold_again when its step 1 read files from storage (`AUTO_ENVS`). Each run has
+its own folder for every compile cache a process may use (`CACHE_DIRS`: ComputeCache, Inductor, Triton, torch's
+kernels and extensions, CuPy, Numba, JAX).
 
 The breakdown of the cold run's step 1: excess = step 1 − steady state (median of steps 3…N) =
 (cold − warm) + (warm − preinit) + (preinit − eager) + (eager step 1 − steady); the first three are the
@@ -106,7 +107,7 @@ AUTO_ENVS = {"noautotune": "XLA compiled in the cold run's steps: the same progr
 STORAGE_READ_MIN = 1 << 20
 ENV_SETS = {
     "default": ("cold", "warm", "preinit", "eager", "nocache"),
-    "full": tuple(ENVS),
+    "full": ("cold", "warm", "preinit", "eager", "nocache", "nojit", "forcejit", "forcejit_warm"),
     "compile": ("cold", "warm"),
     "jit": ("cold", "warm", "nojit", "forcejit", "forcejit_warm"),
 }
@@ -988,8 +989,9 @@ def _scaled_timed(timed: list[tuple], room: float) -> tuple[list[dict], float]:
 def routes_seconds(run: dict, w: dict | None) -> float:
     """Seconds a step window spent inside the timed compile routes (torch.compile's outermost timer, CuPy's
     compile, Triton's launch path beyond its steady launches, Numba's compile, JAX's compile events): the part of
-    the step that `_step1_components` measures directly. A route that compiles in every run (Numba without a disk cache) varies from run to run by more than
-    the differences between runs measure, so those differences are taken with it out."""
+    the step that `_step1_components` measures directly. A route that compiles in every run (Numba without a disk
+    cache, torch.compile's tracing and cache loads) varies from run to run by more than the differences between
+    runs measure, so those differences are taken with it out."""
     tri = triton_direct_warm(run, w)[0] if jit_calls(w, "triton.run") else 0.0
     return compile_seconds(w) + jit_seconds(w, "cupy.compile", "numba.compile") + tri + xla_seconds(w)
 

@@ -84,8 +84,9 @@ def process_counters() -> dict[str, float]:
     children (compilers run as subprocesses: ptxas, the C compiler), page faults that had to read from storage
     (major), blocks read from storage, and what /proc/self/io and /proc/self/stat add where readable (bytes the
     process had read from storage, read and written through system calls — Python writing bytecode caches shows
-    there; the time it waited for block I/O, kept only where the kernel's delay accounting is on). A window's difference tells CPU work from waiting and a first read of files
-    from storage (the operating system's file cache cold) from a file read that the cache served."""
+    there; the time it waited for block I/O, kept only where the kernel's delay accounting is on). A window's
+    difference tells CPU work from waiting, and a first read of files from storage (the operating system's file
+    cache cold) from a read the cache served."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     out = {"cpu_s": me.ru_utime + me.ru_stime, "children_cpu_s": kids.ru_utime + kids.ru_stime,
            "majflt": me.ru_majflt, "children_majflt": kids.ru_majflt,
@@ -685,7 +686,8 @@ def main(argv: list[str] | None = None) -> dict:
                  "env_seen": {k: _no_paths(k, v) for k, v in sorted(os.environ.items())
                               if k.startswith(("CUDA_", "CUBLASLT_", "TORCHINDUCTOR_", "TRITON_", "PYTORCH_KERNEL",
                                                "CUPY_", "NUMBA_", "JAX_", "TORCH_EXTENSIONS", "XLA_"))}}
-    res["process_info"] = {"dont_write_bytecode": sys.dont_write_bytecode, "pycache_prefix": sys.pycache_prefix is not None}
+    res["process_info"] = {"dont_write_bytecode": sys.dont_write_bytecode,
+                           "pycache_prefix": sys.pycache_prefix is not None}
     try:
         with open("/proc/sys/kernel/task_delayacct") as f:
             res["process_info"]["task_delayacct"] = f.read().strip()
