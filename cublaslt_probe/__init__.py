@@ -25,6 +25,3 @@ def __getattr__(name):  # lazy: keep `import cublaslt_probe` cheap and GPU-free
 __all__ = ["capture", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log", "ProbeError",
            "NoCudaDevice", "CaptureError", "UnknownKernelName", "SchemaError", "SpecError"]
 
-from cublaslt_probe import _moved as _moved_paths  # noqa: E402
-
-_moved_paths.install()

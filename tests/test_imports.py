@@ -151,34 +151,6 @@ def test_no_import_circle_at_module_level():
     assert _circles(_graph(module_level_only=True)) == []
 
 
-def test_the_old_flat_paths_import_the_moved_modules_with_a_warning():
-    """`import cublaslt_probe.probe` (and every path `_moved.MOVED` lists) gives the moved module itself, so a
-    name set on one is seen through the other, and warns with the new path; a moved package's submodules answer
-    to the old path too, without loading again or rebinding the package's names (`audit.advice` stays the
-    function). The package's own code uses none of the old paths (the suite runs clean under
-    -W error::DeprecationWarning)."""
-    import importlib
-    import sys
-    import warnings
-
-    from cublaslt_probe import _moved
-
-    for old, new in sorted(_moved.MOVED.items()):
-        assert new in MODULES, new               # every target exists in the tree
-        first = old not in sys.modules
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            mod = importlib.import_module(old)
-        assert mod is importlib.import_module(new), old
-        said = [w for w in caught if issubclass(w.category, DeprecationWarning) and new in str(w.message)]
-        assert said or not first, old            # the first import by the old path says where it went
-    audit_pkg = importlib.import_module("cublaslt_probe.analysis.audit")
-    advice_fn = audit_pkg.advice
-    old_advice = importlib.import_module("cublaslt_probe.audit.advice")
-    assert old_advice is sys.modules["cublaslt_probe.analysis.audit.advice"]
-    assert audit_pkg.advice is advice_fn and callable(audit_pkg.advice)
-
-
 CPU_PACKAGES = [f"{ROOT}.{p}" for p in ("analysis", "render", "sweep", "names", "logs")] + \
     [f"{ROOT}.{m}" for m in ("vocab", "dtypes", "cases", "runfiles", "streams", "errors")]
 
