@@ -20,7 +20,7 @@ PATH_WORDS = {
     "lt": "cuBLASLt with a 32 MiB workspace (preferred_blas_library('cublaslt') and CUBLASLT_WORKSPACE_SIZE=32768)",
 }
 ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", "risk", "gemms", "replay",
-               "excludes")
+               "excludes", "change")
 
 
 _KEY = ("op", "dtype", "layout", "m", "n", "k", "batch")
@@ -147,6 +147,7 @@ class AdviceItem:
     setting: str | None = None
     replay: str | None = None
     excludes: list[int] = field(default_factory=list)
+    change: dict | None = None     # what an applier needs: pad {"from", "to"}; path/workspace {"path"}
 
     def clashes(self, other: AdviceItem) -> bool:
         return bool(self.touches & other.touches) or (self.setting is not None and self.setting == other.setting)
@@ -290,7 +291,8 @@ def _switch_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceI
             "; ".join(risk) + (f"; workspace {ws / 2**20:g} MiB" if ws else "") + (f"; {risk_un}" if risk_un else ""),
             [m.label for m, _ in done],
             frozenset().union(*(m.ids for m, _ in done)) | frozenset(("row", r) for r in moved),
-            frozenset(m.i for (m, _), (d, _) in zip(done, changes) if d > 0), setting="blas path"))
+            frozenset(m.i for (m, _), (d, _) in zip(done, changes) if d > 0), setting="blas path",
+            change={"path": target}))
     return items, quiet
 
 
@@ -368,7 +370,7 @@ def _pad_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem
             + (f"; {ev_un}" if ev_un else ""),
             "; ".join(risk) + (f"; {risk_un}" if risk_un else ""), [m.label for m, *_ in r["done"]],
             frozenset().union(*(m.ids for m in members)) | frozenset(("row", x) for x in group_rows),
-            frozenset(m.i for m, _, d, _ in r["done"] if d > 0)))
+            frozenset(m.i for m, _, d, _ in r["done"] if d > 0), change={"from": int(old), "to": int(pick)}))
     return items, quiet
 
 

@@ -1,0 +1,162 @@
+"""Proofs of advice: what applying an item did to the program's own step, as a file bound to its run.
+
+A proof is made on the GPU (`gpu.prove.prove`): each item the tool can apply to the live program is switched on
+and off in alternating rounds (original, variant, original, ...), each block after a warm-up, each step timed
+with CUDA events; the same rounds with nothing switched (original against original) give the noise floor. This
+module holds what needs no GPU: the statistics of the rounds (`summarize`), the verdict rule (`verdict`), the
+file's schema (`PROOF_SCHEMA`, `PROOF_VERSION`), its writer and its validating reader (`write`, `load`), and the
+join of a proof to the advice it proves (`join`), which re-ranks: proven items by their proven saving, items
+whose change restructures a layer and whose saving was never measured on the whole call after none.
+
+Statistics: a round gives one saving, the original block's median step minus the variant block's (µs, positive
+when the variant is faster); the proven saving is the median over rounds, its spread the rounds' interquartile
+range; the noise floor is the median absolute difference of the original-against-original rounds. A proven
+saving inside max(noise floor, spread half-width) of zero is *within noise*.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import statistics
+from pathlib import Path
+
+from cublaslt_probe.errors import ProbeError
+
+PROOF_SCHEMA = "cublaslt-probe proof"
+PROOF_VERSION = 1
+STATUSES = ("proven", "unproven", "failed")
+# kinds of advice whose change restructures a layer: their measured saving is the GEMMs' alone unless the item
+# says it was measured on the whole call (`whole_call`), so they are estimates until proven
+LAYER_KINDS = ("grouped",)
+
+
+def _q(xs: list[float], p: float) -> float:
+    """The p-quantile of xs by linear interpolation (xs non-empty)."""
+    s = sorted(xs)
+    pos = p * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(original_us: list[list[float]], variant_us: list[list[float]],
+              noise_rounds: list[float] | None = None) -> dict:
+    """The statistics of one item's rounds. ``original_us[i]`` and ``variant_us[i]`` are the step times (µs) of
+    round i's two blocks; ``noise_rounds`` the per-round differences of the original-against-original rounds.
+    Returns ``proven_us`` (median saving per step, positive: faster), ``spread_us`` ([q25, q75] of the
+    rounds' savings), ``original_step_us`` and ``variant_step_us`` (medians of the blocks' medians),
+    ``noise_us`` (median absolute original-against-original difference, None without those rounds),
+    ``rounds``."""
+    if not original_us or len(original_us) != len(variant_us):
+        raise ValueError("summarize: one original and one variant block per round")
+    a = [statistics.median(r) for r in original_us]
+    b = [statistics.median(r) for r in variant_us]
+    d = [x - y for x, y in zip(a, b)]
+    noise = statistics.median(abs(x) for x in noise_rounds) if noise_rounds else None
+    return {"proven_us": statistics.median(d), "spread_us": [_q(d, 0.25), _q(d, 0.75)],
+            "original_step_us": statistics.median(a), "variant_step_us": statistics.median(b),
+            "noise_us": noise, "rounds": len(d)}
+
+
+def verdict(proven_us: float, spread_us: list[float], noise_us: float | None) -> str:
+    """'saves' | 'slower' | 'within noise': within noise when the proven saving lies inside the larger of the
+    noise floor and the spread's half-width around zero."""
+    half = (spread_us[1] - spread_us[0]) / 2
+    if abs(proven_us) <= max(noise_us or 0.0, half):
+        return "within noise"
+    return "saves" if proven_us > 0 else "slower"
+
+
+def write(path: str | Path, proof: dict) -> None:
+    """Writes a proof (the dict `gpu.prove.prove` returns) as JSON, with the schema and version."""
+    out = {"schema": PROOF_SCHEMA, "version": PROOF_VERSION, **proof}
+    Path(path).write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
+
+
+def _finite(v, nonneg: bool = False) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and (not nonneg or v >= 0))
+
+
+def _check_item(it, i: int) -> str | None:
+    """Why record i of a proof's items cannot be used, or None."""
+    if not isinstance(it, dict):
+        return "not an object"
+    if it.get("status") not in STATUSES:
+        return f"status {it.get('status')!r} is not one of {', '.join(STATUSES)}"
+    if not isinstance(it.get("what"), str):
+        return "no 'what' text"
+    if it["status"] == "proven":
+        if not _finite(it.get("proven_us")):
+            return f"proven_us {it.get('proven_us')!r} is not a finite number"
+        sp = it.get("spread_us")
+        if not (isinstance(sp, list) and len(sp) == 2 and all(_finite(x) for x in sp) and sp[0] <= sp[1]):
+            return f"spread_us {sp!r} is not [low, high]"
+        for k in ("original_step_us", "variant_step_us"):
+            if not _finite(it.get(k), nonneg=True):
+                return f"{k} {it.get(k)!r} is not a finite number ≥ 0"
+        if it.get("noise_us") is not None and not _finite(it.get("noise_us"), nonneg=True):
+            return f"noise_us {it.get('noise_us')!r} is not a finite number ≥ 0"
+        if abs(it["proven_us"]) > it["original_step_us"] + it["variant_step_us"]:
+            return "proven_us is larger than the steps it was measured on"
+    if it.get("predicted_us") is not None and not _finite(it.get("predicted_us")):
+        return f"predicted_us {it.get('predicted_us')!r} is not a finite number"
+    return None
+
+
+def load(path: str | Path) -> tuple[dict, list[str]]:
+    """Reads a proof file (gzip or plain JSON) and validates it: returns (proof, notes). A file that is not a
+    proof raises ProbeError in one line naming it; an item that cannot be used is dropped with a note naming
+    the file and its index, never the whole proof refused."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8-sig")
+        d = json.loads(text)
+    except (OSError, ValueError, EOFError) as e:
+        raise ProbeError(f"{p}: not a readable proof ({e.__class__.__name__}): give a file written by "
+                         "cublaslt_probe.prove(..., out=FILE)") from e
+    if not isinstance(d, dict) or d.get("schema") != PROOF_SCHEMA:
+        raise ProbeError(f"{p}: not a proof (no schema {PROOF_SCHEMA!r}): give a file written by "
+                         "cublaslt_probe.prove(..., out=FILE)")
+    if not isinstance(d.get("version"), int) or d["version"] > PROOF_VERSION:
+        raise ProbeError(f"{p}: proof version {d.get('version')!r}; this tool reads up to {PROOF_VERSION}: "
+                         "upgrade cublaslt-probe")
+    items = d.get("items")
+    if not isinstance(items, list):
+        raise ProbeError(f"{p}: no 'items' list: not a proof written by cublaslt_probe.prove")
+    notes, kept = [], []
+    for i, it in enumerate(items):
+        why = _check_item(it, i)
+        if why:
+            notes.append(f"{p.name}: item {i} skipped: {why}")
+        else:
+            kept.append(it)
+    return {**d, "items": kept}, notes
+
+
+def join(items: list[dict], proof: dict | None) -> tuple[list[dict], list[dict]]:
+    """The advice with its proof: each item gets ``proof`` (the proof's record for the same ``what``, or None).
+    Returns (ranked, estimates): ranked holds the items that save time by their best evidence — proven items
+    by their proven saving (an item proven slower or within noise is not ranked), unproven ones by their
+    prediction, unless their kind restructures a layer (`LAYER_KINDS`) without a whole-call measurement —;
+    estimates holds the rest of the items with a predicted saving, with the proof's reason where one was
+    tried."""
+    by_what = {r["what"]: r for r in (proof or {}).get("items", [])}
+    ranked, estimates = [], []
+    for it in items:
+        r = by_what.get(it.get("what"))
+        x = {**it, "proof": r}
+        pred = it.get("saving_us") or 0.0
+        if r is not None and r.get("status") == "proven":
+            v = verdict(r["proven_us"], r["spread_us"], r.get("noise_us"))
+            x["proof"] = {**r, "verdict": v, "ratio": (r["proven_us"] / pred if pred > 0 else None)}
+            (ranked if v == "saves" else estimates).append(x)
+        elif pred > 0 and (it.get("kind") not in LAYER_KINDS or it.get("whole_call")):
+            ranked.append(x)
+        elif pred > 0:
+            estimates.append(x)
+    ranked.sort(key=lambda x: -(x["proof"]["proven_us"] if x.get("proof") and x["proof"].get("status") == "proven"
+                                else x.get("saving_us") or 0.0))
+    return ranked, estimates

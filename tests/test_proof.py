@@ -1,0 +1,79 @@
+"""CPU tests of proofs (`analysis.proof`): the rounds' statistics, the within-noise rule, the file's validation
+and the join that ranks proven items by their proven saving."""
+import json
+
+import pytest
+
+from cublaslt_probe.analysis import proof as P
+from cublaslt_probe.errors import ProbeError
+
+
+def test_the_proven_saving_is_the_median_of_the_rounds_differences_and_its_spread_their_quartiles():
+    orig = [[1000.0, 1010.0], [1004.0, 1006.0], [990.0, 1000.0], [1200.0, 1000.0]]
+    var = [[900.0, 910.0], [905.0, 905.0], [1000.0, 1000.0], [800.0, 820.0]]
+    s = P.summarize(orig, var, noise_rounds=[3.0, -5.0, 1.0])
+    # block medians: 1005, 1005, 995, 1100 against 905, 905, 1000, 810 -> savings 100, 100, -5, 290
+    assert s["proven_us"] == pytest.approx(100.0)
+    assert s["spread_us"] == pytest.approx([73.75, 147.5])
+    assert s["original_step_us"] == pytest.approx(1005.0) and s["variant_step_us"] == pytest.approx(905.0)
+    assert s["noise_us"] == pytest.approx(3.0) and s["rounds"] == 4
+    with pytest.raises(ValueError):
+        P.summarize([[1.0]], [])
+
+
+@pytest.mark.parametrize("proven,spread,noise,want", [
+    (100.0, [90.0, 110.0], 3.0, "saves"),
+    (-100.0, [-110.0, -90.0], 3.0, "slower"),
+    (2.0, [1.0, 3.0], 3.0, "within noise"),       # inside the noise floor
+    (10.0, [-20.0, 40.0], 1.0, "within noise"),   # inside the spread's half-width (30)
+    (10.0, [9.0, 11.0], None, "saves"),
+])
+def test_a_saving_inside_the_noise_floor_or_its_spread_is_within_noise(proven, spread, noise, want):
+    assert P.verdict(proven, spread, noise) == want
+
+
+def _proof(tmp_path, items, **top):
+    p = tmp_path / "proof.json"
+    P.write(p, {"items": items, **top})
+    return p
+
+
+GOOD = {"what": "pad the vocabulary 32001 → 32008 (a multiple of 8) in lm_head", "kind": "pad", "status": "proven",
+        "predicted_us": 500.0, "proven_us": 480.0, "spread_us": [470.0, 490.0], "original_step_us": 20000.0,
+        "variant_step_us": 19520.0, "noise_us": 12.0, "rounds": 5}
+
+
+def test_a_proof_file_round_trips_and_bad_items_are_skipped_with_a_note_naming_them(tmp_path):
+    bad = [{**GOOD, "proven_us": float("nan")}, {**GOOD, "spread_us": [5.0, 1.0]}, {**GOOD, "status": "maybe"},
+           {**GOOD, "original_step_us": -1.0}, {**GOOD, "proven_us": 1e9}, "text", {**GOOD, "what": None}]
+    p = tmp_path / "proof.json"
+    # nan is not JSON: write the damaged file the way another writer would
+    p.write_text(json.dumps({"schema": P.PROOF_SCHEMA, "version": 1, "items": [GOOD, *bad]}))
+    d, notes = P.load(p)
+    assert d["items"] == [GOOD]
+    assert len(notes) == len(bad) and all(n.startswith("proof.json: item ") for n in notes)
+    assert "not a finite number" in notes[0] and "[low, high]" in notes[1] and "status" in notes[2]
+    assert "larger than the steps" in notes[4]
+
+
+def test_a_file_that_is_not_a_proof_is_one_line_naming_it(tmp_path):
+    for text in ("{", json.dumps({"gemms": []}), json.dumps({"schema": P.PROOF_SCHEMA, "version": 99, "items": []}),
+                 json.dumps({"schema": P.PROOF_SCHEMA, "version": 1})):
+        p = tmp_path / "x.json"
+        p.write_text(text)
+        with pytest.raises(ProbeError) as e:
+            P.load(p)
+        assert str(e.value).startswith(str(p)) and "\n" not in str(e.value)
+
+
+def test_proven_items_rank_by_their_proven_saving_and_one_proven_slower_is_not_ranked(tmp_path):
+    items = [{"what": "a", "kind": "pad", "saving_us": 900.0}, {"what": "b", "kind": "path", "saving_us": 500.0},
+             {"what": "c", "kind": "grouped", "saving_us": 1200.0}, {"what": "d", "kind": "pin", "saving_us": 50.0}]
+    proof = {"items": [{**GOOD, "what": "a", "proven_us": -8000.0, "spread_us": [-8100.0, -7900.0]},
+                       {**GOOD, "what": "b", "proven_us": 450.0, "spread_us": [440.0, 460.0]},
+                       {"what": "d", "status": "unproven", "why": "torch 2.11 cannot pin"}]}
+    ranked, estimates = P.join(items, proof)
+    assert [x["what"] for x in ranked] == ["b", "d"]
+    assert ranked[0]["proof"]["verdict"] == "saves" and ranked[0]["proof"]["ratio"] == pytest.approx(0.9)
+    assert [x["what"] for x in estimates] == ["a", "c"]       # proven slower; a layer change never measured whole
+    assert estimates[0]["proof"]["verdict"] == "slower"
