@@ -131,3 +131,106 @@ def test_an_applier_that_forgets_to_slice_is_caught_by_its_numerics(torch):
                                                                                     dtype=torch.bfloat16)),
                                                   [("odd", model.odd)]))
     assert res["checked"] and res["ok"] is False and "shape" in res["why"]
+
+
+def _candidates(torch, lin, tokens: int, n: int = 8) -> list[dict]:
+    """cuBLASLt's heuristic candidates for the linear's forward problem, with their configs, asked through the
+    library torch loaded (what `candidates` and `audit --measure` record)."""
+    from cublaslt_probe.gpu import lt
+    lib = lt.LtLibrary()
+    p = lt.Problem(m=lin.out_features, n=tokens, k=lin.in_features, dtype="bf16", trans_a="T", trans_b="N",
+                   bias=lin.bias is not None)
+    with lt.LtMatmul(lib, p) as mm:
+        return [{**lib.read_algo_config(r.algo), "workspace_bytes": int(r.workspaceSize)} for r in mm.heuristic(n)]
+
+
+def _kernels(torch, fn) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_a_pinned_linear_launches_the_candidates_kernel_eagerly_and_in_a_cuda_graph(torch):
+    from cublaslt_probe.gpu.pin import pin_linear
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4096, 4096).cuda().to(torch.bfloat16)
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = lin(x)
+    torch_kernels = _kernels(torch, lambda: lin(x))
+    cands = _candidates(torch, lin, 16)
+    assert len(cands) >= 2
+    seen = {}
+    for i, c in enumerate(cands[:4]):
+        pin = pin_linear(lin, c, tokens=16)
+        try:
+            with torch.no_grad():
+                y = lin(x)
+                names = _kernels(torch, lambda: lin(x))
+            assert float((y.float() - ref.float()).abs().max()) <= 2e-2 * float(ref.float().abs().max()), i
+            seen[i] = [n for n in names if "gemm" in n.lower() or n.startswith("nvjet") or "Kernel" in n]
+        finally:
+            pin.remove()
+        assert "forward" not in lin.__dict__
+    # candidate #0 is the heuristic's own pick: the kernel torch's call launches
+    assert seen[0][0] in torch_kernels, (seen[0], torch_kernels)
+    assert len({tuple(v) for v in seen.values()}) >= 2, seen     # other candidates launch other kernels
+    # inside a CUDA graph: the replay launches the pinned candidate's kernel
+    pin = pin_linear(lin, cands[1], tokens=16)
+    try:
+        static = x.clone()
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s), torch.no_grad():
+            lin(static)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g), torch.no_grad():
+            out = lin(static)
+        names = _kernels(torch, g.replay)
+        assert seen[1][0] in names, (seen[1], names)
+        assert float((out.float() - ref.float()).abs().max()) <= 2e-2 * float(ref.float().abs().max())
+    finally:
+        pin.remove()
+
+
+def test_a_pin_is_proven_in_a_training_step_with_its_backward_left_to_torch(torch):
+    """The pin applier (`prove`'s route for a pin item) on a training step: the step runs, the parameters are
+    put back, and the pinned forward's overhead against torch's own call is reported."""
+    import time
+
+    from cublaslt_probe.gpu.pin import pin_linear
+    from cublaslt_probe.gpu.prove import prove
+    model, opt, x, step = _program(torch, train=True)
+    lin = model.odd
+    cands = _candidates(torch, lin, 1024)
+    item = {"kind": "pin", "what": "pin candidate #1 for odd", "module": "odd", "saving_us": 3.0,
+            "change": {"algo": cands[1], "key": {"m": 1024, "n": 4095, "k": 2048, "batch": 1}, "pass": "fwd"}}
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    proof = prove(step, model, [item], optimizer=opt, rounds=3, progress=lambda s: None)
+    assert proof["items"][0]["status"] == "proven", proof["items"][0]
+    assert proof["restored"] == [] and all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    # overhead: candidate #0 pinned (torch's own kernel) against torch's call, host time per call
+    small = torch.nn.Linear(1024, 1024, bias=False).cuda().to(torch.bfloat16)
+    xs = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
+
+    def per_call_us(n=300):
+        with torch.no_grad():
+            for _ in range(20):
+                small(xs)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(n):
+                small(xs)
+            torch.cuda.synchronize()
+        return (time.perf_counter() - t) / n * 1e6
+    base = per_call_us()
+    pin = pin_linear(small, _candidates(torch, small, 8)[0], tokens=8)
+    try:
+        pinned = per_call_us()
+    finally:
+        pin.remove()
+    print(f"pinned forward: {pinned:.1f} µs per call against torch's {base:.1f} µs (host-bound small GEMM)")
+    assert pinned < base + 60.0

@@ -15,9 +15,14 @@ Appliers (each reversible; `apply()` then `restore()` leaves the module as it wa
   forward and backward GEMMs run at the padded size, and the parameter's storage becomes the head rows (columns)
   of the padded buffer, so the optimizer's updates reach the padded weight and gradients reach the parameter.
 - `BlasPath`: torch's BLAS switch (`torch.backends.cuda.preferred_blas_library`).
+- `ExpertsImplementation`: transformers' experts implementation (`set_experts_implementation`).
+- `BalancedRouting`: a what-if, labelled so: the router's top-k indices replaced by a balanced assignment, the
+  upper bound of a router change (the model then computes something else).
+- `PinLinears`: a heuristic candidate's algo pinned on an `nn.Linear`'s forward (`gpu.pin`), for the GEMM's
+  token count: the way a pin reaches a program on torch 2.11.
 Everything else is *unproven* with the reason: token (m) padding is the program's input; a workspace size must
-be set before torch's first cuBLASLt handle (a fresh process); a pin has no way into torch 2.11 (TunableOp takes
-cuBLASLt candidates from torch 2.14); a grouped change restructures the experts layer.
+be set before torch's first cuBLASLt handle (a fresh process); a backward GEMM's pin; a grouped change that
+restructures the experts layer (one bmm, fp8, padded groups).
 """
 from __future__ import annotations
 
@@ -150,6 +155,66 @@ class BlasPath:
 
 
 PATHS = {"torch-lt": "cublaslt", "torch": "cublas"}
+IMPLEMENTATIONS = {"mm_per_group": "eager", "batched_mm": "batched_mm"}   # advice variant: transformers' name
+
+
+class ExpertsImplementation:
+    """transformers' experts implementation of the model set to `impl` (`set_experts_implementation`)."""
+
+    def __init__(self, model, impl: str):
+        self.model, self.impl, self._was = model, impl, None
+
+    def apply(self) -> None:
+        self._was = getattr(self.model.config, "_experts_implementation", None) or "grouped_mm"
+        self.model.set_experts_implementation(self.impl)
+
+    def restore(self) -> None:
+        self.model.set_experts_implementation(self._was)
+
+
+class BalancedRouting:
+    """A what-if, not a change: the routers' top-k expert indices replaced by a balanced assignment (token t to
+    experts (t*k + j) mod E), and a per-expert count beside them recomputed, through forward hooks on the
+    modules whose output carries them (`routers`). It bounds what a router change could save; which tokens
+    each expert sees changes, so the model computes something else."""
+
+    def __init__(self, torch, routers: list, experts: int):
+        self.torch, self.routers, self.experts, self._hooks = torch, routers, experts, []
+
+    def _balance(self, out):
+        torch, E = self.torch, self.experts
+        items = list(out) if isinstance(out, tuple) else [out]
+        idx_at = [i for i, t in enumerate(items) if torch.is_tensor(t) and not t.is_floating_point()
+                  and t.dim() == 2 and t.numel() and int(t.max()) < E]
+        if not idx_at:
+            return out
+        i = idx_at[0]
+        T, k = items[i].shape
+        bal = (torch.arange(T * k, device=items[i].device) % E).view(T, k).to(items[i].dtype)
+        items[i] = bal
+        for j, t in enumerate(items):
+            if j != i and torch.is_tensor(t) and not t.is_floating_point() and t.dim() == 1 and t.numel() == E:
+                items[j] = torch.bincount(bal.flatten(), minlength=E).to(t.dtype)
+        return tuple(items) if isinstance(out, tuple) else items[0]
+
+    def apply(self) -> None:
+        self._hooks = [r.register_forward_hook(lambda m, a, out: self._balance(out)) for r in self.routers]
+
+    def restore(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+def _routers(torch, model, experts_pattern: str | None, groups: int | None) -> list:
+    """The modules beside an experts module whose output carries top-k expert indices: the experts module's
+    siblings that return an integer [tokens, k] tensor with values below the number of experts, found by one
+    forward of each sibling's recorded output (hooks during one step are set by the caller)."""
+    out = []
+    for name, _ in _modules(model, experts_pattern):
+        parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+        out += [m for n, m in parent.named_children() if f"{name.rsplit('.', 1)[0]}.{n}" != name]
+    return out
 
 
 def applier_for(torch, model, item: dict):
@@ -184,11 +249,60 @@ def applier_for(torch, model, item: dict):
         raise Unproven("a workspace size takes effect before torch's first cuBLASLt handle: run the program in a "
                        "fresh process with the variable set and compare")
     if kind == "pin":
-        raise Unproven("torch 2.11 cannot pin a cuBLASLt algo in a program (TunableOp takes cuBLASLt candidates "
-                       "from torch 2.14); replay the pinned line to time it alone")
+        return _pin_applier(torch, model, item, change)
     if kind == "grouped":
-        raise Unproven("the change restructures the experts layer; no applier for it in this program")
+        variant = change.get("variant")
+        if variant in IMPLEMENTATIONS:
+            if not hasattr(model, "set_experts_implementation"):
+                raise Unproven("the model has no set_experts_implementation (not a transformers MoE model)")
+            return ExpertsImplementation(model, IMPLEMENTATIONS[variant])
+        if variant == "balanced":
+            groups = change.get("groups")
+            if not isinstance(groups, int) or groups < 2:
+                raise Unproven("the item does not say how many experts the router picks from")
+            routers = _routers(torch, model, item.get("module"), groups)
+            if not routers:
+                raise Unproven(f"no module beside {item.get('module')!r} to carry the router's choice")
+            return BalancedRouting(torch, routers, groups)
+        raise Unproven(f"the change ({variant or 'grouped'}) restructures the experts layer: no applier rebuilds "
+                       "it in a program; measure it by hand")
     raise Unproven(f"no applier for advice of kind {kind!r}")
+
+
+class PinLinears:
+    """A candidate's algo pinned on the forward of every `nn.Linear` in `mods` (`gpu.pin`), for `tokens` rows."""
+
+    def __init__(self, mods: list, algo: dict, tokens: int):
+        self.mods, self.algo, self.tokens, self._pins = mods, algo, tokens, []
+
+    def apply(self) -> None:
+        from cublaslt_probe.gpu.pin import pin_linear
+        self._pins = [pin_linear(m, self.algo, tokens=self.tokens) for _, m in self.mods]
+
+    def restore(self) -> None:
+        for p in self._pins:
+            p.remove()
+        self._pins = []
+
+
+def _pin_applier(torch, model, item: dict, change: dict):
+    """The pin of a forward GEMM of `nn.Linear` modules: the GEMM's problem (torch's m tokens, n out features,
+    k in features) must be the modules' own; a backward GEMM's pin cannot be applied (torch runs it)."""
+    algo, key = change.get("algo"), change.get("key") or {}
+    if not isinstance(algo, dict) or algo.get("algo_id") is None:
+        raise Unproven("the item does not carry the candidate's algo config")
+    if change.get("pass") not in (None, "fwd"):
+        raise Unproven(f"a {change.get('pass')} GEMM: its pin would need torch's backward replaced")
+    mods = _modules(model, item.get("module"))
+    lin = [(n, m) for n, m in mods if isinstance(m, torch.nn.Linear)]
+    if not lin or len(lin) != len(mods):
+        raise Unproven(f"{item.get('module')}: not an nn.Linear (a pin is applied on a linear's forward)")
+    if not all(key.get("n") == m.out_features and key.get("k") == m.in_features for _, m in lin):
+        raise Unproven(f"the pinned GEMM ({key.get('m')}x{key.get('n')}x{key.get('k')}) is not the forward of "
+                       f"{item.get('module')}")
+    if not isinstance(key.get("m"), int) or (key.get("batch") or 1) != 1:
+        raise Unproven("the pinned GEMM's token count is not known")
+    return PinLinears(lin, algo, key["m"])
 
 
 class _State:
@@ -317,6 +431,9 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
                 out_items.append({**rec, "status": "unproven", "why": str(e)})
                 say(f"prove {n}/{len(todo)}: {it.get('what')}: unproven ({e})")
                 continue
+            if isinstance(ap, BalancedRouting):
+                rec["what_if"] = ("the router forced to a balanced assignment: the upper bound of a router change, "
+                                  "not a change (the model computes something else)")
             mods = getattr(ap, "mods", [])
             rec["numerics"] = _numerics(torch, ap, _sample_input(torch, step, mods))
             if rec["numerics"].get("checked") and not rec["numerics"]["ok"]:

@@ -158,6 +158,10 @@ class AdviceItem:
         return {k: d.get(k) for k in ADVICE_KEYS}
 
 
+PIN_KEYS = ("algo_id", "tile", "stages", "cluster", "split_k", "reduction_scheme", "custom_option", "cta_swizzling",
+            "inner_shape", "workspace_bytes")   # a candidate's config, as `gpu.pin.pin_linear` takes it
+
+
 def _quiet(what: str, kind: str, module, evidence: str = "", gemms: list[str] | None = None) -> AdviceItem:
     return AdviceItem(kind, what, module, 0.0, evidence, "", gemms or [])
 
@@ -233,7 +237,9 @@ def _pin_items(ms: list[_Measured]) -> list[AdviceItem]:
             + (f", #0 {c0['time_us']:.1f} µs" if c0 else "") + f"; × {m.calls:g} calls/step",
             "numerics checked against candidate #0" if c.get("ok_numerics") else
             "numerics not checked; needs the algo pinned through cuBLASLt (replay)",
-            [m.label], m.ids, frozenset({m.i}), replay=pinned_line(m.g, c)))
+            [m.label], m.ids, frozenset({m.i}), replay=pinned_line(m.g, c),
+            change={"algo": {k: c.get(k) for k in PIN_KEYS}, "kernel": c.get("kernel"), "key": m.g.get("key"),
+                    "pass": m.g.get("pass")}))
     return out
 
 

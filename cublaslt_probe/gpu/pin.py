@@ -1,0 +1,132 @@
+"""A cuBLASLt algo pinned on an `nn.Linear`'s forward: the way to apply a pin on torch versions whose TunableOp
+cannot (torch 2.11 takes no cuBLASLt candidates; TunableOp on CUDA does from torch 2.14, and never inside a CUDA
+graph's capture).
+
+`pin_linear(module, algo, tokens=...)` replaces the module's forward with one that runs `y = x W^T (+ b)` as the
+cuBLASLt matmul torch itself would issue (column-major m = out features, n = tokens, k = in features, A = W
+transposed, B = x; the bias through the BIAS epilogue), with the pinned algo config, on torch's current stream,
+its workspace from torch's caching allocator, through the libcublasLt instance torch loaded (`gpu.lt`: ctypes,
+because the pin must run in the very library instance, handle and heuristics cache torch uses). Nothing syncs
+the host, so the forward can be captured in a CUDA graph. Calls whose problem is not the pinned one (another
+token count, a non-contiguous input, another dtype or device) run the module's own forward. The backward is
+torch's (`grad_x = grad_y W`, `grad_W = grad_yᵀ x`), so a pin changes the forward GEMM only.
+
+Limits: inputs must be contiguous in their last dimension and 16-byte aligned (torch's allocations are); the
+algo must be valid for the problem (`cublasLtMatmulAlgoCheck` is asked once, at pinning); the pinned forward
+costs a few µs of host time per call more than torch's (the ctypes call), measured by tests/test_gpu_prove.py.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from cublaslt_probe.errors import CaptureError
+
+TORCH_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+_LIB: dict = {}
+
+
+def _library():
+    from cublaslt_probe.gpu import lt
+    if "lib" not in _LIB:
+        _LIB["lib"] = lt.LtLibrary()
+    return _LIB["lib"]
+
+
+class PinnedLinear:
+    """The pinned forward of one `nn.Linear` (see the module doc); `remove()` gives the module its own forward
+    back."""
+
+    def __init__(self, module, algo: dict, tokens: int, dtype: str | None = None):
+        import torch
+
+        from cublaslt_probe.gpu import lt
+        self.torch, self.module, self.tokens = torch, module, int(tokens)
+        w = module.weight
+        self.dtype = dtype or TORCH_DTYPES.get(str(w.dtype))
+        if self.dtype is None:
+            raise CaptureError(f"pin_linear: weight dtype {w.dtype} has no cuBLASLt problem here (bf16, fp16, fp32)")
+        if self.dtype == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+            self.dtype = "tf32"
+        self.lib = _library()
+        self.problem = lt.Problem(m=module.out_features, n=self.tokens, k=module.in_features, dtype=self.dtype,
+                                  trans_a="T", trans_b="N", bias=module.bias is not None,
+                                  workspace_bytes=int(algo.get("workspace_bytes") or 0))
+        self.mm = lt.LtMatmul(self.lib, self.problem)
+        self.algo = lt.pinned_algo(self.lib, self.problem, int(algo["algo_id"]),
+                                   {k: algo.get(k) for k in ("tile", "stages", "cluster", "split_k",
+                                                             "reduction_scheme", "custom_option",
+                                                             "cta_swizzling", "inner_shape")})
+        self.workspace = max(int(algo.get("workspace_bytes") or 0), self._check())
+        self._fn = _pinned_function(torch)
+        module.forward = self.forward
+
+    def _check(self) -> int:
+        """`cublasLtMatmulAlgoCheck` of the pinned algo on the problem: the workspace it needs (bytes)."""
+        from cublaslt_probe.gpu import lt
+        L = self.lib.lib
+        res = lt.cublasLtMatmulHeuristicResult_t()
+        L.cublasLtMatmulAlgoCheck.argtypes = [ctypes.c_void_p] * 6 + [ctypes.POINTER(lt.cublasLtMatmulAlgo_t),
+                                                                      ctypes.POINTER(lt.cublasLtMatmulHeuristicResult_t)]
+        st = L.cublasLtMatmulAlgoCheck(self.lib.handle, self.mm.op, self.mm.a, self.mm.b, self.mm.c, self.mm.c,
+                                       ctypes.byref(self.algo), ctypes.byref(res))
+        if st:
+            self.mm.close()
+            raise CaptureError(f"pin_linear: the algo is not valid for {self.problem.m}x{self.problem.n}x"
+                               f"{self.problem.k} {self.dtype} (cublasLtMatmulAlgoCheck status {st}): pin a "
+                               "candidate measured for this GEMM")
+        return int(res.workspaceSize)
+
+    def matches(self, x) -> bool:
+        w = self.module.weight
+        return (x.dim() >= 2 and x.is_cuda and x.dtype == w.dtype and x.shape[-1] == self.problem.k
+                and x.numel() // x.shape[-1] == self.tokens and x.is_contiguous() and w.is_contiguous())
+
+    def launch(self, x, out) -> None:
+        """cublasLtMatmul with the pinned algo: out[tokens, m] = x W^T (+ b), on torch's current stream."""
+        torch = self.torch
+        b = self.module.bias
+        ws = torch.empty(max(self.workspace, 1), dtype=torch.uint8, device=x.device)
+        if b is not None:
+            self.mm.set_pointers(bias=b.data_ptr())
+        self.mm.run(self.algo, self.module.weight.data_ptr(), x.data_ptr(), out.data_ptr(), ws.data_ptr(),
+                    self.workspace, torch.cuda.current_stream(x.device).cuda_stream)
+
+    def forward(self, x):
+        if not self.matches(x):
+            return type(self.module).forward(self.module, x)
+        return self._fn.apply(x, self.module.weight, self.module.bias, self)
+
+    def remove(self) -> None:
+        if self.module.__dict__.get("forward") == self.forward:
+            del self.module.forward
+        self.mm.close()
+
+
+def _pinned_function(torch):
+    class Pinned(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b, pin):
+            out = torch.empty((*x.shape[:-1], w.shape[0]), dtype=x.dtype, device=x.device)
+            pin.launch(x, out)
+            ctx.save_for_backward(x, w)
+            ctx.has_b = b is not None
+            return out
+
+        @staticmethod
+        def backward(ctx, gy):
+            x, w = ctx.saved_tensors
+            g2 = gy.reshape(-1, gy.shape[-1])
+            gx = (gy @ w) if ctx.needs_input_grad[0] else None
+            gw = (g2.t() @ x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None
+            gb = g2.sum(0) if ctx.has_b and ctx.needs_input_grad[2] else None
+            return gx, gw, gb, None
+
+    return Pinned
+
+
+def pin_linear(module, algo: dict, *, tokens: int) -> PinnedLinear:
+    """Pins `algo` (a candidate's config: ``algo_id``, ``tile``, ``stages``, ``cluster``, ``split_k``,
+    ``reduction_scheme``, ``custom_option``, ``cta_swizzling``, ``workspace_bytes``, as `candidates` and the
+    saved measurement give them) on `module`'s forward for inputs of `tokens` rows; returns the pin, whose
+    `remove()` undoes it. Raises CaptureError when the algo is not valid for the problem."""
+    return PinnedLinear(module, algo, tokens)
