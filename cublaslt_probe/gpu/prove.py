@@ -457,3 +457,33 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
         state.restore()
     return {"noise": {"rounds_us": noise, "steps": steps, "warmup": warmup, "rounds": rounds},
             "items": out_items, "cost_s": time.perf_counter() - t0, "restored": state.same()}
+
+
+def prove_run(run, step, model, measure, *, optimizer=None, out=None, rounds: int = ROUNDS, steps: int = STEPS,
+              warmup: int = WARMUP, progress=None) -> dict:
+    """Proves the advice of a run in the program that made it: `run` is the run folder (`capture`'s), `measure`
+    its saved measurement (a path, or the dict `audit --measure --save` writes), checked and bound to the run as
+    `audit --from` does (another run's is refused). The advice is made as `audit` makes it, every item with a
+    predicted saving is proven in `step` (`prove`), and the proof, bound to the run by its fingerprint, is
+    written to `out` (default: ``proof.json`` in the run folder). Returns the proof."""
+    import os
+
+    from cublaslt_probe.analysis.audit import advice, audit
+    from cublaslt_probe.analysis.audit.measured import bind_measure, read_measure, run_fingerprint
+    from cublaslt_probe.analysis.proof import write
+    a = audit(run)
+    source = measure if isinstance(measure, (str, os.PathLike)) else "the measurement"
+    doc = read_measure(str(measure)) if isinstance(measure, (str, os.PathLike)) else measure
+    meas, notes = bind_measure(doc, a, str(source), str(run))
+    items = advice(a.rows, meas, a.step_gpu_us)
+    proof = prove(step, model, items, optimizer=optimizer, rounds=rounds, steps=steps, warmup=warmup,
+                  progress=progress)
+    proof["fingerprint"] = run_fingerprint(a, str(run))
+    proof["notes"] = notes
+    import torch
+    proof["env"] = {"gpu": torch.cuda.get_device_name(), "torch_version": torch.__version__,
+                    "cuda_runtime": torch.version.cuda}
+    path = out or os.path.join(str(run), "proof.json")
+    write(path, proof)
+    proof["path"] = str(path)
+    return proof
