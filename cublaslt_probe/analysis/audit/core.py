@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.runfiles import COMPILED_GEMMS_FILE
 from cublaslt_probe.analysis.graphs import GRAPH_OPS, compiled_module_ranges, read_compiled_gemms
 from cublaslt_probe.analysis.audit.schema import Audit
 from cublaslt_probe.analysis.audit.attribute import (_attribute, _gpu_facts, _in_steps, _log_groups, _read_env, _split_ranges,
@@ -47,9 +49,9 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     facts, devices = _gpu_facts(env, s.meta, notes, used)
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
-    compiled = read_compiled_gemms(path)
+    compiled = read_compiled_gemms(path, notes)
     if compiled:                                  # compiled code runs no module hook: its graphs' records name them
-        det.ranges, note = compiled_module_ranges(det, compiled)
+        det.ranges, note = compiled_module_ranges(det, compiled, Path(path) / COMPILED_GEMMS_FILE)
         notes += [note] if note else []
     L, steps = _in_steps(det, env, notes, gpu_ranges, warmup)
     L = _with_graphs(files["trace"], det, L, notes)
