@@ -100,7 +100,11 @@ def _read_trace(trace, notes: list[str]):
     damage = ((["cut off inside the event array (the events before the cut are audited)"] if st.truncated else [])
               + ([f"{st.bad_events:,} malformed events skipped"] if st.bad_events else [])
               + ([f"{st.bad_durations:,} kernel or copy events without a valid dur (missing, not a number, "
-                  "negative or infinite: counted as 0 µs)"] if st.bad_durations else [])
+                  "negative, infinite" + (f", or longer than the trace: {st.long_durations:,}" if st.long_durations
+                                          else "") + "; counted as 0 µs)"] if st.bad_durations else [])
+              + ([f"{st.duplicate_events:,} kernel or copy events repeat another exactly (same name, start, "
+                  f"duration, device, stream and ids: written twice) and are counted once "
+                  f"({st.duplicate_us:,.1f} µs not counted twice)"] if st.duplicate_events else [])
               + ([f"{st.bad_ids:,} correlation or External ids out of range (read as missing: their kernels are "
                   "not linked)"] if st.bad_ids else [])
               + (["the gzip stream is damaged after the last event (every event was read)"]
