@@ -24,12 +24,14 @@ from cublaslt_probe.analysis.audit.judge import _fold_helpers, _judges, _rows
 
 # --------------------------------------------------------------------------- the audit
 def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, coldstart: dict | None = None,
-          pid: int | None = None, warmup: int | None = None) -> Audit:
+          pid: int | None = None, warmup: int | None = None, whole_trace: bool = False) -> Audit:
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
     `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
     ``evidence: observed`` (`coldstart.apply_observed`). `pid`: of a file of several processes (merged rank
     traces), audit only that one (`trace.TraceDetail.for_process`). `warmup`: of a trace without step marks, the
-    steps found (`steps.found_steps`) left out first as warm-up (None: the capture's ``warmup``, else 1)."""
+    steps found (`steps.found_steps`) left out first as warm-up (None: the capture's ``warmup``, else 1).
+    `whole_trace`: the whole trace is one step, whatever its step marks. When the steps hold under half of the
+    trace's GEMM time, ``warning`` says how much is left out and how to count it."""
     from cublaslt_probe.analysis.grouped import join_sizes
     from cublaslt_probe.analysis.stalls import host_stalls
     from cublaslt_probe.analysis.trace import timeline_frame
@@ -53,7 +55,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     if compiled:                                  # compiled code runs no module hook: its graphs' records name them
         det.ranges, note = compiled_module_ranges(det, compiled, Path(path) / COMPILED_GEMMS_FILE)
         notes += [note] if note else []
-    L, steps = _in_steps(det, env, notes, gpu_ranges, warmup)
+    L, steps, warning = _in_steps(det, env, notes, gpu_ranges, warmup, whole_trace)
     L = _with_graphs(files["trace"], det, L, notes)
     per_name: dict[str, list] = {}
     for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
@@ -82,7 +84,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
                  gpu=facts.name, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
-                 stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial)
+                 stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial,
+                 warning=warning)
 
 
 def _read_trace(trace, notes: list[str]):
