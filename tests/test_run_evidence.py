@@ -293,11 +293,12 @@ def test_whole_trace_is_one_step(tmp_path, base):
 
 
 # ------------------------------------------------------------------------------------------ coverage
-def _attention_then_mlp(tmp_path):
+def _attention_then_mlp(tmp_path, both_calls=False):
     """One profile of one process that ran attention by SDPA's math path outside any module (the sdpa_math
     capture, forward and backward, its module ranges taken out, moved to end before the next part starts) and
     then a compiled MLP under its module (the compiled_mlp capture, the module range of its first step taken
-    out), without step marks: a bare trace whose one outermost module call is its one step."""
+    out unless `both_calls`), without step marks: a bare trace whose one outermost module call is its one step
+    (with `both_calls`: two steps found, the first left out as warm-up)."""
     mlp = TM.load(PROGRAMS / "compiled_mlp" / runfiles.TRACE_FILE)
     att = TM.load(PROGRAMS / "sdpa_math" / runfiles.TRACE_FILE)
     timed = lambda doc: [e for e in doc["traceEvents"] if isinstance(e.get("ts"), (int, float))]
@@ -306,7 +307,8 @@ def _attention_then_mlp(tmp_path):
         e["ts"] -= shift
     first_mlp = min((e for e in mlp["traceEvents"] if e.get("name") == runfiles.MODULE_PREFIX + "MLP"),
                     key=lambda e: e["ts"])
-    keep = lambda e, doc: not (str(e.get("name", "")).startswith(TM.STEP_PREFIX) or e is first_mlp
+    keep = lambda e, doc: not (str(e.get("name", "")).startswith(TM.STEP_PREFIX) or (e is first_mlp
+                                                                                      and not both_calls)
                                or (doc is att and str(e.get("name", "")).startswith(runfiles.MODULE_PREFIX)))
     mlp["traceEvents"] = [e for d in (att, mlp) for e in d["traceEvents"] if keep(e, d)]
     path = tmp_path / "attention_then_mlp.json.gz"
@@ -324,8 +326,8 @@ def test_steps_holding_under_half_the_gemm_time_say_so_first(tmp_path):
     assert a.steps == 1 and 0 < a.gemm_gpu_us < 0.5 * truth
     left = (truth - a.gemm_gpu_us) / 1e3
     assert a.warning == (f"the audited steps hold {100 * a.gemm_gpu_us / truth:.1f} % of the trace's GEMM time: "
-                         f"{left:,.3f} ms of GEMMs ran outside them and are left out (--warmup 0 keeps the steps "
-                         "left out as warm-up, --whole-trace audits the whole trace as one step)")
+                         f"{left:,.3f} ms of GEMMs ran outside them and are left out (--whole-trace audits the "
+                         "whole trace as one step)")
     r = cli("audit", path)
     assert r.exit_code == 0 and r.output.splitlines()[0] == f"warning: {a.warning}"
     r = cli("audit", path, "-f", "jsonl")
@@ -335,3 +337,12 @@ def test_steps_holding_under_half_the_gemm_time_say_so_first(tmp_path):
     r = cli("audit", path, "--whole-trace")
     assert r.exit_code == 0 and not r.output.startswith("warning") and \
         re.search(rf"GEMMs {truth / 1e3:,.3f} ms", r.output)
+
+
+def test_the_coverage_warning_names_the_warm_up_left_out(tmp_path):
+    """Both MLP calls kept: two steps found, the first left out as warm-up; the warning says --warmup 0 too."""
+    path, doc = _attention_then_mlp(tmp_path, both_calls=True)
+    a = audit(path)
+    assert a.steps == 1 and "(--warmup 0 keeps the 1 step(s) left out as warm-up, --whole-trace audits the " \
+        "whole trace as one step)" in a.warning
+    assert audit(path, warmup=0).steps == 2 and audit(path, warmup=0).warning is not None

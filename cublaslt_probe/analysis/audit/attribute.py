@@ -505,7 +505,7 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None,
     cpu, copies = _split_ranges(det)
     gpu = copies if gpu is None else gpu
     steps_r = _step_ranges(cpu, notes)
-    found = not len(steps_r)
+    found, warmed = not len(steps_r), 0
     if found and cap.get("step_finding") == "whole":
         notes.append("the capture asked for the whole run as one step (--whole-script): model loading and first "
                      "calls are in it")
@@ -514,7 +514,7 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None,
         if warmup is None:
             w = cap.get("warmup")
             warmup = w if isinstance(w, int) and not isinstance(w, bool) and w >= 0 else WARMUP
-        steps_r, how = found_steps(det, cpu, warmup)
+        steps_r, how, warmed = found_steps(det, cpu, warmup)
         notes.append(how)
         if not len(steps_r):
             return L, 1, None
@@ -532,18 +532,19 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None,
         where = outside_note(L, det.names, step >= 0, steps_r)
         if where:
             notes.append(where)
-    return L[step >= 0], _step_count(steps_r, step, notes), _coverage(L, step >= 0, found)
+    return L[step >= 0], _step_count(steps_r, step, notes), _coverage(L, step >= 0, warmed)
 
 
-def _coverage(L: pd.DataFrame, inside: np.ndarray, found: bool) -> str | None:
+def _coverage(L: pd.DataFrame, inside: np.ndarray, warmed: int) -> str | None:
     """The warning that the steps hold under `COVERAGE` of the trace's GEMM time (launches `L`, `inside` the
-    steps): how much is left out and how to count it; None otherwise."""
+    steps; `warmed` steps found were left out as warm-up): how much is left out and how to count it; None
+    otherwise."""
     dur = L["dur"].to_numpy(dtype=np.float64)
     gemm = L["kind"].to_numpy() > 0
     total, held = float(dur[gemm].sum()), float(dur[gemm & inside].sum())
     if total <= 0 or held >= COVERAGE * total:
         return None
-    how = ("--warmup 0 keeps the steps left out as warm-up, " if found else "") + \
+    how = (f"--warmup 0 keeps the {warmed} step(s) left out as warm-up, " if warmed else "") + \
         "--whole-trace audits the whole trace as one step"
     return (f"the audited steps hold {100 * held / total:.1f} % of the trace's GEMM time: {(total - held) / 1e3:,.3f} "
             f"ms of GEMMs ran outside them and are left out ({how})")
