@@ -10,6 +10,9 @@ puts it on the audit's grouped rows:
 - a backward grouped call (made by autograd, not recorded) splits the rows its forward call split: a backward
   row takes the sizes of the forward rows of its module with the same groups whose rows (m) are the backward
   row's total along its group dimension;
+- each record is checked against the row it joins: its sizes (integers >= 0, `runfiles.read_group_sizes`) must
+  be the row's groups and add up to its total; one that does not is skipped and named (file:line), the row
+  keeping the sizes of the records that fit;
 - a row no record reaches (a bare trace, a run captured without recording, a call the recording does not see)
   gets equal sizes, ``sizes_source`` = ``assumed``, and every figure resting on them says so.
 
