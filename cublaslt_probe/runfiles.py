@@ -20,8 +20,9 @@ step a range named ``STEP_PREFIX + str(index)``. Both appear in the trace as ``u
 thread that ran the forward. Backward kernels are attributed through the autograd ``Sequence number`` that
 torch.profiler records on a forward op and on the backward node that differentiates it.
 
-This module holds the names, and the reader of the one file whose records `audit` reads line by line
-(`read_group_sizes`): it imports nothing from torch and is read on a CPU machine.
+This module holds the names, and the readers of the jsonl files whose records `audit` reads line by line
+(`read_records`, `read_group_sizes`; `graphs.read_compiled_gemms`): a bad line is skipped and named (file:line),
+never the whole file refused. It imports nothing from torch and is read on a CPU machine.
 """
 from __future__ import annotations
 
@@ -29,7 +30,6 @@ import json
 import os
 from pathlib import Path
 
-from cublaslt_probe.errors import CaptureError
 
 TRACE_FILE = "trace.json.gz"
 LOG_FILE = "cublaslt.log"
@@ -45,25 +45,66 @@ GRAPH_REPLAY_PREFIX = "cublaslt_probe.graph_replay:"     # around a replay of gr
 STEP_PREFIX = "cublaslt_probe.step:"
 
 
-def read_group_sizes(run_dir: str | os.PathLike) -> list[dict] | None:
-    """The group sizes records of a run folder (`gpu.recorder.GroupSizes` writes them), in call order; None when the folder has no
-    ``group_sizes.jsonl`` (a capture made without recording them: the sizes are unknown). A line that is not
-    a record raises CaptureError naming the file and line."""
-    path = Path(run_dir) / GROUP_SIZES_FILE
-    if not path.exists():
-        return None
-    out = []
-    with open(path) as f:
+LINE_KEY = "_line"    # the line of its file a record read by `read_records` came from (1-based)
+
+
+def read_records(path: str | os.PathLike, check, what: str, notes: list[str] | None = None) -> list[dict]:
+    """The records of a jsonl file of a run folder, each a JSON object that `check` accepts (`check(record)`
+    returns None, or why the record is not usable), in file order, each with its line under `LINE_KEY`.
+
+    A byte order mark, an empty line and undecodable bytes cost nothing; a line that is not a usable record is
+    skipped, and `notes` gets one line naming the file, the lines skipped and why (the first's reason), so one
+    bad line costs only itself."""
+    path = Path(path)
+    out, bad = [], []
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 r = json.loads(line)
-                ok = isinstance(r, dict) and isinstance(r.get("sizes"), list) and "op" in r and "call" in r
             except ValueError:
-                ok = False
-            if not ok:
-                raise CaptureError(f"{path}:{i}: not a group sizes record; capture the run again "
-                                   "(cublaslt_probe.capture records them)")
+                bad.append((i, "not JSON"))
+                continue
+            why = check(r) if isinstance(r, dict) else f"a JSON {type(r).__name__}, not an object"
+            if why:
+                bad.append((i, why))
+                continue
+            r[LINE_KEY] = i
             out.append(r)
+    if bad and notes is not None:
+        notes.append(f"{where(path, [i for i, _ in bad])}: {len(bad):,} line(s) skipped, not {what} "
+                     f"(line {bad[0][0]}: {bad[0][1]}); the other {len(out):,} read")
     return out
+
+
+def where(path: str | os.PathLike, lines: list[int], most: int = 5) -> str:
+    """``file:3,7,12,…`` naming the lines `lines` of `path` (the first `most`, then how many more)."""
+    lines = sorted(set(lines))
+    more = f",… ({len(lines) - most:,} more)" if len(lines) > most else ""
+    return f"{path}:{','.join(map(str, lines[:most]))}{more}"
+
+
+def _sizes_problem(r: dict) -> str | None:
+    """Why a group sizes record is not usable (None: usable): an op, a call and sizes, each size an integer
+    >= 0."""
+    if "op" not in r or "call" not in r:
+        return "no op or call"
+    sizes = r.get("sizes")
+    if not isinstance(sizes, list) or not sizes:
+        return "no sizes list"
+    odd = [s for s in sizes if type(s) is not int or s < 0]
+    if odd:
+        return f"a group size is not an integer >= 0 ({json.dumps(odd[0])[:20]})"
+    return None
+
+
+def read_group_sizes(run_dir: str | os.PathLike, notes: list[str] | None = None) -> list[dict] | None:
+    """The group sizes records of a run folder (`gpu.recorder.GroupSizes` writes them), in call order, each
+    with its line (`LINE_KEY`); None when the folder has no ``group_sizes.jsonl`` (a capture made without
+    recording them: the sizes are unknown). A line that is not a record, or whose sizes are not integers >= 0,
+    is skipped and named on `notes` (`read_records`)."""
+    path = Path(run_dir) / GROUP_SIZES_FILE
+    if not path.exists():
+        return None
+    return read_records(path, _sizes_problem, "a group sizes record", notes)

@@ -291,30 +291,32 @@ def module_path(path, cls: str | None = None) -> str | None:
     return ".".join(parts) or cls or None
 
 
-def read_compiled_gemms(run_dir) -> list[dict] | None:
-    """The compiled GEMM records of a run folder (`recorder.CompiledGemms`), None when it has none; a line
-    that is not a record is skipped (the others still name their modules)."""
-    import json
+def _compiled_problem(r: dict) -> str | None:
+    """Why a compiled GEMM record is not usable (None: usable): a module name, and graph, m, n, k, batch as
+    integers (m, n, k, batch >= 1)."""
+    if not isinstance(r.get("module"), str) or not r.get("module"):
+        return "no module name"
+    odd = [c for c in ("graph", "m", "n", "k", "batch") if type(r.get(c)) is not int
+           or (c != "graph" and r[c] < 1)]
+    return f"{odd[0]} is not a positive integer" if odd else None
+
+
+def read_compiled_gemms(run_dir, notes: list[str] | None = None) -> list[dict] | None:
+    """The compiled GEMM records of a run folder (`recorder.CompiledGemms`), each with its line
+    (`runfiles.LINE_KEY`), None when it has none; a line that is not a record is skipped and named on `notes`
+    (the others still name their modules)."""
     from pathlib import Path
     p = Path(run_dir) / runfiles.COMPILED_GEMMS_FILE
     if not Path(run_dir).is_dir() or not p.is_file():
         return None
-    out = []
-    with open(p, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(r, dict) and isinstance(r.get("module"), str) and r.get("module") \
-                    and all(type(r.get(c)) is int for c in ("graph", "m", "n", "k", "batch")):
-                out.append(r)
-    return out or None
+    return runfiles.read_records(p, _compiled_problem, "a compiled GEMM record", notes) or None
 
 
-def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str | None]:
-    """Module ranges for the GEMM ops that compiled code ran (`recorder.CompiledGemms`' `records`), to add to
-    `det.ranges` so that attribution names their modules as it names eager ones; and a note saying how many.
+def compiled_module_ranges(det, records: list[dict], path=None) -> tuple[pd.DataFrame, str | None]:
+    """`det.ranges` with module ranges added for the GEMM ops that compiled code ran (`recorder.CompiledGemms`'
+    `records`, read from `path`), so that attribution names their modules as it names eager ones; and a note
+    saying how many, and naming (file:line) the records that match no GEMM op of the trace. The trace's own
+    ranges (steps, modules) are kept whatever the records hold.
 
     The ops: the outermost GEMM ops (`trace.GEMM_OPS`) that no module range opened inside their compiled
     region encloses. Each call of compiled code (a ``Torch-Compiled Region`` range; without any, each thread's
@@ -324,17 +326,17 @@ def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str 
     module range or under an outermost one (the compiled model's own) count. Two independent GEMMs of one
     problem that Inductor's scheduler swapped are named in each other's place."""
     from cublaslt_probe.analysis.trace import GEMM_OPS
-    empty = det.ranges.iloc[:0]
+    rng = det.ranges
     ops = det.ops
-    if not records or not len(ops):
-        return empty, None
+    if not records:
+        return rng, None
     names = [str(k[0]) for k in det.op_keys]
     key = ops["key"].to_numpy()
     name_of = np.array([names[k] if k >= 0 else "" for k in key], dtype=object)
-    gemm = np.flatnonzero(np.isin(name_of, list(GEMM_OPS)))
+    gemm = np.flatnonzero(np.isin(name_of, list(GEMM_OPS))) if len(ops) else np.zeros(0, dtype=np.int64)
+    where = path if path is not None else runfiles.COMPILED_GEMMS_FILE
     if not len(gemm):
-        return empty, None
-    rng = det.ranges
+        return rng, _unmatched_note(where, records, set(), "the trace has no GEMM op")
     mods = rng[rng["name"].str.startswith(runfiles.MODULE_PREFIX) & ~rng["gpu"].fillna(False).astype(bool)] \
         if len(rng) else rng
     both = _thread_codes(pd.concat([mods[["pid", "tid"]], ops[["pid", "tid"]]], ignore_index=True))
@@ -349,20 +351,32 @@ def compiled_module_ranges(det, records: list[dict]) -> tuple[pd.DataFrame, str 
     named, regions_named = _segment_modules(segs, _recorded_graphs(records), _gemm_problems(det, key[gemm]),
                                             o_ts[gemm], tid[gemm], mods, m_tid)
     out = []
-    for i, module in named:
+    for i, rec in named:
         o = gemm[i]
-        out.append((runfiles.MODULE_PREFIX + module, o_ts[o], o_end[o], int(ops["tid"].iloc[o]),
+        out.append((runfiles.MODULE_PREFIX + rec["module"], o_ts[o], o_end[o], int(ops["tid"].iloc[o]),
                     int(ops["pid"].iloc[o]) if "pid" in ops.columns else -1))
+    used = {id(rec) for _, rec in named}
     if not out:
-        return empty, ("the capture recorded the GEMMs of compiled graphs with their modules, but no GEMM op of "
-                       "the trace matches them (another program, or a compile the capture did not see)")
+        return rng, _unmatched_note(where, records, used, "records of another program, or of a compile "
+                                                            "the capture did not see")
     add = pd.DataFrame(out, columns=["name", "ts", "end", "tid", "pid"]).assign(gpu=False, device=-1)
     add = add.astype({c: rng[c].dtype for c in add.columns if c in rng.columns})
     note = (f"{len(out):,} GEMM ops of compiled code ({regions_named:,} compiled call"
             f"{'s' if regions_named != 1 else ''}) are named by the module their graph node came from "
             f"(recorded while torch.compile compiled it: {runfiles.COMPILED_GEMMS_FILE}); two GEMMs of one "
             "problem that the compiler reordered may be named in each other's place")
-    return pd.concat([rng, add], ignore_index=True), note
+    rest = _unmatched_note(where, records, used, "no GEMM op of the trace matches them")
+    return pd.concat([rng, add], ignore_index=True), note + ("; " + rest if rest else "")
+
+
+def _unmatched_note(path, records: list[dict], used: set, why: str) -> str | None:
+    """The records of `records` not in `used` (ids), named by file and line with `why`; None when all were."""
+    left = [r.get(runfiles.LINE_KEY, 0) for r in records if id(r) not in used]
+    if not left:
+        return None
+    return (f"{runfiles.where(path, left)}: {len(left):,} of the {len(records):,} compiled GEMM records name no "
+            f"GEMM op of this trace ({why}): they name no module; the trace's own steps and module ranges are "
+            "kept")
 
 
 def _gemm_problems(det, keys: np.ndarray) -> list[tuple | None]:
@@ -378,11 +392,11 @@ def _gemm_problems(det, keys: np.ndarray) -> list[tuple | None]:
 
 def _recorded_graphs(records: list[dict]) -> dict[int, dict]:
     """The compiled graphs of `records`: graph number -> ``id`` (its compile id) and ``by`` (problem (m, n, k,
-    batch) -> the modules of its nodes of that problem, in node order)."""
+    batch) -> the records of its nodes of that problem, in node order)."""
     graphs: dict[int, dict] = {}
-    for r in sorted(records, key=lambda r: (r["graph"], r.get("node", 0))):
+    for r in sorted(records, key=lambda r: (r["graph"], r.get("node") if type(r.get("node")) is int else 0)):
         g = graphs.setdefault(r["graph"], {"id": r.get("compile_id"), "by": {}})
-        g["by"].setdefault((r["m"], r["n"], r["k"], r["batch"]), []).append(r["module"])
+        g["by"].setdefault((r["m"], r["n"], r["k"], r["batch"]), []).append(r)
     return graphs
 
 
@@ -390,7 +404,7 @@ def _segment_modules(segs: list[tuple], graphs: dict[int, dict], prob: list, g_t
                      g_tid: np.ndarray, mods: pd.DataFrame, m_tid: np.ndarray) -> tuple[list[tuple], int]:
     """The modules of the outermost GEMM ops (starts `g_ts`, thread codes `g_tid`, problems `prob`) that the
     calls of compiled code `segs` (start, end, thread code, compile id or None) ran, as `compiled_module_ranges`
-    says: (op position, module) in naming order, and how many calls named any. An op is named once, by the
+    says: (op position, the record naming its module) in naming order, and how many calls named any. An op is named once, by the
     first call that holds it; one inside a module range `mods` of its own is left to that range."""
     m_ts = mods["ts"].to_numpy(dtype=np.float64)
     m_end = mods["end"].to_numpy(dtype=np.float64)

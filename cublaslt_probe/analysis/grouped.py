@@ -10,6 +10,9 @@ puts it on the audit's grouped rows:
 - a backward grouped call (made by autograd, not recorded) splits the rows its forward call split: a backward
   row takes the sizes of the forward rows of its module with the same groups whose rows (m) are the backward
   row's total along its group dimension;
+- each record is checked against the row it joins: its sizes (integers >= 0, `runfiles.read_group_sizes`) must
+  be the row's groups and add up to its total; one that does not is skipped and named (file:line), the row
+  keeping the sizes of the records that fit;
 - a row no record reaches (a bare trace, a run captured without recording, a call the recording does not see)
   gets equal sizes, ``sizes_source`` = ``assumed``, and every figure resting on them says so.
 
@@ -34,7 +37,7 @@ from pathlib import Path
 from cublaslt_probe.dtypes import element_bytes
 from cublaslt_probe.analysis.explain import roofline_floor
 from cublaslt_probe.cases import group_sizes as even_sizes, sizes_summary
-from cublaslt_probe.runfiles import read_group_sizes
+from cublaslt_probe.runfiles import GROUP_SIZES_FILE, LINE_KEY, read_group_sizes, where
 
 GROUPED_COLUMNS: dict[str, tuple[str, str]] = {
     "sizes_source": ("category", "grouped GEMM: where its group sizes come from: recorded (the run folder's "
@@ -149,21 +152,27 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
     grouped = [i for i, g in zip(df.index, df["groups"].tolist()) if not _missing(g)]
     if not grouped:
         return df
-    records, why = _recorded_sizes(path, env)
+    records, why = _recorded_sizes(path, env, notes)
     rows = df.to_dict("index")
-    cols, upd, assumed = _size_columns(rows, grouped, _found_sizes(rows, grouped, records), gpus)
+    found, unfit = _found_sizes(rows, grouped, records)
+    if unfit:
+        line, got, n, total, groups = unfit[0]
+        notes.append(f"{where(Path(path) / GROUP_SIZES_FILE, [u[0] for u in unfit])}: {len(unfit):,} group sizes "
+                     f"record(s) skipped: their sizes do not split the rows of the GEMM they name (line {line}: "
+                     f"{n} sizes adding up to {got:,}; the GEMM has {total:,} rows in {groups} groups)")
+    cols, upd, assumed = _size_columns(rows, grouped, found, gpus)
     df = _with_columns(df, cols, upd)
     if assumed:
         notes.append(ASSUMED_NOTE.format(n=assumed, why=why))
     return df
 
 
-def _recorded_sizes(path, env: dict) -> tuple[list[dict] | None, str]:
-    """The group size records of the run folder `path` (`runfiles.read_group_sizes`; None for a bare trace or
-    none recorded), and why a grouped row has no recorded sizes: the words `ASSUMED_NOTE` gives for it (a bare
+def _recorded_sizes(path, env: dict, notes: list[str]) -> tuple[list[dict] | None, str]:
+    """The group size records of the run folder `path` (`runfiles.read_group_sizes`, its skipped lines named on
+    `notes`; None for a bare trace or none recorded), and why a grouped row has no recorded sizes: the words `ASSUMED_NOTE` gives for it (a bare
     trace, a run captured without recording them as the capture's `env` says, no file, or no matching call)."""
     p = Path(path)
-    records = read_group_sizes(p) if p.is_dir() else None
+    records = read_group_sizes(p, notes) if p.is_dir() else None
     if not p.is_dir():
         why = "a bare trace"
     elif records is None:
@@ -175,23 +184,34 @@ def _recorded_sizes(path, env: dict) -> tuple[list[dict] | None, str]:
     return records, why
 
 
-def _found_sizes(rows: dict, grouped: list, records: list[dict] | None) -> dict[int, list[list[int]]]:
+def _found_sizes(rows: dict, grouped: list, records: list[dict] | None
+                 ) -> tuple[dict[int, list[list[int]]], list[tuple]]:
     """The recorded group sizes of each grouped row (`rows`: index -> row; `grouped`: the grouped indexes)
     that a record reaches, every recorded call's sizes in a list: a forward row by its op and first three
-    operands' dims with the same total and groups, a backward row by the forward rows of its module that it
-    differentiates (module doc)."""
-    by_dims: dict[tuple, list[list[int]]] = {}
+    operands' dims, a backward row by the forward rows of its module that it differentiates (module doc).
+    Each record is checked against the row it names: its sizes must be the row's groups and add up to the row's
+    total; the records that do not are left out and returned as (line, their sum, their count, the row's total,
+    its groups), by line."""
+    by_dims: dict[tuple, list[dict]] = {}
     for r in records or []:
-        key = (r.get("op"), json.dumps([r.get("a"), r.get("b"), r.get("offs")]))
-        by_dims.setdefault(key, []).append([int(x) for x in r["sizes"]])
+        by_dims.setdefault((r.get("op"), json.dumps([r.get("a"), r.get("b"), r.get("offs")])), []).append(r)
     found: dict[int, list[list[int]]] = {}
+    unfit: dict[int, tuple] = {}
     for i in grouped:
         r = rows[i]
         d = _dims(r.get("input_dims"))
-        if d and len(d) >= 3:
-            hit = by_dims.get((r.get("op"), json.dumps(d[:3])))
-            if hit and sum(hit[0]) == _total(r) and len(hit[0]) == int(r["groups"]):
-                found[i] = hit
+        total, groups = _total(r), int(r["groups"])
+        if not d or len(d) < 3 or total is None:
+            continue
+        good = []
+        for rec in by_dims.get((r.get("op"), json.dumps(d[:3])), []):
+            sizes = rec["sizes"]
+            if sum(sizes) == total and len(sizes) == groups:
+                good.append(list(sizes))
+            else:
+                unfit.setdefault(rec.get(LINE_KEY, 0), (rec.get(LINE_KEY, 0), sum(sizes), len(sizes), total, groups))
+        if good:
+            found[i] = good
     for i in grouped:                 # backward rows: the sizes of the forward rows they differentiate
         r = rows[i]
         if i in found or r.get("pass") != "bwd" or _missing(r.get("module")):
@@ -201,7 +221,7 @@ def _found_sizes(rows: dict, grouped: list, records: list[dict] | None) -> dict[
                 for s in found[j]]
         if same:
             found[i] = same
-    return found
+    return found, [unfit[k] for k in sorted(unfit)]
 
 
 def _size_columns(rows: dict, grouped: list, found: dict[int, list[list[int]]], gpus: dict

@@ -61,10 +61,10 @@ def _frame(ts, end, pid, tid) -> pd.DataFrame:
                          "device": np.full(n, -1, dtype=np.int64)})
 
 
-def found_steps(det, cpu: pd.DataFrame, warmup: int = WARMUP) -> tuple[pd.DataFrame, str]:
-    """The steps of a trace without step marks (see the module doc) as ranges, and a note saying how they
-    were found and how many were left out as warm-up; an empty frame and the reason when none can be found.
-    `warmup` < 0 is taken as 0."""
+def found_steps(det, cpu: pd.DataFrame, warmup: int = WARMUP) -> tuple[pd.DataFrame, str, int]:
+    """The steps of a trace without step marks (see the module doc) as ranges, a note saying how they were
+    found and how many were left out as warm-up, and that number; an empty frame and the reason when none can
+    be found. `warmup` < 0 is taken as 0."""
     warmup = max(int(warmup), 0)
     mods = cpu[cpu["name"].str.startswith(runfiles.MODULE_PREFIX) | cpu["name"].str.startswith(PY_MODULE_PREFIX)]
     mods = mods[np.isfinite(mods["ts"].to_numpy()) & (mods["end"].to_numpy() >= mods["ts"].to_numpy())]
@@ -100,15 +100,16 @@ def found_steps(det, cpu: pd.DataFrame, warmup: int = WARMUP) -> tuple[pd.DataFr
         return _frame([], [], [], []), ("no step ranges and no module ranges in the trace: the whole trace counts "
                                         "as one step (model loading and first calls included); capture with "
                                         "cublaslt_probe.capture, or mark steps (torch.profiler's schedule / "
-                                        "prof.step()) to audit the steady state")
-    n = len(steps)
+                                        "prof.step()) to audit the steady state"), 0
+    n, cut = len(steps), 0
     if n > warmup:
+        cut = warmup
         steps = steps.iloc[warmup:].reset_index(drop=True)
         left = (f"the first {warmup} left out as warm-up (audit --warmup N)" if warmup else
                 "none left out as warm-up (--warmup 0)")
     else:
         left = f"none left out as warm-up: no more than {warmup} step(s) found"
-    return steps, f"no step marks in the trace: steps found from it: {how}; {left}; {len(steps)} audited"
+    return steps, f"no step marks in the trace: steps found from it: {how}; {left}; {len(steps)} audited", cut
 
 
 def outside_note(L: pd.DataFrame, names: list, inside: np.ndarray, steps_r: pd.DataFrame) -> str | None:

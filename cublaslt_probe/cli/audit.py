@@ -72,9 +72,12 @@ def _load_measure(path: str) -> dict:
 @click.option("--warmup", type=click.IntRange(min=0), default=None,
               help="Of a trace without step marks (steps found from its module or optimizer ranges): the first "
                    "N steps found are left out as warm-up (default: the capture's --warmup, else 1).")
+@click.option("--whole-trace", is_flag=True,
+              help="Count the whole trace as one step, whatever its step marks (model loading, warm-up and first "
+                   "calls in it).")
 @output_options(FORMATS, top=25)
 def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, coldstart_path,
-              pid, warmup, fmt, output, top):
+              pid, warmup, whole_trace, fmt, output, top):
     """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
 
     RUN_DIR is a folder written by `cublaslt_probe.capture` (trace.json.gz, cublaslt.log, env.json);
@@ -102,7 +105,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     if coldstart_path:
         from cublaslt_probe.analysis.coldstart import load
         cold = load(coldstart_path)
-    a = audit(run, log_path, coldstart=cold, pid=pid, warmup=warmup)
+    a = audit(run, log_path, coldstart=cold, pid=pid, warmup=warmup, whole_trace=whole_trace)
     meas = None
     if from_path:
         meas = _load_measure(from_path)
@@ -142,6 +145,8 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         write_frame(shown, fmt, output, lambda: audit_table(a, shown, total, items, meas))
     else:
         write_frame(jsonl_frame(shown), fmt, output)
+        if a.warning:
+            click.echo(f"warning: {a.warning}", err=True)
         for line in a.notes:
             click.echo(f"note: {line}", err=True)
     if output and output != "-":

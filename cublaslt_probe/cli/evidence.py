@@ -91,7 +91,9 @@ def trace_problems(st) -> list[str]:
     return (([f"{_plural(st.bad_events, 'malformed event')} skipped"] if st.bad_events else [])
             + ([cut] if st.truncated else [])
             + ([f"{_plural(st.bad_durations, 'kernel or copy event')} without a numeric dur (or with a NaN, "
-                "negative or infinite one; counted with 0 µs: their time is missing from the totals)"]
+                "negative or infinite one" + (f", or one longer than the trace: {st.long_durations:,}"
+                                              if getattr(st, "long_durations", 0) else "")
+                + "; counted with 0 µs: their time is missing from the totals)"]
                if st.bad_durations else [])
             + ([f"{_plural(st.bad_ids, 'correlation or External id')} beyond 2^63-1 read as missing (their "
                 "kernels are not linked to an op)"] if getattr(st, "bad_ids", 0) else []))
@@ -102,7 +104,10 @@ def trace_notes(st) -> list[str]:
     return (["the gzip stream is damaged only after the last event (its end or checksum): every event was read"]
             if getattr(st, "gzip_damaged_after_events", False) else []) + (
             [f"{_plural(st.no_process, 'launch')} could not be told to a process (pid null)"]
-            if getattr(st, "no_process", 0) else [])
+            if getattr(st, "no_process", 0) else []) + (
+            [f"{_plural(st.duplicate_events, 'kernel or copy event')} repeating another exactly (written twice) "
+             f"counted once ({st.duplicate_us:,.1f} µs not counted twice)"]
+            if getattr(st, "duplicate_events", 0) else [])
 
 
 def _kernel_base(name) -> str:

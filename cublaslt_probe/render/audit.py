@@ -33,10 +33,11 @@ def flags(r: dict) -> str:
 
 
 def summary_lines(a: Audit) -> list[str]:
-    """The audit's header, one fact a line."""
+    """The audit's header, one fact a line; first the warning that the steps leave out most GEMM time."""
     from cublaslt_probe.analysis.trace import timeline_sentence
     cap = (a.env.get("capture") or {})
-    lines = [f"{a.sources.get('trace')}" + (f" + {a.sources['log']}" if a.sources.get("log") else "")
+    lines = ([f"warning: {a.warning}"] if a.warning else []) + [
+             f"{a.sources.get('trace')}" + (f" + {a.sources['log']}" if a.sources.get("log") else "")
              + (f"; GPU {a.gpu}" if a.gpu else "") + (f" ({a.env.get('sm_count')} SMs)" if a.env.get("sm_count")
                                                       else ""),
              f"{a.steps} step{'s' if a.steps != 1 else ''}; per step: GPU time {a.step_gpu_us / 1e3:,.3f} ms, GEMMs "

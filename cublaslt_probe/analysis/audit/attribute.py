@@ -437,7 +437,7 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     - A range written more than once (same name, start, end, process and thread: a file merged or exported
       twice) is one step.
     - A range that encloses other step ranges of its thread (an outer ``step`` around the loop) is a stretch
-      of steps, not a step.
+      of steps, not a step; a range inside one of its own name is that step's mark written again.
     - Ranges of several threads or processes may overlap in time: `contained` gives each launch one of them
       (its own process's first), and `_step_count` says how many steps they stand for."""
     if not len(cpu):
@@ -459,21 +459,21 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
         steps = steps[~dup]
     group = pd.factorize(pd.MultiIndex.from_frame(steps[[c for c in ("pid", "tid") if c in steps.columns]]))[0] \
         if "tid" in steps.columns else np.zeros(len(steps), dtype=np.int64)
+    ts, end, names = steps["ts"].to_numpy(), steps["end"].to_numpy(), steps["name"].to_numpy()
+    par = range_parents(ts, end, group)
+    inside = par >= 0
+    inside[inside] = end[inside] <= end[par[inside]]                     # enclosed, not merely overlapping
+    again = inside & (names == names[np.maximum(par, 0)])                # a mark written again inside itself
     encl = np.zeros(len(steps), dtype=bool)
-    ts, end = steps["ts"].to_numpy(), steps["end"].to_numpy()
-    for g in np.unique(group):
-        gi = np.flatnonzero(group == g)
-        iv = np.unique(np.stack([ts[gi], -end[gi]], axis=1), axis=0)      # distinct spans: start up, end down
-        later_min = np.minimum.accumulate((-iv[:, 1])[::-1])[::-1]        # the least end from here on
-        outer = np.zeros(len(iv), dtype=bool)
-        outer[:-1] = later_min[1:] <= -iv[:-1, 1]                         # a later-starting span ends inside
-        bad = {(a, -b) for a, b in iv[outer]}
-        encl[gi] = [(t, e) in bad for t, e in zip(ts[gi].tolist(), end[gi].tolist())]
+    encl[par[inside & ~again]] = True                                   # encloses another step: a stretch
+    if again.any():
+        notes.append(f"{int(again.sum()):,} step range(s) written again inside a range of the same name "
+                     f"({', '.join(sorted(set(names[again]))[:3])}): the outer one is the step")
     if encl.any():
-        names = sorted(set(steps["name"][encl]))
-        notes.append(f"{int(encl.sum()):,} step range(s) enclose other step ranges ({', '.join(names[:3])}"
-                     f"{', …' if len(names) > 3 else ''}): a stretch of steps, not a step")
-        steps = steps[~encl]
+        enc = sorted(set(steps["name"][encl]))
+        notes.append(f"{int(encl.sum()):,} step range(s) enclose other step ranges ({', '.join(enc[:3])}"
+                     f"{', …' if len(enc) > 3 else ''}): a stretch of steps, not a step")
+    steps = steps[~encl & ~again]
     o = np.argsort(steps["ts"].to_numpy(), kind="stable")
     t_sorted, e_sorted = steps["ts"].to_numpy()[o], steps["end"].to_numpy()[o]
     if len(o) > 1 and (t_sorted[1:] < np.maximum.accumulate(e_sorted)[:-1]).any():
@@ -482,34 +482,42 @@ def _step_ranges(cpu: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     return steps
 
 
-def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None,
-              warmup: int | None = None) -> tuple[pd.DataFrame, int]:
+COVERAGE = 0.5     # steps holding less of the trace's GEMM time than this say so on the audit's first line
+
+
+def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None, warmup: int | None = None,
+              whole_trace: bool = False) -> tuple[pd.DataFrame, int, str | None]:
     """The launches inside the steps (`_step_ranges`; without any, the steps `steps.found_steps` finds from
-    the module ranges, the first `warmup` left out (None: the capture's, else `steps.WARMUP`); without those, or
-    when the capture asked for the whole stretch as one step, the whole trace is one step) and the
-    number of steps. A launch belongs to the step whose range holds its launch call's CPU time (of its own
-    process first, where the trace tells processes apart); a launch without a launch record (no runtime
-    event, no op: its CPU time is unknown) is placed by its GPU time (`_place_by_gpu_time`, with `gpu`: the
-    GPU-timeline copies of the ranges, when they are not among ``det.ranges``)."""
+    the module ranges, the first `warmup` left out (None: the capture's, else `steps.WARMUP`); without those,
+    with `whole_trace`, or when the capture asked for the whole stretch as one step, the whole trace is one
+    step), the number of steps (`_step_count`), and a warning when the steps hold under `COVERAGE` of the
+    trace's GEMM time (`_coverage`). A launch belongs to the step whose range holds its launch call's CPU time
+    (of its own process first, where the trace tells processes apart); a launch without a launch record (no
+    runtime event, no op: its CPU time is unknown) is placed by its GPU time (`_place_by_gpu_time`, with
+    `gpu`: the GPU-timeline copies of the ranges, when they are not among ``det.ranges``)."""
     from cublaslt_probe.analysis.steps import WARMUP, found_steps, outside_note
     L = det.launches
     cap = env.get("capture") or {}
+    if whole_trace:
+        notes.append("the whole trace is one step (--whole-trace): model loading, warm-up and first calls are "
+                     "in it, and every step mark is ignored")
+        return L, 1, None
     cpu, copies = _split_ranges(det)
     gpu = copies if gpu is None else gpu
     steps_r = _step_ranges(cpu, notes)
-    found = not len(steps_r)
+    found, warmed = not len(steps_r), 0
     if found and cap.get("step_finding") == "whole":
         notes.append("the capture asked for the whole run as one step (--whole-script): model loading and first "
                      "calls are in it")
-        return L, 1
+        return L, 1, None
     if found:
         if warmup is None:
             w = cap.get("warmup")
             warmup = w if isinstance(w, int) and not isinstance(w, bool) and w >= 0 else WARMUP
-        steps_r, how = found_steps(det, cpu, warmup)
+        steps_r, how, warmed = found_steps(det, cpu, warmup)
         notes.append(how)
         if not len(steps_r):
-            return L, 1
+            return L, 1, None
     t_launch = L["t_launch"].to_numpy()
     step = _contained_own(steps_r, t_launch, L)
     unknown = (L["op_row"].to_numpy() < 0) & (t_launch == L["ts"].to_numpy())
@@ -524,16 +532,55 @@ def _in_steps(det, env: dict, notes: list[str], gpu: pd.DataFrame | None = None,
         where = outside_note(L, det.names, step >= 0, steps_r)
         if where:
             notes.append(where)
-    return L[step >= 0], _step_count(steps_r)
+    return L[step >= 0], _step_count(steps_r, step, notes), _coverage(L, step >= 0, warmed)
 
 
-def _step_count(steps_r: pd.DataFrame) -> int:
-    """How many steps the ranges stand for: one process's ranges are its steps; several processes (merged
-    rank traces) run the same steps at once, so a step is every process's step of that number and the
-    count is the largest any one process has."""
-    if "pid" in steps_r.columns and steps_r["pid"].nunique() > 1:
-        return int(steps_r.groupby("pid").size().max())
-    return len(steps_r)
+def _coverage(L: pd.DataFrame, inside: np.ndarray, warmed: int) -> str | None:
+    """The warning that the steps hold under `COVERAGE` of the trace's GEMM time (launches `L`, `inside` the
+    steps; `warmed` steps found were left out as warm-up): how much is left out and how to count it; None
+    otherwise."""
+    dur = L["dur"].to_numpy(dtype=np.float64)
+    gemm = L["kind"].to_numpy() > 0
+    total, held = float(dur[gemm].sum()), float(dur[gemm & inside].sum())
+    if total <= 0 or held >= COVERAGE * total:
+        return None
+    how = (f"--warmup 0 keeps the {warmed} step(s) left out as warm-up, " if warmed else "") + \
+        "--whole-trace audits the whole trace as one step"
+    return (f"the audited steps hold {100 * held / total:.1f} % of the trace's GEMM time: {(total - held) / 1e3:,.3f} "
+            f"ms of GEMMs ran outside them and are left out ({how})")
+
+
+def _step_count(steps_r: pd.DataFrame, step: np.ndarray, notes: list[str]) -> int:
+    """How many steps the ranges `steps_r` stand for, given the range each launch fell in (`step`, -1: none).
+
+    A step is a name over a stretch of time: ranges of one name that overlap (the same marks on a second
+    thread, a mark written again) are one step, and one whose ranges hold no launch (an empty mark) is none;
+    a note names both. Several processes (merged rank traces) run the same steps at once, so a step is every
+    process's step of that name and the count is the largest any one process has. At least 1."""
+    held = np.bincount(step[step >= 0], minlength=len(steps_r))[:len(steps_r)] > 0
+    f = pd.DataFrame({"pid": steps_r["pid"].to_numpy() if "pid" in steps_r.columns else 0,
+                      "tid": steps_r["tid"].to_numpy() if "tid" in steps_r.columns else 0,
+                      "name": steps_r["name"].to_numpy(), "ts": steps_r["ts"].to_numpy(),
+                      "end": steps_r["end"].to_numpy(), "held": held}).sort_values(["pid", "name", "ts"])
+    reach = f.groupby(["pid", "name"], sort=False)["end"].cummax()
+    prev = reach.groupby([f["pid"], f["name"]], sort=False).shift()
+    f["stretch"] = (~(f["ts"] <= prev)).groupby([f["pid"], f["name"]], sort=False).cumsum()
+    by = f.groupby(["pid", "name", "stretch"], sort=False).agg(held=("held", "any"), n=("held", "size"),
+                                                               tids=("tid", "nunique"))
+    empty = by[~by["held"]]
+    if len(empty):
+        names = sorted({str(k[1]) for k in empty.index})
+        notes.append(f"{len(empty):,} step mark(s) hold no GPU work ({', '.join(names[:3])}"
+                     f"{', …' if len(names) > 3 else ''}): not counted as steps")
+    again = by[by["held"] & (by["n"] > 1)]
+    if len(again):
+        names = sorted({str(k[1]) for k in again.index})
+        threads = int(again["tids"].max())
+        notes.append(f"{len(again):,} step(s) marked more than once ({', '.join(names[:3])}"
+                     f"{', …' if len(names) > 3 else ''}: {int(again['n'].sum()):,} overlapping ranges"
+                     + (f" on up to {threads} threads" if threads > 1 else "") + "): each counted as one step")
+    counted = by[by["held"]].groupby(level="pid").size()
+    return max(int(counted.max()) if len(counted) else 0, 1)
 
 
 def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, steps_r: pd.DataFrame,

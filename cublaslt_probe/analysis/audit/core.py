@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.runfiles import COMPILED_GEMMS_FILE
 from cublaslt_probe.analysis.graphs import GRAPH_OPS, compiled_module_ranges, read_compiled_gemms
 from cublaslt_probe.analysis.audit.schema import Audit
 from cublaslt_probe.analysis.audit.attribute import (_attribute, _gpu_facts, _in_steps, _log_groups, _read_env, _split_ranges,
@@ -22,12 +24,14 @@ from cublaslt_probe.analysis.audit.judge import _fold_helpers, _judges, _rows
 
 # --------------------------------------------------------------------------- the audit
 def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, coldstart: dict | None = None,
-          pid: int | None = None, warmup: int | None = None) -> Audit:
+          pid: int | None = None, warmup: int | None = None, whole_trace: bool = False) -> Audit:
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
     `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
     ``evidence: observed`` (`coldstart.apply_observed`). `pid`: of a file of several processes (merged rank
     traces), audit only that one (`trace.TraceDetail.for_process`). `warmup`: of a trace without step marks, the
-    steps found (`steps.found_steps`) left out first as warm-up (None: the capture's ``warmup``, else 1)."""
+    steps found (`steps.found_steps`) left out first as warm-up (None: the capture's ``warmup``, else 1).
+    `whole_trace`: the whole trace is one step, whatever its step marks. When the steps hold under half of the
+    trace's GEMM time, ``warning`` says how much is left out and how to count it."""
     from cublaslt_probe.analysis.grouped import join_sizes
     from cublaslt_probe.analysis.stalls import host_stalls
     from cublaslt_probe.analysis.trace import timeline_frame
@@ -47,11 +51,11 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     facts, devices = _gpu_facts(env, s.meta, notes, used)
     env = _with_facts(env, facts)
     det.ranges, gpu_ranges = _split_ranges(det)   # attribution and stalls read the CPU ranges
-    compiled = read_compiled_gemms(path)
+    compiled = read_compiled_gemms(path, notes)
     if compiled:                                  # compiled code runs no module hook: its graphs' records name them
-        det.ranges, note = compiled_module_ranges(det, compiled)
+        det.ranges, note = compiled_module_ranges(det, compiled, Path(path) / COMPILED_GEMMS_FILE)
         notes += [note] if note else []
-    L, steps = _in_steps(det, env, notes, gpu_ranges, warmup)
+    L, steps, warning = _in_steps(det, env, notes, gpu_ranges, warmup, whole_trace)
     L = _with_graphs(files["trace"], det, L, notes)
     per_name: dict[str, list] = {}
     for i, c, t in L.groupby("name")["dur"].agg(["count", "sum"]).itertuples():
@@ -80,7 +84,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     return Audit(rows=df, timeline=timeline, steps=steps, step_gpu_us=step_gpu, gemm_gpu_us=gemm_us, env=env,
                  gpu=facts.name, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
-                 stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial)
+                 stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial,
+                 warning=warning)
 
 
 def _read_trace(trace, notes: list[str]):
@@ -98,7 +103,11 @@ def _read_trace(trace, notes: list[str]):
     damage = ((["cut off inside the event array (the events before the cut are audited)"] if st.truncated else [])
               + ([f"{st.bad_events:,} malformed events skipped"] if st.bad_events else [])
               + ([f"{st.bad_durations:,} kernel or copy events without a valid dur (missing, not a number, "
-                  "negative or infinite: counted as 0 µs)"] if st.bad_durations else [])
+                  "negative, infinite" + (f", or longer than the trace: {st.long_durations:,}" if st.long_durations
+                                          else "") + "; counted as 0 µs)"] if st.bad_durations else [])
+              + ([f"{st.duplicate_events:,} kernel or copy events repeat another exactly (same name, start, "
+                  f"duration, device, stream and ids: written twice) and are counted once "
+                  f"({st.duplicate_us:,.1f} µs not counted twice)"] if st.duplicate_events else [])
               + ([f"{st.bad_ids:,} correlation or External ids out of range (read as missing: their kernels are "
                   "not linked)"] if st.bad_ids else [])
               + (["the gzip stream is damaged after the last event (every event was read)"]

@@ -110,6 +110,8 @@ class Audit:
     stalls: pd.DataFrame | None = None    # host stalls of the step (`stalls.host_stalls`)
     observed: dict | None = None          # cold-start evidence applied (`coldstart.apply_observed`)
     partial: bool = False                 # the trace was damaged (cut off, malformed events, durations lost)
+    warning: str | None = None            # the steps hold under half of the trace's GEMM time: how much is left
+                                          # out and how to count it (the audit's first line)
 
     @property
     def attributed_share(self) -> float:

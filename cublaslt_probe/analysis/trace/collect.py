@@ -129,7 +129,11 @@ class Launches:
     """Kernel and copy events: every kernel name's [count, total µs] (`per_name`), the totals, and one row per
     GEMM-kind or split-K reduce launch (every launch with `detail`): name, kind (`kernel_kind`), GPU start,
     duration, device, stream, External id, correlation. A ``dur`` that is missing, not a number, negative or
-    infinite counts 0 µs and is counted in ``stats.bad_durations``."""
+    infinite counts 0 µs and is counted in ``stats.bad_durations``.
+
+    Per event it also keeps what `finish` needs after the stream (41 bytes): a hash of the event's identity
+    (category, name, start, duration, process, thread, device, stream, correlation, External id), its name,
+    start, duration, correlation, row and kind."""
 
     def __init__(self, detail: bool, stats: TraceStats):
         self.detail, self.stats = detail, stats
@@ -141,12 +145,17 @@ class Launches:
         self.name, self.kind = array("i"), array("b")
         self.ts, self.dur = array("d"), array("d")
         self.dev, self.stream, self.ext, self.corr = array("q"), array("q"), array("q"), array("q")
+        self.e_hash, self.e_name, self.e_dur, self.e_row = array("q"), array("i"), array("d"), array("i")
+        self.e_ts, self.e_corr = array("d"), array("q")
+        self.e_kernel = array("b")
+        self.lo, self.hi = _INF, -_INF          # first and last GPU start
 
     def add(self, ev: dict, cat: str, name: str, args) -> None:
         dur = ev.get("dur")
         if type(dur) is not float or not 0.0 < dur < _INF:
             dur = self._bad_duration(cat, name, dur)
-        if cat in _KERNEL_CATS:
+        kernel = cat in _KERNEL_CATS
+        if kernel:
             self.kernels += 1
         else:
             self.copies += 1
@@ -160,16 +169,31 @@ class Launches:
         k = self.kind_cache.get(name)
         if k is None:
             k = kernel_kind(name, self.kind_cache)
+        ts = ev.get("ts")
+        ts = ts if type(ts) is float else _as_float(ts)
+        if ts < self.lo:
+            self.lo = ts
+        if ts > self.hi:
+            self.hi = ts
+        self.e_hash.append(_identity(ev, cat, name, ts, dur, args))
+        self.e_name.append(self.names(name))
+        self.e_ts.append(ts)
+        self.e_corr.append(_as_int(args.get("correlation"), -1) if type(args) is dict else -1)
+        self.e_dur.append(dur)
+        self.e_kernel.append(kernel)
         if k or self.detail:
             args = args or {}
+            self.e_row.append(len(self.name))
             self.name.append(self.names(name))
             self.kind.append(k)
-            self.ts.append(_as_float(ev.get("ts")))
+            self.ts.append(ts)
             self.dur.append(dur)
             self.dev.append(_as_int(args.get("device"), _as_int(ev.get("pid"), 0)))
             self.stream.append(_as_int(args.get("stream"), _as_int(ev.get("tid"), 0)))
             self.ext.append(_as_id(args.get("External id"), self.stats))
             self.corr.append(_as_id(args.get("correlation"), self.stats))
+        else:
+            self.e_row.append(-1)
 
     def _bad_duration(self, cat: str, name: str, dur) -> float:
         d = _duration(dur)
@@ -182,6 +206,87 @@ class Launches:
         if d == 0.0:
             self.stats.zero_durations += 1
         return d
+
+    def finish(self, lo: float, hi: float, calls: "Calls | None" = None) -> None:
+        """After the stream: an event that repeats an earlier one exactly (`_identity`: a file merged or
+        exported twice) is taken out, counted once (``stats.duplicate_events``, ``stats.duplicate_us``), unless
+        as many distinct launch calls (process, time) of `calls` carry its correlation: the same program on
+        several ranks of one device launches alike events from calls of its own. An event longer than the
+        trace cannot be a duration: it counts 0 µs, in ``stats.bad_durations`` and ``stats.long_durations``.
+        The trace runs from `lo` to `hi` (the CPU events' first start and last end, `Span`), widened to the
+        GPU events' starts and to the ends of those no longer than that."""
+        h = _np(self.e_hash, np.int64)
+        if not len(h):
+            return
+        names, dur = self.names.items, _np(self.e_dur, np.float64).copy()
+        ts, rows = _np(self.e_ts, np.float64), _np(self.e_row, np.int32)
+        dup = _repeats(h, _np(self.e_corr, np.int64), calls)
+        lo, hi = min(lo, self.lo), max(hi, self.hi)
+        fine = dur <= hi - lo
+        if fine.any():
+            hi = max(hi, float((ts[fine] + dur[fine]).max()))
+        long = ~dup & (dur > hi - lo) if hi > lo else np.zeros(len(h), dtype=bool)
+        if not dup.any() and not long.any():
+            return
+        e_name, kernel = _np(self.e_name, np.int32), _np(self.e_kernel, np.int8).astype(bool)
+        for i in np.flatnonzero(long).tolist()[:3]:
+            log.warning("%s: %r lasts %g µs, longer than the trace (%g µs): counted, with 0 µs", self.stats.path,
+                        names[e_name[i]][:80], dur[i], hi - lo)
+        self.stats.duplicate_events += int(dup.sum())
+        self.stats.duplicate_us += float(dur[dup].sum())
+        self.stats.bad_durations += int(long.sum())
+        self.stats.long_durations += int(long.sum())
+        dur[long] = 0.0
+        for r in rows[long & (rows >= 0)].tolist():
+            self.dur[r] = 0.0
+        # the totals summed again from the events kept (a subtraction would lose them beside 1e300 µs)
+        kept = ~dup
+        count = np.bincount(e_name[kept], minlength=len(names))
+        total = np.bincount(e_name[kept], weights=dur[kept], minlength=len(names))
+        index = self.names.index
+        self.per_name = {n: [int(count[index[n]]), float(total[index[n]])] for n in self.per_name
+                         if count[index[n]]}
+        self.gpu_us = float(dur[kept].sum())
+        self.kernels, self.copies = int((kept & kernel).sum()), int((kept & ~kernel).sum())
+        drop = rows[dup & (rows >= 0)]
+        if len(drop):
+            keep = np.ones(len(self.name), dtype=bool)
+            keep[drop] = False
+            for attr in ("name", "kind", "ts", "dur", "dev", "stream", "ext", "corr"):
+                a = getattr(self, attr)
+                setattr(self, attr, array(a.typecode, np.frombuffer(a, dtype=a.typecode)[keep].tobytes()))
+
+
+def _repeats(h: np.ndarray, corr: np.ndarray, calls: "Calls | None") -> np.ndarray:
+    """Which events repeat an earlier one of the same identity hash `h` beyond the distinct launch calls
+    (process, time) of `calls` that carry their correlation `corr` (at least one: a first occurrence is never
+    a repeat)."""
+    _, inv = np.unique(h, return_inverse=True)
+    o = np.argsort(inv, kind="stable")
+    g = inv[o]
+    start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    rank = np.empty(len(h), dtype=np.int64)
+    rank[o] = np.arange(len(o)) - np.repeat(start, np.diff(np.r_[start, len(o)]))
+    dup = rank >= 1
+    if dup.any() and calls is not None and len(calls.corr):
+        c = pd.DataFrame({"corr": _np(calls.corr, np.int64), "pid": _np(calls.pid, np.int32),
+                          "ts": _np(calls.ts, np.float64)}).drop_duplicates()
+        n = c.groupby("corr").size()
+        allowed = pd.Series(corr[dup]).map(n).fillna(1).to_numpy()
+        dup[np.flatnonzero(dup)[rank[dup] < allowed]] = False
+    return dup
+
+
+def _identity(ev: dict, cat: str, name: str, ts: float, dur: float, args) -> int:
+    """A hash of what makes a GPU event itself (category, name, start, duration, process, thread, device,
+    stream, correlation, External id): two events with the same are one event written twice."""
+    a = args if type(args) is dict else {}
+    key = (cat, name, ts, dur, ev.get("pid"), ev.get("tid"), a.get("device"), a.get("stream"),
+           a.get("correlation"), a.get("External id"))
+    try:
+        return hash(key)
+    except TypeError:                  # a list or object where a number belongs
+        return hash(repr(key))
 
 
 class Ops:
@@ -236,6 +341,23 @@ class Calls:
         self.ext.append(_id(args.get("External id"), self.stats))
         self.ts.append(ts if type(ts) is float else _as_float(ts))
         self.pid.append(self.pids.of(ev))
+
+
+class Span:
+    """The first start and the last end of the CPU events (ops, annotations, runtime and driver calls) with a
+    finite start and duration: with the GPU events' starts, how long the trace is (`Launches.finish`)."""
+
+    def __init__(self):
+        self.lo, self.hi = _INF, -_INF
+
+    def add(self, ev: dict) -> None:
+        ts, du = ev.get("ts"), ev.get("dur")
+        ts = ts if type(ts) is float else _as_float(ts)
+        end = ts + (du if type(du) is float else _as_float(du) if du is not None else 0.0)
+        if ts < self.lo and ts > -_INF:
+            self.lo = ts
+        if end > self.hi and end < _INF:
+            self.hi = end
 
 
 class Ranges:
@@ -296,6 +418,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
     launches, calls, ranges = Launches(detail, stats), Calls(pids, stats), Ranges()
     ops, annots = Ops(keys, pids, detail, stats, seq=True), Ops(keys, pids, detail, stats, seq=False)
     flows = 0
+    span = Span()
     for ev in iter_chrome_events(path, meta, stats, chunk_bytes):
         if type(ev) is not dict:
             _bad(ev, stats)
@@ -317,12 +440,14 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
         if cat in _KERNEL_CATS or cat in _COPY_CATS:
             launches.add(ev, cat, name or "", args)
         elif cat in _OP_CATS:
+            span.add(ev)
             name = name or ""
             if detail and cat == "user_annotation" and name.startswith(RANGE_PREFIXES):
                 ranges.cpu(ev, name, pids.of(ev), pend)
             if args:
                 (annots if cat == "user_annotation" else ops).add(ev, name, args, pend)
         elif cat in _RUNTIME_CATS:
+            span.add(ev)
             if args:
                 calls.add(ev, args)
         elif cat == "ac2g":
@@ -331,6 +456,7 @@ def read_chrome_trace(path: str | os.PathLike, chunk_bytes: int = 1 << 22, detai
             ranges.cpu(ev, name, pids.of(ev), pend)
         elif detail and cat == "gpu_user_annotation" and (name or "").startswith(RANGE_PREFIXES):
             ranges.gpu(ev, name, args)
+    launches.finish(span.lo, span.hi, calls)
     stats.kernels, stats.copies, stats.gpu_time_us = launches.kernels, launches.copies, launches.gpu_us
     stats.cpu_ops, stats.flows = len(ops.ext), flows
     _device_properties(meta)

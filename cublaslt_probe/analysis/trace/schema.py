@@ -93,8 +93,11 @@ class TraceStats:
     truncated: bool = False           # the file ended inside the event array
     gzip_damaged_after_events: bool = False   # the gzip stream breaks only after the last event: all were read
     gzip_error: str = ""              # zlib's message where the gzip stream breaks (damaged, not just cut off)
-    bad_durations: int = 0            # kernel / copy events whose dur is missing, not a number, NaN, negative or
-                                      # infinite (kept, counted as 0 µs)
+    bad_durations: int = 0            # kernel / copy events whose dur is missing, not a number, NaN, negative,
+                                      # infinite or longer than the trace (kept, counted as 0 µs)
+    long_durations: int = 0           # ... of them, longer than the trace (its first start to its last end)
+    duplicate_events: int = 0         # kernel / copy events that repeat an earlier one exactly: counted once
+    duplicate_us: float = 0.0         # ... their durations, not counted
     zero_durations: int = 0           # kernel / copy events whose dur is 0 (valid: kept as 0 µs, counted)
     bad_ids: int = 0                  # correlation / External ids outside 0 .. 2^63-1 (read as missing: unlinked)
     kernels: int = 0                  # kernel launches (all families)
