@@ -15,6 +15,11 @@ Programs:
 - gpt2_train: a GPT-2-shaped training step (12 layers, vocabulary 50257), fp32 with tf32, AdamW (fused), 8 x 512
   (the same program as scripts/capture_programs.py's): the vocabulary's padding proven with its backward and
   the optimizer's update through the padded weight, which is tied to the embedding.
+- mixtral_train: transformers' Mixtral-shaped MoE training step (1 layer, 8 experts, top 2, 1 x 2048 tokens;
+  scripts/capture_moe.py's), experts through `grouped_mm`.
+- decode_reduce_overhead: the Llama-shaped layers of scripts/capture_graphs.py with a GPT-style vocabulary of
+  50257, batch 16 x 8 tokens, under `torch.compile(mode="reduce-overhead")` (replayed from CUDA graphs); the
+  model's modules are changed under the compiled program, which compiles and records again.
 """
 from __future__ import annotations
 
@@ -68,7 +73,28 @@ def prog_gpt2_train():
     return model, opt, step
 
 
-PROGRAMS = {"llama_vocab32001": prog_llama_vocab32001, "gpt2_train": prog_gpt2_train}
+def prog_mixtral_train():
+    import capture_moe as cm
+    model, step = cm.mixtral_train()
+    return model, None, step
+
+
+def prog_decode_reduce_overhead():
+    import capture_graphs as cg
+    model, c = cg.build_forward(vocab=50257)
+    ids = torch.randint(0, c["vocab"], (c["batch"], c["seq"]), device=cp.DEV)
+    compiled = torch.compile(model, mode="reduce-overhead")
+
+    def step():
+        with torch.no_grad():
+            torch.compiler.cudagraph_mark_step_begin()
+            compiled(ids)
+    step.capture_model = compiled      # the capture names the compiled graph's GEMMs by their modules
+    return model, None, step
+
+
+PROGRAMS = {"llama_vocab32001": prog_llama_vocab32001, "gpt2_train": prog_gpt2_train,
+            "mixtral_train": prog_mixtral_train, "decode_reduce_overhead": prog_decode_reduce_overhead}
 
 
 def _clean(v):
@@ -88,7 +114,7 @@ def run_one(name: str, out: str, rounds: int) -> dict:
         step()
     torch.cuda.synchronize()
     folder = os.path.join(out, name)
-    with capture(folder, model=model, label=name) as cap:
+    with capture(folder, model=getattr(step, "capture_model", model), label=name) as cap:
         for _ in range(2):
             with cap.step():
                 step()
