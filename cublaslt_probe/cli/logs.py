@@ -11,11 +11,10 @@ import sys
 
 import click
 
-from cublaslt_probe.cli._common import (EXIT_PARTIAL, SAMPLE_ROWS, Lines, Table, cell, out_format,
-                                        output_options, text_output, write_frame)
+from cublaslt_probe.cli._common import (FORMATS, EXIT_PARTIAL, SAMPLE_ROWS, Lines, Table, cell, out_format,
+                                        output_options, text_output, write_frame, json_array)
 from cublaslt_probe.errors import ProbeError
 
-FORMATS = ("table", "csv", "jsonl", "parquet")
 
 
 @click.command("parse-log")
@@ -119,7 +118,8 @@ def _emit_lt(sources, stats, fmt, output, summary, api, multi):
             return
         if fmt == "csv":
             out.write(CSV_HEADER)
-        for piece in (csv_chunks if fmt == "csv" else jsonl_chunks)(records):
+        pieces = (csv_chunks if fmt == "csv" else jsonl_chunks)(records)
+        for piece in (json_array(pieces) if fmt == "json" else pieces):
             out.write_bytes(piece)
 
 
@@ -188,8 +188,9 @@ def _emit_cublas(sources, stats, fmt, output):
             for c in calls:
                 buf.add(csv_row(_cublas_row(c)))
         else:
-            for c in calls:
-                buf.add(json.dumps(c.to_dict()) + "\n")
+            lines = (json.dumps(c.to_dict()).encode() + b"\n" for c in calls)
+            for piece in (json_array(lines) if fmt == "json" else lines):
+                buf.add(piece.decode())
         buf.close()
 
 

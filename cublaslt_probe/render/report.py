@@ -453,7 +453,8 @@ def _safe(make, what: str):
 # ------------------------------------------------------------------------------------------------ the page
 def build_report(df: pd.DataFrame, outdir: str | os.PathLike, progress: Callable[[str], None] | None = None, *,
                  backend: str | None = None, dpi: int = 90, max_cliffs: int = 40) -> Path:
-    """Write ``outdir/index.html`` (images embedded as base64 PNG) and return its path.
+    """Write the page (images embedded as base64 PNG) to `outdir` when it names an ``.html`` file, else to
+    ``outdir/index.html``, and return its path.
 
     `progress` gets one line per step (``[3/29] kernel map bf16 NT mm``). Maps use `backend` (default:
     torch when present) and the dataset's natural axes (`plots.auto_axes`); a map that cannot be drawn
@@ -462,9 +463,9 @@ def build_report(df: pd.DataFrame, outdir: str | os.PathLike, progress: Callable
     t0 = time.perf_counter()
     a = analyse(df, backend=backend, max_cliffs=max_cliffs)
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
+    path = out if out.suffix.lower() == ".html" else out / "index.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
     page = render_page(a, _Steps(len(_STEP_SECTIONS) + len(a.figures()), progress), dpi, t0)
-    path = out / "index.html"
     path.write_text(page, encoding="utf-8")
     log.info("report: wrote %s (%.1f MB) in %.1f s", path, path.stat().st_size / 1e6, time.perf_counter() - t0)
     return path
