@@ -57,6 +57,8 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
     """
     from cublaslt_probe import sweep
     suffix_format(out, ("parquet",))
+    if bool(preset) == bool(spec_path):
+        raise click.UsageError("give exactly one of --preset NAME or --spec FILE")
     bes = backends.split(",") if backends else None
     plan = sweep.plan(preset, spec_path, bes)
     if shard == "auto":
