@@ -126,7 +126,7 @@ NVJET_NUMBERS = {
                    "(CLUSTER_SHAPE_<M>x<N>x1)", MEASURED, CAPTURE + " (502/502)"),
 }
 
-NVJET_ARCH = Tok("arch", "SM architecture the kernel was generated for (sm90 on the H200); absent in names "
+NVJET_ARCH = Tok("arch", "SM architecture the kernel was compiled for (sm90 on the H200); absent in names "
                  "from older libraries (cuBLAS 12.x)", MEASURED, CAPTURE_RUN)
 
 # Consumer Blackwell (sm120) grammar.
