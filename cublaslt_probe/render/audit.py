@@ -9,6 +9,7 @@ import pandas as pd
 
 from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
 from cublaslt_probe.analysis.audit.advice import _cand_text, _label, _match_rows, advice_total
+from cublaslt_probe.vocab import figure
 
 
 # --------------------------------------------------------------------------- rendering
@@ -84,7 +85,8 @@ def table_rows(rows: pd.DataFrame) -> list[list[str]]:
                     f(r["calls"], "g"), f(r["gpu_us"], ",.1f"), row_label(r), f(r["pass"], ""), f(r["op"], ""),
                     f(r["dtype"], ""), f(r["layout"], ""), f(r["m"], "d"), f(r["n"], "d"), f(r["k"], "d"),
                     f(r["groups"], "d"), f(r["family"], ""), f(r["provenance"], ""), f(r["kernel_short"], ""),
-                    f(r["algo"], ""), f(r["pct_peak"], ".1f"), f(r["floor_ratio"], ".2f"), f(r["waves"], ".2f"),
+                    f(r["algo"], ""), figure("pct_peak", r["pct_peak"]), figure("floor_ratio", r["floor_ratio"]),
+                    figure("waves", r["waves"]),
                     flags(r)])
     return out
 
@@ -200,7 +202,8 @@ def chain(r: dict, g: dict | None = None) -> list[str]:
                + (f", problem shape {r['problem_shape']}" if not _na(r["problem_shape"]) else ""))
     out.append(f"{v(r['calls'], 'g')} calls/step, {v(r['mean_us'], ',.2f')} µs each = {v(r['tflops'], '.1f')} "
                f"TFLOP/s = {v(r['pct_peak'], '.1f')} % of peak; floor {v(r['floor_us'], ',.2f')} µs "
-               f"({v(r['bound'])}-bound), {v(r['floor_ratio'], '.2f')}× the floor; {v(r['waves'], '.2f')} waves")
+               f"({v(r['bound'])}-bound), {figure('floor_ratio', r['floor_ratio']) or '?'}× the floor; "
+               f"{figure('waves', r['waves']) or '?'} waves")
     if not _na(r.get("sizes_source")):
         out.append(f"group sizes ({r['sizes_source']}): {v(r['groups'])} groups of {v(r['group_min'])}–"
                    f"{v(r['group_max'])} rows (mean {v(r['group_mean'], '.1f')}), {v(r['group_empty'])} empty, "
