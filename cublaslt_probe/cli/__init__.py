@@ -18,6 +18,7 @@ import traceback
 import click
 
 from cublaslt_probe.errors import NoCudaDevice, OptionError, ProbeError
+from cublaslt_probe.render.text import set_line_width, terminal_width
 
 _MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence", "capture", "audit", "coldstart"]
 _BROKEN: dict[str, str] = {}  # command module -> why it failed to import
@@ -41,6 +42,7 @@ class _Group(click.Group):
         for name, why in _BROKEN.items():
             click.echo(f"warning: the commands of cublaslt_probe.cli.{name} are missing: it failed to import "
                        f"({why}); reinstall the package (pip install -e .) or fix that module", err=True)
+        set_line_width(terminal_width())   # tables to stdout fit the terminal; out_format lifts it for files
         try:
             out = super().invoke(ctx)
             sys.stdout.flush()

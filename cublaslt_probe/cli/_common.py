@@ -18,7 +18,8 @@ from typing import Callable, Iterable, Iterator
 import click
 
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.render.text import MAX_CELL, SAMPLE_ROWS, Table, fit, render_table  # noqa: F401  (the commands' table)
+from cublaslt_probe.render.text import (MAX_CELL, SAMPLE_ROWS, Table, fit, render_table,  # noqa: F401
+                                        set_line_width, terminal_width)
 from cublaslt_probe.streams import GZIP_MAGIC, cut_note, is_gzip, open_binary
 
 EXIT_OK = 0
@@ -111,6 +112,7 @@ def out_format(fmt: str | None, output: str | None, formats: tuple[str, ...] = F
         raise click.UsageError(f"--format {fmt} writes a binary file: give it a path with -o "
                                f"OUT{format_suffixes((fmt,))[0]}")
     check_writable(output)
+    set_line_width(terminal_width() if not output or output == "-" else None)
     return fmt
 
 

@@ -24,7 +24,8 @@ def audit_table(a, rows, total: int, items: list | None, meas: dict | None = Non
     if not len(a.rows):
         return head + "no GEMM kernels in the steps of this trace\n"
     header = [c if c != "kernel_short" else "decoded" for c in TABLE_COLUMNS]
-    body = "\n" + render_table(header, table_rows(rows), _RIGHT, caps={"algo": 36, "module": 44, "decoded": 30})
+    body = "\n" + render_table(header, table_rows(rows), _RIGHT, caps={"algo": 36, "module": 44, "decoded": 30},
+                                tail={"module"})
     if total > len(rows):
         body += f"… {total - len(rows):,} more rows (--top 0 shows all)\n"
     if items is not None:
