@@ -170,6 +170,8 @@ def decode_cmd(names: tuple[str, ...], fmt: str | None, output: str | None, stri
         for text in chunks(kns, fmt):
             buf.add(text)
         buf.close()
+    if output and output != "-":
+        click.echo(f"wrote {output}", err=True)
     if items.replaced:
         click.echo(f"warning: {items.replaced:,} name{'s' if items.replaced > 1 else ''} held bytes that are not "
                    "UTF-8, shown as U+FFFD (exit status 3)", err=True)

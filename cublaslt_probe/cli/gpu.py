@@ -115,6 +115,8 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
     reg = cm.regret(saved["candidates"], c["dtype"])
     if fmt in ("csv", "jsonl"):
         write_frame(df, fmt, output)
+        if output and output != "-":
+            click.echo(f"wrote {output}", err=True)
     elif fmt == "json":
         write_result(output, json.dumps({"case": c, "regret": reg, "candidates": df.to_dict(orient="records")},
                                         default=str))

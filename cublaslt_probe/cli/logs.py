@@ -59,7 +59,10 @@ def parse_log_cmd(ctx, files, fmt, output, summary, api, cublas):
         _emit_cublas(sources, stats, fmt, output)
     else:
         _emit_lt(sources, stats, fmt, output, summary, api, multi=len(files) > 1)
-    ctx.exit(_report(stats, cublas, files))
+    code = _report(stats, cublas, files)
+    if output and output != "-":
+        click.echo(f"wrote {output}", err=True)
+    ctx.exit(code)
 
 
 def _name(src) -> str | None:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 
+import os
+
 import click
 
 from cublaslt_probe.cli._common import check_dataset_file, check_writable, check_writable_dir, suffix_format
@@ -167,6 +169,7 @@ def report_cmd(dataset, out, backend, dpi, quiet):
     data/h200_grid.parquet (in the checkout, the installed package, or the folder CUBLASLT_PROBE_DATA names).
     """
     if suffix_format(out, ("html",)) == "html":
+        check_writable_dir(os.path.dirname(os.path.abspath(out)))
         check_writable(out)
     else:
         check_writable_dir(out)
