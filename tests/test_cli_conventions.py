@@ -160,6 +160,14 @@ def test_merge_of_two_separate_datasets_says_what_to_do(tmp_path):
     (["sweep", "-o", "x.parquet"], "Error: give exactly one of --preset NAME or --spec FILE"),
     (["sweep", "--preset", "quick", "--shard-count", "2", "-o", "x.parquet"],
      "Error: --shard-count goes with --shard auto (in a Kubernetes Indexed Job)"),
+    (["sweep", "--preset", "quick", "--shard", "5/2", "-o", "x.parquet"],
+     "Error: --shard '5/2': expected I/N with 1 <= I <= N, e.g. 1/4, or auto"),
+    (["sweep", "--preset", "quick", "--backends", "foo", "-o", "x.parquet"],
+     "Error: --backends foo: unknown backend foo; choose from torch, torch-lt, cupy, lt, numpy"),
+    (["plot", "heuristic", "--x", "q"], "Error: unknown x axis 'q' for the heuristic plot; choose m, n, k or batch"),
+    (["map", "--color", "nope", "--dtype", "bf16"],
+     "Error: cannot colour by 'nope': the dataset has no column nope. Choose kernel, tile, cluster, family, split_k, "
+     "or a dataset column (" + ", ".join(c for c in pd.read_parquet(DATA / "h200_grid.parquet").columns) + ")"),
     (["map", "--x", "foo"], "Error: unknown x axis 'foo'; choose one of m, n, k, batch, nk, dtype, layout, op, "
                             "backend"),
     (["plot", "tflops", "--x", "m", "--y", "m"], "Error: x and y are both 'm': choose two different axes"),

@@ -107,7 +107,7 @@ PLOT_KINDS = ("tflops", "heuristic", "regret", "pathdiff")
 @click.option("-o", "--output", "--out", "out", default=None, type=click.Path(dir_okay=False),
               help="Image to write: .png, .svg or .pdf (default: KIND.png).")
 @_filters
-@click.option("--peak", type=float, default=None,
+@click.option("--peak", type=click.FloatRange(min=0, min_open=True), default=None,
               help="tflops: peak TFLOP/s for the % scale (default: the H100/H200 datasheet dense peak of the dtype).")
 @click.option("--pct", is_flag=True, help="tflops: write % of peak in the cells instead of TFLOP/s.")
 @click.option("--other", type=click.Path(dir_okay=False), default=None,

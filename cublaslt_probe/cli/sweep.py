@@ -10,7 +10,7 @@ import click
 
 from cublaslt_probe.cli._common import check_writable, out_format, output_option, suffix_format, write_result
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.vocab import PRESETS, WINDOW
+from cublaslt_probe.vocab import BACKENDS, PRESETS, TEST_BACKENDS, WINDOW
 
 
 @click.command("sweep")
@@ -60,13 +60,20 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
     if bool(preset) == bool(spec_path):
         raise click.UsageError("give exactly one of --preset NAME or --spec FILE")
     bes = backends.split(",") if backends else None
+    unknown = [b for b in bes or () if b not in BACKENDS + TEST_BACKENDS]
+    if unknown:
+        raise click.UsageError(f"--backends {backends}: unknown backend {', '.join(unknown)}; choose from "
+                               f"{', '.join(BACKENDS + TEST_BACKENDS)}")
     plan = sweep.plan(preset, spec_path, bes)
     if shard == "auto":
         sl = sweep.shard_from_env(os.environ, shard_count)
     elif shard_count:
         raise click.UsageError("--shard-count goes with --shard auto (in a Kubernetes Indexed Job)")
     else:
-        sl = sweep.parse_shard(shard) if shard else None
+        try:
+            sl = sweep.parse_shard(shard) if shard else None
+        except ProbeError as e:   # a --shard the syntax does not allow
+            raise click.UsageError(str(e)) from e
     cases = sl.take(plan.cases) if sl else plan.cases
     click.echo(plan.summary() + (f"\n  slice {sl.spec} ({sl.source}): {len(cases)} GEMMs" if sl else ""), err=True)
     if dry_run:

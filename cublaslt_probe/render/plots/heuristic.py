@@ -44,9 +44,9 @@ def heuristic_plot(df: pd.DataFrame, x: str = "m", *, backend=None, op=None, dty
                    m=None, n=None, k=None) -> Figure:
     """Heuristic miss and hit µs: distribution per dtype (left) and median against a shape axis (right),
     with the median GEMM time on the right for scale (a miss can cost more than the GEMM it chooses for)."""
-    require_columns(df, list(HEURISTIC_COLUMNS) + ["dtype", x], "the heuristic plot")
     if x not in ("m", "n", "k", "batch"):
         raise OptionError(f"unknown x axis {x!r} for the heuristic plot; choose m, n, k or batch")
+    require_columns(df, list(HEURISTIC_COLUMNS) + ["dtype", x], "the heuristic plot")
     d = filter_rows(df, "the heuristic plot", backend=backend, op=op, dtype=dtype, layout=layout, m=m, n=n, k=k)
     d = d.dropna(subset=list(HEURISTIC_COLUMNS), how="all")
     if d.empty:
