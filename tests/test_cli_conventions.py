@@ -168,6 +168,10 @@ def test_merge_of_two_separate_datasets_says_what_to_do(tmp_path):
     (["map", "--color", "nope", "--dtype", "bf16"],
      "Error: cannot colour by 'nope': the dataset has no column nope. Choose kernel, tile, cluster, family, split_k, "
      "or a dataset column (" + ", ".join(c for c in pd.read_parquet(DATA / "h200_grid.parquet").columns) + ")"),
+    (["explain", "--m", "16", "--n", "64", "--k", "64", "--save", "e.csv"],
+     "Error: --save e.csv: `explain` writes .json, not .csv: give --save a name ending in it"),
+    (["cold-start", "--save", "c.txt", "--", "python", "s.py"],
+     "Error: --save c.txt: `cold-start` writes .json, not .txt: give --save a name ending in it"),
     (["map", "--x", "foo"], "Error: unknown x axis 'foo'; choose one of m, n, k, batch, nk, dtype, layout, op, "
                             "backend"),
     (["plot", "tflops", "--x", "m", "--y", "m"], "Error: x and y are both 'm': choose two different axes"),

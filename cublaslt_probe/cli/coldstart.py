@@ -37,6 +37,9 @@ def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, output, 
     the step) or `step()` at module level. Needs a GPU unless --from."""
     from cublaslt_probe.analysis import coldstart
     fmt = out_format(fmt, output, _FORMATS)
+    if save:
+        from cublaslt_probe.cli.gpu import check_save
+        check_save(save)
     if from_path:
         if script:
             raise click.UsageError("give either --from FILE.json or a script after `--`, not both")

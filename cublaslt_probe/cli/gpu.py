@@ -8,7 +8,8 @@ import json
 
 import click
 
-from cublaslt_probe.cli._common import cell, out_format, output_option, render_table, write_frame, write_result
+from cublaslt_probe.cli._common import (cell, check_writable, out_format, output_option, render_table,
+                                        suffix_format, write_frame, write_result)
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.vocab import BACKENDS, DTYPES, LAYOUTS, OPS
 
@@ -67,6 +68,13 @@ def _load(path, kind: str):
     return obj
 
 
+def check_save(path: str | None) -> None:
+    """A --save file is JSON: a name with another suffix is a usage error; checked before any GPU work."""
+    if path:
+        suffix_format(path, ("json",), "--save")
+        check_writable(path)
+
+
 def _save(obj, path):
     if path:
         with open(path, "w") as f:
@@ -98,6 +106,7 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
     """The heuristic's candidates for one GEMM, each run and timed; the pick and the fastest marked."""
     from cublaslt_probe.analysis import candidates as cm
     fmt = out_format(fmt, output, _CANDIDATE_FORMATS)
+    check_save(save)
     if from_path:
         saved = _load(from_path, "candidates")
     else:
@@ -164,6 +173,7 @@ def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, output, save
     """Where the first call's time goes (module loading, heuristic miss, ...) and whether anything was JIT-compiled."""
     from cublaslt_probe.gpu import firstcall
     fmt = out_format(fmt, output, _TEXT_JSON)
+    check_save(save)
     if from_path:
         raw = _load(from_path, "first-call")
     else:
@@ -188,6 +198,7 @@ def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call
     """The chain of evidence for one GEMM: log line, algo, kernel, decoded fields, waves, time, heuristic, rank."""
     from cublaslt_probe.analysis import explain
     fmt = out_format(fmt, output, _TEXT_JSON)
+    check_save(save)
     if from_path:
         ev = _load(from_path, "explain")
     else:
@@ -210,6 +221,7 @@ def replay_cmd(logfile, line_no, all_lines, fmt, output, save, from_path):
     """Rebuild logged GEMMs, pin the logged algo, run it: which kernel, how fast, what the heuristic picks today."""
     from cublaslt_probe.gpu import replay
     fmt = out_format(fmt, output, _TEXT_JSON)
+    check_save(save)
     if from_path:
         results = _load(logfile, "replay")
     else:

@@ -105,7 +105,7 @@ def table_rows(rows: pd.DataFrame) -> list[list[str]]:
     out = []
     for r in rows.to_dict("records"):
         out.append([f"{100 * r['share']:.1f}%" if r["share"] is not None and not pd.isna(r["share"]) else "",
-                    f(r["calls"], "g"), f(r["gpu_us"], ",.1f"), row_label(r), f(r["pass"], ""), f(r["op"], ""),
+                    figure("calls", r["calls"]), figure("gpu_us", r["gpu_us"]), row_label(r), f(r["pass"], ""), f(r["op"], ""),
                     f(r["dtype"], ""), f(r["layout"], ""), f(r["m"], "d"), f(r["n"], "d"), f(r["k"], "d"),
                     f(r["groups"], "d"), f(r["family"], ""), f(r["provenance"], ""), f(r["kernel_short"], ""),
                     f(r["algo"], ""), figure("pct_peak", r["pct_peak"]), figure("floor_ratio", r["floor_ratio"]),
@@ -223,10 +223,11 @@ def chain(r: dict, g: dict | None = None) -> list[str]:
                    f"the kernel {agree}")
     out.append(f"kernel ({r['provenance']}, {r['family']}): {kernel_label(r['kernel'])}; decoded {r['kernel_short']}"
                + (f", problem shape {r['problem_shape']}" if not _na(r["problem_shape"]) else ""))
-    out.append(f"{v(r['calls'], 'g')} calls/step, {v(r['mean_us'], ',.2f')} µs each = {v(r['tflops'], '.1f')} "
-               f"TFLOP/s = {v(r['pct_peak'], '.1f')} % of peak; floor {v(r['floor_us'], ',.2f')} µs "
-               f"({v(r['bound'])}-bound), {figure('floor_ratio', r['floor_ratio']) or '?'}× the floor; "
-               f"{figure('waves', r['waves']) or '?'} waves")
+    def fig(name):
+        return figure(name, None if _na(r[name]) else r[name]) or "?"
+    out.append(f"{fig('calls')} calls/step, {fig('mean_us')} µs each = {fig('tflops')} "
+               f"TFLOP/s = {fig('pct_peak')} % of peak; floor {fig('floor_us')} µs "
+               f"({v(r['bound'])}-bound), {fig('floor_ratio')}× the floor; {fig('waves')} waves")
     if not _na(r.get("sizes_source")):
         out.append(f"group sizes ({r['sizes_source']}): {v(r['groups'])} groups of {v(r['group_min'])}–"
                    f"{v(r['group_max'])} rows (mean {v(r['group_mean'], '.1f')}), {v(r['group_empty'])} empty, "
