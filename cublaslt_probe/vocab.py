@@ -134,7 +134,7 @@ FIGURE_FORMATS = MappingProxyType({
 def figure(name: str, v) -> str:
     """The figure `name` (a column of `FIGURE_FORMATS`) as text: rounded once, the same everywhere it is
     printed; an empty string when it is missing (None or NaN)."""
-    if v is None or (isinstance(v, float) and v != v):
+    if v is None or (isinstance(v, float) and v != v) or type(v).__name__ in ("NAType", "NaTType"):
         return ""
     try:
         return format(v, FIGURE_FORMATS[name])
