@@ -261,7 +261,8 @@ def test_a_floor_ratio_is_the_same_in_the_table_and_the_advice(run_name):
     for ln in lines[lines.index(head) + 2:]:
         if not ln.strip():
             break
-        m = re.search(r"\d\s+(\S+)(?: ×\d+)?\s+(?:fwd|bwd)?\s+aten::(\S+)\s+(\w+)\s+(\w\w)\s+(\d+)\s+(\d+)\s+(\d+)", ln)
+        m = re.search(r"\d\s+(\S+)(?: ×\d+)?\s+(?:fwd|bwd)?\s+aten::(\S+)\s+(\w+)\s+(\w\w)\s+(\d+)\s+(\d+)\s+(\d+)",
+                      ln)
         table.setdefault(m.groups(), set()).add(ln[at:at + len("floor_ratio")].strip())
     said = re.findall(r"^- aten::(\S+) (\w+) (\w\w) (\d+)×(\d+)×(\d+) \((\S+)\): at ([\d.]+)× its floor",
                       r.stdout, re.M)

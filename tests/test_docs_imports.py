@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^\s*```")
-_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+.+|import\s+([\w.]+)(?:\s+as\s+\w+)?(?:\s*,\s*[\w.]+)*)\s*(#.*)?$")
+_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+.+|import\s+([\w.]+)(?:\s+as\s+\w+)?(?:\s*,\s*[\w.]+)*)"
+                     r"\s*(#.*)?$")
 
 
 def import_lines(path: Path) -> list[tuple[int, str]]:

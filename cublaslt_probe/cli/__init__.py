@@ -4,7 +4,8 @@ Each subcommand lives in a module of this package that exposes ``COMMANDS`` (a l
 ``_MODULES`` lists them. A module that fails to import is reported loudly on every run (its commands are
 missing), never skipped in silence. Errors end as one ``Error: ...`` line that names the input and the fix,
 with the exit codes of docs/cli.md (cli/_common.py): library errors (`ProbeError`) and file-system errors
-exit 1, an option's value the command cannot take (`OptionError`) exits 2 as click's usage errors do, a closed pipe downstream ends quietly with 0, and anything unexpected is one line naming the bug
+exit 1, an option's value the command cannot take (`OptionError`) exits 2 as click's usage errors do,
+a closed pipe downstream ends quietly with 0, and anything unexpected is one line naming the bug
 (``-vv`` shows its traceback) instead of a traceback.
 """
 from __future__ import annotations

@@ -105,7 +105,8 @@ def table_rows(rows: pd.DataFrame) -> list[list[str]]:
     out = []
     for r in rows.to_dict("records"):
         out.append([f"{100 * r['share']:.1f}%" if r["share"] is not None and not pd.isna(r["share"]) else "",
-                    figure("calls", r["calls"]), figure("gpu_us", r["gpu_us"]), row_label(r), f(r["pass"], ""), f(r["op"], ""),
+                    figure("calls", r["calls"]), figure("gpu_us", r["gpu_us"]), row_label(r), f(r["pass"], ""),
+                    f(r["op"], ""),
                     f(r["dtype"], ""), f(r["layout"], ""), f(r["m"], "d"), f(r["n"], "d"), f(r["k"], "d"),
                     f(r["groups"], "d"), f(r["family"], ""), f(r["provenance"], ""), f(r["kernel_short"], ""),
                     f(r["algo"], ""), figure("pct_peak", r["pct_peak"]), figure("floor_ratio", r["floor_ratio"]),
