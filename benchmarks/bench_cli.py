@@ -80,7 +80,7 @@ def bench_parse_log(tmp: Path, mb: float) -> list[dict]:
     rows = []
     for fmt, to_file in (("jsonl", False), ("jsonl", True), ("table", False), ("table", True), ("csv", False),
                          ("csv", True), ("parquet", True), ("summary", False)):
-        out = tmp / f"out.{fmt}"
+        out = tmp / f"out.{'txt' if fmt == 'table' else fmt}"   # the suffix decides the format
         argv = ["parse-log", str(log)] + (["--summary"] if fmt == "summary" else ["-f", fmt])
         if to_file:
             argv += ["-o", str(out)]

@@ -122,3 +122,21 @@ def peak_tflops(dtype: str, gpu: str | None) -> float | None:
     """Datasheet dense peak TFLOP/s of `dtype` on `gpu`; None when either is unknown."""
     p = gpu_peaks(gpu)
     return p.tflops.get(str(dtype)) if p else None
+
+
+# --- how each figure is rounded, for every table, sentence and page that prints it -------------------------
+FIGURE_FORMATS = MappingProxyType({
+    "floor_ratio": ".2f", "waves": ".2f", "pct_peak": ".1f", "tflops": ".1f", "gpu_us": ",.1f", "mean_us": ",.2f",
+    "floor_us": ",.2f", "calls": "g", "group_imbalance": ".2f", "group_mean": ".1f",
+})
+
+
+def figure(name: str, v) -> str:
+    """The figure `name` (a column of `FIGURE_FORMATS`) as text: rounded once, the same everywhere it is
+    printed; an empty string when it is missing (None or NaN)."""
+    if v is None or (isinstance(v, float) and v != v) or type(v).__name__ in ("NAType", "NaTType"):
+        return ""
+    try:
+        return format(v, FIGURE_FORMATS[name])
+    except (TypeError, ValueError):
+        return str(v)

@@ -29,3 +29,10 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def fixtures():
     return FIXTURES
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch):
+    """Exact-output tests see tables at their full width whatever the shell exports; a test that wants a
+    terminal's width sets COLUMNS itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)

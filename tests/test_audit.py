@@ -419,7 +419,7 @@ advice (measured):
 1. pad 4095 → 4096 (a multiple of 8) in odd: saves 585.2 µs/step (76.3 % of the step)
    evidence: aten::mm bf16 NT 2048×4095×4096: original 673.5 µs, n=4096 88.2 µs (nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT); × 1 calls/step
    risk: numerics agree (max rel. error 0.003 ≤ 0.02); n grows by 1 (more work and memory; slice the result back)
-- aten::mm bf16 NT 2048×4096×4096 (even): at 1.26× its floor (79 % of the roofline); no measured alternative beats it by 3 %; no advice
+- aten::mm bf16 NT 2048×4096×4096 (even): at 1.27× its floor (79 % of the roofline); no measured alternative beats it by 3 %; no advice
 """
 
 

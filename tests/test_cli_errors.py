@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe.cli import _BROKEN, main
-from cublaslt_probe.errors import NoCudaDevice, SpecError
+from cublaslt_probe.errors import NoCudaDevice, OptionError, SpecError
 
 
 def _raiser(exc: BaseException):
@@ -76,3 +76,10 @@ def test_a_command_module_that_failed_to_import_is_warned_about_on_every_run(run
     first = r.output.splitlines()[0]
     assert first.startswith("warning: the commands of cublaslt_probe.cli.plots are missing")
     assert "matplotlib is broken" in first and "pip install -e ." in first
+
+
+def test_an_option_value_the_library_refuses_is_a_usage_error(run):
+    r = run(OptionError("unknown x axis 'q'; choose one of m, n, k"))
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines()[-1] == "Error: unknown x axis 'q'; choose one of m, n, k"
+    assert "Traceback" not in r.output

@@ -282,7 +282,7 @@ def test_cli_errors():
     r = run(LLM, "nope.parquet")
     assert r.exit_code == 1 and r.stderr.startswith("Error: no dataset at nope.parquet")
     r = run(LLM, LLM, "--map", "x.gif")
-    assert r.exit_code == 1 and "give a file ending in .png, .svg or .pdf" in r.stderr
+    assert r.exit_code == 2 and "--map x.gif: `diff` writes .png, .svg or .pdf, not .gif" in r.stderr
     r = run(LLM, LLM, "--dtype", "fp64")
     assert r.exit_code == 1 and "no rows in dataset A with dtype in ['fp64']" in r.stderr
 

@@ -164,8 +164,8 @@ def test_grammars_lists_every_family_with_tokens():
 def test_grammars_one_family_exact_head():
     r = run("grammars", "nvjet")
     lines = r.output.splitlines()
-    assert lines[0] == ("nvjet  (family nvjet): cuBLASLt's run-time generated GEMM kernels (Hopper, datacenter "
-                        "Blackwell)")
+    assert lines[0] == ("nvjet  (family nvjet): cuBLASLt's precompiled GEMM kernels, picked by its heuristic "
+                        "(library-selected; Hopper, datacenter Blackwell)")
     assert lines[1] == ("  template: nvjet[_<arch>]_<types>_<M>x<N>_<Ktile>x<stages>_<Cm>x<Cn>[_2cta]_<h|v>_"
                         "<bz|badd>[_<flag>...]_<L1><L2><L3>")
     assert any(ln.startswith("    <M>x<N>") and " measured " in ln for ln in lines)

@@ -4,7 +4,8 @@ Each subcommand lives in a module of this package that exposes ``COMMANDS`` (a l
 ``_MODULES`` lists them. A module that fails to import is reported loudly on every run (its commands are
 missing), never skipped in silence. Errors end as one ``Error: ...`` line that names the input and the fix,
 with the exit codes of docs/cli.md (cli/_common.py): library errors (`ProbeError`) and file-system errors
-exit 1, a closed pipe downstream ends quietly with 0, and anything unexpected is one line naming the bug
+exit 1, an option's value the command cannot take (`OptionError`) exits 2 as click's usage errors do,
+a closed pipe downstream ends quietly with 0, and anything unexpected is one line naming the bug
 (``-vv`` shows its traceback) instead of a traceback.
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ import traceback
 
 import click
 
-from cublaslt_probe.errors import NoCudaDevice, ProbeError
+from cublaslt_probe.errors import NoCudaDevice, OptionError, ProbeError
+from cublaslt_probe.render.text import set_line_width, terminal_width
 
 _MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence", "capture", "audit", "coldstart"]
 _BROKEN: dict[str, str] = {}  # command module -> why it failed to import
@@ -41,12 +43,15 @@ class _Group(click.Group):
         for name, why in _BROKEN.items():
             click.echo(f"warning: the commands of cublaslt_probe.cli.{name} are missing: it failed to import "
                        f"({why}); reinstall the package (pip install -e .) or fix that module", err=True)
+        set_line_width(terminal_width())   # tables to stdout fit the terminal; out_format lifts it for files
         try:
             out = super().invoke(ctx)
             sys.stdout.flush()
             return out
         except NoCudaDevice as e:  # named after the command the user ran, not the library call that found out
             raise click.ClickException(_one_line(e.message(ctx.invoked_subcommand or e.what))) from e
+        except OptionError as e:  # an option's value the command cannot take: a usage error (exit 2)
+            raise click.UsageError(_one_line(str(e)), ctx) from e
         except ProbeError as e:
             raise click.ClickException(_one_line(str(e))) from e
         except BrokenPipeError:  # `... | head`: the reader took what it wanted

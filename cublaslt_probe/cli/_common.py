@@ -18,7 +18,8 @@ from typing import Callable, Iterable, Iterator
 import click
 
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.render.text import MAX_CELL, SAMPLE_ROWS, Table, fit, render_table  # noqa: F401  (the commands' table)
+from cublaslt_probe.render.text import (MAX_CELL, SAMPLE_ROWS, Table, fit, render_table,  # noqa: F401
+                                        set_line_width, terminal_width)
 from cublaslt_probe.streams import GZIP_MAGIC, cut_note, is_gzip, open_binary
 
 EXIT_OK = 0
@@ -26,13 +27,54 @@ EXIT_NOTHING = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3
 
-FORMATS = ("table", "csv", "jsonl", "parquet")
-_SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "json",
-                   ".txt": "table"}
-_FORMAT_SUFFIX = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl", "json": ".json", "table": ".txt",
-                  "text": ".txt"}
+FORMATS = ("table", "csv", "jsonl", "json", "parquet")  # what the commands that write rows write
+
+# ------------------------------------------------------------------------------------------ the suffix rule
+# The one home of the suffix -> format rule: the suffix of `-o` decides what a command writes. "table" and
+# "text" are the people's view (a command has one or the other), "markdown" a Markdown document.
+SUFFIX_FORMATS = {".txt": "text", ".md": "markdown", ".csv": "csv", ".jsonl": "jsonl", ".json": "json",
+                  ".parquet": "parquet", ".html": "html", ".png": "png", ".svg": "svg", ".pdf": "pdf"}
 _FORMAT_HELP = {"table": "aligned columns for people", "csv": "every column", "jsonl": "one JSON object a line",
-                "parquet": "typed columns (needs -o)", "json": "one JSON document", "text": "for people"}
+                "parquet": "typed columns (needs -o)", "json": "one JSON document", "text": "for people",
+                "markdown": "a Markdown document", "html": "a self-contained page", "png": "an image",
+                "svg": "an image", "pdf": "an image"}
+_PEOPLE = ("table", "text")
+
+
+def format_suffixes(formats: tuple[str, ...]) -> list[str]:
+    """The suffixes of `-o` that write these formats, in the order of `formats`."""
+    return [ext for f in formats for ext, g in SUFFIX_FORMATS.items()
+            if g == f or (f in _PEOPLE and g in _PEOPLE)]
+
+
+def suffix_format(output: str | None, formats: tuple[str, ...], option: str = "-o") -> str | None:
+    """The format the suffix of `output` names, among the command's `formats`; None for stdout (None or
+    ``-``) and for a name without a suffix. A suffix the command does not write is a usage error naming
+    the suffixes it does write."""
+    if not output or output == "-":
+        return None
+    base = os.path.basename(output)
+    ext = os.path.splitext(base)[1].lower()
+    if not ext:
+        return None
+    f = SUFFIX_FORMATS.get(ext)
+    if f in _PEOPLE:
+        f = next((g for g in formats if g in _PEOPLE), f)
+    if f not in formats:
+        ctx = click.get_current_context(silent=True)
+        who = f"`{ctx.info_name}`" if ctx is not None and ctx.info_name else "this command"
+        exts = format_suffixes(formats)
+        listed = exts[0] if len(exts) == 1 else ", ".join(exts[:-1]) + " or " + exts[-1]
+        raise click.UsageError(f"{option} {output}: {who} writes {listed}, not {ext or 'this file'}: give "
+                               f"{option} a name ending in {'it' if len(exts) == 1 else 'one of them'}")
+    return f
+
+
+def output_option(formats: tuple[str, ...], help_text: str = "Write here instead of stdout (- is stdout)"):
+    """``-o/--output`` (``--out`` an alias) alone, for commands whose ``--format`` is their own."""
+    return click.option("-o", "--output", "--out", "output", type=click.Path(dir_okay=False, allow_dash=True),
+                        default=None, help=f"{help_text}; the suffix picks the format: "
+                                           f"{', '.join(format_suffixes(formats))}.")
 
 
 # ----------------------------------------------------------------------------------------- output options
@@ -47,10 +89,7 @@ def output_options(formats: tuple[str, ...] = FORMATS, *, top: int | None = None
         if top is not None:
             f = click.option("--top", type=click.IntRange(min=0), default=None,
                              help=f"Only the first N rows (table default {top}; 0 = all).")(f)
-        f = click.option("-o", "--output", "--out", "output", type=click.Path(dir_okay=False, allow_dash=True),
-                         default=None,
-                         help="Write here instead of stdout (- is stdout); the suffix (.csv, .jsonl, "
-                              ".parquet, ...) picks the format when --format is not given.")(f)
+        f = output_option(formats)(f)
         f = click.option("-f", "--format", "fmt", type=click.Choice(formats), default=None,
                          help=f"Output format [default: {default}, or the suffix of -o]. {fmt_help}.")(f)
         return f
@@ -59,27 +98,30 @@ def output_options(formats: tuple[str, ...] = FORMATS, *, top: int | None = None
 
 def out_format(fmt: str | None, output: str | None, formats: tuple[str, ...] = FORMATS,
                default: str | None = None) -> str:
-    """The format to write: --format, else the suffix of -o, else `default`; an explicit --format that
-    the suffix contradicts, or a binary format to the terminal, is a usage error. Checks that `output`
-    can be written (before any input is read)."""
+    """The format to write: the suffix of -o (`suffix_format`), else --format, else `default`; a suffix
+    the command does not write, an explicit --format that the suffix contradicts, or a binary format to
+    the terminal is a usage error. Checks that `output` can be written (before any input is read)."""
     default = default or formats[0]
-    by_suffix = None
-    if output and output != "-":
-        ext = os.path.splitext(output)[1].lower()
-        by_suffix = _SUFFIX_FORMATS.get(ext)
-        if by_suffix == "json" and "json" not in formats:
-            by_suffix = "jsonl" if "jsonl" in formats else None
-        if by_suffix not in formats:
-            by_suffix = None
-        if fmt is not None and by_suffix is not None and by_suffix != fmt:
-            stem = os.path.splitext(output)[0]
-            raise click.UsageError(f"-o {output} names a {by_suffix} file but --format {fmt} was asked: "
-                                   f"write {stem}{_FORMAT_SUFFIX.get(fmt, '')} or drop --format")
-    fmt = fmt or by_suffix or default
-    if fmt == "parquet" and (not output or output == "-"):
-        raise click.UsageError("--format parquet writes a binary file: give it a path with -o OUT.parquet")
+    by_suffix = suffix_format(output, formats)
+    if fmt is not None and by_suffix is not None and by_suffix != fmt:
+        stem = os.path.splitext(output)[0]
+        raise click.UsageError(f"-o {output} names a {by_suffix} file but --format {fmt} was asked: "
+                               f"write {stem}{format_suffixes((fmt,))[0]} or drop --format")
+    fmt = by_suffix or fmt or default
+    if fmt in ("parquet", "png", "pdf") and (not output or output == "-"):
+        raise click.UsageError(f"--format {fmt} writes a binary file: give it a path with -o "
+                               f"OUT{format_suffixes((fmt,))[0]}")
     check_writable(output)
+    set_line_width(terminal_width() if not output or output == "-" else None)
     return fmt
+
+
+def write_result(output: str | None, text: str) -> None:
+    """A command's text result (ending in one newline) to stdout or to the file `output`, saying so on
+    stderr when it went to a file."""
+    write_text(output, text.rstrip("\n") + "\n")
+    if output and output != "-":
+        click.echo(f"wrote {output}", err=True)
 
 
 def check_writable(output: str | None) -> None:
@@ -194,6 +236,19 @@ class Lines:
         if self.buf:
             self.out.write("".join(self.buf))
             self.buf = []
+
+
+def json_array(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """JSON lines (pieces of whole lines, as bytes) as one JSON array, streamed: a JSON value has no raw
+    newline, so each line break between values becomes a comma."""
+    first = True
+    yield b"["
+    for piece in pieces:
+        body = piece.rstrip(b"\n")
+        if body:
+            yield (b"\n" if first else b",\n") + body.replace(b"\n", b",\n")
+            first = False
+    yield b"]\n" if first else b"\n]\n"
 
 
 # ------------------------------------------------------------------------------------------ plain values

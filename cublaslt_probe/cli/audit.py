@@ -10,11 +10,11 @@ import os
 
 import click
 
-from cublaslt_probe.cli._common import (EXIT_PARTIAL, check_trace, clean, out_format, output_options, render_table,
-                                       write_frame, write_text)
+from cublaslt_probe.cli._common import (FORMATS as _ROWS, EXIT_PARTIAL, check_trace, clean, out_format,
+                                       output_options, render_table, suffix_format, write_frame, write_text)
 from cublaslt_probe.errors import ProbeError
 
-FORMATS = ("table", "jsonl", "csv", "parquet")
+FORMATS = _ROWS + ("html",)
 _RIGHT = {"share", "calls", "gpu_us", "m", "n", "k", "groups", "pct_peak", "floor_ratio", "waves"}
 
 
@@ -24,7 +24,8 @@ def audit_table(a, rows, total: int, items: list | None, meas: dict | None = Non
     if not len(a.rows):
         return head + "no GEMM kernels in the steps of this trace\n"
     header = [c if c != "kernel_short" else "decoded" for c in TABLE_COLUMNS]
-    body = "\n" + render_table(header, table_rows(rows), _RIGHT, caps={"algo": 36, "module": 44, "decoded": 30})
+    body = "\n" + render_table(header, table_rows(rows), _RIGHT, caps={"algo": 36, "module": 44, "decoded": 30},
+                                tail={"module"})
     if total > len(rows):
         body += f"… {total - len(rows):,} more rows (--top 0 shows all)\n"
     if items is not None:
@@ -95,6 +96,8 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     from cublaslt_probe.analysis.audit import advice, audit, jsonl_frame
     from cublaslt_probe.render.audit import render_html
     fmt = out_format(fmt, output, FORMATS)
+    if html_path:
+        suffix_format(html_path, ("html",), "--html")
     if measure and from_path:
         raise click.UsageError("give --measure (time on the GPU now) or --from (saved measurements), not both")
     if save_path and not measure:
@@ -141,7 +144,9 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     total = len(rows)
     n = top if top is not None else (25 if fmt == "table" else 0)
     shown = rows.head(n) if n else rows
-    if fmt == "table":
+    if fmt == "html":
+        write_text(output, render_html(a, items, meas))
+    elif fmt == "table":
         write_frame(shown, fmt, output, lambda: audit_table(a, shown, total, items, meas))
     else:
         write_frame(jsonl_frame(shown), fmt, output)
@@ -150,7 +155,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         for line in a.notes:
             click.echo(f"note: {line}", err=True)
     if output and output != "-":
-        click.echo(f"wrote {len(shown):,} rows to {output}", err=True)
+        click.echo(f"wrote {output}" if fmt == "html" else f"wrote {len(shown):,} rows to {output}", err=True)
     if a.partial:
         click.get_current_context().exit(EXIT_PARTIAL)
 

@@ -5,6 +5,9 @@ import json
 
 import click
 
+from cublaslt_probe.cli._common import out_format, output_option, write_result
+
+_FORMATS = ("text", "json")
 
 @click.command("cold-start", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--steps", default=6, show_default=True, help="steps per run; the steady state is the median of 3…N")
@@ -17,12 +20,14 @@ import click
 @click.option("--no-cupti", is_flag=True, help="no CUPTI subscriber in the children (no module/driver-call evidence)")
 @click.option("--timeout", default=600.0, show_default=True, help="seconds per child process")
 @click.option("--label", default=None, help="a name for the program in the output")
-@click.option("--format", "fmt", default="text", type=click.Choice(["text", "json"]), show_default=True,
-              help="text: the breakdown with its evidence; json: the analysis as one JSON object")
+@click.option("--format", "fmt", default=None, type=click.Choice(_FORMATS),
+              help="text: the breakdown with its evidence; json: the analysis as one JSON object  "
+                   "[default: text, or the suffix of -o]")
+@output_option(_FORMATS)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
-def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, from_path, script):
+def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, output, save, from_path, script):
     """Run `python SCRIPT [ARGS]` (after `--`) in fresh processes under controlled environments (fresh and
     warm ComputeCache and compile caches of torch, Triton, CuPy, Numba and JAX, LAZY/EAGER module loading,
     heuristics cache off, PTX JIT off or forced, XLA autotuning off) and split the first step's excess over the
@@ -31,14 +36,17 @@ def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, fr
     SCRIPT either marks its steps (`with cublaslt_probe.analysis.coldstart.cold_start_step():`) or defines `make_step()` (returns
     the step) or `step()` at module level. Needs a GPU unless --from."""
     from cublaslt_probe.analysis import coldstart
-    from cublaslt_probe.errors import ProbeError
+    fmt = out_format(fmt, output, _FORMATS)
+    if save:
+        from cublaslt_probe.cli.gpu import check_save
+        check_save(save)
     if from_path:
         if script:
-            raise ProbeError("give either --from FILE.json or a script after `--`, not both")
+            raise click.UsageError("give either --from FILE.json or a script after `--`, not both")
         raw = coldstart.load(from_path)
     else:
         if not script:
-            raise ProbeError("no program: use `cublaslt-probe cold-start -- python SCRIPT.py [ARGS]` "
+            raise click.UsageError("no program: use `cublaslt-probe cold-start -- python SCRIPT.py [ARGS]` "
                              "(or --from FILE.json)")
         raw = coldstart.run(list(script), steps=steps, env_set=env_set, envs=envs, cupti=not no_cupti,
                             timeout=timeout, label=label, log=lambda m: click.echo(m, err=True))
@@ -47,7 +55,7 @@ def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, fr
                 json.dump(raw, f, indent=1, default=str)
             click.echo(f"saved {save}", err=True)
     a = coldstart.analyse(raw)
-    click.echo(json.dumps(a, indent=1, default=str) if fmt == "json" else coldstart.render(a))
+    write_result(output, json.dumps(a, indent=1, default=str) if fmt == "json" else coldstart.render(a))
     if a.get("baseline") is None:   # no run got through its steps: the report says where each failed
         from cublaslt_probe.cli._common import EXIT_PARTIAL
         click.get_current_context().exit(EXIT_PARTIAL)

@@ -8,8 +8,8 @@ from typing import Iterable, Iterator
 
 import click
 
-from cublaslt_probe.cli._common import (EXIT_PARTIAL, Lines, Table, clean_text, out_format, output_options,
-                                        text_output)
+from cublaslt_probe.cli._common import (EXIT_PARTIAL, Lines, Table, clean_text, out_format, output_option,
+                                        output_options, text_output, write_result)
 from cublaslt_probe.errors import UnknownKernelName
 from cublaslt_probe.names import GRAMMARS, JSONL_KEYS, KernelName, decode
 from cublaslt_probe.names.core import _strict_message
@@ -170,12 +170,15 @@ def decode_cmd(names: tuple[str, ...], fmt: str | None, output: str | None, stri
         for text in chunks(kns, fmt):
             buf.add(text)
         buf.close()
+    if output and output != "-":
+        click.echo(f"wrote {output}", err=True)
     if items.replaced:
         click.echo(f"warning: {items.replaced:,} name{'s' if items.replaced > 1 else ''} held bytes that are not "
                    "UTF-8, shown as U+FFFD (exit status 3)", err=True)
         click.get_current_context().exit(EXIT_PARTIAL)
 
 
+_TEXT_JSON = ("text", "json")
 _HELPER_FAMILIES = ("gemv", "gemmSN", "splitk_reduce", "helper", "framework")
 _GRAMMAR_CHOICES = sorted({g.name for g in GRAMMARS.values()} | {g.family for g in GRAMMARS.values()}
                           | set(_HELPER_FAMILIES))
@@ -183,9 +186,11 @@ _GRAMMAR_CHOICES = sorted({g.name for g in GRAMMARS.values()} | {g.family for g 
 
 @click.command("grammars")
 @click.argument("family", required=False, metavar="[FAMILY]", type=click.Choice(_GRAMMAR_CHOICES))
-@click.option("-f", "--format", "fmt", type=click.Choice(("text", "json")), default="text",
-              show_default=True, help="text: for people; json: every grammar and token meaning as data.")
-def grammars_cmd(family: str | None, fmt: str) -> None:
+@click.option("-f", "--format", "fmt", type=click.Choice(_TEXT_JSON), default=None,
+              help="text: for people; json: every grammar and token meaning as data  [default: text, or the "
+                   "suffix of -o].")
+@output_option(_TEXT_JSON)
+def grammars_cmd(family: str | None, fmt: str | None, output: str | None) -> None:
     """List the kernel-name grammars and every token's meaning, marked measured or inferred.
 
     FAMILY limits the listing to one family or grammar (nvjet, xmma, cutlass, cutlass3x, legacy, gemv,
@@ -195,13 +200,12 @@ def grammars_cmd(family: str | None, fmt: str) -> None:
     that launched it, or with the GEMM that ran); `inferred`: read from the name's shape and public
     sources, not yet backed by such a pair.
     """
+    fmt = out_format(fmt, output, _TEXT_JSON)
     if family in _HELPER_FAMILIES:
         family = "helpers"
     gs = [g for g in GRAMMARS.values() if family is None or family in (g.name, g.family)]
-    if fmt == "json":
-        click.echo(json.dumps([g.to_dict() for g in gs], indent=2, ensure_ascii=False))
-        return
-    click.echo(render_grammars(gs))
+    write_result(output, json.dumps([g.to_dict() for g in gs], indent=2, ensure_ascii=False) if fmt == "json"
+                 else render_grammars(gs))
 
 
 def render_grammars(gs) -> str:

@@ -1,11 +1,10 @@
 """Bring your own evidence: `trace` (a profiler trace's GEMM kernels) and `diff` (two datasets' kernel choices).
 
-Both are CPU only and take the shared output options (cli/_common.py): ``-f/--format table|csv|jsonl|parquet``,
-``-o/--output FILE`` (the suffix picks the format when --format is not given) and ``--top N``.
+Both are CPU only and take the shared output options (cli/_common.py): ``-f/--format
+table|csv|jsonl|json|parquet``, ``-o/--output FILE`` (its suffix picks the format) and ``--top N``.
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Callable
 
 import click
@@ -13,11 +12,10 @@ import click
 if TYPE_CHECKING:
     import pandas as pd
 
-from cublaslt_probe.cli._common import EXIT_PARTIAL, cell as _s, check_writable, clean as _clean, out_format, \
-    output_options as _output_options, render_table, write_frame, check_dataset_file, check_trace
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.cli._common import (FORMATS, EXIT_PARTIAL, cell as _s, check_writable, clean as _clean,
+                                        out_format, output_options as _output_options, render_table, write_frame,
+                                        check_dataset_file, check_trace, suffix_format)
 
-FORMATS = ("table", "csv", "jsonl", "parquet")
 output_options = _output_options(FORMATS, top=25)
 
 
@@ -317,9 +315,8 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
     check_dataset_file(a)
     check_dataset_file(b)
     if map_path:
-        ext = os.path.splitext(map_path)[1].lower()
-        if ext not in (".png", ".svg", ".pdf"):
-            raise ProbeError(f"cannot write map {map_path}: give a file ending in .png, .svg or .pdf")
+        if suffix_format(map_path, ("png", "svg", "pdf"), "--map") is None:
+            raise click.UsageError(f"--map {map_path}: give an image file ending in .png, .svg or .pdf")
         check_writable(map_path)
     filters = {"op": list(op), "dtype": list(dtype), "layout": list(layout), "k": list(ks)}
     r = diff_files(a, b, _backends(backends), allow_env_mismatch=allow_env_mismatch, tolerance_pct=tolerance,

@@ -8,7 +8,8 @@ import json
 
 import click
 
-from cublaslt_probe.cli._common import cell, render_table, write_frame
+from cublaslt_probe.cli._common import (cell, check_writable, out_format, output_option, render_table,
+                                        suffix_format, write_frame, write_result)
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.vocab import BACKENDS, DTYPES, LAYOUTS, OPS
 
@@ -34,12 +35,12 @@ def gemm_options(f):
 def make_case(backend, m, n, k, dtype, layout, op, batch):
     from cublaslt_probe.cases import Case, invalid_reason
     if None in (m, n, k):
-        raise ProbeError("give --m, --n and --k (or --from FILE.json)")
+        raise click.UsageError("give --m, --n and --k (or --from FILE.json)")
     op = op or ("scaled_mm" if dtype.startswith("fp8") else ("bmm" if batch > 1 else "mm"))
     c = Case(backend, op, dtype, layout, m, n, k, batch)
     why = invalid_reason(c)
     if why:
-        raise ProbeError(why)
+        raise click.UsageError(why)
     return c
 
 
@@ -67,11 +68,22 @@ def _load(path, kind: str):
     return obj
 
 
+def check_save(path: str | None) -> None:
+    """A --save file is JSON: a name with another suffix is a usage error; checked before any GPU work."""
+    if path:
+        suffix_format(path, ("json",), "--save")
+        check_writable(path)
+
+
 def _save(obj, path):
     if path:
         with open(path, "w") as f:
             json.dump(obj, f, indent=1, default=str)
         click.echo(f"saved {path}", err=True)
+
+
+_CANDIDATE_FORMATS = ("table", "csv", "jsonl", "json")
+_TEXT_JSON = ("text", "json")
 
 
 @click.command("candidates")
@@ -83,14 +95,18 @@ def _save(obj, path):
 @click.option("--reps", default=10, show_default=True, help="timed repetitions per candidate")
 @click.option("--flush-l2", is_flag=True,
               help="flush L2 before each rep (default: L2 warm, back-to-back batches behind one GPU spin)")
-@click.option("-f", "--format", "fmt", default="table", show_default=True,
-              type=click.Choice(["table", "csv", "jsonl", "json"]),
-              help="table: for people; csv / jsonl: one row per candidate; json: case, regret and candidates")
+@click.option("-f", "--format", "fmt", default=None, type=click.Choice(_CANDIDATE_FORMATS),
+              help="table: for people; csv / jsonl: one row per candidate; json: case, regret and candidates  "
+                   "[default: table, or the suffix of -o]")
+@output_option(_CANDIDATE_FORMATS)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw candidates (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render a saved file (no GPU)")
-def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment, reps, flush_l2, fmt, save, from_path):
+def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment, reps, flush_l2, fmt, output, save,
+                   from_path):
     """The heuristic's candidates for one GEMM, each run and timed; the pick and the fastest marked."""
     from cublaslt_probe.analysis import candidates as cm
+    fmt = out_format(fmt, output, _CANDIDATE_FORMATS)
+    check_save(save)
     if from_path:
         saved = _load(from_path, "candidates")
     else:
@@ -107,15 +123,18 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
     df = cm.table(saved["candidates"], m=c["m"], n=c["n"], k=c["k"], batch=c.get("batch", 1), dtype=c["dtype"])
     reg = cm.regret(saved["candidates"], c["dtype"])
     if fmt in ("csv", "jsonl"):
-        write_frame(df, fmt, None)
+        write_frame(df, fmt, output)
+        if output and output != "-":
+            click.echo(f"wrote {output}", err=True)
     elif fmt == "json":
-        click.echo(json.dumps({"case": c, "regret": reg, "candidates": df.to_dict(orient="records")}, default=str))
+        write_result(output, json.dumps({"case": c, "regret": reg, "candidates": df.to_dict(orient="records")},
+                                        default=str))
     else:
         env = saved.get("env", {})
         header = (f"{c['dtype']} {c['layout']} M={c['m']} N={c['n']} K={c['k']} on {env.get('gpu')} "
                   f"(cuBLASLt {env.get('cublaslt_version')}); workspace {saved.get('workspace_bytes')} B, alignment "
                   f"{saved.get('alignment')} B; {saved.get('timing')}")
-        click.echo(_candidates_text(df, reg, header))
+        write_result(output, _candidates_text(df, reg, header))
 
 
 def _candidates_text(df, reg: dict, header: str) -> str:
@@ -145,20 +164,23 @@ def _candidates_text(df, reg: dict, header: str) -> str:
 @click.option("--backend", default="torch", show_default=True,
               type=click.Choice([b for b in BACKENDS if b != "cupy"]),
               help="torch: its cuBLAS path; torch-lt: its cuBLASLt path; lt: cuBLASLt directly")
-@click.option("-f", "--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]),
-              help="text: for people; json: the analysis as data")
+@click.option("-f", "--format", "fmt", default=None, type=click.Choice(_TEXT_JSON),
+              help="text: for people; json: the analysis as data  [default: text, or the suffix of -o]")
+@output_option(_TEXT_JSON)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
-def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, save, from_path):
+def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, output, save, from_path):
     """Where the first call's time goes (module loading, heuristic miss, ...) and whether anything was JIT-compiled."""
     from cublaslt_probe.gpu import firstcall
+    fmt = out_format(fmt, output, _TEXT_JSON)
+    check_save(save)
     if from_path:
         raw = _load(from_path, "first-call")
     else:
         raw = firstcall.run(make_case(backend, m, n, k, dtype, layout, op, batch).key)
         _save(raw, save)
     a = firstcall.analyse(raw)
-    click.echo(json.dumps(a, indent=1) if fmt == "json" else firstcall.render(a))
+    write_result(output, json.dumps(a, indent=1) if fmt == "json" else firstcall.render(a))
 
 
 @click.command("explain")
@@ -167,31 +189,39 @@ def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, save, from_p
               help="the path the GEMM takes: torch (cuBLAS), torch-lt (cuBLASLt), cupy, lt (cuBLASLt directly)")
 @click.option("--top", default=32, show_default=True, help="candidates to ask the heuristic for")
 @click.option("--first-call", "with_first_call", is_flag=True, help="also run the first-call anatomy (~20 s)")
+@click.option("-f", "--format", "fmt", default=None, type=click.Choice(_TEXT_JSON),
+              help="text: for people; json: the evidence as data  [default: text, or the suffix of -o]")
+@output_option(_TEXT_JSON)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the evidence (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render saved evidence (no GPU)")
-def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call, save, from_path):
+def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call, fmt, output, save, from_path):
     """The chain of evidence for one GEMM: log line, algo, kernel, decoded fields, waves, time, heuristic, rank."""
     from cublaslt_probe.analysis import explain
+    fmt = out_format(fmt, output, _TEXT_JSON)
+    check_save(save)
     if from_path:
         ev = _load(from_path, "explain")
     else:
         from cublaslt_probe.gpu.explain import gather
         ev = gather(make_case(backend, m, n, k, dtype, layout, op, batch), top=top, first_call=with_first_call)
         _save(ev, save)
-    click.echo(explain.render(ev))
+    write_result(output, json.dumps(ev, indent=1, default=str) if fmt == "json" else explain.render(ev))
 
 
 @click.command("replay")
 @click.argument("logfile", type=click.Path(dir_okay=False))
 @click.option("--line", "line_no", type=int, help="replay the trace record on this line of the log")
 @click.option("--all", "all_lines", is_flag=True, help="replay every trace line")
-@click.option("-f", "--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]),
-              help="text: for people; json: the analysis as data")
+@click.option("-f", "--format", "fmt", default=None, type=click.Choice(_TEXT_JSON),
+              help="text: for people; json: the analysis as data  [default: text, or the suffix of -o]")
+@output_option(_TEXT_JSON)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the replay results (JSON)")
 @click.option("--from", "from_path", is_flag=True, help="LOGFILE is a saved replay (JSON): render it (no GPU)")
-def replay_cmd(logfile, line_no, all_lines, fmt, save, from_path):
+def replay_cmd(logfile, line_no, all_lines, fmt, output, save, from_path):
     """Rebuild logged GEMMs, pin the logged algo, run it: which kernel, how fast, what the heuristic picks today."""
     from cublaslt_probe.gpu import replay
+    fmt = out_format(fmt, output, _TEXT_JSON)
+    check_save(save)
     if from_path:
         results = _load(logfile, "replay")
     else:
@@ -204,13 +234,13 @@ def replay_cmd(logfile, line_no, all_lines, fmt, save, from_path):
                 raise ProbeError(f"{logfile}: line {line_no} is not a matmul trace line "
                                  f"(trace lines: {', '.join(str(r.line) for r in recs if r.kind == 'trace')[:200]})")
         elif not all_lines:
-            raise ProbeError("give --line N or --all")
+            raise click.UsageError("give --line N or --all")
         if not trace:
             raise ProbeError(f"{logfile} holds no matmul trace line: capture the log with CUBLASLT_LOG_LEVEL=2 set "
                              "before the program starts")
         results = replay.replay(trace)
         _save(results, save)
-    click.echo(json.dumps(results, indent=1, default=str) if fmt == "json" else replay.render(results))
+    write_result(output, json.dumps(results, indent=1, default=str) if fmt == "json" else replay.render(results))
 
 
 COMMANDS = [candidates_cmd, first_call_cmd, explain_cmd, replay_cmd]

@@ -11,11 +11,10 @@ import sys
 
 import click
 
-from cublaslt_probe.cli._common import (EXIT_PARTIAL, SAMPLE_ROWS, Lines, Table, cell, out_format,
-                                        output_options, text_output, write_frame)
+from cublaslt_probe.cli._common import (FORMATS, EXIT_PARTIAL, SAMPLE_ROWS, Lines, Table, cell, out_format,
+                                        output_options, text_output, write_frame, json_array)
 from cublaslt_probe.errors import ProbeError
 
-FORMATS = ("table", "csv", "jsonl", "parquet")
 
 
 @click.command("parse-log")
@@ -60,7 +59,10 @@ def parse_log_cmd(ctx, files, fmt, output, summary, api, cublas):
         _emit_cublas(sources, stats, fmt, output)
     else:
         _emit_lt(sources, stats, fmt, output, summary, api, multi=len(files) > 1)
-    ctx.exit(_report(stats, cublas, files))
+    code = _report(stats, cublas, files)
+    if output and output != "-":
+        click.echo(f"wrote {output}", err=True)
+    ctx.exit(code)
 
 
 def _name(src) -> str | None:
@@ -119,7 +121,8 @@ def _emit_lt(sources, stats, fmt, output, summary, api, multi):
             return
         if fmt == "csv":
             out.write(CSV_HEADER)
-        for piece in (csv_chunks if fmt == "csv" else jsonl_chunks)(records):
+        pieces = (csv_chunks if fmt == "csv" else jsonl_chunks)(records)
+        for piece in (json_array(pieces) if fmt == "json" else pieces):
             out.write_bytes(piece)
 
 
@@ -188,8 +191,9 @@ def _emit_cublas(sources, stats, fmt, output):
             for c in calls:
                 buf.add(csv_row(_cublas_row(c)))
         else:
-            for c in calls:
-                buf.add(json.dumps(c.to_dict()) + "\n")
+            lines = (json.dumps(c.to_dict()).encode() + b"\n" for c in calls)
+            for piece in (json_array(lines) if fmt == "json" else lines):
+                buf.add(piece.decode())
         buf.close()
 
 

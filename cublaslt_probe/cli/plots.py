@@ -1,14 +1,14 @@
 """`map`, `plot`, `report`: pictures of a dataset (CPU only). DATASET defaults to the shipped H200 dataset."""
 from __future__ import annotations
 
+
 import os
 
 import click
 
-from cublaslt_probe.cli._common import check_dataset_file, check_writable, check_writable_dir
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.cli._common import check_dataset_file, check_writable, check_writable_dir, suffix_format
 
-_IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
+_IMAGE_FORMATS = ("png", "svg", "pdf")
 
 _AXES = "m, n, k, batch, nk (the (n, k) pair), backend, op, dtype, layout"
 
@@ -52,7 +52,7 @@ def _load(dataset):
 
 
 def _check_image(out: str) -> None:
-    if os.path.splitext(out)[1].lower() not in _IMAGE_SUFFIXES:
+    if suffix_format(out, _IMAGE_FORMATS) is None:
         raise click.UsageError(f"-o {out}: give an image file ending in .png, .svg or .pdf")
     check_writable(out)
 
@@ -107,7 +107,7 @@ PLOT_KINDS = ("tflops", "heuristic", "regret", "pathdiff")
 @click.option("-o", "--output", "--out", "out", default=None, type=click.Path(dir_okay=False),
               help="Image to write: .png, .svg or .pdf (default: KIND.png).")
 @_filters
-@click.option("--peak", type=float, default=None,
+@click.option("--peak", type=click.FloatRange(min=0, min_open=True), default=None,
               help="tflops: peak TFLOP/s for the % scale (default: the H100/H200 datasheet dense peak of the dtype).")
 @click.option("--pct", is_flag=True, help="tflops: write % of peak in the cells instead of TFLOP/s.")
 @click.option("--other", type=click.Path(dir_okay=False), default=None,
@@ -142,7 +142,7 @@ def plot_cmd(kind, dataset, out, x, y, peak, pct, other, a, b, dpi, **kw):
         fig = plots.regret_map(df, x, y, **pins)
     else:
         if pins.get("backend"):
-            raise ProbeError("pathdiff compares two backends: give them with --a and --b, not --backend")
+            raise click.UsageError("pathdiff compares two backends: give them with --a and --b, not --backend")
         pins.pop("backend")
         if y == "auto":
             from cublaslt_probe.render.plots.select import auto_axes
@@ -156,8 +156,8 @@ def plot_cmd(kind, dataset, out, x, y, peak, pct, other, a, b, dpi, **kw):
 
 @click.command("report")
 @click.argument("dataset", required=False, type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "--out", "out", default="report", show_default=True,
-              type=click.Path(file_okay=False), help="Directory to write index.html into (created if needed).")
+@click.option("-o", "--output", "--out", "out", default="report", show_default=True, type=click.Path(),
+              help="The page to write (OUT.html), or a directory to write index.html into (created if needed).")
 @click.option("--backend", default=None, help="Backend of the per-dtype maps (default: torch when present).")
 @click.option("--dpi", default=90, show_default=True, help="Resolution of the embedded images.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
@@ -168,7 +168,11 @@ def report_cmd(dataset, out, backend, dpi, quiet):
     DATASET: a dataset .parquet (`sweep` or `dataset` writes one). Default: the shipped H200 grid,
     data/h200_grid.parquet (in the checkout, the installed package, or the folder CUBLASLT_PROBE_DATA names).
     """
-    check_writable_dir(out)
+    if suffix_format(out, ("html",)) == "html":
+        check_writable_dir(os.path.dirname(os.path.abspath(out)))
+        check_writable(out)
+    else:
+        check_writable_dir(out)
     _agg()
     from cublaslt_probe.render.report import build_report
     df = _load(dataset)

@@ -8,8 +8,9 @@ import sys
 
 import click
 
+from cublaslt_probe.cli._common import check_writable, out_format, output_option, suffix_format, write_result
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.vocab import PRESETS, WINDOW
+from cublaslt_probe.vocab import BACKENDS, PRESETS, TEST_BACKENDS, WINDOW
 
 
 @click.command("sweep")
@@ -55,14 +56,24 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
     Needs an NVIDIA GPU (torch; cupy for the cupy backend).
     """
     from cublaslt_probe import sweep
+    suffix_format(out, ("parquet",))
+    if bool(preset) == bool(spec_path):
+        raise click.UsageError("give exactly one of --preset NAME or --spec FILE")
     bes = backends.split(",") if backends else None
+    unknown = [b for b in bes or () if b not in BACKENDS + TEST_BACKENDS]
+    if unknown:
+        raise click.UsageError(f"--backends {backends}: unknown backend {', '.join(unknown)}; choose from "
+                               f"{', '.join(BACKENDS + TEST_BACKENDS)}")
     plan = sweep.plan(preset, spec_path, bes)
     if shard == "auto":
         sl = sweep.shard_from_env(os.environ, shard_count)
     elif shard_count:
-        raise ProbeError("--shard-count goes with --shard auto (in a Kubernetes Indexed Job)")
+        raise click.UsageError("--shard-count goes with --shard auto (in a Kubernetes Indexed Job)")
     else:
-        sl = sweep.parse_shard(shard) if shard else None
+        try:
+            sl = sweep.parse_shard(shard) if shard else None
+        except ProbeError as e:   # a --shard the syntax does not allow
+            raise click.UsageError(str(e)) from e
     cases = sl.take(plan.cases) if sl else plan.cases
     click.echo(plan.summary() + (f"\n  slice {sl.spec} ({sl.source}): {len(cases)} GEMMs" if sl else ""), err=True)
     if dry_run:
@@ -214,7 +225,8 @@ def merge_cmd(parts, out, allow_env_mismatch, jobs):
     Exit status 3 when a gzip part is cut off or damaged after the records it holds (the dataset is written).
     """
     from cublaslt_probe import sweep
-    from cublaslt_probe.cli._common import check_dataset_file, check_writable
+    from cublaslt_probe.cli._common import check_dataset_file
+    suffix_format(out, ("parquet",))
     check_writable(out)
     for p in parts:
         check_dataset_file(p, raw_ok=True)
@@ -244,8 +256,9 @@ def dataset_cmd(raw, out, env_path, allow_env_mismatch):
     batch of rows, not the dataset. Exit status 3 when some lines were not
     probe records or a file was cut off (the records before are kept), 1 when no record was found.
     """
-    from cublaslt_probe.cli._common import EXIT_PARTIAL, check_writable, read_json, sniff
+    from cublaslt_probe.cli._common import EXIT_PARTIAL, read_json, sniff
     from cublaslt_probe.analysis import dataset
+    suffix_format(out, ("parquet",))
     check_writable(out)
     for p in raw:
         if not os.path.exists(p):
@@ -274,11 +287,22 @@ def dataset_cmd(raw, out, env_path, allow_env_mismatch):
         click.get_current_context().exit(EXIT_PARTIAL)
 
 
+_SCHEMA_FORMATS = ("markdown", "json")
+
+
 @click.command("schema")
-def schema_cmd():
+@click.option("-f", "--format", "fmt", type=click.Choice(_SCHEMA_FORMATS), default=None,
+              help="markdown: a table of column, type, meaning; json: the same as data  [default: markdown, or "
+                   "the suffix of -o]")
+@output_option(_SCHEMA_FORMATS)
+def schema_cmd(fmt, output):
     """Print the dataset schema (Markdown table)."""
+    import json
+
     from cublaslt_probe.analysis import dataset
-    click.echo(dataset.schema_markdown())
+    fmt = out_format(fmt, output, _SCHEMA_FORMATS)
+    write_result(output, dataset.schema_markdown() if fmt == "markdown" else json.dumps(
+        [{"column": c, "type": t, "meaning": m} for c, (t, m) in dataset.SCHEMA.items()], indent=1))
 
 
 COMMANDS = [sweep_cmd, merge_cmd, dataset_cmd, schema_cmd]

@@ -1,4 +1,4 @@
-"""CUTLASS-generated kernels shipped in cuBLAS, and the older hand-named (legacy) kernels.
+"""Kernels built from CUTLASS and shipped precompiled in cuBLAS, and the older hand-named (legacy) kernels.
 
 CUTLASS 2.x (names as NVIDIA's cutlass_library generator writes them, with cuBLAS's ``<cc>`` prefix)::
 

@@ -17,6 +17,9 @@ JSONL_KEYS = ("name", "family", "arch", "a_type", "b_type", "c_type", "compute_t
               "flags", "unparsed")
 
 
+LABEL_WIDTH = 120   # a kernel name longer than this is shown as its decoded label (`KernelName.label`)
+
+
 @dataclass(frozen=True)
 class KernelName:
     """One decoded kernel name. Build it with `decode`; `encode` turns it back into the bare name."""
@@ -106,6 +109,22 @@ class KernelName:
         if self.flags:
             parts.append(" ".join(self.flags))
         return " · ".join(parts)
+
+    def label(self, width: int = LABEL_WIDTH) -> str:
+        """The name as people read it, in at most `width` characters: the raw name when it fits, else (a
+        mangled or templated name thousands of characters long) its bare function, family and decoded
+        fields, ``cutlass::device_kernel<…> (cutlass_template 128x256 · 64x4 · 2x1, grouped)``, cut with
+        ``…`` if even that is longer."""
+        if len(self.name) <= width:
+            return self.name
+        base = self.base or ""
+        head = (base + "<…>") if base and base != self.name else self.name[:max(width // 2, 1)] + "…"
+        what = " ".join(x for x in (self.family if self.family != "unknown" else "",
+                                    self.short if self.short != self.family else "") if x)
+        if self.problem_shape and self.problem_shape != "single":
+            what += f", {self.problem_shape}"
+        text = f"{head} ({what})" if what else head
+        return text if len(text) <= width else text[:width - 1] + "…"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: the `JSONL_KEYS` first, then every other field; tuples become lists."""

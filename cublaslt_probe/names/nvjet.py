@@ -92,7 +92,8 @@ _arch = regex("arch", "sm<NN>", r"sm(\d+[a-z]?)", lambda m: {"arch": m.group(0)}
 
 NVJET = register(Grammar(
     name="nvjet", family="nvjet",
-    summary="cuBLASLt's run-time generated GEMM kernels (Hopper, datacenter Blackwell)",
+    summary="cuBLASLt's precompiled GEMM kernels, picked by its heuristic (library-selected; Hopper, "
+            "datacenter Blackwell)",
     template="nvjet[_<arch>]_<types>_<M>x<N>_<Ktile>x<stages>_<Cm>x<Cn>[_2cta]_<h|v>_<bz|badd>"
              "[_<flag>...]_<L1><L2><L3>",
     examples=("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT",
@@ -152,7 +153,8 @@ def _finish_sm120(f, flags):
 
 NVJET_SM120 = register(Grammar(
     name="nvjet_sm120", family="nvjet",
-    summary="cuBLASLt's run-time generated GEMM kernels for consumer Blackwell (sm120)",
+    summary="cuBLASLt's precompiled GEMM kernels for consumer Blackwell (sm120), picked by its heuristic "
+            "(library-selected)",
     template="nvjet_<arch>_<types>_mma_<M>x<N>x<K>_<stages>_<Wm>x<Wn>x<Wk>[_tmaAB][_alignCD<n>]_<bz|badd>"
              "[_splitK]_<L1><L2><L3><L4>",
     examples=("nvjet_sm120_tst_mma_64x64x128_3_32x32x128_tmaAB_alignCD4_bz_TNNN",

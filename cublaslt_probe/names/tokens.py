@@ -126,7 +126,7 @@ NVJET_NUMBERS = {
                    "(CLUSTER_SHAPE_<M>x<N>x1)", MEASURED, CAPTURE + " (502/502)"),
 }
 
-NVJET_ARCH = Tok("arch", "SM architecture the kernel was generated for (sm90 on the H200); absent in names "
+NVJET_ARCH = Tok("arch", "SM architecture the kernel was compiled for (sm90 on the H200); absent in names "
                  "from older libraries (cuBLAS 12.x)", MEASURED, CAPTURE_RUN)
 
 # Consumer Blackwell (sm120) grammar.
@@ -304,6 +304,10 @@ HELPERS: dict[str, Tok] = {
     "scal_kernel": Tok(("helper", "scal"), "x = alpha * x (captured next to sgemm_largek_lds64)", MEASURED,
                        _RUN),
     "scal_kernel_val": Tok(("helper", "scal"), "x = alpha * x", INFERRED),
+    "scal_64addr_kernel": Tok(("helper", "scal"), "x = alpha * x, the variant with 64-bit addressing "
+                              "(captured: before sgemm_largek_lds64 in CuPy's "
+                              "fp32 4 x 128256 x 8192 GEMM)", MEASURED,
+                              "tests/fixtures/probe/long_spin_raw.jsonl (H200, cuBLAS 13.1)"),
     "dot_kernel": Tok(("helper", "dot"), "dot product, first pass: GEMMs with m = n = 1 (captured for "
                       "1 x 1 x 1024 fp16/bf16)", MEASURED, _RUN),
     "reduce_1Block_kernel": Tok(("helper", "reduce"), "one-block reduction finishing a dot_kernel",
@@ -334,6 +338,11 @@ FRAMEWORK_PREFIXES: dict[str, Tok] = {
     "(anonymous namespace)::softmax_warp_": Tok("torch", "torch's persistent softmax (PersistentSoftmax.cuh), "
                                                  "outside namespace at", MEASURED,
                                                  "tests/fixtures/programs (H200 programs)"),
+    "(anonymous namespace)::indexing_backward_kernel": Tok("torch", "torch's backward of advanced indexing "
+                                                           "and index_put_(accumulate=True) (Indexing.cu): sums "
+                                                           "gradient rows at repeated indices, outside namespace "
+                                                           "at", MEASURED,
+                                                           "tests/fixtures/moe (H200 MoE training step)"),
     "(anonymous namespace)::elementwise_kernel_with_index": Tok("torch", "torch's arange / linspace kernel, "
                                                                 "outside namespace at", MEASURED,
                                                                 "tests/fixtures/programs (H200 programs)"),
@@ -568,7 +577,7 @@ KIND_KEYWORDS: tuple[tuple[str, str], ...] = (
     # random numbers are elementwise (normal_and_transform is not a norm)
     ("distribution_", "elementwise"),
     # embedding backward sums rows into the weight gradient
-    ("embedding_backward", "reduction"), ("sum_and_scatter", "reduction"),
+    ("embedding_backward", "reduction"), ("sum_and_scatter", "reduction"), ("indexing_backward", "reduction"),
     # communication
     ("allreduce", "communication"), ("all_reduce", "communication"), ("AllReduce", "communication"),
     ("all_gather", "communication"), ("AllGather", "communication"), ("reduce_scatter", "communication"),

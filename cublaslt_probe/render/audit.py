@@ -9,11 +9,35 @@ import pandas as pd
 
 from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
 from cublaslt_probe.analysis.audit.advice import _cand_text, _label, _match_rows, advice_total
+from cublaslt_probe.vocab import FIGURE_FORMATS, figure
 
 
 # --------------------------------------------------------------------------- rendering
 TABLE_COLUMNS = ("share", "calls", "gpu_us", "module", "pass", "op", "dtype", "layout", "m", "n", "k", "groups",
                  "family", "provenance", "kernel_short", "algo", "pct_peak", "floor_ratio", "waves", "flags")
+
+
+def kernel_label(name) -> str:
+    """A kernel name as a page or a line shows it: whole when short, its decoded label when it is a
+    mangled or templated name of hundreds of characters (`KernelName.label`)."""
+    if _na(name):
+        return ""
+    from cublaslt_probe.names import decode
+    return decode(str(name)).label()
+
+
+def html_cell(col: str, v) -> str:
+    """A measurement's value as a table cell: figures rounded as everywhere else (`vocab.figure`; times
+    in µs to 0.1), yes/no for booleans, kernel names as `kernel_label`, nothing for a missing value."""
+    if v is None or (isinstance(v, float) and v != v):
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if col == "kernel":
+        return kernel_label(v)
+    if isinstance(v, float):
+        return figure(col, v) if col in FIGURE_FORMATS else f"{v:,.1f}" if col.endswith("_us") else f"{v:.3g}"
+    return str(v)
 
 
 def flags(r: dict) -> str:
@@ -82,10 +106,12 @@ def table_rows(rows: pd.DataFrame) -> list[list[str]]:
     out = []
     for r in rows.to_dict("records"):
         out.append([f"{100 * r['share']:.1f}%" if r["share"] is not None and not pd.isna(r["share"]) else "",
-                    f(r["calls"], "g"), f(r["gpu_us"], ",.1f"), row_label(r), f(r["pass"], ""), f(r["op"], ""),
+                    figure("calls", r["calls"]), figure("gpu_us", r["gpu_us"]), row_label(r), f(r["pass"], ""),
+                    f(r["op"], ""),
                     f(r["dtype"], ""), f(r["layout"], ""), f(r["m"], "d"), f(r["n"], "d"), f(r["k"], "d"),
                     f(r["groups"], "d"), f(r["family"], ""), f(r["provenance"], ""), f(r["kernel_short"], ""),
-                    f(r["algo"], ""), f(r["pct_peak"], ".1f"), f(r["floor_ratio"], ".2f"), f(r["waves"], ".2f"),
+                    f(r["algo"], ""), figure("pct_peak", r["pct_peak"]), figure("floor_ratio", r["floor_ratio"]),
+                    figure("waves", r["waves"]),
                     flags(r)])
     return out
 
@@ -197,11 +223,13 @@ def chain(r: dict, g: dict | None = None) -> list[str]:
                                                          bool(r["log_consistent"]), "has nothing to compare")
         out.append(f"cuBLASLt log: {r['log_function']} chose {r['algo']}, workspace {v(r['workspace_bytes'])} B; "
                    f"the kernel {agree}")
-    out.append(f"kernel ({r['provenance']}, {r['family']}): {r['kernel']}; decoded {r['kernel_short']}"
+    out.append(f"kernel ({r['provenance']}, {r['family']}): {kernel_label(r['kernel'])}; decoded {r['kernel_short']}"
                + (f", problem shape {r['problem_shape']}" if not _na(r["problem_shape"]) else ""))
-    out.append(f"{v(r['calls'], 'g')} calls/step, {v(r['mean_us'], ',.2f')} µs each = {v(r['tflops'], '.1f')} "
-               f"TFLOP/s = {v(r['pct_peak'], '.1f')} % of peak; floor {v(r['floor_us'], ',.2f')} µs "
-               f"({v(r['bound'])}-bound), {v(r['floor_ratio'], '.2f')}× the floor; {v(r['waves'], '.2f')} waves")
+    def fig(name):
+        return figure(name, None if _na(r[name]) else r[name]) or "?"
+    out.append(f"{fig('calls')} calls/step, {fig('mean_us')} µs each = {fig('tflops')} "
+               f"TFLOP/s = {fig('pct_peak')} % of peak; floor {fig('floor_us')} µs "
+               f"({v(r['bound'])}-bound), {fig('floor_ratio')}× the floor; {fig('waves')} waves")
     if not _na(r.get("sizes_source")):
         out.append(f"group sizes ({r['sizes_source']}): {v(r['groups'])} groups of {v(r['group_min'])}–"
                    f"{v(r['group_max'])} rows (mean {v(r['group_mean'], '.1f')}), {v(r['group_empty'])} empty, "
@@ -300,6 +328,7 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>cublaslt-probe audit</title><style>"
              "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px}"
              "td,th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}"
+             "td,li,p,summary{overflow-wrap:anywhere}"
              ".note{color:#a33}.bar{background:#55a868;height:10px;display:inline-block}</style></head><body>",
              "<h1>GEMM audit</h1>", "<ul>" + "".join(
                  f"<li class='{'note' if ln.startswith('note:') else ''}'>{e(ln)}</li>" for ln in summary_lines(a))
@@ -355,7 +384,7 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
                 recs = [{**x, "algo": _cand_text(x)} if name == "candidates" else x for x in g.get(name) or []]
                 if recs:
                     parts.append(f"<h4>{name}</h4><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
-                                 + "".join("<tr>" + "".join(f"<td>{e(str(x.get(c, '')))}</td>" for c in cols)
+                                 + "".join("<tr>" + "".join(f"<td>{e(html_cell(c, x.get(c)))}</td>" for c in cols)
                                            + "</tr>" for x in recs) + "</table>")
         parts.append("</details>")
     parts.append("</body></html>")

@@ -260,6 +260,7 @@ h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #dd
 margin-top: 2em; } h3 { margin-top: 1.6em; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.6em 0; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+td, li, p { overflow-wrap: anywhere; }
 th { background: #f4f4f4; } td.num, th.num { text-align: right; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; margin: 0.4em 0; }
 .figs { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
@@ -271,10 +272,29 @@ nav ul { columns: 2; } code { background: #f6f6f6; padding: 0 3px; }
 def _table(df: pd.DataFrame, max_rows: int | None = None) -> str:
     if df is None or df.empty:
         return '<p class="note">(none)</p>'
-    shown = df if max_rows is None else df.head(max_rows)
+    shown = _yes_no(df if max_rows is None else df.head(max_rows))
     out = shown.to_html(index=False, escape=True, border=0, na_rep="", float_format=lambda v: f"{v:g}")
     if max_rows is not None and len(df) > max_rows:
         out += f'<p class="note">showing {max_rows} of {len(df)} rows</p>'
+    return out
+
+
+def _word(v):
+    """A cell's value as the tool's tables write it: booleans as yes / no, a missing value as nothing (never
+    Python's True, False or None)."""
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    return "" if v is None else v
+
+
+def _yes_no(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with its boolean and object columns' cells as `_word` writes them."""
+    cols = [c for c in df.columns if df[c].dtype == bool or df[c].dtype == object]
+    if not cols:
+        return df
+    out = df.copy()
+    for c in cols:
+        out[c] = out[c].map(_word)
     return out
 
 
@@ -453,7 +473,8 @@ def _safe(make, what: str):
 # ------------------------------------------------------------------------------------------------ the page
 def build_report(df: pd.DataFrame, outdir: str | os.PathLike, progress: Callable[[str], None] | None = None, *,
                  backend: str | None = None, dpi: int = 90, max_cliffs: int = 40) -> Path:
-    """Write ``outdir/index.html`` (images embedded as base64 PNG) and return its path.
+    """Write the page (images embedded as base64 PNG) to `outdir` when it names an ``.html`` file, else to
+    ``outdir/index.html``, and return its path.
 
     `progress` gets one line per step (``[3/29] kernel map bf16 NT mm``). Maps use `backend` (default:
     torch when present) and the dataset's natural axes (`plots.auto_axes`); a map that cannot be drawn
@@ -462,9 +483,9 @@ def build_report(df: pd.DataFrame, outdir: str | os.PathLike, progress: Callable
     t0 = time.perf_counter()
     a = analyse(df, backend=backend, max_cliffs=max_cliffs)
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
+    path = out if out.suffix.lower() == ".html" else out / "index.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
     page = render_page(a, _Steps(len(_STEP_SECTIONS) + len(a.figures()), progress), dpi, t0)
-    path = out / "index.html"
     path.write_text(page, encoding="utf-8")
     log.info("report: wrote %s (%.1f MB) in %.1f s", path, path.stat().st_size / 1e6, time.perf_counter() - t0)
     return path
@@ -516,7 +537,7 @@ def _error(text: str | None) -> str:
 
 
 def _render_environment(s: dict, draw) -> str:
-    return _table(pd.DataFrame([{"field": k, "value": "" if v is None else str(v)} for k, v in s["env"].items()]))
+    return _table(pd.DataFrame([{"field": k, "value": str(_word(v))} for k, v in s["env"].items()]))
 
 
 def _render_coverage(s: dict, draw) -> str:

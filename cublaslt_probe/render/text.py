@@ -1,21 +1,56 @@
 """Text tables: the one table renderer every command and page writes its tables with (`Table`,
-`render_table`), cells fitted to one line of at most `MAX_CELL` characters (`fit`)."""
+`render_table`), cells fitted to one line of at most `MAX_CELL` characters (`fit`), and tables for the
+terminal fitted to its width (`line_width`)."""
 from __future__ import annotations
 
+import contextvars
 import itertools
+import os
+import shutil
+import sys
 from typing import Iterable, Iterator
 
 MAX_CELL = 80  # no table cell is wider: longer values are cut with an ellipsis
 SAMPLE_ROWS = 1000  # column widths come from the first rows (the rest stream through)
 _CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {9: "\\t", 10: "\\n", 13: "\\r", 127: "\\x7f"}
+MIN_SHRUNK = 12  # a text column is not cut narrower than this (or its header) to fit the terminal
+_LINE_WIDTH: contextvars.ContextVar[int | None] = contextvars.ContextVar("line_width", default=None)
 
 
-def fit(s: str, width: int = MAX_CELL) -> str:
-    """`s` on one line, at most `width` characters (cut with ``…``); control characters written as
-    escapes so that no value can break the table's lines."""
+def terminal_width() -> int | None:
+    """The width tables for people are fitted to: ``COLUMNS`` when set (0: no limit), else the terminal's
+    when stdout is one; None (no limit) when stdout is a pipe or a file."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit():
+        return int(cols) or None
+    try:
+        if sys.stdout is not None and sys.stdout.isatty():
+            return shutil.get_terminal_size().columns
+    except (AttributeError, ValueError, OSError):
+        pass
+    return None
+
+
+def set_line_width(width: int | None) -> None:
+    """The width the tables of this command are fitted to (None: no limit); the command sets it once it
+    knows where its output goes (`cli._common.out_format`: the terminal's width for stdout, none for a file)."""
+    _LINE_WIDTH.set(width)
+
+
+def line_width() -> int | None:
+    """The width set by `set_line_width` (None: no limit)."""
+    return _LINE_WIDTH.get()
+
+
+def fit(s: str, width: int = MAX_CELL, tail: bool = False) -> str:
+    """`s` on one line, at most `width` characters (cut with ``…``: its end, or with `tail` its start, for
+    names whose last part tells them apart, such as module paths); control characters written as escapes
+    so that no value can break the table's lines."""
     if not s.isprintable():
         s = s.translate(_CONTROL)
-    return s if len(s) <= width else s[:width - 1] + "…"
+    if len(s) <= width:
+        return s
+    return "…" + s[len(s) - width + 1:] if tail else s[:width - 1] + "…"
 
 
 class Table:
@@ -24,8 +59,14 @@ class Table:
     Column widths come from the header and the first `SAMPLE_ROWS` rows (at least `min_widths`, for
     columns known to grow, such as line numbers), at most `max_width` (or the column's own cap in
     `caps`); a later cell that is wider but within the cap is written whole (its row stands out), and any
-    cell beyond its cap is cut with an ellipsis. Columns named in `right` are right-aligned. No rows, no
+    cell beyond its cap is cut with an ellipsis (at its start for the columns named in `tail`). Columns
+    named in `right` are right-aligned. No rows, no
     table (not even its header).
+
+    A line wider than `width` (default: `line_width()`, the terminal's when the output goes there) is fitted
+    by one rule: the widest text columns are cut first (each to at least `MIN_SHRUNK` characters or its
+    header, cells shortened with an ellipsis); numbers are never cut; if that is not enough, the last columns
+    are left out and a closing line names them.
 
     `lines(rows)` does it all; a caller with its own fast loop (parse-log) calls `layout` on its first
     rows, then `head` and `row` itself.
@@ -33,7 +74,8 @@ class Table:
 
     def __init__(self, header: list[str], right: Iterable[str] = (), *, caps: dict[str, int] | None = None,
                  max_width: int = MAX_CELL, rule: bool = True, indent: str = "", show_header: bool = True,
-                 min_widths: dict[str, int] | None = None):
+                 min_widths: dict[str, int] | None = None, width: int | None | str = "terminal",
+                 tail: Iterable[str] = ()):
         self.header = list(header)
         self.right = [h in set(right) for h in self.header]
         caps = caps or {}
@@ -41,6 +83,9 @@ class Table:
         self.rule, self.indent, self.show_header = rule, indent, show_header
         self.min_widths = [(min_widths or {}).get(h, 0) for h in self.header]
         self.widths: list[int] = []
+        self.width = line_width() if width == "terminal" else width
+        self.tail = [h in set(tail) for h in self.header]
+        self.shown = len(self.header)   # columns written (the rest left out to fit `width`)
 
     def layout(self, sample: list[list[str]]) -> None:
         """Fix the column widths from these first rows."""
@@ -52,6 +97,37 @@ class Table:
                 if n > widths[i]:
                     widths[i] = n
         self.widths = [min(w, cap) for w, cap in zip(widths, caps)]
+        if self.width:
+            self._fit(self.width)
+
+    def _fit(self, limit: int) -> None:
+        """Cut the widest text columns, then leave out the last columns, until a line fits `limit`."""
+        w = self.widths
+        floor = [w[i] if self.right[i] else min(w[i], max(MIN_SHRUNK, len(h))) for i, h in enumerate(self.header)]
+
+        def total(n: int) -> int:
+            return len(self.indent) + sum(w[:n]) + 2 * max(n - 1, 0)
+        excess = total(len(w)) - limit
+        while excess > 0:
+            i = max((j for j in range(len(w)) if w[j] > floor[j]), key=lambda j: w[j] - floor[j], default=None)
+            if i is None:
+                break
+            cut = min(excess, max(1, (w[i] - floor[i]) // 2))
+            w[i] -= cut
+            excess -= cut
+        self.caps = [min(c, x) for c, x in zip(self.caps, w)]
+        n = len(w)
+        while n > 1 and total(n) > limit:
+            n -= 1
+        self.shown = n
+
+    def left_out(self) -> str:
+        """The closing line that names the columns left out to fit the width ("" when none was)."""
+        gone = self.header[self.shown:]
+        if not gone:
+            return ""
+        return (f"{self.indent}({len(gone)} more column{'s' if len(gone) > 1 else ''} not shown in {self.width} "
+                f"characters: {', '.join(gone)}; COLUMNS=0 or -o FILE.csv shows every column)\n")
 
     def head(self) -> str:
         """The header line and the rule under it (empty without a header)."""
@@ -59,14 +135,15 @@ class Table:
             return ""
         out = self.row(self.header)
         if self.rule:
-            out += (self.indent + "  ".join("-" * w for w in self.widths)).rstrip() + "\n"
+            out += (self.indent + "  ".join("-" * w for w in self.widths[:self.shown])).rstrip() + "\n"
         return out
 
     def row(self, cells: Iterable[str]) -> str:
         """One row's line (with ``"\\n"``), once `layout` has fixed the widths."""
         out = []
-        for c, w, cap, rj in zip(cells, self.widths, self.caps, self.right):
-            c = fit(c, cap)
+        for c, w, cap, rj, tl in itertools.islice(zip(cells, self.widths, self.caps, self.right, self.tail),
+                                                  self.shown):
+            c = fit(c, cap, tl)
             out.append(c.rjust(w) if rj else c.ljust(w))
         return (self.indent + "  ".join(out)).rstrip() + "\n"
 
@@ -83,6 +160,8 @@ class Table:
         row = self.row
         for r in itertools.chain(sample, it):
             yield row(r)
+        if self.shown < len(self.header):
+            yield self.left_out()
 
     def write(self, rows: Iterable[list[str]], out, chunk: int = 64) -> None:
         """Write the table of `rows` to `out`."""

@@ -115,7 +115,10 @@ def _coverage(parts: list[Part], index: KeyIndex, plan_, key_of) -> list[str]:
                 problems.append(f"{p.path} ({p.slice.describe()}) holds {int(wrong.sum())} GEMMs of other slices "
                                 f"(e.g. {key_of(g[wrong][0])})")
     if twice:
-        problems.append(f"{twice} GEMMs are in two parts (" + "; ".join(twice_eg) + ")")
+        fix = ("a part given twice, or two runs of one slice: give each part once" if plan_ is not None else
+               "these are datasets of separate sweeps, not parts of one: give each to map, plot, report or audit on "
+               "its own, or compare two with `cublaslt-probe diff A B`")
+        problems.append(f"{twice} GEMMs are in two parts (" + "; ".join(twice_eg) + f"): {fix}")
     if plan_ is None:
         return problems
     missing = np.nonzero(owner < 0)[0]

@@ -10,6 +10,7 @@ import pandas as pd
 
 from cublaslt_probe.analysis.audit.schema import _na, row_label
 from cublaslt_probe.analysis.audit.judge import NEAR_FLOOR
+from cublaslt_probe.vocab import figure
 
 
 # --------------------------------------------------------------------------- advice from measurements
@@ -697,13 +698,17 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
         if m.i in helped:
             continue
         floor = pd.Series([rows.loc[r, "floor_us"] for r in m.rows], dtype="float64").dropna()
-        ratio = m.orig / float(floor.iloc[0]) if len(floor) and float(floor.iloc[0]) > 0 else None
+        # the row's own floor_ratio (the run's time over its floor), the figure the table prints
+        ran = pd.Series([rows.loc[r, "floor_ratio"] for r in m.rows], dtype="float64").dropna()
+        ratio = float(ran.iloc[0]) if len(ran) else (
+            m.orig / float(floor.iloc[0]) if len(floor) and float(floor.iloc[0]) > 0 else None)
         key = m.g.get("key") or {}
         alone = [f"{p['path']} {p['time_us']:.1f} µs" for p in m.g.get("paths") or [] if p.get("time_us") and
                  p["time_us"] < m.orig * (1 - MIN_GAIN)] + [
             f"{w['dim']}={w['value']} {w['time_us']:.1f} µs" for w in m.g.get("whatifs") or [] if w.get("time_us")
             and w["time_us"] < m.orig * (1 - MIN_GAIN) and key.get(w.get("dim")) is not None]
-        at = (f"at {ratio:.2f}× its floor ({100 / ratio:.0f} % of the roofline)" if ratio is not None
+        at = (f"at {figure('floor_ratio', ratio)}× its floor ({100 / ratio:.0f} % of the roofline)" if ratio
+              is not None
               else "floor unknown")
         if alone:
             why = (f"{at}; faster alone ({', '.join(alone)}), but that change does not pay over every GEMM it "

@@ -6,7 +6,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.errors import OptionError, ProbeError
 from cublaslt_probe.render.plots.select import axis_title, env_of, fmt_value, ordered, require_columns
 from cublaslt_probe.render.plots.style import palette, title_head
 
@@ -28,7 +28,7 @@ def filter_rows(df: pd.DataFrame, what: str, **filters) -> pd.DataFrame:
         if not mask.any():
             avail = ", ".join(fmt_value(x) for x in ordered(cur[c].dropna().astype(object), c))
             where = f" with {', '.join(done)}" if done else ""
-            raise ProbeError(f"no rows for {c}={v}{where}; {c} values there: {avail}")
+            raise OptionError(f"no rows for {c}={v}{where}; {c} values there: {avail}")
         cur = cur[mask]
         done.append(f"{c}={v}")
     return cur
@@ -44,9 +44,9 @@ def heuristic_plot(df: pd.DataFrame, x: str = "m", *, backend=None, op=None, dty
                    m=None, n=None, k=None) -> Figure:
     """Heuristic miss and hit µs: distribution per dtype (left) and median against a shape axis (right),
     with the median GEMM time on the right for scale (a miss can cost more than the GEMM it chooses for)."""
-    require_columns(df, list(HEURISTIC_COLUMNS) + ["dtype", x], "the heuristic plot")
     if x not in ("m", "n", "k", "batch"):
-        raise ProbeError(f"unknown x axis {x!r} for the heuristic plot; choose m, n, k or batch")
+        raise OptionError(f"unknown x axis {x!r} for the heuristic plot; choose m, n, k or batch")
+    require_columns(df, list(HEURISTIC_COLUMNS) + ["dtype", x], "the heuristic plot")
     d = filter_rows(df, "the heuristic plot", backend=backend, op=op, dtype=dtype, layout=layout, m=m, n=n, k=k)
     d = d.dropna(subset=list(HEURISTIC_COLUMNS), how="all")
     if d.empty:

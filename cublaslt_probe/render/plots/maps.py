@@ -14,7 +14,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.errors import OptionError, ProbeError
 from cublaslt_probe.vocab import peak_tflops
 from cublaslt_probe.render.plots.select import AXIS_LABELS, Selection, axis_title, fmt_value, ordered, require_columns, select
 from cublaslt_probe.render.plots.style import (COLOR_FIELDS, color_values, palette, peak_source,
@@ -269,7 +269,7 @@ def tflops_map(df: pd.DataFrame, x: str = "m", y: str | None = None, *, peak: fl
         raise ProbeError(f"no TFLOP/s measured for {sel.describe()}")
     pk = peak if peak is not None else peak_tflops(sel.pins.get("dtype", ""), sel.env.get("gpu"))
     if annotate == "pct" and not pk:
-        raise ProbeError("no peak known for this GPU/dtype: give --peak TFLOPS to show % of peak")
+        raise OptionError("no peak known for this GPU/dtype: give --peak TFLOPS to show % of peak")
     if annotate == "tflops":
         texts = _num_texts(vals, lambda v: f"{v:.0f}" if v >= 10 else f"{v:.1f}" if v >= 1 else f"{v:.2f}")
     elif annotate == "pct":

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cublaslt_probe.errors import ProbeError, SchemaError
+from cublaslt_probe.errors import OptionError, ProbeError, SchemaError
 from cublaslt_probe.vocab import ENV_KEYS, ORDER
 
 log = logging.getLogger(__name__)
@@ -231,9 +231,9 @@ def select(df: pd.DataFrame, x: str = "m", y: str | None = None, *, backend=None
         y = auto_axes(df)[1]
     for name, ax in (("x", x), ("y", y)):
         if ax not in AXES:
-            raise ProbeError(f"unknown {name} axis {ax!r}; choose one of {', '.join(AXES)}")
+            raise OptionError(f"unknown {name} axis {ax!r}; choose one of {', '.join(AXES)}")
     if x == y:
-        raise ProbeError(f"x and y are both {x!r}: choose two different axes")
+        raise OptionError(f"x and y are both {x!r}: choose two different axes")
     needed = {"m", "n", "k"} | {c for c in (x, y) if c != "nk"} | {"backend", "op", "dtype", "layout"}
     require_columns(df, sorted(needed), what)
     if len(df) == 0:
@@ -278,8 +278,8 @@ def _pin_categories(df: pd.DataFrame, given: dict, axes: set, pins: dict, auto: 
             if v not in vals:
                 everywhere = ordered(df[c].dropna().astype(str), c)
                 if v not in everywhere:
-                    raise ProbeError(f"no rows for {c}={v}; {c}s in this dataset: {_listing(everywhere, c)}")
-                raise ProbeError(f"no rows for {c}={v} with {_pins_text(pins)}; {c}s there: {_listing(vals, c)}")
+                    raise OptionError(f"no rows for {c}={v}; {c}s in this dataset: {_listing(everywhere, c)}")
+                raise OptionError(f"no rows for {c}={v} with {_pins_text(pins)}; {c}s there: {_listing(vals, c)}")
         elif not vals:
             raise ProbeError(f"no rows with a {c} for {_pins_text(pins) or 'this dataset'}")
         else:
@@ -299,7 +299,7 @@ def _pin_shapes(df: pd.DataFrame, cur: pd.DataFrame, given: dict, axes: set, pin
         require_columns(df, [c], f"--{c}")
         vals = ordered(cur[c].dropna(), c)
         if int(v) not in vals:
-            raise ProbeError(f"no rows for {c}={v} with {_pins_text(pins)}; {c} values there: {_listing(vals, c)}")
+            raise OptionError(f"no rows for {c}={v} with {_pins_text(pins)}; {c} values there: {_listing(vals, c)}")
         pins[c] = int(v)
         cur = cur[cur[c] == int(v)]
     return cur

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.errors import OptionError
 from cublaslt_probe.vocab import gpu_peaks
 
 
@@ -84,7 +84,7 @@ def _need(df, cols, field):
     missing = [c for c in cols if c not in df.columns]
     if missing:
         known = ", ".join(COLOR_FIELDS)
-        raise ProbeError(f"cannot colour by {field!r}: the dataset has no column {', '.join(missing)}. Choose "
+        raise OptionError(f"cannot colour by {field!r}: the dataset has no column {', '.join(missing)}. Choose "
                          f"{known}, or a dataset column ({', '.join(str(c) for c in df.columns if c != 'nk')})")
 
 
