@@ -1,0 +1,197 @@
+"""Hunt cuBLAS bug 6580689 on this GPU: algo 66 with a forced SPLITK_NUM over ranges of K, every output checked.
+
+For each dtype (bf16, fp16), tokens m in {16, 64, 128}, n = 4096 output features, two layouts (TN: torch's
+Linear, K contiguous, lda = ldb = K rounded up to 8 so that any K keeps 16-byte strides; NT: K strided) and a
+set of K values that make floor(K / s) a multiple of the stage size for s = 2..8 without s dividing K (and
+controls: K a multiple of s; s not dividing K with floor(K / s) not a multiple), it takes the algo-66 configs the
+heuristic proposes for the shape (up to 3 distinct tile/stages/cluster) plus algo 66's default, forces each
+SPLITK_NUM in 2..8, 12, 16 (reduction in the compute type), asks `cublasLtMatmulAlgoCheck` first (a refused config
+is counted, not run), runs it and checks the output against float64 (`gpu.numerics`). The heuristic's own pick
+for each shape is run and checked too. Kernel names (CUPTI) are captured for every config of the first K of each
+group and of every shape where a config failed.
+
+    python scripts/hunt_splitk.py OUT.json [--budget-s 240]
+
+Writes all configs tried (JSON lines under "configs"), the failures, the shapes and the picks.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+
+SPLITS = (2, 3, 4, 5, 6, 7, 8, 12, 16)
+STAGE_SIZES = (32, 64, 128)
+WORKSPACE = 32 << 20   # the cuBLAS API's workspace preference on Hopper (its Api log line)
+
+
+def k_values(layout: str) -> list[tuple[int, str]]:
+    """(K, why) for a layout: for each s in 2..8 and stage size S, K = s·j·S + r (r not a multiple of s: the
+    bug's shape), K = s·j·S (control: s divides K) and K = s·(j·S + 8) + r (control: floor not a multiple)."""
+    ks: dict[int, str] = {}
+    for s in range(2, 9):
+        for S in STAGE_SIZES:
+            for j in (1, 2, 4, 8):
+                base = s * j * S
+                if base > 16384:
+                    continue
+                for r in sorted({1, s - 1}):
+                    ks.setdefault(base + r, f"s={s} S={S} j={j} r={r}")
+                ks.setdefault(base, f"control divides s={s} S={S} j={j}")
+                ks.setdefault(s * (j * S + 8) + 1, f"control floor s={s} S={S} j={j}")
+    return sorted(ks.items())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--budget-s", type=float, default=240.0)
+    ap.add_argument("--dtypes", default="bf16,fp16")
+    args = ap.parse_args(argv)
+    import torch
+    from cublaslt_probe import known_issues as KI
+    from cublaslt_probe.gpu import lt, numerics
+    from cublaslt_probe.gpu.probe import LtGemm, profile_kernels
+    t_start = time.time()
+    lib = lt.LtLibrary()
+    marker = torch.zeros(1, dtype=torch.int8, device="cuda")
+    props = torch.cuda.get_device_properties(0)
+    cc = f"{props.major}.{props.minor}"
+    env = {"gpu": props.name, "cc": cc, "cublaslt": lib.version_str, "cublaslt_version": lib.version,
+           "torch": torch.__version__, "cuda": torch.version.cuda, "header": lib.enums.header}
+    red_compute = lib.enums.values.get("CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE")
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    configs, shapes, picks = [], [], []
+    counts = {"refused_by_check": 0, "workspace_too_large": 0, "ran": 0, "failed": 0, "run_errors": 0}
+    stopped = None
+    groups = [(d, m, lay) for d in args.dtypes.split(",") for lay in ("TN", "NT") for m in (16, 64, 128)]
+    kv = {lay: k_values(lay) for lay in ("TN", "NT")}
+    # interleave: the i-th K of every group before the (i+1)-th, so a budget stop leaves every group covered
+    order = [(gi, i) for i in range(max(len(v) for v in kv.values())) for gi in range(len(groups))
+             if i < len(kv[groups[gi][2]])]
+    first_of_group = set()
+    for gi, i in order:
+        if time.time() - t_start > args.budget_s:
+            stopped = f"budget {args.budget_s:.0f} s reached after {len(shapes)} shapes"
+            break
+        dtype, tokens, lay = groups[gi]
+        K, why = kv[lay][i]
+        n_out = 4096
+        if lay == "TN":
+            ld = -(-K // 8) * 8
+            p = lt.Problem(n_out, tokens, K, dtype=dtype, trans_a="T", trans_b="N", lda=ld, ldb=ld,
+                           workspace_bytes=WORKSPACE)
+        else:
+            p = lt.Problem(n_out, tokens, K, dtype=dtype, trans_a="N", trans_b="T", workspace_bytes=WORKSPACE)
+        shape = {"dtype": dtype, "layout": lay, "tokens": tokens, "m": p.m, "n": p.n, "k": K, "lda": p.lda,
+                 "why": why}
+        try:
+            g = LtGemm(torch, lib, p, workspace=ws)
+        except Exception as e:  # noqa: BLE001
+            shape["error"] = f"{type(e).__name__}: {e}"[:200]
+            shapes.append(shape)
+            continue
+        with g:
+            ref, absprod = numerics.reference(torch, p, g.A, g.B)
+            try:
+                res = g.heuristic(8)
+            except Exception as e:  # noqa: BLE001
+                res = []
+                shape["heuristic_error"] = str(e)[:200]
+            bases, seen = [], set()
+            pick = None
+            for rank, r in enumerate(res):
+                cfg = lib.read_algo_config(r.algo)
+                if rank == 0:
+                    num = numerics.run_config(torch, g, r.algo, ref, absprod, split_k=cfg["split_k"] or 1,
+                                              reduction_in_output_type=cfg["reduction_scheme"] not in
+                                              (None, "NONE", "COMPUTE_TYPE"))
+                    pick = {**shape, **{k: cfg[k] for k in ("algo_id", "tile", "stages", "cluster", "split_k",
+                                                            "reduction_scheme", "custom_option")}, **num}
+                    pick["known_issue"] = KI.label({**cfg, "k": K}, cublas=lib.version_str, cc=cc)
+                    picks.append(pick)
+                if cfg["algo_id"] == 66:
+                    key = (cfg["tile_enum"], cfg["stages_enum"], cfg["cluster_enum"])
+                    if key not in seen and len(bases) < 3:
+                        seen.add(key)
+                        bases.append(("heuristic", rank, cfg))
+            try:
+                bases.append(("default", None, lib.read_algo_config(lt.init_algo(lib, p, 66))))
+            except Exception as e:  # noqa: BLE001
+                shape["init_error"] = str(e)[:200]
+            calls, rows = [], []
+            for src, rank, cfg in bases:
+                for s in SPLITS:
+                    algo = lt.init_algo(lib, p, 66)
+                    vals = {"tile": cfg["tile_enum"], "stages": cfg["stages_enum"], "cluster": cfg["cluster_enum"],
+                            "custom_option": cfg["custom_option"], "cta_swizzling": cfg["cta_swizzling"],
+                            "split_k": s, "reduction_scheme": red_compute}
+                    row = {**shape, "base": src, "base_rank": rank, "tile": cfg["tile"], "stages": cfg["stages"],
+                           "cluster": cfg["cluster"], "custom_option": cfg["custom_option"], "split_k": s}
+                    st = lt.set_config_values(lib, algo, vals)
+                    if st == 0:
+                        st, chk = lt.algo_check(g.mm, algo)
+                    if st != 0:
+                        row["status"] = f"refused ({st})"
+                        counts["refused_by_check"] += 1
+                        configs.append(row)
+                        continue
+                    if chk.workspaceSize > WORKSPACE:
+                        row["status"] = f"workspace {chk.workspaceSize}"
+                        counts["workspace_too_large"] += 1
+                        configs.append(row)
+                        continue
+                    got = lib.read_algo_config(algo)
+                    row["split_k_set"] = got["split_k"]
+                    row["stage_size"] = KI.stage_size(cfg["stages"])
+                    cond = {"algo_id": 66, "split_k": s, "stages": cfg["stages"], "k": K}
+                    try:
+                        num = numerics.run_config(torch, g, algo, ref, absprod, split_k=s)
+                        row.update(num)
+                        row["status"] = "ran"
+                        counts["ran"] += 1
+                        counts["failed"] += not num["numerics_ok"]
+                        calls.append(g.call(algo))
+                        rows.append(row)
+                    except Exception as e:  # noqa: BLE001
+                        row["status"] = f"error: {e}"[:200]
+                        counts["run_errors"] += 1
+                        torch.cuda.synchronize()
+                    row["conditions"] = [(m.issue.bug_id, m.verdict) for m in
+                                         KI.match(cond, cublas=lib.version_str, cc=cc)]
+                    configs.append(row)
+            if pick is not None:
+                pick["pick_failed_config"] = any(
+                    not r.get("numerics_ok", True) and r["split_k"] == pick["split_k"] and r["tile"] == pick["tile"]
+                    and r["stages"] == pick["stages"] for r in rows)
+            need = gi not in first_of_group or any(not r["numerics_ok"] for r in rows)
+            first_of_group.add(gi)
+            if need and calls:
+                try:
+                    for row, ks in zip(rows, profile_kernels(torch, calls, marker)):
+                        row["kernels"] = [n for n, _ in ks]
+                except Exception as e:  # noqa: BLE001
+                    shape["profile_error"] = str(e)[:200]
+            shape["configs_ran"] = len(rows)
+            shape["configs_failed"] = sum(not r["numerics_ok"] for r in rows)
+            shapes.append(shape)
+    failures = [r for r in configs if r.get("status") == "ran" and not r["numerics_ok"]]
+    out = {"env": env, "splits": SPLITS, "stage_sizes": STAGE_SIZES, "counts": counts, "stopped": stopped,
+           "elapsed_s": round(time.time() - t_start, 1), "shapes": shapes, "picks": picks, "failures": failures,
+           "configs": configs}
+    opener = gzip.open if args.out.endswith(".gz") else open
+    with opener(args.out, "wt") as f:
+        json.dump(out, f)
+    print(json.dumps({k: out[k] for k in ("env", "counts", "stopped", "elapsed_s")}, indent=1))
+    print("shapes", len(shapes), "picks", len(picks), "picks failing", sum(not p["numerics_ok"] for p in picks),
+          "picks with known_issue", sum(bool(p.get("known_issue")) for p in picks))
+    for f_ in failures[:20]:
+        print("FAIL", {k: f_.get(k) for k in ("dtype", "layout", "tokens", "k", "tile", "stages", "split_k",
+                                              "error_ratio", "max_rel_err", "conditions")})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
