@@ -4,8 +4,9 @@ For each dtype (bf16, fp16), tokens m in {16, 64, 128}, n = 4096 output features
 Linear, K contiguous, lda = ldb = K rounded up to 8 so that any K keeps 16-byte strides; NT: K strided) and a
 set of K values that make floor(K / s) a multiple of the stage size for s = 2..8 without s dividing K (and
 controls: K a multiple of s; s not dividing K with floor(K / s) not a multiple), it takes the algo-66 configs the
-heuristic proposes for the shape (up to 3 distinct tile/stages/cluster) plus algo 66's default, forces each
-SPLITK_NUM in 2..8, 12, 16 (reduction in the compute type), asks `cublasLtMatmulAlgoCheck` first (a refused config
+heuristic proposes for the shape (up to 3 distinct tile/stages/cluster; when it proposes none, those of the
+group's last shape that had some: source "group") plus algo 66's default, forces each SPLITK_NUM in 2..16
+(reduction in the compute type), asks `cublasLtMatmulAlgoCheck` first (a refused config
 is counted, not run), runs it and checks the output against float64 (`gpu.numerics`). The heuristic's own pick
 for each shape is run and checked too. Kernel names (CUPTI) are captured for every config of the first K of each
 group and of every shape where a config failed.
@@ -19,17 +20,19 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import random
 import sys
 import time
 
-SPLITS = (2, 3, 4, 5, 6, 7, 8, 12, 16)
+SPLITS = tuple(range(2, 17))
 STAGE_SIZES = (32, 64, 128)
 WORKSPACE = 32 << 20   # the cuBLAS API's workspace preference on Hopper (its Api log line)
 
 
-def k_values(layout: str) -> list[tuple[int, str]]:
-    """(K, why) for a layout: for each s in 2..8 and stage size S, K = s·j·S + r (r not a multiple of s: the
-    bug's shape), K = s·j·S (control: s divides K) and K = s·(j·S + 8) + r (control: floor not a multiple)."""
+def k_values() -> list[tuple[int, str]]:
+    """(K, why): for each s in 2..8 and stage size S, K = s·j·S + r (0 < r < s: the bug's shape), K = s·j·S
+    (control: s divides K) and K = s·(j·S + 8) + 1 (control: floor not a multiple); for s in 9..16,
+    K = 64·s·j + 8 (the bug's shape with K a multiple of 8) and its control K = 64·s·j."""
     ks: dict[int, str] = {}
     for s in range(2, 9):
         for S in STAGE_SIZES:
@@ -41,7 +44,13 @@ def k_values(layout: str) -> list[tuple[int, str]]:
                     ks.setdefault(base + r, f"s={s} S={S} j={j} r={r}")
                 ks.setdefault(base, f"control divides s={s} S={S} j={j}")
                 ks.setdefault(s * (j * S + 8) + 1, f"control floor s={s} S={S} j={j}")
-    return sorted(ks.items())
+    for s in range(9, 17):   # K a multiple of 8 (torch's Linear with 16-byte strides) needs s > 8 to meet the rule
+        for j in (1, 2, 4):
+            ks.setdefault(s * j * 64 + 8, f"aligned s={s} S=64 j={j} r=8")
+            ks.setdefault(s * j * 64, f"control divides s={s} S=64 j={j}")
+    out = sorted(ks.items())
+    random.Random(0).shuffle(out)   # a budget stop leaves a spread of K, not the smallest ones
+    return out
 
 
 def main(argv=None) -> int:
@@ -67,11 +76,12 @@ def main(argv=None) -> int:
     counts = {"refused_by_check": 0, "workspace_too_large": 0, "ran": 0, "failed": 0, "run_errors": 0}
     stopped = None
     groups = [(d, m, lay) for d in args.dtypes.split(",") for lay in ("TN", "NT") for m in (16, 64, 128)]
-    kv = {lay: k_values(lay) for lay in ("TN", "NT")}
+    kv = {lay: k_values() for lay in ("TN", "NT")}
     # interleave: the i-th K of every group before the (i+1)-th, so a budget stop leaves every group covered
     order = [(gi, i) for i in range(max(len(v) for v in kv.values())) for gi in range(len(groups))
              if i < len(kv[groups[gi][2]])]
     first_of_group = set()
+    donors: dict = {}
     for gi, i in order:
         if time.time() - t_start > args.budget_s:
             stopped = f"budget {args.budget_s:.0f} s reached after {len(shapes)} shapes"
@@ -117,6 +127,10 @@ def main(argv=None) -> int:
                     if key not in seen and len(bases) < 3:
                         seen.add(key)
                         bases.append(("heuristic", rank, cfg))
+            if bases:
+                donors[gi] = [("group", None, c) for _, _, c in bases]
+            else:   # the heuristic proposes no algo 66 here: force the group's last algo-66 configs
+                bases = list(donors.get(gi, []))
             try:
                 bases.append(("default", None, lib.read_algo_config(lt.init_algo(lib, p, 66))))
             except Exception as e:  # noqa: BLE001
