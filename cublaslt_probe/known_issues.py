@@ -18,8 +18,8 @@ without a size (`UNDEFINED`, `AUTO`) and no nvjet kernel name leave the stage si
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 MEETS, CAN_MEET = "meets", "can meet"
 

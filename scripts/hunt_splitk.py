@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="bf16,fp16")
     args = ap.parse_args(argv)
     import torch
+
     from cublaslt_probe import known_issues as KI
     from cublaslt_probe.gpu import lt, numerics
     from cublaslt_probe.gpu.probe import LtGemm, profile_kernels

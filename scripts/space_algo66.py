@@ -20,11 +20,13 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=40.0)
     args = ap.parse_args(argv)
     import torch
+
     from cublaslt_probe.gpu import lt, space
     lib = lt.LtLibrary()
     header_notes = {}
     if lib.enums.header:
-        text = open(lib.enums.header, errors="replace").read()
+        with open(lib.enums.header, errors="replace") as f:
+            text = f.read()
         for name in ("CUBLASLT_ALGO_CAP_TILE_IDS", "CUBLASLT_ALGO_CAP_STAGES_IDS", "CUBLASLT_ALGO_CAP_CLUSTER_SHAPE_IDS",
                      "CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX", "CUBLASLT_MATMUL_STAGES_16x1", "CUBLASLT_MATMUL_STAGES_64xAUTO"):
             i = text.find(name)

@@ -10,6 +10,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def env():
     import torch
+
     from cublaslt_probe.gpu import lt
     return torch, lt.LtLibrary()
 
