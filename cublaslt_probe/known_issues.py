@@ -125,7 +125,7 @@ def _grouped_host_pointer_rule(cfg: dict) -> tuple[bool, tuple[str, ...]]:
     """Grouped GEMM in host pointer mode, BF16/FP16/FP8, more than 2 waves."""
     unknown = []
     for name, ok in (("grouped", lambda v: bool(v)), ("pointer_mode", lambda v: str(v).lower() == "host"),
-                     ("dtype", lambda v: str(v) in ("bf16", "fp16", "fp8", "fp8_e5m2")),
+                     ("dtype", lambda v: str(v) in ("bf16", "fp16") or str(v).startswith("fp8")),
                      ("waves", lambda v: float(v) > 2)):
         v = cfg.get(name)
         if v is None:
