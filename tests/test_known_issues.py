@@ -202,3 +202,35 @@ def test_parse_log_summary_carries_the_column(altered_log):
 def test_parse_log_bad_environment_is_a_usage_error(altered_log, args, needle):
     r = run(altered_log, *args)
     assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output
+
+
+# --- explain ---------------------------------------------------------------------------------------------------
+def _evidence():
+    return json.loads((FIXTURES / "evidence" / "explain_bf16_NT_16x4096x4096.json").read_text())
+
+
+def test_explain_on_the_captured_evidence_meets_nothing():
+    # as captured on the H200 (cuBLAS 13.1.0, cc 9.0): algo 66, numSplitsK=2, K = 4096: 2 divides K
+    from cublaslt_probe.analysis import explain
+    a = explain.analyse(_evidence())
+    assert a["known_issues"]["pick"] == [] and a["known_issues"]["candidates"] == []
+    assert "none that this config can meet on cuBLAS 13.1.0, compute capability 9.0" in explain.render(_evidence())
+
+
+def test_explain_flags_the_pick_and_the_candidates_when_k_meets_the_rule():
+    from cublaslt_probe.analysis import explain
+    ev = _evidence()
+    # ALTERED: K 4096 -> 4097 on the logged line and in the record (floor(4097/2) = 2048 = 32·64, 2 ∤ 4097);
+    # the candidates' configs are as captured (split-K 2 and 3: floor(4097/3) = 1365 is no multiple of 64)
+    ev["record"]["log_lines"] = [with_k(x, 4097) for x in ev["record"]["log_lines"]]
+    ev["record"]["blas_k"] = 4097
+    a = explain.analyse(ev)
+    ki = a["known_issues"]
+    assert len(ki["pick"]) == 1 and "cuBLAS bug 6580689" in ki["pick"][0] and "meets" in ki["pick"][0]
+    split2 = [c["rank"] for c in ev["candidates"] if c["split_k"] == 2]
+    assert [c["rank"] for c in ki["candidates"]] == split2
+    text = explain.render(ev)
+    assert "10. known issues (cuBLAS release notes):" in text and "fixed in cuBLAS 13.8.0.4" in text
+    # the fixed library: nothing
+    ev["env"]["cublaslt_version"] = "13.8.0.4"
+    assert explain.analyse(ev)["known_issues"]["pick"] == []
