@@ -234,3 +234,35 @@ def test_explain_flags_the_pick_and_the_candidates_when_k_meets_the_rule():
     # the fixed library: nothing
     ev["env"]["cublaslt_version"] = "13.8.0.4"
     assert explain.analyse(ev)["known_issues"]["pick"] == []
+
+
+# --- dataset rows --------------------------------------------------------------------------------------------
+def _raw_split3():
+    from cublaslt_probe.analysis import dataset
+    env, recs = dataset.read_raw(FIXTURES / "probe" / "probe_raw.jsonl")
+    r = next(r for r in recs if r["key"] == "torch-lt|mm|fp16|NN|1|4096|4096|1")
+    return {**env, "cc": "9.0", "cublaslt_version": "13.1.0"}, r
+
+
+def test_dataset_rows_get_the_known_issue_column(tmp_path):
+    from cublaslt_probe.analysis import dataset
+    env, r = _raw_split3()
+    # as captured: algo 66, numSplitsK=3, K = 4096 -> nothing
+    [row] = dataset.build_rows([r], env)
+    assert row["algo_split_k"] == 3 and row["known_issue"] is None
+    # ALTERED: K 4096 -> 4033 on the log line and in the record (floor(4033/3) = 1344 = 21·64)
+    alt = {**r, "log_lines": [with_k(x, K_MEETS_3) for x in r["log_lines"]], "blas_k": K_MEETS_3, "k": K_MEETS_3,
+           "key": r["key"].replace("4096|4096|1", f"4096|{K_MEETS_3}|1")}
+    df = dataset.validate(dataset.build([r, alt], env))
+    assert df["known_issue"].isna().tolist() == [True, False]
+    assert "cuBLAS bug 6580689" in df["known_issue"].iloc[1] and "meets" in df["known_issue"].iloc[1]
+    # another compute capability: nothing
+    assert dataset.build([alt], {**env, "cc": "8.0"})["known_issue"].isna().all()
+    # a dataset written before the column: read_parquet derives it from the row's own columns
+    p = tmp_path / "old.parquet"
+    dataset.write_parquet(df, p, env)
+    import pyarrow.parquet as pq
+    t = pq.read_table(p)
+    pq.write_table(t.drop(["known_issue"]), p)
+    back = dataset.read_parquet(p)
+    assert back["known_issue"].tolist()[1] == df["known_issue"].iloc[1] and back["known_issue"].isna().iloc[0]
