@@ -11,7 +11,8 @@ is counted, not run), runs it and checks the output against float64 (`gpu.numeri
 for each shape is run and checked too. Kernel names (CUPTI) are captured for every config of the first K of each
 group and of every shape where a config failed.
 
-    python scripts/hunt_splitk.py OUT.json [--budget-s 240]
+    python scripts/hunt_splitk.py OUT.json.gz [--budget-s 240]     (GPU)
+    python scripts/hunt_splitk.py FIXTURE.json.gz --trim OUT.json.gz (CPU: the committed form, `trim`)
 
 Writes all configs tried (JSON lines under "configs"), the failures, the shapes and the picks.
 """
@@ -53,12 +54,71 @@ def k_values() -> list[tuple[int, str]]:
     return out
 
 
+ROW_FIELDS = ("dtype", "layout", "tokens", "k", "lda", "base", "tile", "stages", "cluster", "custom_option",
+              "split_k", "numerics_ok", "error_ratio", "max_rel_err", "kernel")
+PICK_FIELDS = ("dtype", "layout", "tokens", "k", "lda", "algo_id", "tile", "stages", "cluster", "split_k",
+               "reduction_scheme", "numerics_ok", "error_ratio", "max_rel_err", "known_issue", "pick_failed_config")
+
+
+def _columns(rows: list[dict], fields) -> dict:
+    def cell(r, f):
+        v = r.get(f)
+        if f == "kernel":
+            v = next((n for n in r.get("kernels") or [] if n.startswith("nvjet")), None)
+        if isinstance(v, float):
+            v = float(f"{v:.4g}")
+        return v
+    return {f: [cell(r, f) for r in rows] for f in fields}
+
+
+def trim(raw: dict, passing_sample: int = 2000, seed: int = 0) -> dict:
+    """The committed form of a hunt: its environment, counts and stop, every failing config, a seeded sample
+    of the passing ones (those meeting a known issue's conditions, then those sharing a failing config's
+    shape, then the rest), every heuristic pick (columns of
+    lists: `ROW_FIELDS`, `PICK_FIELDS`) and the count of configs run per (dtype, layout, split-K, verdict)."""
+    ran = [r for r in raw["configs"] if r.get("status") == "ran"]
+    fail = [r for r in ran if not r["numerics_ok"]]
+    ok = [r for r in ran if r["numerics_ok"]]
+    fail_shapes = {(r["dtype"], r["layout"], r["tokens"], r["k"]) for r in fail}
+    flagged = [r for r in ok if r.get("conditions")]   # configs meeting the conditions that passed the check
+    near = flagged + [r for r in ok if not r.get("conditions")
+                      and (r["dtype"], r["layout"], r["tokens"], r["k"]) in fail_shapes]
+    rest = [r for r in ok if not r.get("conditions")
+            and (r["dtype"], r["layout"], r["tokens"], r["k"]) not in fail_shapes]
+    rng = random.Random(seed)
+    sample = near[:passing_sample] + rng.sample(rest, max(0, min(len(rest), passing_sample - len(near))))
+    table: dict = {}
+    for r in ran:
+        verdict = ",".join(v for _, v in r.get("conditions") or []) or "none"
+        key = f"{r['dtype']}|{r['layout']}|{r['split_k']}|{verdict}"
+        t = table.setdefault(key, [0, 0])
+        t[0] += 1
+        t[1] += not r["numerics_ok"]
+    refused = [r for r in raw["configs"] if r.get("status", "").startswith("refused")]
+    env = {k: v for k, v in raw["env"].items() if k != "header"}   # the header's path is the machine's
+    return {"env": env, "counts": raw["counts"], "stopped": raw["stopped"], "elapsed_s": raw["elapsed_s"],
+            "splits": raw["splits"], "stage_sizes": raw["stage_sizes"], "shapes": len(raw["shapes"]),
+            "refused_by_base": dict(sorted({b: sum(r["base"] == b for r in refused)
+                                            for b in {r["base"] for r in refused}}.items())),
+            "ran_failed_by_dtype_layout_split_verdict": dict(sorted(table.items())),
+            "failures": _columns(fail, ROW_FIELDS), "passing_sample": _columns(sample, ROW_FIELDS),
+            "picks": _columns(raw["picks"], PICK_FIELDS)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--trim", metavar="RAW", help="write OUT as the trimmed form of the hunt result RAW (CPU only)")
     args = ap.parse_args(argv)
+    if args.trim:
+        opener = gzip.open if args.trim.endswith(".gz") else open
+        with opener(args.trim, "rt") as f:
+            raw = json.load(f)
+        with (gzip.open if args.out.endswith(".gz") else open)(args.out, "wt") as f:
+            json.dump(trim(raw), f, separators=(",", ":"))
+        return 0
     import torch
 
     from cublaslt_probe import known_issues as KI
