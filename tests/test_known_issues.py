@@ -266,3 +266,34 @@ def test_dataset_rows_get_the_known_issue_column(tmp_path):
     pq.write_table(t.drop(["known_issue"]), p)
     back = dataset.read_parquet(p)
     assert back["known_issue"].tolist()[1] == df["known_issue"].iloc[1] and back["known_issue"].isna().iloc[0]
+
+
+# --- audit ---------------------------------------------------------------------------------------------------
+def test_audit_rows_get_the_known_issue_from_the_runs_environment(tmp_path):
+    import shutil
+
+    from cublaslt_probe.analysis.audit import audit
+    src = FIXTURES / "programs" / "llama_decode"
+    # as captured (cuBLAS 13.1.0, cc 9.0 in env.json): split-K 2, 3 and 4 on K = 4096 and 14336: nothing
+    a = audit(src)
+    assert "known_issue" in a.rows.columns and a.rows["known_issue"].isna().all()
+    assert not any(n.startswith("known issue") for n in a.notes)
+    # ALTERED: on the k/v projections' log lines (4096 -> 1024, numSplitsK=3) numSplitsK 3 -> 17 and stages
+    # 64xAUTO -> 16xAUTO: 17 does not divide 4096 and floor(4096/17) = 240 = 15·16
+    run = tmp_path / "llama_decode"
+    shutil.copytree(src, run)
+    log = run / "cublaslt.log"
+    lines = log.read_text().splitlines()
+    alt = [with_field(with_field(x, "numSplitsK", "17"), "stages", "MATMUL_STAGES_16xAUTO")
+           if "cols=1024 " in x and "numSplitsK=3" in x else x for x in lines]
+    assert sum(a != b for a, b in zip(lines, alt)) == 8
+    log.write_text("\n".join(alt) + "\n")
+    b = audit(run)
+    hit = b.rows[b.rows["known_issue"].notna()]
+    assert len(hit) >= 1 and set(hit["n"]) == {1024} and set(hit["algo_split_k"]) == {17}
+    assert all("cuBLAS bug 6580689" in x and "meets" in x for x in hit["known_issue"])
+    assert any(n.startswith(f"known issue: {len(hit)} GEMM") for n in b.notes)
+    # the same run on the fixed library: nothing
+    env = json.loads((run / "env.json").read_text())
+    (run / "env.json").write_text(json.dumps({**env, "cublaslt_version": "13.8.0.4"}))
+    assert audit(run).rows["known_issue"].isna().all()

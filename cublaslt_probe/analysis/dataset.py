@@ -409,13 +409,9 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
 
 
 def _known_issue(rec, kernel: str | None, cublas, cc) -> str | None:
-    """The `known_issue` column of a row: `known_issues.label` of its logged config and main kernel."""
-    from cublaslt_probe import known_issues
-    from cublaslt_probe.logs.issues import record_config
-    cfg = record_config(rec) if rec is not None else None
-    if cfg is None:
-        return None
-    return known_issues.label({**cfg, "kernel": kernel}, cublas=cublas, cc=cc)
+    """The `known_issue` column of a row: `logs.issues.record_label` of its logged config and main kernel."""
+    from cublaslt_probe.logs.issues import record_label
+    return record_label(rec, kernel=kernel, cublas=cublas, cc=cc)
 
 
 def known_issue_column(df: pd.DataFrame, cc: str | None) -> pd.Series:

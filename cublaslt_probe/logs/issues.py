@@ -23,6 +23,16 @@ def record_config(r: LogRecord) -> dict | None:
             "dtype": r.dtypes["a"]}
 
 
+def record_label(r: LogRecord | None, *, kernel: str | None = None, cublas: str | None = None,
+                 cc: str | None = None) -> str | None:
+    """`known_issues.label` of one record's config (with the kernel that ran, when known: its name can carry the
+    stage size); None for no record or a record without an algo."""
+    cfg = record_config(r) if r is not None else None
+    if cfg is None:
+        return None
+    return known_issues.label({**cfg, "kernel": kernel}, cublas=cublas, cc=cc)
+
+
 def annotate(records: Iterable[LogRecord], *, cublas: str | None = None, cc: str | None = None) -> Iterator[LogRecord]:
     """Set `known_issue` on each record with an algo (`known_issues.label`), passing every record on. The label
     of a config is computed once (a log repeats its GEMMs)."""
