@@ -258,6 +258,12 @@ def test_dataset_rows_get_the_known_issue_column(tmp_path):
     assert "cuBLAS bug 6580689" in df["known_issue"].iloc[1] and "meets" in df["known_issue"].iloc[1]
     # another compute capability: nothing
     assert dataset.build([alt], {**env, "cc": "8.0"})["known_issue"].isna().all()
+    # ALTERED also: the stages id without a size; the kernel that ran (nvjet ..._128x8_64x12_...) still says 64
+    undef = {**alt, "log_lines": [with_field(x, "stages", "MATMUL_STAGES_UNDEFINED") for x in alt["log_lines"]]}
+    [row] = dataset.build_rows([undef], env)
+    assert "_64x" in row["kernel"] and "meets its conditions" in row["known_issue"]
+    [row] = dataset.build_rows([{**undef, "kernels": []}], env)
+    assert "can meet its conditions (stage size unknown)" in row["known_issue"]
     # a dataset written before the column: read_parquet derives it from the row's own columns
     p = tmp_path / "old.parquet"
     dataset.write_parquet(df, p, env)
