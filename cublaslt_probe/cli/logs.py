@@ -47,12 +47,14 @@ def parse_log_cmd(ctx, files, fmt, output, summary, api, cublas, cublas_version,
       cublaslt-probe parse-log gemms_*.log --summary
     """
     fmt = out_format(fmt, output, FORMATS)
-    from cublaslt_probe.logs.issues import check_environment
-    try:
-        check_environment(cublas_version, cc)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--cublas-version" if cublas_version and "version" in str(e)
-                                 else "--cc") from None
+    from cublaslt_probe import known_issues
+    for hint, value, check in (("--cublas-version", cublas_version, known_issues.version_tuple),
+                               ("--cc", cc, lambda v: known_issues.cc_affected(v, ()))):
+        try:
+            if value is not None:
+                check(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint=hint) from None
     if cublas and (cublas_version or cc):
         raise click.UsageError("--cublas-version and --cc match cuBLASLt algo configs; a --cublas log has none")
     if cublas and summary:

@@ -34,25 +34,17 @@ def record_label(r: LogRecord | None, *, kernel: str | None = None, cublas: str 
 
 
 def annotate(records: Iterable[LogRecord], *, cublas: str | None = None, cc: str | None = None) -> Iterator[LogRecord]:
-    """Set `known_issue` on each record with an algo (`known_issues.label`), passing every record on. The label
-    of a config is computed once (a log repeats its GEMMs)."""
+    """Set `known_issue` on each record with an algo (`record_label`), passing every record on. The label of a
+    config is computed once, keyed by what `record_config` reads (a log repeats its GEMMs; its pointers change)."""
     memo: dict = {}
     for r in records:
         if r.algo_id is not None:
             key = (r.algo_id, r.num_splits_k, r.algo_stages, r.k, r.function, r.a_type)
             got = memo.get(key, memo)
             if got is memo:
-                got = memo[key] = known_issues.label(record_config(r), cublas=cublas, cc=cc)
+                got = memo[key] = record_label(r, cublas=cublas, cc=cc)
             r.known_issue = got
         yield r
-
-
-def check_environment(cublas: str | None, cc: str | None) -> None:
-    """Raise ValueError naming the bad value when `cublas` or `cc` cannot be read."""
-    if cublas is not None:
-        known_issues.version_tuple(cublas)
-    if cc is not None:
-        known_issues.cc_affected(cc, ())
 
 
 class IssueCount:
