@@ -85,7 +85,7 @@ def test_reference_line_every_field():
         ldc=4096, ldd=4096, batch_count=None, epilogue=None, algo_id=66, tile="64x16", algo_stages="64xAUTO",
         cluster="2x1x1", num_splits_k=2, reduction_scheme="COMPUTE_TYPE", custom_option=1, cta_swizzling=0,
         workspace_bytes=1048576, beta_value=0.0, out_of_place=False, sm_count_target=None, torch_m=16,
-        torch_n=4096, torch_k=4096, file=None, message=REF_LINE.split("] ", 1)[1],
+        torch_n=4096, torch_k=4096, known_issue=None, file=None, message=REF_LINE.split("] ", 1)[1],
         extra={"A": "0X7F0118000000", "B": "0X7F0133E00000", "C": "0X7F0133E20000",
                "D": "0X7F0133E20000", "workSpace": "0X7F0133E40000", "stream": "0X0"})
     assert r.to_dict() == expected
@@ -98,7 +98,7 @@ def test_field_names_are_the_contract():
         "compute_type", "scale_type", "op_a", "op_b", "m", "n", "k", "lda", "ldb", "ldc", "ldd",
         "batch_count", "epilogue", "algo_id", "tile", "algo_stages", "cluster", "num_splits_k", "reduction_scheme",
         "custom_option", "cta_swizzling", "workspace_bytes", "beta_value", "out_of_place", "sm_count_target",
-        "torch_m", "torch_n", "torch_k", "file", "message", "extra")
+        "torch_m", "torch_n", "torch_k", "known_issue", "file", "message", "extra")
     assert LogRecord.__slots__  # a slots dataclass
     assert dataclasses.is_dataclass(LogRecord)
 

@@ -95,6 +95,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "log_matches_case": ("boolean", "the logged call is the one asked for: compute type matches fp32/tf32 and the "
                                     "function the backend's path (null: no log line)"),
     "consistent": ("boolean", "decoded kernel agrees with the logged algo on tile, cluster and split-K (null: no log line or nothing to compare)"),
+    "known_issue": ("string", "the cuBLAS release-note bugs the logged algo config (with the kernel that ran) meets or "
+                              "can meet on the row's cuBLAS and compute capability, and the fixing version "
+                              "(known_issues; null: none, or no logged algo)"),
 }
 COLUMNS = list(SCHEMA)
 
@@ -393,6 +396,7 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
             "error": r.get("error"),
             "consistent": consistency(kn, rec) if (kn and not r.get("error")) else None,
             "log_matches_case": log_matches_case(r, rec) if not r.get("error") else None,
+            "known_issue": _known_issue(rec, main, row.get("cublaslt_version"), r.get("cc") or env.get("cc")),
         })
         cands = r.get("candidates")
         if cands:
@@ -402,6 +406,36 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
                         "best_rank": reg["best_rank"], "best_kernel": reg["best_kernel"],
                         "noise_pct": reg["noise_pct"], "candidates": cm.to_json(cands)})
         yield row
+
+
+def _known_issue(rec, kernel: str | None, cublas, cc) -> str | None:
+    """The `known_issue` column of a row: `logs.issues.record_label` of its logged config and main kernel."""
+    from cublaslt_probe.logs.issues import record_label
+    return record_label(rec, kernel=kernel, cublas=cublas, cc=cc)
+
+
+def known_issue_column(df: pd.DataFrame, cc: str | None) -> pd.Series:
+    """`known_issue` of every row from the dataset's own columns (algo_id, algo_split_k, algo_stages, blas_k,
+    kernel, cublaslt_version) and the compute capability `cc`: what `build_rows` computes from the log line,
+    for a dataset written before the column existed. One label per distinct config."""
+    from cublaslt_probe import known_issues
+    cols = ["algo_id", "algo_split_k", "algo_stages", "blas_k", "kernel", "cublaslt_version"]
+    have = [c for c in cols if c in df.columns]
+    memo: dict = {}
+    out = []
+    for vals in df[have].astype(object).itertuples(index=False, name=None):
+        v = {c: (None if pd.isna(x) else x) for c, x in zip(have, vals)}
+        if v.get("algo_id") is None:
+            out.append(None)
+            continue
+        key = tuple(v.values())
+        if key not in memo:
+            cfg = {"algo_id": int(v["algo_id"]), "split_k": int(v.get("algo_split_k") or 1),
+                   "stages": v.get("algo_stages"), "k": None if v.get("blas_k") is None else int(v["blas_k"]),
+                   "grouped": False, "kernel": v.get("kernel")}
+            memo[key] = known_issues.label(cfg, cublas=v.get("cublaslt_version"), cc=cc)
+        out.append(memo[key])
+    return pd.Series(out, index=df.index, dtype="string")
 
 
 def decoded_columns(kn) -> dict:
@@ -519,6 +553,8 @@ def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
     df = table.to_pandas()
     meta = table.schema.metadata or {}
     df.attrs["env"] = json.loads(meta.get(b"cublaslt_probe.env", b"{}"))
+    if "known_issue" not in df.columns and "algo_id" in df.columns:   # written before the column: derived
+        df["known_issue"] = known_issue_column(df, df.attrs["env"].get("cc"))
     return df
 
 

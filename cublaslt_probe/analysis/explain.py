@@ -61,7 +61,8 @@ def analyse(ev: dict) -> dict:
     out.update({"log": _log(rec, trace), "algo": _algo(trace), "kernels": {"all": kernels, "main": mk},
                 "decoded": _decoded(kn, trace), "waves": _waves(c, rec, kn, trace, env.get("sm_count")),
                 "time": _time(c, rec, env.get("gpu")), "heuristic": _heuristic(rec),
-                "candidates": _candidates(ev, c["dtype"], mk), "first_call": _first_call(ev.get("first_call"))})
+                "candidates": _candidates(ev, c["dtype"], mk), "first_call": _first_call(ev.get("first_call")),
+                "known_issues": _known_issues(trace, mk, rec, env, ev.get("candidates"))})
     return out
 
 
@@ -145,6 +146,27 @@ def _candidates(ev: dict, dtype: str, mk: str | None) -> dict | None:
     rank = next((cd["rank"] for cd in cands if mk and main_kernel(cd.get("kernels")) == mk), None)
     return {"n": len(cands), "workspace": ev.get("candidates_workspace", "n/a"), "rank_of_kernel": rank,
             "regret": cm.regret(cands, dtype)}
+
+
+def _known_issues(trace, mk: str | None, rec: dict, env: dict, cands) -> dict | None:
+    """The release-note bugs the logged config (with the kernel that ran) meets or can meet on the run's cuBLAS
+    and compute capability (`known_issues`), and the heuristic candidates that do; None without a logged algo."""
+    from cublaslt_probe import known_issues
+    from cublaslt_probe.analysis.evidence import main_kernel
+    from cublaslt_probe.logs.issues import record_config
+    cfg = record_config(trace) if trace is not None else None
+    if cfg is None:
+        return None
+    env_kw = {"cublas": env.get("cublaslt_version"), "cc": env.get("cc")}
+    out = {**env_kw, "pick": [m.text() for m in known_issues.match({**cfg, "kernel": mk}, **env_kw)],
+           "candidates": []}
+    for cd in cands or []:
+        ccfg = {"algo_id": cd.get("algo_id"), "split_k": cd.get("split_k") or 1, "stages": cd.get("stages"),
+                "k": rec.get("blas_k"), "grouped": False, "kernel": main_kernel(cd.get("kernels"))}
+        texts = [m.text() for m in known_issues.match(ccfg, **env_kw)]
+        if texts:
+            out["candidates"].append({"rank": cd.get("rank"), "issues": texts})
+    return out
 
 
 def _first_call(fc: dict | None) -> dict | None:
@@ -281,6 +303,18 @@ def _render_first_call(a: dict) -> list[str]:
             f"verdict: {fc['verdict']}"]
 
 
+def _render_known_issues(a: dict) -> list[str]:
+    x = a["known_issues"]
+    if x is None:
+        return ["(no logged algo config)"]
+    env = f"cuBLAS {x['cublas'] or '(version unknown)'}, compute capability {x['cc'] or '(unknown)'}"
+    out = x["pick"] or [f"none that this config can meet on {env}"]
+    if x["candidates"]:
+        ranks = ", ".join(f"#{c['rank']}" for c in x["candidates"])
+        out.append(f"heuristic candidates meeting or able to meet one: {ranks}")
+    return out
+
+
 _SECTIONS = (("1. cuBLASLt log (level 2, the call that ran):", _render_log),
              ("2. algo cuBLASLt chose (its heuristic's pick; nothing compiled):", _render_algo),
              ("3. kernel(s) that ran (profiler):", _render_kernels),
@@ -289,4 +323,5 @@ _SECTIONS = (("1. cuBLASLt log (level 2, the call that ran):", _render_log),
              ("6. time:", _render_time),
              ("7. heuristic CPU cost (cublasLtMatmulAlgoGetHeuristic, same problem):", _render_heuristic),
              ("8. among the heuristic's own candidates:", _render_candidates),
-             ("9. first call:", _render_first_call))
+             ("9. first call:", _render_first_call),
+             ("10. known issues (cuBLAS release notes):", _render_known_issues))

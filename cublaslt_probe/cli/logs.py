@@ -26,8 +26,12 @@ from cublaslt_probe.errors import ProbeError
               help="Also the Api (heuristic queries, with their preference), Info, Error and Hints lines.")
 @click.option("--cublas", is_flag=True,
               help="The files are cuBLAS API logs (CUBLAS_LOGINFO_DBG=1): list the calls and arguments.")
+@click.option("--cublas-version", "cublas_version", metavar="VERSION",
+              help="The cuBLAS version the program ran (e.g. 13.1.0.3): known issues are matched against it "
+                   "(the known_issue column; without it a matching config 'can meet' an issue).")
+@click.option("--cc", metavar="X.Y", help="The GPU's compute capability (e.g. 9.0), for the known issues.")
 @click.pass_context
-def parse_log_cmd(ctx, files, fmt, output, summary, api, cublas):
+def parse_log_cmd(ctx, files, fmt, output, summary, api, cublas, cublas_version, cc):
     """Read cuBLASLt logs (CUBLASLT_LOG_LEVEL=2..5 or CUBLASLT_LOG_MASK) and list the GEMMs in them.
 
     FILE may be gzipped; `-` reads stdin. Several files (app_%i.log of many processes) are merged; the
@@ -42,6 +46,16 @@ def parse_log_cmd(ctx, files, fmt, output, summary, api, cublas):
       cublaslt-probe parse-log gemms_*.log --summary
     """
     fmt = out_format(fmt, output, FORMATS)
+    from cublaslt_probe import known_issues
+    for hint, value, check in (("--cublas-version", cublas_version, known_issues.version_tuple),
+                               ("--cc", cc, lambda v: known_issues.cc_affected(v, ()))):
+        try:
+            if value is not None:
+                check(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint=hint) from None
+    if cublas and (cublas_version or cc):
+        raise click.UsageError("--cublas-version and --cc match cuBLASLt algo configs; a --cublas log has none")
     if cublas and summary:
         raise click.UsageError("--summary groups cuBLASLt records; it does not apply to --cublas logs")
     from cublaslt_probe.logs import ParseStats
@@ -58,7 +72,10 @@ def parse_log_cmd(ctx, files, fmt, output, summary, api, cublas):
     if cublas:
         _emit_cublas(sources, stats, fmt, output)
     else:
-        _emit_lt(sources, stats, fmt, output, summary, api, multi=len(files) > 1)
+        issues = _emit_lt(sources, stats, fmt, output, summary, api, multi=len(files) > 1,
+                          env={"cublas": cublas_version, "cc": cc})
+        for line in issues:
+            click.echo(line, err=True)
     code = _report(stats, cublas, files)
     if output and output != "-":
         click.echo(f"wrote {output}", err=True)
@@ -92,13 +109,22 @@ def _report(stats, cublas: bool, files) -> int:
     return 0 if stats.complete else EXIT_PARTIAL
 
 
-def _emit_lt(sources, stats, fmt, output, summary, api, multi):
+def _emit_lt(sources, stats, fmt, output, summary, api, multi, env) -> list[str]:
+    """Write the records in `fmt`; the known-issue notes for stderr (one line per issue, with its count)."""
     from cublaslt_probe.logs import parse_log
+    from cublaslt_probe.logs.issues import IssueCount, annotate
     from cublaslt_probe.logs.parser import each_source
+    counted = IssueCount()
+    records = counted.count(annotate(each_source(sources, stats,
+                                                 lambda src: parse_log(src, api=api, stats=stats, name=_name(src))),
+                                     **env))
+    _write_lt(records, fmt, output, summary, api, multi)
+    return counted.notes()
+
+
+def _write_lt(records, fmt, output, summary, api, multi) -> None:
     from cublaslt_probe.logs.frame import Summary
     from cublaslt_probe.logs.write import CSV_HEADER, ParquetStream, csv_chunks, jsonl_chunks
-    records = each_source(sources, stats,
-                          lambda src: parse_log(src, api=api, stats=stats, name=_name(src)))
     if summary:
         acc = Summary()
         for r in records:

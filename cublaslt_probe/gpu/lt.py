@@ -89,7 +89,7 @@ def ensure_loaded() -> None:
     """Make torch load cuBLAS/cuBLASLt (one tiny matmul) if nothing has yet."""
     if loaded_libraries():
         return
-    import torch  # noqa: PLC0415  (GPU side only)
+    import torch
     a = torch.ones(8, 8, device="cuda")
     (a @ a).sum().item()
 
@@ -134,7 +134,7 @@ class Enums:
     by_kind: dict[str, dict[int, str]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, header: str | None) -> "Enums":
+    def load(cls, header: str | None) -> Enums:
         vals = header_enums(header)
         e = cls(header, vals)
         for kind, prefix in _ENUM_PREFIX.items():
@@ -201,6 +201,13 @@ class LtLibrary:
                                              ctypes.POINTER(cublasLtMatmulAlgo_t)]
         L.cublasLtMatmul.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp,
                                      ctypes.POINTER(cublasLtMatmulAlgo_t), vp, sz, vp]
+        L.cublasLtMatmulAlgoCheck.argtypes = [vp, vp, vp, vp, vp, vp, ctypes.POINTER(cublasLtMatmulAlgo_t),
+                                              ctypes.POINTER(cublasLtMatmulHeuristicResult_t)]
+        L.cublasLtMatmulAlgoGetIds.argtypes = [vp, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                               ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                               ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
+        L.cublasLtMatmulAlgoCapGetAttribute.argtypes = [ctypes.POINTER(cublasLtMatmulAlgo_t), ctypes.c_int,
+                                                        vp, sz, ctypes.POINTER(sz)]
         L.cublasLtHeuristicsCacheGetCapacity.argtypes = [ctypes.POINTER(sz)]
         L.cublasLtHeuristicsCacheSetCapacity.argtypes = [sz]
         L.cublasLtLoggerSetCallback.argtypes = [LOGGER_CALLBACK]
@@ -268,7 +275,7 @@ class LtLibrary:
         return cfg
 
 
-def pinned_algo(lib: "LtLibrary", p: "Problem", algo_id: int, config: dict) -> cublasLtMatmulAlgo_t:
+def pinned_algo(lib: LtLibrary, p: Problem, algo_id: int, config: dict) -> cublasLtMatmulAlgo_t:
     """`cublasLtMatmulAlgoInit` for the problem's types, then the config attributes by header enum name:
     config keys tile ("256x128"), stages ("64xAUTO"), cluster ("1x2x1"), split_k, reduction_scheme
     ("COMPUTE_TYPE"), custom_option, cta_swizzling. Missing keys keep the algo's defaults."""
@@ -293,6 +300,85 @@ def pinned_algo(lib: "LtLibrary", p: "Problem", algo_id: int, config: dict) -> c
                                                           ctypes.sizeof(buf))
         _check(st, f"cublasLtMatmulAlgoConfigSetAttribute({key}={value})")
     return algo
+
+
+def algo_ids(lib: LtLibrary, p: Problem, requested: int = 1024) -> list[int]:
+    """`cublasLtMatmulAlgoGetIds` for the problem's types: every algo id the library offers for them."""
+    ab, cd, compute, scale = DTYPE_SPEC[p.dtype]
+    ids = (ctypes.c_int * requested)()
+    n = ctypes.c_int()
+    _check(lib.lib.cublasLtMatmulAlgoGetIds(lib.handle, COMPUTE[compute], CUDA_R[scale], CUDA_R[ab],
+                                            CUDA_R[p.b_type or ab], CUDA_R[cd], CUDA_R[cd], requested, ids,
+                                            ctypes.byref(n)), "cublasLtMatmulAlgoGetIds")
+    return [int(ids[i]) for i in range(n.value)]
+
+
+# The element type of each capability attribute (cublasLt.h's comments): arrays are read whole.
+CAP_TYPES = {"SPLITK_SUPPORT": ctypes.c_int32, "REDUCTION_SCHEME_MASK": ctypes.c_uint32,
+             "CTA_SWIZZLING_SUPPORT": ctypes.c_uint32, "STRIDED_BATCH_SUPPORT": ctypes.c_int32,
+             "OUT_OF_PLACE_RESULT_SUPPORT": ctypes.c_int32, "TILE_IDS": ctypes.c_uint32,
+             "CUSTOM_OPTION_MAX": ctypes.c_int32, "EPILOGUE_MASK": ctypes.c_uint32,
+             "STAGES_IDS": ctypes.c_uint32, "CLUSTER_SHAPE_IDS": ctypes.c_uint16,
+             "MIN_ALIGNMENT_A_BYTES": ctypes.c_uint32, "MIN_ALIGNMENT_B_BYTES": ctypes.c_uint32,
+             "MIN_ALIGNMENT_C_BYTES": ctypes.c_uint32, "MIN_ALIGNMENT_D_BYTES": ctypes.c_uint32}
+
+
+def algo_caps(lib: LtLibrary, algo: cublasLtMatmulAlgo_t) -> dict:
+    """`cublasLtMatmulAlgoCapGetAttribute` of an initialised algo, by the header's CUBLASLT_ALGO_CAP_ names:
+    scalars as int, id arrays (TILE_IDS, STAGES_IDS, CLUSTER_SHAPE_IDS) as lists; an attribute this library
+    lacks or refuses is None."""
+    out: dict = {}
+    for name, ctype in CAP_TYPES.items():
+        attr = lib.enums.values.get("CUBLASLT_ALGO_CAP_" + name)
+        if attr is None:
+            out[name] = None
+            continue
+        written = ctypes.c_size_t()
+        if name.endswith("_IDS"):
+            st = lib.lib.cublasLtMatmulAlgoCapGetAttribute(ctypes.byref(algo), attr, None, 0, ctypes.byref(written))
+            count = int(written.value) // ctypes.sizeof(ctype)
+            if st != 0 or count == 0:
+                out[name] = [] if st == 0 else None
+                continue
+            buf = (ctype * count)()
+            st = lib.lib.cublasLtMatmulAlgoCapGetAttribute(ctypes.byref(algo), attr, buf, ctypes.sizeof(buf),
+                                                           ctypes.byref(written))
+            out[name] = [int(x) for x in buf] if st == 0 else None
+        else:
+            buf = ctype()
+            st = lib.lib.cublasLtMatmulAlgoCapGetAttribute(ctypes.byref(algo), attr, ctypes.byref(buf),
+                                                           ctypes.sizeof(buf), ctypes.byref(written))
+            out[name] = int(buf.value) if st == 0 else None
+    return out
+
+
+def init_algo(lib: LtLibrary, p: Problem, algo_id: int) -> cublasLtMatmulAlgo_t:
+    """`cublasLtMatmulAlgoInit` of `algo_id` for the problem's types (the algo's default config)."""
+    return pinned_algo(lib, p, algo_id, {})
+
+
+def set_config_values(lib: LtLibrary, algo: cublasLtMatmulAlgo_t, values: dict) -> int:
+    """Set config attributes by raw value (`CONFIG` keys: tile, stages, cluster as enum numbers); returns
+    the first non-zero cublasStatus, else 0 (the caller decides whether a refused value is an error)."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        attr, ctype = CONFIG[key]
+        buf = ctype(int(value))
+        st = lib.lib.cublasLtMatmulAlgoConfigSetAttribute(ctypes.byref(algo), attr, ctypes.byref(buf),
+                                                          ctypes.sizeof(buf))
+        if st:
+            return int(st)
+    return 0
+
+
+def algo_check(mm: LtMatmul, algo: cublasLtMatmulAlgo_t) -> tuple[int, cublasLtMatmulHeuristicResult_t]:
+    """`cublasLtMatmulAlgoCheck` of `algo` on the problem's descriptors: (cublasStatus, result); status 0
+    means the library accepts the config for this problem (result.workspaceSize: what it needs)."""
+    res = cublasLtMatmulHeuristicResult_t()
+    st = mm.lib.lib.cublasLtMatmulAlgoCheck(mm.lib.handle, mm.op, mm.a, mm.b, mm.c, mm.c, ctypes.byref(algo),
+                                            ctypes.byref(res))
+    return int(st), res
 
 
 class Logger:
@@ -383,7 +469,7 @@ class Problem:
         return a, b, (self.m, self.n)
 
 
-def time_heuristics(lib: "LtLibrary", mms: list, reps: int = 5, requested: int = 1) -> list[tuple[float, float]]:
+def time_heuristics(lib: LtLibrary, mms: list, reps: int = 5, requested: int = 1) -> list[tuple[float, float]]:
     """For each LtMatmul: (miss_us, hit_us), the median host time of `cublasLtMatmulAlgoGetHeuristic` with the
     library's heuristics cache off (every call a miss), then on and warm (every call a hit).
 
@@ -409,7 +495,7 @@ def time_heuristics(lib: "LtLibrary", mms: list, reps: int = 5, requested: int =
     return list(zip(miss, hit))
 
 
-def measure_heuristics(lib: "LtLibrary", problems: list, reps: int = 5) -> list[tuple]:
+def measure_heuristics(lib: LtLibrary, problems: list, reps: int = 5) -> list[tuple]:
     """For each Problem: (miss_us, hit_us, error), `time_heuristics` over all of them at once; a problem whose
     descriptors cannot be made, or for which the heuristic finds no algo, gets (None, None, its error) and
     the others are still measured (one by one once the batch has failed)."""
@@ -437,7 +523,7 @@ def measure_heuristics(lib: "LtLibrary", problems: list, reps: int = 5) -> list[
     return out
 
 
-def set_up(lib: "LtLibrary", dtypes=None) -> list[str]:
+def set_up(lib: LtLibrary, dtypes=None) -> list[str]:
     """Pay the library's one-time set-ups now: one small heuristic question per dtype (`DTYPE_SPEC`; those of
     `dtypes` when given). The first question of each type pays a set-up of its own whichever path asks it, tens of
     milliseconds, far more than a later GEMM's new kernel costs (docs/decisions.md, "The library's

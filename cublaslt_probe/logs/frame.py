@@ -36,7 +36,7 @@ def summarize(df: pd.DataFrame | Iterable[LogRecord]) -> pd.DataFrame:
     """Identical GEMMs (same function, types, transposes, m n k, batch, epilogue and algo) with counts.
 
     Columns: ``count``, ``share`` (fraction of all rows), the key columns, the torch view
-    (``torch_m``, ``torch_n``, ``torch_k``), ``pids`` (distinct processes), ``first_file`` and
+    (``torch_m``, ``torch_n``, ``torch_k``), ``known_issue`` (the config's, `logs.issues`), ``pids`` (distinct processes), ``first_file`` and
     ``first_line`` (where it first appears). Sorted by count, descending; ties in order of appearance.
     """
     if not isinstance(df, pd.DataFrame):  # records: counted as they stream by (flat memory)
@@ -45,7 +45,7 @@ def summarize(df: pd.DataFrame | Iterable[LogRecord]) -> pd.DataFrame:
             acc.add(r)
         return acc.frame()
     keys = list(SUMMARY_KEYS)
-    out_cols = ["count", "share", *keys, "torch_m", "torch_n", "torch_k", "pids", "first_file",
+    out_cols = ["count", "share", *keys, "torch_m", "torch_n", "torch_k", "known_issue", "pids", "first_file",
                 "first_line"]
     if df.empty:
         return pd.DataFrame({c: pd.Series([], dtype=df[c].dtype if c in df else object)
@@ -55,11 +55,12 @@ def summarize(df: pd.DataFrame | Iterable[LogRecord]) -> pd.DataFrame:
     g = work.groupby(keys, dropna=False, observed=True, sort=False)
     agg = g.agg(count=("_order", "size"), _first=("_order", "min"),
                 pids=("pid", "nunique")).reset_index()
-    firsts = work.loc[agg["_first"].to_numpy(), ["torch_m", "torch_n", "torch_k", "file", "line"]]
+    firsts = work.loc[agg["_first"].to_numpy(), ["torch_m", "torch_n", "torch_k", "known_issue", "file", "line"]]
     firsts = firsts.reset_index(drop=True)
     agg["torch_m"] = firsts["torch_m"]
     agg["torch_n"] = firsts["torch_n"]
     agg["torch_k"] = firsts["torch_k"]
+    agg["known_issue"] = firsts["known_issue"].astype(object)
     agg["first_file"] = firsts["file"].astype(object)
     agg["first_line"] = firsts["line"]
     agg["share"] = agg["count"] / len(work)
@@ -91,7 +92,7 @@ class Summary:
         self.total += 1
 
     def frame(self):
-        """The summary as `summarize` returns it: count, share, the key columns, the torch view, pids,
+        """The summary as `summarize` returns it: count, share, the key columns, the torch view, known_issue, pids,
         first_file, first_line; most frequent first, ties in order of appearance."""
         groups = sorted(self._groups.values(), key=lambda g: (-g[0], g[1]))
         df = records_to_frame([g[2] for g in groups])
@@ -99,6 +100,7 @@ class Summary:
                             "share": [g[0] / self.total for g in groups] if groups else []})
         for c in SUMMARY_KEYS + ("torch_m", "torch_n", "torch_k"):
             out[c] = df[c].reset_index(drop=True)
+        out["known_issue"] = df["known_issue"].astype(object).reset_index(drop=True)
         out["pids"] = pd.array([len(g[3] - {None}) for g in groups], dtype="Int64")
         out["first_file"] = df["file"].astype(object).reset_index(drop=True)
         out["first_line"] = df["line"].reset_index(drop=True)

@@ -65,6 +65,7 @@ class LogRecord:
     torch_m: int | None = None
     torch_n: int | None = None
     torch_k: int | None = None
+    known_issue: str | None = None    # the release-note bugs this algo config meets or can meet (logs.issues)
     file: str | None = None           # the log file the line came from
     message: str = ""
     extra: dict[str, str] = field(default_factory=dict)

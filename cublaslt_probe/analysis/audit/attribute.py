@@ -301,15 +301,16 @@ def _trace_span(det, meta: dict) -> tuple[float, float] | None:
     return (lo, hi) if 946684800 <= lo <= hi <= 4102444800 else None     # 2000 .. 2100
 
 
-def _join_log(row: dict, kn, groups: dict[tuple, list], steps: int) -> None:
+def _join_log(row: dict, kn, groups: dict[tuple, list], steps: int):
+    """Fill the row's log columns from the log records of its problem; the record joined (None: none)."""
     from cublaslt_probe.analysis.evidence import consistency
     if not groups or _na(row.get("m")) or _na(row.get("layout")):
-        return
+        return None
     dt = row.get("dtype")
     key = (row["m"], row["n"], row["k"], row.get("batch") or 1, row["layout"], "fp32" if dt == "tf32" else dt)
     recs = groups.get(key)
     if not recs:
-        return
+        return None
     by_algo: dict[str, list] = {}
     for r in recs:
         by_algo.setdefault(_algo_text(r), []).append(r)
@@ -325,6 +326,7 @@ def _join_log(row: dict, kn, groups: dict[tuple, list], steps: int) -> None:
     ld = _log_dtype(r)
     if ld == "tf32" and dt == "fp32":
         row["dtype"] = "tf32"
+    return r
 
 
 @dataclass(frozen=True)

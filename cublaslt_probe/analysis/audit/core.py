@@ -70,7 +70,8 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     log_groups = _log_groups(files["log"], notes, _trace_pids(det, env), _trace_span(det, s.meta)) \
         if files["log"] else {}
     G, judges = _judges(G, facts, devices, notes)
-    df, no_shape, no_shape_us = _rows(G, det, steps, step_gpu, log_groups, judges)
+    df, no_shape, no_shape_us = _rows(G, det, steps, step_gpu, log_groups, judges, env.get("cublaslt_version"))
+    notes += _known_issue_notes(df)
     # grouped rows: recorded or assumed sizes and their roofline, judged by the GPU each row ran on
     df = join_sizes(df, path, env, {f.name: (rates, f.sms) for f, rates in judges}, notes)
     gemm_us = float(G["dur"].sum()) / steps
@@ -86,6 +87,17 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                  sources={k: str(v) for k, v in files.items() if v is not None},
                  stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial,
                  warning=warning)
+
+
+def _known_issue_notes(df: pd.DataFrame) -> list[str]:
+    """One note per known issue the audited GEMMs' logged configs meet or can meet, with their GPU time."""
+    if "known_issue" not in df.columns:
+        return []
+    out = []
+    for label, g in df[df["known_issue"].notna()].groupby("known_issue", sort=False):
+        out.append(f"known issue: {len(g)} GEMM{'s' if len(g) != 1 else ''} ({g['gpu_us'].sum():.1f} µs a step): "
+                   f"{label}")
+    return out
 
 
 def _read_trace(trace, notes: list[str]):

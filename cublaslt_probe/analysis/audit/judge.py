@@ -113,13 +113,14 @@ def _judges(G: pd.DataFrame, facts: GpuFacts, devices: dict[int, GpuFacts], note
     return G.assign(judge=judge), out
 
 
-def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, judges: list[tuple[GpuFacts, tuple]]
-          ) -> tuple[pd.DataFrame, int, float]:
+def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, judges: list[tuple[GpuFacts, tuple]],
+          cublas: str | None = None) -> tuple[pd.DataFrame, int, float]:
     """One row per (module, pass, op record, kernel, kind of GPU): the `AUDIT_SCHEMA` frame, largest first;
     and how many rows (and how much time) have no shape. ``judges[G.judge]``: the facts and rates of the GPU a
-    launch ran on (`_judges`)."""
-    from cublaslt_probe.names import decode
+    launch ran on (`_judges`); `cublas`: the run's cuBLASLt version, for the joined log config's known issues."""
     from cublaslt_probe.analysis.trace import classify, op_key_json, problem_of
+    from cublaslt_probe.logs.issues import record_label
+    from cublaslt_probe.names import decode
     agg = G.groupby(["module", "pass", "key", "name", "judge"], dropna=False, sort=False).agg(
         count=("dur", "size"), total=("dur", "sum"), reduce=("reduce_us", "sum"), helper=("helper_us", "sum"),
         instances=("module_full", "nunique"), graph=("graph", "max"))
@@ -150,10 +151,11 @@ def _rows(G: pd.DataFrame, det, steps: int, step_gpu: float, log_groups: dict, j
             "input_dims": dims, "input_strides": strides,
             "graph": int(a.graph) if a.graph >= 0 else None,
         }
-        _join_log(row, kn, log_groups, steps)
+        logged = _join_log(row, kn, log_groups, steps)
         if row.get("algo_split_k") and row["algo_split_k"] > 1:
             row["split_k"] = True
         gpu, rates = judges[judge]
+        row["known_issue"] = record_label(logged, kernel=kernel, cublas=cublas, cc=gpu.cc)
         row["gpu"] = gpu.name
         _judge(row, kn, rates, gpu.sms, gpu.arch)
         rows.append(row)

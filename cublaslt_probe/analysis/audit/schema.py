@@ -53,6 +53,9 @@ AUDIT_SCHEMA: dict[str, tuple[str, str]] = {
     "log_calls": ("float64", "matching log lines per step"),
     "log_consistent": ("boolean", "the kernel agrees with the logged algo on tile, cluster, split-K (null: "
                                   "nothing to compare)"),
+    "known_issue": ("string", "the cuBLAS release-note bugs the logged algo config (with the kernel) meets or can "
+                              "meet on the run's cuBLAS (env.json) and the GPU's compute capability, and the "
+                              "fixing version (null: none, or no log line)"),
     "flops": ("float64", "2·m·n·k·batch of one call"),
     "tflops": ("float64", "flops / mean_us / 1e6"),
     "peak_tflops": ("float64", "the GPU's dense peak for the dtype (null: GPU or dtype without a peak)"),
