@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from cublaslt_probe.analysis.dataset import read_parquet
 from cublaslt_probe.cli import main
 
 from conftest import FIXTURES
@@ -167,7 +168,7 @@ def test_merge_of_two_separate_datasets_says_what_to_do(tmp_path):
     (["plot", "heuristic", "--x", "q"], "Error: unknown x axis 'q' for the heuristic plot; choose m, n, k or batch"),
     (["map", "--color", "nope", "--dtype", "bf16"],
      "Error: cannot colour by 'nope': the dataset has no column nope. Choose kernel, tile, cluster, family, split_k, "
-     "or a dataset column (" + ", ".join(c for c in pd.read_parquet(DATA / "h200_grid.parquet").columns) + ")"),
+     "or a dataset column (" + ", ".join(c for c in read_parquet(DATA / "h200_grid.parquet").columns) + ")"),
     (["explain", "--m", "16", "--n", "64", "--k", "64", "--save", "e.csv"],
      "Error: --save e.csv: `explain` writes .json, not .csv: give --save a name ending in it"),
     (["cold-start", "--save", "c.txt", "--", "python", "s.py"],
