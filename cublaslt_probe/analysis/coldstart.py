@@ -105,6 +105,8 @@ AUTO_ENVS = {"noautotune": "XLA compiled in the cold run's steps: the same progr
                            "files, times the first reads apart from the compilation"}
 # bytes a step must read from storage for the first reads of files to be a cause (below: the odd page)
 STORAGE_READ_MIN = 1 << 20
+# rounds `cold-start` makes of each run unless told (`--repeat`): the medians and the spread need three
+REPEAT_DEFAULT = 3
 ENV_SETS = {
     "default": ("cold", "warm", "preinit", "eager", "nocache"),
     "full": ("cold", "warm", "preinit", "eager", "nocache", "nojit", "forcejit", "forcejit_warm"),
@@ -177,46 +179,132 @@ def target_args(target) -> tuple[list[str], dict]:
 
 
 def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = None, cupti: bool = True,
-        timeout: float = 600.0, label: str | None = None, python: str | None = None, log=None) -> dict:
-    """Run the target's steps once per environment, each in a fresh child process; the raw result.
+        timeout: float = 600.0, label: str | None = None, python: str | None = None, log=None,
+        repeat: int = REPEAT_DEFAULT) -> dict:
+    """Run the target's steps once per environment, each in a fresh child process, `repeat` rounds; the raw result.
 
-    Each run is one `_run_env` call; this loop owns the order: it stops at the first child that could not use a GPU
-    (`NoCudaDevice`) and, after the cold run of a named set, appends the runs `auto_envs` asks for."""
+    Round 1 goes to ``runs``, rounds 2…N to ``repeats`` (a list of runs by name). Each run is one `_run_env` call;
+    this loop owns the order: it stops at the first child that could not use a GPU (`NoCudaDevice`) and, after the
+    cold run of a named set, appends the runs `auto_envs` asks for. Each round has cache folders of its own (its
+    cold run starts empty); the later rounds make only the runs `repeat_envs` keeps. ``binding`` says what was
+    measured (`binding`)."""
     if steps < 3:
         raise ProbeError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
+    if repeat < 1:
+        raise ProbeError(f"--repeat {repeat}: give 1 or more rounds (3 shows the noise between runs)")
     args, desc = target_args(target)
     names = env_names(env_set, envs)
     import cublaslt_probe
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cublaslt_probe.__file__)))
     out = {"schema": SCHEMA, "label": label or desc.get("spec") or desc.get("argv", [""])[0], "target": desc,
-           "steps": steps, "envs": names, "cupti": cupti,
-           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": {}}
+           "steps": steps, "envs": names, "cupti": cupti, "repeat": repeat,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": {}, "repeats": []}
     root = tempfile.mkdtemp(prefix="coldstart_")
-    todo = list(names)
+
+    def one(name: str, rroot: str) -> dict:
+        cmd = [python or sys.executable, "-m", "cublaslt_probe.gpu.coldstart_child", "--steps", str(steps)]
+        cmd += ["--preinit"] if ENVS[name].preinit else []
+        cmd += [] if cupti else ["--no-cupti"]
+        cmd += args
+        rec = _run_env(ENVS[name], cmd, rroot, pkg_root, timeout)
+        why = _no_gpu(rec)
+        if why:
+            raise NoCudaDevice("cold-start", why)
+        return rec
+
     try:
-        while todo:
-            name = todo.pop(0)
-            cmd = [python or sys.executable, "-m", "cublaslt_probe.gpu.coldstart_child", "--steps", str(steps)]
-            cmd += ["--preinit"] if ENVS[name].preinit else []
-            cmd += [] if cupti else ["--no-cupti"]
-            cmd += args
-            rec = _run_env(ENVS[name], cmd, root, pkg_root, timeout)
-            out["runs"][name] = rec
-            why = _no_gpu(rec)
-            if why:
-                raise NoCudaDevice("cold-start", why)
-            if log:
-                log(f"{name}: {'ok' if rec.get('ok') else 'FAILED'} in {rec['wall_s']:.1f} s")
-            if name == "cold" and not envs:
-                for extra in auto_envs(rec):
-                    if extra not in names and extra not in todo:
-                        todo.append(extra)
-                        names.append(extra)
-                        if log:
-                            log(f"{extra}: added ({AUTO_ENVS[extra]})")
+        for k in range(1, repeat + 1):
+            rroot = os.path.join(root, f"round{k}")
+            os.makedirs(rroot)
+            got = out["runs"] if k == 1 else {}
+            todo = list(names) if k == 1 else repeat_envs(out["runs"])
+            if k > 1:
+                out["repeats"].append(got)
+            while todo:
+                name = todo.pop(0)
+                got[name] = rec = one(name, rroot)
+                if log:
+                    log(f"{name}{f' (round {k})' if repeat > 1 else ''}: {'ok' if rec.get('ok') else 'FAILED'} in "
+                        f"{rec['wall_s']:.1f} s")
+                if k == 1 and name == "cold" and not envs:
+                    for extra in auto_envs(rec):
+                        if extra not in names and extra not in todo:
+                            todo.append(extra)
+                            names.append(extra)
+                            if log:
+                                log(f"{extra}: added ({AUTO_ENVS[extra]})")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    out["binding"] = binding_of(args, desc, out["runs"], python)
     return out
+
+
+# packages whose versions a save records (the parent's, which starts the children with the same Python)
+BOUND_PACKAGES = ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "numba", "numba-cuda", "jax", "jaxlib")
+
+
+def program_file(args: list[str]) -> str | None:
+    """The file that holds the program of the child's arguments (`target_args`), or None (a module not found)."""
+    if args[0] == "--script":
+        return args[1]
+    where = args[1].rpartition(":")[0]
+    if where.endswith(".py"):
+        return where
+    with contextlib.suppress(ImportError, ValueError, AttributeError):
+        import importlib.util
+        spec = importlib.util.find_spec(where)
+        return spec.origin if spec and spec.origin and spec.origin.endswith(".py") else None
+    return None
+
+
+def file_sha256(path: str | None) -> str | None:
+    import hashlib
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def binding_of(args: list[str], desc: dict, runs: dict, python: str | None = None) -> dict:
+    """What a save measured: the program (its name, its file's name and content hash — not its folder, a machine
+    path), the GPU and the versions (the runs' device record: torch, CUDA, cuDNN; the frameworks installed, where
+    the children run this Python)."""
+    import importlib.metadata
+    path = program_file(args)
+    versions = {}
+    for pkg in BOUND_PACKAGES if not python or python == sys.executable else ():
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[pkg] = importlib.metadata.version(pkg)
+    dev = _device(runs)
+    return {"program": program_name({"target": desc}), "file": os.path.basename(path) if path else None,
+            "sha256": file_sha256(path), "gpu": dev.get("gpu"),
+            "versions": {**{k: dev[k] for k in ("torch", "cuda", "cudnn") if k in dev}, **versions}}
+
+
+def program_name(result: dict) -> str | None:
+    """The program a save measured, by name: its script's or function's file name without ``.py`` (and the
+    function's name), else its label."""
+    t = result.get("target") if isinstance(result.get("target"), dict) else {}
+    if t.get("kind") == "script" and t.get("argv"):
+        return os.path.splitext(os.path.basename(str(t["argv"][0])))[0]
+    if t.get("kind") == "func" and t.get("spec"):
+        where, _, name = str(t["spec"]).rpartition(":")
+        return f"{os.path.splitext(os.path.basename(where))[0]}:{name}"
+    return str(result["label"]) if result.get("label") else None
+
+
+# the runs whose differences make the breakdown: the later rounds repeat these (the what-ifs run once)
+REPEATED = ("cold", "warm", "preinit", "eager", "nocache", "noautotune")
+
+
+def repeat_envs(first: dict) -> list[str]:
+    """The runs of a later round, in round 1's order: those of `REPEATED` that completed in round 1. cold_again is
+    not repeated (a later round's cold run finds the files in the operating system's file cache, as cold_again
+    did), nor nocache where no run of round 1 logged a cuBLASLt matmul (no miss to time), nor the what-ifs (nojit,
+    forcejit, forcejit_warm: whether the program runs, not a term of the sum)."""
+    logged = any(n for r in first.values() for n in ((r.get("lt_counts") or {}).values()))
+    return [n for n, r in first.items() if n in REPEATED and usable(r) and (n != "nocache" or logged)]
 
 
 def _run_env(spec: EnvSpec, cmd: list[str], root: str, pkg_root: str, timeout: float) -> dict:
@@ -777,7 +865,25 @@ _MECH_LABEL = {"triton": "Triton via torch.compile", "inductor": "Inductor code 
 
 
 def analyse(result: dict) -> dict:
-    """The breakdown of the cold run's first step (see the module doc). CPU only.
+    """The breakdown of the cold run's first step (see the module doc), over every round of a save made with
+    `--repeat` (`combine_rounds`). CPU only."""
+    first = analyse_round(result)
+    rounds = rounds_of(result)
+    first["repeat"] = len(rounds)
+    if len(rounds) < 2 or first.get("baseline") is None:
+        return first
+    per = [first] + [analyse_round({**result, "runs": r}, brief=True) for r in rounds[1:]]
+    return combine_rounds(first, per, rounds)
+
+
+def rounds_of(result: dict) -> list[dict]:
+    """The rounds of a save: its runs (round 1), then each later round's runs (`--repeat`; none in older saves)."""
+    return [result.get("runs") or {}] + [r for r in (result.get("repeats") or []) if isinstance(r, dict) and r]
+
+
+def analyse_round(result: dict, brief: bool = False) -> dict:
+    """The breakdown of one round: the cold run's first step of `result`'s runs. `brief`: the figures only (no
+    provenance, caches, what-ifs).
 
     Each term of the module doc's sum has its own function, called here in the sum's order (cold caches,
     initialisation, module loading, then what step 1 of the eager run shows); each returns its components, and
@@ -790,7 +896,8 @@ def analyse(result: dict) -> dict:
     base_name = "cold" if usable(runs.get("cold")) else next((n for n, r in runs.items() if usable(r)
                                                               and n not in ("forcejit", "forcejit_warm")), None)
     out = {"label": result.get("label"), "device": _device(runs), "steps": result.get("steps"), "table": table,
-           "baseline": base_name, "components": [], "evidence": [], "compilation": runtime_compilation(runs)}
+           "baseline": base_name, "components": [], "evidence": [],
+           "compilation": None if brief else runtime_compilation(runs)}
     if base_name is None:
         out["verdict"] = failure_verdict(runs)
         return out
@@ -826,6 +933,8 @@ def analyse(result: dict) -> dict:
     out["unexplained_s"] = excess - explained
     out["unexplained_pct"] = 100.0 * out["unexplained_s"] / excess if excess > 0 else None
     out["components"] = comps
+    if brief:
+        return out
     out["what_if"] = _what_if(runs)
     out["caches"] = cache_states(runs)
     out["kernels"] = observed_provenance(result)
@@ -833,6 +942,83 @@ def analyse(result: dict) -> dict:
     out["runs_wall_s"], out["overhead_s"] = overhead(runs)
     out["import_s"] = sum(float(r.get("import_torch_s") or 0.0) for r in runs.values())
     out["step2_excess_s"] = walls[1] - st
+    return out
+
+
+# causes a later round cannot show: the first reads of files from storage happen once per machine (round 1)
+ONCE_PER_MACHINE = ("file_cache",)
+
+
+def spread(values: list[float]) -> dict:
+    """A figure over the rounds: its median and its spread (min, max)."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def within_noise(size: float, measured: list[float]) -> bool:
+    """Whether a figure of that size is within the noise of what the rounds measured: no larger than their spread
+    (max − min), so the rounds cannot tell it from zero. One round, or rounds that all measured the same, have no
+    spread: never within noise."""
+    return len(measured) >= 2 and 0 < max(measured) - min(measured) and abs(size) <= max(measured) - min(measured)
+
+
+def combine_rounds(first: dict, per: list[dict], rounds: list[dict]) -> dict:
+    """The breakdown over rounds (`--repeat`): each figure (step 1, step 2, steady state, excess, each cause) is the
+    median over the rounds whose baseline is round 1's, with its spread (`spread`) and whether it is within noise
+    (`within_noise`). A cause a round did not show measured 0 there, except those of `ONCE_PER_MACHINE`: round 1's
+    value goes to the evidence, out of the sum. unexplained = median excess − Σ median causes (medians of different
+    rounds need not add up): it is within noise when no larger than the spread of the excess or of the rounds' own
+    unexplained. Evidence, provenance and what-ifs are round 1's."""
+    ok = [a for a in per if a.get("baseline") == first["baseline"] and a.get("excess_s") is not None]
+    out = dict(first)
+    out["evidence"] = list(first["evidence"])
+    fig = {k: spread([a[k] for a in ok]) for k in ("step1_s", "step2_s", "steady_s", "excess_s", "unexplained_s")}
+    out.update({k: v["median"] for k, v in fig.items() if k != "unexplained_s"})
+    order: list[str] = []
+    for a in ok:
+        order += [c["cause"] for c in a["components"] if c["cause"] not in order]
+    comps = []
+    for cause in order:
+        byr = [next((c for c in a["components"] if c["cause"] == cause), None) for a in ok]
+        rep = byr[0] or next(c for c in byr if c)
+        if cause in ONCE_PER_MACHINE:
+            out["evidence"].append(
+                f"{rep['label']}: {(rep['measured_s'] or 0.0) * 1e3:+.1f} ms in round 1 only ({rep['how']}); the "
+                "later rounds' cold runs found the files in the operating system's file cache, so it is left out of "
+                "the medians (a first cold start on a machine pays it on top)")
+            continue
+        measured = [(c["measured_s"] or 0.0) if c else 0.0 for c in byr]
+        counted = statistics.median([c["seconds"] if c else 0.0 for c in byr])
+        comps.append({**rep, "seconds": counted, "measured_s": statistics.median(measured),
+                      "spread": spread(measured), "rounds_s": measured,
+                      "within_noise": within_noise(counted, measured)})
+    out["components"] = comps
+    ex = out["excess_s"]
+    out["unexplained_s"] = ex - sum(c["seconds"] for c in comps)
+    out["unexplained_pct"] = 100.0 * out["unexplained_s"] / ex if ex > 0 else None
+    out["noise_s"] = max(fig["excess_s"]["max"] - fig["excess_s"]["min"],
+                         fig["unexplained_s"]["max"] - fig["unexplained_s"]["min"])
+    out["unexplained_within_noise"] = len(ok) >= 2 and abs(out["unexplained_s"]) <= out["noise_s"]
+    out["rounds"] = {"n": len(ok), "made": len(per), "figures": fig}
+    out["table"] = _rounds_table(first["table"], rounds)
+    return out
+
+
+def _rounds_table(table: list[dict], rounds: list[dict]) -> list[dict]:
+    """Round 1's run table with each run's step 1, step 2 and steady state as the median over the rounds that made
+    it (completed), its spread in ``spread`` and the rounds in ``rounds``."""
+    out = []
+    for t in table:
+        done = [r[t["run"]] for r in rounds if usable(r.get(t["run"]))]
+        if len(done) < 2:
+            out.append({**t, "rounds": len(done)})
+            continue
+        walls = [step_walls(r) for r in done]
+        row = {**t, "rounds": len(done), "step1_s": statistics.median(w[0] for w in walls),
+               "step2_s": statistics.median(w[1] for w in walls),
+               "steady_s": statistics.median(steady(w) for w in walls),
+               "wall_s": sum(float(r.get("wall_s") or 0.0) for r in done),
+               "spread": {"step1_s": spread([w[0] for w in walls]), "steady_s": spread([steady(w) for w in walls])}}
+        out.append(row)
     return out
 
 
@@ -1091,28 +1277,55 @@ def _step1_components(runs: dict, R: dict, rname: str, notes: list[str], W: dict
 
 def _heuristics_components(R: dict, rname: str, C: dict | None, E: dict | None, notes: list[str]) -> list[dict]:
     """cuBLASLt heuristic misses in step 1 of run `R`: its new problems × the miss time, which the host time per
-    steady step of the nocache run `E` over the preinit run `C` measures. Without that time the misses are not
-    counted and their evidence goes to `notes`."""
+    steady step of the nocache run `E` over the preinit run `C` measures (`miss_time`). Without that time the
+    misses are not counted and their evidence goes to `notes`; a miss time the two runs' steady steps cannot tell
+    from their own variation counts 0 and says so (never a negative time per call)."""
     newp, lines1 = new_problems(R, "step1")
-    miss = None
-    if usable(C) and usable(E):
-        calls = lt_calls_per_step(C)
-        hc, he = steady(step_hosts(C)), steady(step_hosts(E))
-        if calls and hc is not None and he is not None:
-            miss = (he - hc) / calls
     if not (lines1 or newp):
         return []
     ev = [f"{rname} step 1: {lines1} cuBLASLt matmul calls in the level-2 log, {newp} distinct problems not "
           "seen earlier in the process (each a heuristics-cache miss)"]
-    if miss is None:
+    m = miss_time(C, E)
+    if m is None:
         ev.append("no miss time measured (needs the preinit and nocache runs): not counted")
         notes.extend(ev)
         return []
-    ev.append(f"miss time {miss * 1e6:.0f} µs per call: host time per steady step with the cache off "
-              f"{_ms(steady(step_hosts(E)))} vs on {_ms(steady(step_hosts(C)))}, "
-              f"{lt_calls_per_step(C):.0f} calls per step")
-    return [_component("heuristics", "cuBLASLt heuristic selection (cache misses)", newp * miss,
+    how = (f"host time per steady step with the cache off {_ms(m['off_s'])} vs on {_ms(m['on_s'])}, "
+           f"{m['calls']:g} calls per step; the steady steps of those runs vary by {m['noise_s'] * 1e6:.0f} µs")
+    if m["within_noise"]:
+        ev.append(f"miss time not resolved: {how}, and the difference ({m['measured_s'] * 1e6:+.0f} µs per call) is "
+                  "within that: counted 0 (a miss costs less than the runs' noise per step)")
+        return [_component("heuristics", "cuBLASLt heuristic selection (cache misses)", 0.0, "misses × miss time",
+                           ev)]
+    ev.append(f"miss time {m['measured_s'] * 1e6:.0f} µs per call: {how}")
+    return [_component("heuristics", "cuBLASLt heuristic selection (cache misses)", newp * m["measured_s"],
                        "misses × miss time", ev)]
+
+
+def iqr(values: list[float]) -> float:
+    """The interquartile range of a few values (0 for fewer than two)."""
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[2] - q[0]
+
+
+def miss_time(C: dict | None, E: dict | None) -> dict | None:
+    """The host time of one heuristics-cache miss: (steady host time per step of the nocache run `E` − that of the
+    preinit run `C`) / matmul calls per step; None without both runs or a logged call. ``noise_s`` is the larger
+    spread (max − min) of the two runs' steady host times per step: a difference no larger (or below zero) is
+    ``within_noise``, as it is where a step makes one or two cheap calls (CuPy's fp32 GEMM: a miss of ~15 µs in a
+    step whose host time varies by more between processes). The spread is the interquartile range, so one slow
+    step (a collection, a page fault) does not widen it: the medians compared ignore it too."""
+    if not (usable(C) and usable(E)):
+        return None
+    calls = lt_calls_per_step(C)
+    hc, he = steady(step_hosts(C)), steady(step_hosts(E))
+    if not calls or hc is None or he is None:
+        return None
+    noise = max(iqr(step_hosts(X)[2:]) for X in (C, E))
+    return {"measured_s": (he - hc) / calls, "off_s": he, "on_s": hc, "calls": calls, "noise_s": noise,
+            "within_noise": he - hc <= noise}
 
 
 def _allocator_components(R: dict, rname: str) -> list[dict]:
@@ -1354,23 +1567,39 @@ def _device(runs: dict) -> dict:
     return {}
 
 
-def _unexplained_line(a: dict) -> str:
+def _range(sp: dict | None) -> str:
+    """A figure's spread over the rounds, in ms ("" without rounds)."""
+    return f"{sp['min'] * 1e3:.1f}–{sp['max'] * 1e3:.1f}" if sp else ""
+
+
+def _unexplained_line(a: dict, rounds: bool = False) -> str:
     """The table's last line: what no cause explains, or, where the measured causes add up to more than the
-    excess (each is measured in its own runs, and the runs vary), by how much they over-explain it."""
+    excess (each is measured in its own runs, and the runs vary), by how much they over-explain it; with rounds,
+    the noise it is compared with (`combine_rounds`)."""
     u, pct = a["unexplained_s"], a.get("unexplained_pct")
     label = "unexplained" if u >= 0 else "causes beyond the excess (noise between the runs)"
     share = f"{abs(pct):6.1f}%" if pct is not None else "    n/a"
-    return f"  {label:<72} {abs(u) * 1e3:10.1f} {share}"
+    if not rounds:
+        return f"  {label:<72} {abs(u) * 1e3:10.1f} {share}"
+    noise = (f"within noise (the excess and the rounds' unexplained vary by {a['noise_s'] * 1e3:.1f} ms)"
+             if a.get("unexplained_within_noise") else f"beyond the noise ({a['noise_s'] * 1e3:.1f} ms)")
+    return f"  {label:<72} {abs(u) * 1e3:10.1f} {'':>15} {share}  {noise}"
 
 
 def render(a: dict) -> str:
     dev = a.get("device") or {}
+    rounds = (a.get("rounds") or {}).get("n", 1) >= 2
+    per = (f", {a['rounds']['n']} rounds: each figure the median over the rounds, its spread min–max"
+           if rounds else "")
     lines = [f"cold start of {a.get('label')} on {dev.get('gpu', '?')} (torch {dev.get('torch', '?')}, CUDA "
-             f"{dev.get('cuda', '?')}), {a.get('steps')} steps per run", ""]
-    lines.append(f"  {'run':<14} {'environment':<48} {'step 1':>11} {'step 2':>10} {'steady':>10} {'run wall':>9}")
+             f"{dev.get('cuda', '?')}), {a.get('steps')} steps per run{per}", ""]
+    lines.append(f"  {'run':<14} {'environment':<48} {'step 1':>11} {'step 2':>10} {'steady':>10} {'run wall':>9}"
+                 + (f" {'step 1 spread ms':>17} rounds" if rounds else ""))
     for t in a["table"]:
         lines.append(f"  {t['run']:<14} {t['env'][:48]:<48} {_ms(t['step1_s']):>11} {_ms(t['step2_s']):>10} "
-                     f"{_ms(t['steady_s']):>10} {t['wall_s'] or 0:8.1f}s" + ("" if t["ok"] else "  FAILED"))
+                     f"{_ms(t['steady_s']):>10} {t['wall_s'] or 0:8.1f}s"
+                     + (f" {_range((t.get('spread') or {}).get('step1_s')):>17} {t.get('rounds', 1):>6}"
+                        if rounds else "") + ("" if t["ok"] else "  FAILED"))
         if t.get("error"):
             lines.append(f"      {' '.join(t['error'].split())[-160:]}")
     lines.append("")
@@ -1378,13 +1607,18 @@ def render(a: dict) -> str:
         lines.append(a.get("verdict", ""))
         return "\n".join(lines)
     ex = a["excess_s"]
+    fig = (a.get("rounds") or {}).get("figures") or {}
     lines.append(f"step 1 of the {a['baseline']} run: {_ms(a['step1_s'])} = steady {_ms(a['steady_s'])} + excess "
-                 f"{_ms(ex)} (step 2: {_ms(a['step2_s'])})")
-    lines.append(f"  {'cause':<72} {'ms':>10} {'share':>7}  how")
+                 f"{_ms(ex)} (step 2: {_ms(a['step2_s'])})"
+                 + (f"; over the rounds step 1 {_range(fig['step1_s'])} ms, excess {_range(fig['excess_s'])} ms"
+                    if rounds else ""))
+    lines.append(f"  {'cause':<72} {'ms':>10} " + (f"{'spread ms':>15} " if rounds else "") + f"{'share':>7}  how")
     for c in sorted(a["components"], key=lambda c: -c["seconds"]):
         share = f"{100 * c['seconds'] / ex:6.1f}%" if ex > 0 else "    n/a"
-        lines.append(f"  {c['label']:<72} {c['seconds'] * 1e3:10.1f} {share}  {c['how']}")
-    lines.append(_unexplained_line(a))
+        mid = f"{_range(c.get('spread')):>15} " if rounds else ""
+        flag = "within noise; " if c.get("within_noise") else ""
+        lines.append(f"  {c['label']:<72} {c['seconds'] * 1e3:10.1f} {mid}{share}  {flag}{c['how']}")
+    lines.append(_unexplained_line(a, rounds))
     lines += ["", "evidence:"]
     for c in a["components"]:
         for e in c["evidence"]:

@@ -5,6 +5,8 @@ import json
 
 import click
 
+from cublaslt_probe.analysis.coldstart import REPEAT_DEFAULT
+
 
 @click.command("cold-start", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--steps", default=6, show_default=True, help="steps per run; the steady state is the median of 3…N")
@@ -14,6 +16,9 @@ import click
                    "noautotune is added when the cold run compiled with XLA, cold_again when its step 1 read files "
                    "from storage")
 @click.option("--envs", default=None, help="an explicit comma list of runs instead (e.g. cold,warm,forcejit)")
+@click.option("--repeat", default=REPEAT_DEFAULT, show_default=True, type=click.IntRange(min=1),
+              help="rounds of the runs: each figure the median over them, with its spread; causes no larger than "
+                   "their spread are said to be within noise (1: one run per environment)")
 @click.option("--no-cupti", is_flag=True, help="no CUPTI subscriber in the children (no module/driver-call evidence)")
 @click.option("--timeout", default=600.0, show_default=True, help="seconds per child process")
 @click.option("--label", default=None, help="a name for the program in the output")
@@ -22,7 +27,7 @@ import click
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
-def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, from_path, script):
+def cold_start_cmd(steps, env_set, envs, repeat, no_cupti, timeout, label, fmt, save, from_path, script):
     """Run `python SCRIPT [ARGS]` (after `--`) in fresh processes under controlled environments (fresh and
     warm ComputeCache and compile caches of torch, Triton, CuPy, Numba and JAX, LAZY/EAGER module loading,
     heuristics cache off, PTX JIT off or forced, XLA autotuning off) and split the first step's excess over the
@@ -40,7 +45,7 @@ def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, save, fr
         if not script:
             raise ProbeError("no program: use `cublaslt-probe cold-start -- python SCRIPT.py [ARGS]` "
                              "(or --from FILE.json)")
-        raw = coldstart.run(list(script), steps=steps, env_set=env_set, envs=envs, cupti=not no_cupti,
+        raw = coldstart.run(list(script), steps=steps, env_set=env_set, envs=envs, cupti=not no_cupti, repeat=repeat,
                             timeout=timeout, label=label, log=lambda m: click.echo(m, err=True))
         if save:
             with open(save, "w") as f:
