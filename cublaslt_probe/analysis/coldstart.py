@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -865,15 +866,21 @@ _MECH_LABEL = {"triton": "Triton via torch.compile", "inductor": "Inductor code 
 
 
 def analyse(result: dict) -> dict:
-    """The breakdown of the cold run's first step (see the module doc), over every round of a save made with
-    `--repeat` (`combine_rounds`). CPU only."""
-    first = analyse_round(result)
+    """The breakdown of the cold run's first step (see the module doc); for a save made with `--repeat`, the
+    breakdown of the median runs (`median_runs`) with each figure's spread over the rounds (`combine_rounds`).
+    CPU only."""
     rounds = rounds_of(result)
-    first["repeat"] = len(rounds)
-    if len(rounds) < 2 or first.get("baseline") is None:
-        return first
-    per = [first] + [analyse_round({**result, "runs": r}, brief=True) for r in rounds[1:]]
-    return combine_rounds(first, per, rounds)
+    if len(rounds) < 2:
+        out = analyse_round(result)
+    else:
+        runs, chosen, left = median_runs(rounds)
+        out = analyse_round({**result, "runs": runs})
+        if out.get("baseline") is not None:
+            per = [analyse_round({**result, "runs": r}, brief=True) for r in rounds]
+            out = combine_rounds(out, per, rounds, chosen, left)
+    out["repeat"] = len(rounds)
+    out["notes"] = list(result.get("load_notes") or [])
+    return out
 
 
 def rounds_of(result: dict) -> list[dict]:
@@ -930,6 +937,11 @@ def analyse_round(result: dict, brief: bool = False) -> dict:
     comps += _heuristics_components(R, rname, C, E, notes)
     comps += _allocator_components(R, rname)
     explained = sum(c["seconds"] for c in comps)
+    if excess > 0 and explained > DISAGREE * excess:
+        notes.insert(0, f"the causes, each measured in its own runs, add up to {explained / excess:.1f}× the excess: "
+                        "the runs disagree by more than run-to-run noise (step 1: " + ", ".join(
+                            f"{t['run']} {_ms(t['step1_s'])}" for t in table if t["step1_s"] is not None)
+                        + "); a damaged or edited file, or a machine busy with other work while it ran")
     out["unexplained_s"] = excess - explained
     out["unexplained_pct"] = 100.0 * out["unexplained_s"] / excess if excess > 0 else None
     out["components"] = comps
@@ -945,6 +957,8 @@ def analyse_round(result: dict, brief: bool = False) -> dict:
     return out
 
 
+# the causes may exceed the excess by noise; beyond this factor the runs contradict each other
+DISAGREE = 1.5
 # causes a later round cannot show: the first reads of files from storage happen once per machine (round 1)
 ONCE_PER_MACHINE = ("file_cache",)
 
@@ -961,63 +975,72 @@ def within_noise(size: float, measured: list[float]) -> bool:
     return len(measured) >= 2 and 0 < max(measured) - min(measured) and abs(size) <= max(measured) - min(measured)
 
 
-def combine_rounds(first: dict, per: list[dict], rounds: list[dict]) -> dict:
-    """The breakdown over rounds (`--repeat`): each figure (step 1, step 2, steady state, excess, each cause) is the
-    median over the rounds whose baseline is round 1's, with its spread (`spread`) and whether it is within noise
-    (`within_noise`). A cause a round did not show measured 0 there, except those of `ONCE_PER_MACHINE`: round 1's
-    value goes to the evidence, out of the sum. unexplained = median excess − Σ median causes (medians of different
-    rounds need not add up): it is within noise when no larger than the spread of the excess or of the rounds' own
-    unexplained. Evidence, provenance and what-ifs are round 1's."""
-    ok = [a for a in per if a.get("baseline") == first["baseline"] and a.get("excess_s") is not None]
-    out = dict(first)
-    out["evidence"] = list(first["evidence"])
-    fig = {k: spread([a[k] for a in ok]) for k in ("step1_s", "step2_s", "steady_s", "excess_s", "unexplained_s")}
-    out.update({k: v["median"] for k, v in fig.items() if k != "unexplained_s"})
-    order: list[str] = []
-    for a in ok:
-        order += [c["cause"] for c in a["components"] if c["cause"] not in order]
-    comps = []
-    for cause in order:
-        byr = [next((c for c in a["components"] if c["cause"] == cause), None) for a in ok]
-        rep = byr[0] or next(c for c in byr if c)
-        if cause in ONCE_PER_MACHINE:
-            out["evidence"].append(
-                f"{rep['label']}: {(rep['measured_s'] or 0.0) * 1e3:+.1f} ms in round 1 only ({rep['how']}); the "
-                "later rounds' cold runs found the files in the operating system's file cache, so it is left out of "
-                "the medians (a first cold start on a machine pays it on top)")
+def median_runs(rounds: list[dict]) -> tuple[dict, dict, list[str]]:
+    """One run per environment, each the median of that environment's completed runs over the rounds by step 1
+    (the lower median of an even count), in round 1's order; the environments that ran once as round 1 made them.
+    The breakdown of these runs adds up as one round's does, and each of its differences is taken between
+    typical runs. The cold run is the median of the cold runs whose step 1 read less than `STORAGE_READ_MIN` from
+    storage and of cold_again (each: empty compile caches, the operating system's file cache warm): a cold run that
+    read its files from storage happens once per machine, and is reported apart. Returns (runs by name, the round
+    each came from by name, notes on what was left out)."""
+    first, out, chosen, left = rounds[0], {}, {}, []
+    for name in first:
+        if name == "cold_again":
             continue
-        measured = [(c["measured_s"] or 0.0) if c else 0.0 for c in byr]
-        counted = statistics.median([c["seconds"] if c else 0.0 for c in byr])
-        comps.append({**rep, "seconds": counted, "measured_s": statistics.median(measured),
-                      "spread": spread(measured), "rounds_s": measured,
-                      "within_noise": within_noise(counted, measured)})
+        pool = [(k, r[name]) for k, r in enumerate(rounds, 1) if usable(r.get(name))]
+        if name == "cold":
+            read = [(k, x) for k, x in pool if storage_read(windows(x).get("step1")) >= STORAGE_READ_MIN]
+            again = [(1, first["cold_again"])] if usable(first.get("cold_again")) else []
+            if read and len(pool) - len(read) + len(again):
+                pool = [p for p in pool if p not in read] + again
+                left += [f"the cold run of round {k} read {storage_read(windows(x).get('step1')) / 2**20:.1f} MiB "
+                         f"from storage in step 1 ({_ms(step_walls(x)[0])}): the first reads of a fresh machine, "
+                         "left out of the median cold run (the others found those files in the file cache)"
+                         for k, x in read]
+        if not pool:
+            out[name], chosen[name] = first[name], {"round": 1, "step1_s": []}
+            continue
+        k, run = sorted(pool, key=lambda p: step_walls(p[1])[0])[(len(pool) - 1) // 2]
+        out[name], chosen[name] = run, {"round": k, "step1_s": [step_walls(x)[0] for _, x in pool]}
+    return out, chosen, left
+
+
+def combine_rounds(med: dict, per: list[dict], rounds: list[dict], chosen: dict, left: list[str]) -> dict:
+    """The breakdown of the median runs (`med`, `median_runs`) with each figure's spread over the rounds `per`
+    (each round's own breakdown: step 1, excess, unexplained, each cause as measured, 0 in a round without it;
+    `spread`) and whether a cause is within noise (its size no larger than its spread: `within_noise`).
+    The unexplained rest is within noise when no larger than the spread of the excess or of the rounds' own
+    unexplained. Causes of `ONCE_PER_MACHINE` are left out of the spreads (a later round cannot show them)."""
+    ok = [a for a in per if a.get("baseline") == med["baseline"] and a.get("excess_s") is not None]
+    out = dict(med)
+    out["evidence"] = list(med["evidence"]) + left
+    fig = {k: spread([a[k] for a in ok]) for k in ("step1_s", "excess_s", "unexplained_s")}
+    comps = []
+    for c in med["components"]:
+        byr = [next((x for x in a["components"] if x["cause"] == c["cause"]), None) for a in ok]
+        measured = [(x["measured_s"] or 0.0) if x else 0.0 for x in byr]
+        extra = {} if c["cause"] in ONCE_PER_MACHINE else {
+            "spread": spread(measured), "rounds_s": measured, "within_noise": within_noise(c["seconds"], measured)}
+        comps.append({**c, **extra})
     out["components"] = comps
-    ex = out["excess_s"]
-    out["unexplained_s"] = ex - sum(c["seconds"] for c in comps)
-    out["unexplained_pct"] = 100.0 * out["unexplained_s"] / ex if ex > 0 else None
     out["noise_s"] = max(fig["excess_s"]["max"] - fig["excess_s"]["min"],
                          fig["unexplained_s"]["max"] - fig["unexplained_s"]["min"])
     out["unexplained_within_noise"] = len(ok) >= 2 and abs(out["unexplained_s"]) <= out["noise_s"]
-    out["rounds"] = {"n": len(ok), "made": len(per), "figures": fig}
-    out["table"] = _rounds_table(first["table"], rounds)
+    out["rounds"] = {"n": len(ok), "made": len(per), "figures": fig,
+                     "chosen": {k: v["round"] for k, v in chosen.items()}}
+    out["table"] = _rounds_table(med["table"], chosen)
     return out
 
 
-def _rounds_table(table: list[dict], rounds: list[dict]) -> list[dict]:
-    """Round 1's run table with each run's step 1, step 2 and steady state as the median over the rounds that made
-    it (completed), its spread in ``spread`` and the rounds in ``rounds``."""
+def _rounds_table(table: list[dict], chosen: dict) -> list[dict]:
+    """The median runs' table with, per run, the round it came from, how many runs it is the median of and the
+    spread of their step 1."""
     out = []
     for t in table:
-        done = [r[t["run"]] for r in rounds if usable(r.get(t["run"]))]
-        if len(done) < 2:
-            out.append({**t, "rounds": len(done)})
-            continue
-        walls = [step_walls(r) for r in done]
-        row = {**t, "rounds": len(done), "step1_s": statistics.median(w[0] for w in walls),
-               "step2_s": statistics.median(w[1] for w in walls),
-               "steady_s": statistics.median(steady(w) for w in walls),
-               "wall_s": sum(float(r.get("wall_s") or 0.0) for r in done),
-               "spread": {"step1_s": spread([w[0] for w in walls]), "steady_s": spread([steady(w) for w in walls])}}
+        c = chosen.get(t["run"]) or {"round": 1, "step1_s": []}
+        row = {**t, "rounds": len(c["step1_s"]), "round": c["round"]}
+        if len(c["step1_s"]) >= 2:
+            row["spread"] = {"step1_s": spread(c["step1_s"])}
         out.append(row)
     return out
 
@@ -1567,6 +1590,14 @@ def _device(runs: dict) -> dict:
     return {}
 
 
+def _share(sec: float, ex: float) -> str:
+    """A cause's share of the excess; beyond 100 % (a cause measured in other runs larger than the excess: the runs
+    disagree, `analyse_round` says so) it is shown as such, not as a number of thousands of percent."""
+    if ex <= 0:
+        return "    n/a"
+    return "  >100%" if sec > ex else f"{100 * sec / ex:6.1f}%"
+
+
 def _range(sp: dict | None) -> str:
     """A figure's spread over the rounds, in ms ("" without rounds)."""
     return f"{sp['min'] * 1e3:.1f}–{sp['max'] * 1e3:.1f}" if sp else ""
@@ -1578,7 +1609,7 @@ def _unexplained_line(a: dict, rounds: bool = False) -> str:
     the noise it is compared with (`combine_rounds`)."""
     u, pct = a["unexplained_s"], a.get("unexplained_pct")
     label = "unexplained" if u >= 0 else "causes beyond the excess (noise between the runs)"
-    share = f"{abs(pct):6.1f}%" if pct is not None else "    n/a"
+    share = ("  >100%" if abs(pct) > 100 else f"{abs(pct):6.1f}%") if pct is not None else "    n/a"
     if not rounds:
         return f"  {label:<72} {abs(u) * 1e3:10.1f} {share}"
     noise = (f"within noise (the excess and the rounds' unexplained vary by {a['noise_s'] * 1e3:.1f} ms)"
@@ -1589,17 +1620,18 @@ def _unexplained_line(a: dict, rounds: bool = False) -> str:
 def render(a: dict) -> str:
     dev = a.get("device") or {}
     rounds = (a.get("rounds") or {}).get("n", 1) >= 2
-    per = (f", {a['rounds']['n']} rounds: each figure the median over the rounds, its spread min–max"
-           if rounds else "")
+    per = (f", {a['rounds']['n']} rounds: each run the median of its environment's runs by step 1, each figure's "
+           "spread min–max over the rounds" if rounds else "")
     lines = [f"cold start of {a.get('label')} on {dev.get('gpu', '?')} (torch {dev.get('torch', '?')}, CUDA "
-             f"{dev.get('cuda', '?')}), {a.get('steps')} steps per run{per}", ""]
+             f"{dev.get('cuda', '?')}), {a.get('steps')} steps per run{per}"]
+    lines += [f"note: {n}" for n in a.get("notes") or []] + [""]
     lines.append(f"  {'run':<14} {'environment':<48} {'step 1':>11} {'step 2':>10} {'steady':>10} {'run wall':>9}"
-                 + (f" {'step 1 spread ms':>17} rounds" if rounds else ""))
+                 + (f" {'step 1 spread ms':>17} {'runs':>4} round" if rounds else ""))
     for t in a["table"]:
         lines.append(f"  {t['run']:<14} {t['env'][:48]:<48} {_ms(t['step1_s']):>11} {_ms(t['step2_s']):>10} "
                      f"{_ms(t['steady_s']):>10} {t['wall_s'] or 0:8.1f}s"
-                     + (f" {_range((t.get('spread') or {}).get('step1_s')):>17} {t.get('rounds', 1):>6}"
-                        if rounds else "") + ("" if t["ok"] else "  FAILED"))
+                     + (f" {_range((t.get('spread') or {}).get('step1_s')):>17} {t.get('rounds', 1):>4} "
+                        f"{t.get('round', 1):>5}" if rounds else "") + ("" if t["ok"] else "  FAILED"))
         if t.get("error"):
             lines.append(f"      {' '.join(t['error'].split())[-160:]}")
     lines.append("")
@@ -1614,7 +1646,7 @@ def render(a: dict) -> str:
                     if rounds else ""))
     lines.append(f"  {'cause':<72} {'ms':>10} " + (f"{'spread ms':>15} " if rounds else "") + f"{'share':>7}  how")
     for c in sorted(a["components"], key=lambda c: -c["seconds"]):
-        share = f"{100 * c['seconds'] / ex:6.1f}%" if ex > 0 else "    n/a"
+        share = _share(c["seconds"], ex)
         mid = f"{_range(c.get('spread')):>15} " if rounds else ""
         flag = "within noise; " if c.get("within_noise") else ""
         lines.append(f"  {c['label']:<72} {c['seconds'] * 1e3:10.1f} {mid}{share}  {flag}{c['how']}")
@@ -1738,9 +1770,96 @@ def observed_provenance(result: dict) -> dict[str, dict]:
     return out
 
 
+class NotThisRun(ProbeError):
+    """A saved cold start of another program or GPU than the run it was given with."""
+
+
+class _Bad(Exception):
+    """A value of a saved cold start that `cold-start --save` cannot have written: its field and why."""
+
+    def __init__(self, field: str, why: str):
+        super().__init__(f"{field} {why}")
+        self.field, self.why = field, why
+
+
+def _num(v, field: str, *, integer: bool = False, within: tuple[float, str] | None = None) -> None:
+    """`v` is a finite number ≥ 0 (whole where `integer`), and at most `within` (seconds, what they are) plus a
+    millisecond: a timer inside a window cannot run longer than the window."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Bad(field, f"is {v!r}, not a number")
+    if not math.isfinite(v):
+        raise _Bad(field, f"is {v}, not a finite number")
+    if v < 0:
+        raise _Bad(field, f"is {v}, below zero")
+    if integer and v != int(v):
+        raise _Bad(field, f"is {v}, not a whole number")
+    if within is not None and v > within[0] + 1e-3:
+        raise _Bad(field, f"is {v} s, longer than {within[1]} ({within[0]:.6f} s)")
+
+
+def check_run(r: dict) -> None:
+    """A saved run's values by type and physical sense (raises `_Bad` on the first that fails): the run's wall
+    time; each window's name, wall and host time (host ≤ wall); the timers inside a window (torch.compile's, the
+    compile routes', the driver's calls) no longer than it; calls and counts whole numbers; the preinit items'
+    seconds (or their failure text). Every number finite and ≥ 0."""
+    if r.get("wall_s") is not None:
+        _num(r["wall_s"], "wall_s")
+    ws = r.get("windows", [])
+    if not isinstance(ws, list):
+        raise _Bad("windows", "is not a list of windows")
+    walls = {}
+    for i, w in enumerate(ws):
+        if not isinstance(w, dict) or not isinstance(w.get("name"), str):
+            raise _Bad(f"windows[{i}]", "is not a window with a name")
+        f = f"windows[{i}] ({w['name']})"
+        _num(w.get("wall_s"), f"{f}.wall_s")
+        wall = (w["wall_s"], f"the {w['name']} window")
+        walls[w["name"]] = wall
+        if w.get("host_s") is not None:
+            _num(w["host_s"], f"{f}.host_s", within=wall)
+        for k, v in (w.get("compile_s") or {}).items():
+            _num(v, f"{f}.compile_s[{k}]", within=wall)
+        for k, v in (w.get("jit_s") or {}).items():
+            if not isinstance(v, dict):
+                raise _Bad(f"{f}.jit_s[{k}]", f"is {v!r}, not a timer record")
+            # JAX reports the compile time its cache saved (not spent in the window): no bound
+            _num(v.get("s", 0.0), f"{f}.jit_s[{k}].s", within=None if "saved" in k else wall)
+            _num(v.get("n", 0), f"{f}.jit_s[{k}].n", integer=True)
+    for k, v in (r.get("lt_counts") or {}).items():
+        _num(v, f"lt_counts[{k}]", integer=True)
+    for wn, g in (r.get("driver_calls") or {}).items():
+        for what, x in ((g or {}).get("by_what") or {}).items():
+            _num((x or {}).get("seconds", 0.0), f"driver_calls[{wn}].by_what[{what}].seconds", within=walls.get(wn))
+            _num((x or {}).get("count", 0), f"driver_calls[{wn}].by_what[{what}].count", integer=True)
+    for k, v in (r.get("preinit") or {}).items():
+        if not isinstance(v, str):
+            _num(v, f"preinit[{k}]", within=walls.get("preinit"))
+
+
+def _checked_runs(path: str, runs: dict, where: str, notes: list[str]) -> dict:
+    """`runs` less those with a damaged value (`check_run`), each skipped with a note naming the file, the run
+    and the field."""
+    kept = {}
+    for name, r in runs.items():
+        try:
+            check_run(r)
+            kept[name] = r
+        except _Bad as e:
+            notes.append(f"{path}: run {name}{where} skipped: {e.field} {e.why} (a value `cold-start --save` "
+                         "does not write); the breakdown uses the other runs")
+        except (TypeError, AttributeError, ValueError) as e:
+            notes.append(f"{path}: run {name}{where} skipped: a value of another type than `cold-start --save` "
+                         f"writes ({type(e).__name__}: {str(e)[:80]}); the breakdown uses the other runs")
+    return kept
+
+
 def load(path: str) -> dict:
-    """A saved cold-start result (`--save`), checked enough to render: its shape, then an analysis of it, whose
-    errors on a value of the wrong type are the file's."""
+    """A saved cold-start result (`--save`), checked before anything reads it: its shape; ``steps``, ``repeat``
+    whole numbers in range (else one line naming the file, the field and what to give); each run's values by type
+    and physical sense (`check_run`): a damaged run is skipped and ``load_notes`` says which and why, a file whose
+    every run of round 1 is damaged is refused; then an analysis of what is left, whose errors on a value of the
+    wrong type are the file's."""
+    give = "give an unedited file written by `cold-start --save`"
     try:
         with open_text(path) as f:
             obj = json.load(f)
@@ -1755,16 +1874,87 @@ def load(path: str) -> dict:
     if not isinstance(runs, dict) or not all(isinstance(r, dict) for r in runs.values()):
         raise ProbeError(f"{path}: not a cold-start result ('runs' is not an object of runs by name); give a file "
                          "written by `cold-start --save`")
+    for key, low in (("steps", 3), ("repeat", 1)):
+        v = obj.get(key)
+        if v is None and key == "repeat":
+            continue
+        try:
+            _num(v, key, integer=True)
+            if v < low:
+                raise _Bad(key, f"is {v}, fewer than {low}")
+        except _Bad as e:
+            raise ProbeError(f"{path}: {e.field} {e.why} ({'steps per run' if key == 'steps' else 'rounds'}: "
+                             f"{low} or more); {give}") from None
+    reps = obj.get("repeats")
+    if reps is not None and not (isinstance(reps, list) and all(isinstance(x, dict) for x in reps)
+                                 and all(isinstance(r, dict) for x in reps for r in x.values())):
+        raise ProbeError(f"{path}: 'repeats' is not a list of rounds (runs by name); {give}")
+    notes: list[str] = []
+    obj["runs"] = _checked_runs(path, runs, "", notes)
+    if runs and not obj["runs"]:
+        raise ProbeError(f"{path}: every run has a damaged value ({notes[0].split(' skipped: ', 1)[1]}); {give}")
+    if reps:
+        obj["repeats"] = [_checked_runs(path, x, f" (round {k})", notes) for k, x in enumerate(reps, 2)]
+    obj["load_notes"] = notes
     # what the analysis reads, read once here: a value of another type than `cold-start --save` writes (an edited
     # or damaged file) is this file's error, not the analysis'
     try:
-        if runs:
+        if obj["runs"]:
             analyse(obj)
         observed_provenance(obj)
     except (TypeError, AttributeError, KeyError, ValueError, IndexError, ZeroDivisionError) as e:
         raise ProbeError(f"{path}: a value in it is not one `cold-start --save` writes ({type(e).__name__}: "
-                         f"{str(e)[:120]}); give an unedited file written by `cold-start --save`") from None
+                         f"{str(e)[:120]}); {give}") from None
     return obj
+
+
+def _stem(name: str | None) -> str:
+    """A program's name compared across files: its file name without folder and ``.py``, lower case."""
+    base = os.path.basename(str(name or "").split(":")[0])
+    return (base[:-3] if base.endswith(".py") else base).lower()
+
+
+def check_bound(result: dict, path: str, *, gpu: str | None = None, program: str | None = None,
+                names=None) -> list[str]:
+    """Refuse (`NotThisRun`, one line naming the program the save is from) a saved cold start of another run:
+    another GPU than `gpu`; none of the kernels it observed made at run time among `names` (the kernel names of
+    the run's trace) where it observed any; else, where it observed none, another program than `program` (the
+    run's label) by name — its program's or its label's. The notes returned say what the binding rests on: a save
+    made before ``binding`` was recorded is bound by what it holds (its program's name, the GPU)."""
+    b = result.get("binding") if isinstance(result.get("binding"), dict) else {}
+    prog = b.get("program") or program_name(result) or "an unnamed program"
+    what = f"{path} is the cold start of {prog}"
+    if b.get("sha256"):
+        what += f" ({b.get('file')}, sha256 {str(b['sha256'])[:12]}…)"
+    sgpu = b.get("gpu") or _device(result.get("runs") or {}).get("gpu")
+    fix = "give the cold-start save of this run's program (`cold-start --save`), or leave --coldstart out"
+    if gpu and sgpu and sgpu not in str(gpu):
+        raise NotThisRun(f"{what}, measured on {sgpu}; this run is on {gpu}: {fix}")
+    obs = observed_provenance(result)
+    if names is not None and obs:
+        if not any(k in names for k in obs):
+            first = min(obs, key=len)
+            raise NotThisRun(f"{what}: none of the {len(obs)} kernels it saw made at run time (e.g. {first[:80]}) "
+                             f"runs in this trace: {fix}")
+    elif program and not obs and _stem(program) not in {_stem(prog), _stem(result.get("label"))}:
+        raise NotThisRun(f"{what}; this run is of {program}: {fix}")
+    if b.get("sha256"):
+        return []
+    how = ("the kernels it saw made at run time, found in this trace" if names is not None and obs else
+           f"its program's name ({prog})" if program else "nothing this run records")
+    return [f"{path} was saved before cold-start recorded the program's content hash: bound by {how}"
+            + (f" and the GPU ({sgpu})" if gpu and sgpu else "")]
+
+
+def trace_kernel_names(path: str, rows=None) -> set[str]:
+    """Every kernel name a Chrome trace launches (its detail), or, where it cannot be read so, those of `rows`
+    (a kernel table's ``kernel`` column)."""
+    try:
+        from cublaslt_probe.analysis.trace import read_chrome_trace
+        det = read_chrome_trace(path, detail=True).detail
+        return set(det.names)
+    except (ProbeError, OSError, ValueError):  # an Nsight export or an odd trace: the rows' names are what is known
+        return set(rows["kernel"]) if rows is not None and len(rows) else set()
 
 
 def apply_observed(rows, result: dict, per_name: dict | None = None, steps: int = 1):
