@@ -303,8 +303,9 @@ def repeat_envs(first: dict) -> list[str]:
     """The runs of a later round, in round 1's order: those of `REPEATED` that completed in round 1. cold_again is
     not repeated (a later round's cold run finds the files in the operating system's file cache, as cold_again
     did), nor nocache where no run of round 1 logged a cuBLASLt matmul (no miss to time), nor the what-ifs (nojit,
-    forcejit, forcejit_warm: whether the program runs, not a term of the sum)."""
-    logged = any(n for r in first.values() for n in ((r.get("lt_counts") or {}).values()))
+    forcejit, forcejit_warm: whether the program runs, not a term of the sum). The preinit window's own GEMMs do not
+    count as logged: only the steps'."""
+    logged = any(n for r in first.values() for w, n in (r.get("lt_counts") or {}).items() if w.startswith("step"))
     return [n for n, r in first.items() if n in REPEATED and usable(r) and (n != "nocache" or logged)]
 
 
@@ -977,14 +978,16 @@ def within_noise(size: float, measured: list[float]) -> bool:
 
 def median_runs(rounds: list[dict]) -> tuple[dict, dict, list[str]]:
     """One run per environment, each the median of that environment's completed runs over the rounds by step 1
-    (the lower median of an even count), in round 1's order; the environments that ran once as round 1 made them.
+    (the lower median of an even count), in round 1's order (a run that round 1 lacks, skipped on load, after);
+    the environments that ran once as the first round to have them made them.
     The breakdown of these runs adds up as one round's does, and each of its differences is taken between
     typical runs. The cold run is the median of the cold runs whose step 1 read less than `STORAGE_READ_MIN` from
     storage and of cold_again (each: empty compile caches, the operating system's file cache warm): a cold run that
     read its files from storage happens once per machine, and is reported apart. Returns (runs by name, the round
     each came from by name, notes on what was left out)."""
     first, out, chosen, left = rounds[0], {}, {}, []
-    for name in first:
+    names = list(first) + [n for r in rounds[1:] for n in r if n not in first]
+    for name in dict.fromkeys(names):
         if name == "cold_again":
             continue
         pool = [(k, r[name]) for k, r in enumerate(rounds, 1) if usable(r.get(name))]
@@ -998,7 +1001,8 @@ def median_runs(rounds: list[dict]) -> tuple[dict, dict, list[str]]:
                          "left out of the median cold run (the others found those files in the file cache)"
                          for k, x in read]
         if not pool:
-            out[name], chosen[name] = first[name], {"round": 1, "step1_s": []}
+            k = next(k for k, r in enumerate(rounds, 1) if name in r)
+            out[name], chosen[name] = rounds[k - 1][name], {"round": k, "step1_s": []}
             continue
         k, run = sorted(pool, key=lambda p: step_walls(p[1])[0])[(len(pool) - 1) // 2]
         out[name], chosen[name] = run, {"round": k, "step1_s": [step_walls(x)[0] for _, x in pool]}
@@ -1918,8 +1922,9 @@ def check_bound(result: dict, path: str, *, gpu: str | None = None, program: str
                 names=None) -> list[str]:
     """Refuse (`NotThisRun`, one line naming the program the save is from) a saved cold start of another run:
     another GPU than `gpu`; none of the kernels it observed made at run time among `names` (the kernel names of
-    the run's trace) where it observed any; else, where it observed none, another program than `program` (the
-    run's label) by name — its program's or its label's. The notes returned say what the binding rests on: a save
+    the run's trace) where it observed any (then it has nothing to add to this trace, whatever program it is of);
+    else, where it observed none, another program than `program` (the run's label) by name — its program's or its
+    label's. The notes returned say what the binding rests on: a save
     made before ``binding`` was recorded is bound by what it holds (its program's name, the GPU)."""
     b = result.get("binding") if isinstance(result.get("binding"), dict) else {}
     prog = b.get("program") or program_name(result) or "an unnamed program"
@@ -1935,7 +1940,7 @@ def check_bound(result: dict, path: str, *, gpu: str | None = None, program: str
         if not any(k in names for k in obs):
             first = min(obs, key=len)
             raise NotThisRun(f"{what}: none of the {len(obs)} kernels it saw made at run time (e.g. {first[:80]}) "
-                             f"runs in this trace: {fix}")
+                             f"runs in this trace, so it has nothing to add to it: {fix}")
     elif program and not obs and _stem(program) not in {_stem(prog), _stem(result.get("label"))}:
         raise NotThisRun(f"{what}; this run is of {program}: {fix}")
     if b.get("sha256"):
@@ -1944,6 +1949,18 @@ def check_bound(result: dict, path: str, *, gpu: str | None = None, program: str
            f"its program's name ({prog})" if program else "nothing this run records")
     return [f"{path} was saved before cold-start recorded the program's content hash: bound by {how}"
             + (f" and the GPU ({sgpu})" if gpu and sgpu else "")]
+
+
+def bound_or_usage(result: dict, path: str, *, echo, **run) -> None:
+    """For the commands that take ``--coldstart``: `check_bound`, its refusal a usage error (exit 2, one line),
+    its notes and the file's load notes through `echo`."""
+    import click
+    try:
+        notes = check_bound(result, path, **run)
+    except NotThisRun as e:
+        raise click.UsageError(str(e)) from None
+    for n in list(result.get("load_notes") or []) + notes:
+        echo(f"note: {n}")
 
 
 def trace_kernel_names(path: str, rows=None) -> set[str]:
