@@ -105,7 +105,7 @@ def _clean_output(text: str, where: str) -> None:
     """No traceback, no impossible figure: nan, inf, a negative time or share, a share over 100 %."""
     assert "Traceback" not in text and "internal error" not in text, where
     head = "\n".join(ln for ln in text.split("\nevidence:")[0].splitlines() if not ln.startswith("note: "))
-    assert not re.search(r"\b(nan|inf)\b", head, re.I), where
+    assert not re.search(r"\b(nan|inf)\b", head, re.IGNORECASE), where
     assert "miss time -" not in text, where
     for share in re.findall(r"(-?\d[\d,.]*)%", head):
         assert 0 <= float(share.replace(",", "")) <= 100, (share, where)
@@ -277,7 +277,7 @@ def test_each_run_is_its_environments_median_and_the_sum_is_exact(repeated, prog
     d = repeated[prog]
     rounds = coldstart.rounds_of(d)
     assert len(rounds) == 3 and "cold_again" in rounds[0] and all("cold_again" not in r for r in rounds[1:])
-    runs, chosen, left = coldstart.median_runs(rounds)
+    runs, _, left = coldstart.median_runs(rounds)
     for name in ("warm", "preinit", "eager"):
         walls = sorted(coldstart.step_walls(r[name])[0] for r in rounds)
         assert coldstart.step_walls(runs[name])[0] == walls[1]

@@ -28,6 +28,11 @@ a route that compiles in every run varies between runs by more than those differ
 explains is reported as "unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A
 difference between two runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was
 measured.
+
+`--repeat N` (`run(repeat=)`, default `REPEAT_DEFAULT`) makes the runs in N rounds; the breakdown is that of each
+environment's median run (`median_runs`), every figure with its spread over the rounds and causes no larger than
+their spread said to be within noise (`combine_rounds`). `load` checks a saved run's values (`check_run`: a damaged
+run is skipped with a note) and `check_bound` refuses a save of another program or GPU (docs/coldstart.md).
 """
 from __future__ import annotations
 
@@ -1915,7 +1920,7 @@ def load(path: str) -> dict:
 def _stem(name: str | None) -> str:
     """A program's name compared across files: its file name without folder and ``.py``, lower case."""
     base = os.path.basename(str(name or "").split(":")[0])
-    return (base[:-3] if base.endswith(".py") else base).lower()
+    return base.removesuffix(".py").lower()
 
 
 def check_bound(result: dict, path: str, *, gpu: str | None = None, program: str | None = None,
