@@ -362,3 +362,51 @@ def test_repeat_option_is_checked():
     assert d["repeat"] == 3 and len(d["repeats"]) == 2
     c = copy.deepcopy(d)
     assert coldstart.rounds_of(c)[0] is c["runs"]
+
+
+# --- any number of a real save damaged: skipped or refused by name, never a traceback or an impossible figure -------
+def _leaves(o, path=()):
+    if isinstance(o, dict):
+        for k, v in o.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(o, list):
+        for i, v in enumerate(o):
+            yield from _leaves(v, (*path, i))
+    elif isinstance(o, (int, float)) and not isinstance(o, bool):
+        yield path
+
+
+DAMAGE = (float("nan"), float("inf"), -1.0, 1e300, "x", None, -5, 2.5, [], {})
+
+
+@pytest.mark.parametrize("save", ("repeat/cupy_repeat3_run1", "compilers/jax_run1", "llama_eager", "ptx_module",
+                                  "compilers/torch_compile_run1"))
+def test_any_number_damaged_is_skipped_or_refused_by_name(save, tmp_path):
+    import random
+    base = _raw(CS / f"{save}.json.gz")
+    leaves = list(_leaves(base))
+    rng = random.Random(save)
+    problems = []
+    for _ in range(30):
+        d = copy.deepcopy(base)
+        path, value = rng.choice(leaves), rng.choice(DAMAGE)
+        o = d
+        for k in path[:-1]:
+            o = o[k]
+        o[path[-1]] = value
+        f = _write(tmp_path, d)
+        r = _cli("cold-start", "--from", f)
+        where = f"{'.'.join(map(str, path))} = {value!r}"
+        if r.exit_code == 1:
+            line = r.output.strip().splitlines()
+            if len(line) != 1 or not line[0].startswith(f"Error: {f}: ") or "a value in it is not one" in line[0]:
+                problems.append(f"{where}: {line[-1][:200] if line else r.output!r}")
+            continue
+        if r.exit_code not in (0, 3):
+            problems.append(f"{where}: exit {r.exit_code} {r.output[-200:]!r}")
+            continue
+        try:
+            _clean_output(r.output, where)
+        except AssertionError as e:
+            problems.append(f"{where}: {e}")
+    assert not problems, "\n".join(problems)

@@ -1806,11 +1806,24 @@ def _num(v, field: str, *, integer: bool = False, within: tuple[float, str] | No
         raise _Bad(field, f"is {v} s, longer than {within[1]} ({within[0]:.6f} s)")
 
 
+def _counters(obj, field: str, keys: tuple[str, ...] | None = None) -> None:
+    """A counter record (absent, or an object): its values (or only `keys` of it, where present) numbers, finite
+    and ≥ 0 (`_num`)."""
+    if obj is None:
+        return
+    if not isinstance(obj, dict):
+        raise _Bad(field, f"is {obj!r}, not a record of counters")
+    for k, v in obj.items():
+        if keys is None or k in keys:
+            _num(v, f"{field}[{k}]")
+
+
 def check_run(r: dict) -> None:
     """A saved run's values by type and physical sense (raises `_Bad` on the first that fails): the run's wall
     time; each window's name, wall and host time (host ≤ wall); the timers inside a window (torch.compile's, the
     compile routes', the driver's calls) no longer than it; calls and counts whole numbers; the preinit items'
-    seconds (or their failure text). Every number finite and ≥ 0."""
+    seconds (or their failure text); the counters the analysis reads (process accounting, allocator counters,
+    files and modules counted). Every number finite and ≥ 0."""
     if r.get("wall_s") is not None:
         _num(r["wall_s"], "wall_s")
     ws = r.get("windows", [])
@@ -1834,6 +1847,16 @@ def check_run(r: dict) -> None:
             # JAX reports the compile time its cache saved (not spent in the window): no bound
             _num(v.get("s", 0.0), f"{f}.jit_s[{k}].s", within=None if "saved" in k else wall)
             _num(v.get("n", 0), f"{f}.jit_s[{k}].n", integer=True)
+        for part in ("process", "mem_before", "mem_after"):
+            _counters(w.get(part), f"{f}.{part}")
+        for var, c in (w.get("new_files") or {}).items():
+            _counters(c, f"{f}.new_files[{var}]", ("count", "bytes"))
+    for var, c in (r.get("cache_written") or {}).items():
+        _counters(c, f"cache_written[{var}]", ("count", "bytes"))
+    for wn, g in (r.get("modules") or {}).items():
+        for k in ("count", "bytes"):
+            if k in (g or {}):
+                _num(g[k], f"modules[{wn}].{k}", integer=True)
     for k, v in (r.get("lt_counts") or {}).items():
         _num(v, f"lt_counts[{k}]", integer=True)
     for wn, g in (r.get("driver_calls") or {}).items():
