@@ -274,6 +274,8 @@ def test_a_new_save_carries_its_program_gpu_and_versions():
     prog = Path(__file__).parent.parent / "scripts" / "coldstart_programs" / "numba_prog.py"
     assert b["sha256"] == hashlib.sha256(prog.read_bytes()).hexdigest()
     assert b["gpu"] == "NVIDIA H200" and b["versions"]["numba-cuda"] == "0.30.4" and b["versions"]["cuda"] == "13.0"
+    head = coldstart.render(coldstart.analyse(coldstart.load(str(REPEAT["numba"])))).splitlines()[1]
+    assert head.startswith(f"program numba_prog.py (sha256 {b['sha256'][:12]}…); torch 2.11.0, cuda 13.0")
 
 
 # --- noise: the median run per environment, each figure's spread, causes within noise --------------------------------

@@ -886,6 +886,7 @@ def analyse(result: dict) -> dict:
             out = combine_rounds(out, per, rounds, chosen, left)
     out["repeat"] = len(rounds)
     out["notes"] = list(result.get("load_notes") or [])
+    out["binding"] = result.get("binding") if isinstance(result.get("binding"), dict) else None
     return out
 
 
@@ -1633,6 +1634,10 @@ def render(a: dict) -> str:
            "spread min–max over the rounds" if rounds else "")
     lines = [f"cold start of {a.get('label')} on {dev.get('gpu', '?')} (torch {dev.get('torch', '?')}, CUDA "
              f"{dev.get('cuda', '?')}), {a.get('steps')} steps per run{per}"]
+    b = a.get("binding") or {}
+    if b.get("sha256"):
+        lines.append(f"program {b.get('file')} (sha256 {str(b['sha256'])[:12]}…); "
+                     + ", ".join(f"{k} {v}" for k, v in (b.get("versions") or {}).items()))
     lines += [f"note: {n}" for n in a.get("notes") or []] + [""]
     lines.append(f"  {'run':<14} {'environment':<48} {'step 1':>11} {'step 2':>10} {'steady':>10} {'run wall':>9}"
                  + (f" {'step 1 spread ms':>17} {'runs':>4} round" if rounds else ""))
