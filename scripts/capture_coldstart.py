@@ -202,7 +202,7 @@ def main():
         factory, env_set = PROGRAMS[name]
         t = time.perf_counter()
         raw = coldstart.run(f"{os.path.abspath(__file__)}:{factory}", steps=a.steps, env_set=env_set,
-                            timeout=a.timeout, label=name, log=lambda m, n=name: print(n, m, flush=True))
+                            timeout=a.timeout, label=name, log=lambda m, n=name: print(n, m, flush=True), repeat=1)
         raw["command"] = f"scripts/capture_coldstart.py --only {name} --steps {a.steps}"
         raw["target"]["spec"] = f"scripts/capture_coldstart.py:{factory}"
         with open(os.path.join(a.out, f"{name}.json"), "w") as f:

@@ -66,7 +66,7 @@ def _adds_up(a):
 
 @pytest.mark.gpu
 def test_eager_step_is_not_runtime_compiled_and_adds_up():
-    raw = coldstart.run(_target("make_eager_step"), steps=5, env_set="default", timeout=240)
+    raw = coldstart.run(_target("make_eager_step"), steps=5, env_set="default", timeout=240, repeat=1)
     assert all(r.get("ok") for r in raw["runs"].values()), {k: r.get("error") for k, r in raw["runs"].items()}
     a = coldstart.analyse(raw)
     assert not a["compilation"]["observed"], a["compilation"]
@@ -84,7 +84,7 @@ def test_eager_step_is_not_runtime_compiled_and_adds_up():
 
 @pytest.mark.gpu
 def test_compiled_step_is_runtime_compiled_and_a_warm_cache_removes_it():
-    raw = coldstart.run(_target("make_compiled_step"), steps=4, env_set="compile", timeout=300)
+    raw = coldstart.run(_target("make_compiled_step"), steps=4, env_set="compile", timeout=300, repeat=1)
     assert all(r.get("ok") for r in raw["runs"].values()), {k: r.get("error") for k, r in raw["runs"].items()}
     a = coldstart.analyse(raw)
     assert a["compilation"]["observed"] and "triton" in a["compilation"]["mechanisms"]
@@ -102,7 +102,7 @@ def test_compiled_step_is_runtime_compiled_and_a_warm_cache_removes_it():
 @pytest.mark.gpu
 def test_ptx_module_is_jit_compiled_detected_and_timed():
     raw = coldstart.run(_target("make_ptx_step"), steps=4, envs="cold,warm,nojit,forcejit,forcejit_warm",
-                        timeout=240)
+                        timeout=240, repeat=1)
     runs = raw["runs"]
     assert runs["cold"]["ok"] and runs["warm"]["ok"], runs["cold"].get("error")
     a = coldstart.analyse(raw)

@@ -24,7 +24,7 @@ def windows_cpu(run):
 
 
 def _run(name, envs="cold,warm"):
-    raw = coldstart.run(["python", str(PROGS / f"{name}_prog.py")], steps=4, envs=envs, timeout=300)
+    raw = coldstart.run(["python", str(PROGS / f"{name}_prog.py")], steps=4, envs=envs, timeout=300, repeat=1)
     bad = {k: r.get("error") for k, r in raw["runs"].items() if not r.get("ok")}
     assert not bad, bad
     # every window keeps the process's own accounting (CPU seconds, its compilers' CPU, reads from storage)

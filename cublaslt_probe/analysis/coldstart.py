@@ -28,11 +28,17 @@ a route that compiles in every run varies between runs by more than those differ
 explains is reported as "unexplained", never dropped: causes + unexplained = step 1 − steady state, exactly. A
 difference between two runs below zero is run-to-run noise: the cause counts 0 and the evidence says what was
 measured.
+
+`--repeat N` (`run(repeat=)`, default `REPEAT_DEFAULT`) makes the runs in N rounds; the breakdown is that of each
+environment's median run (`median_runs`), every figure with its spread over the rounds and causes no larger than
+their spread said to be within noise (`combine_rounds`). `load` checks a saved run's values (`check_run`: a damaged
+run is skipped with a note) and `check_bound` refuses a save of another program or GPU (docs/coldstart.md).
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -105,6 +111,8 @@ AUTO_ENVS = {"noautotune": "XLA compiled in the cold run's steps: the same progr
                            "files, times the first reads apart from the compilation"}
 # bytes a step must read from storage for the first reads of files to be a cause (below: the odd page)
 STORAGE_READ_MIN = 1 << 20
+# rounds `cold-start` makes of each run unless told (`--repeat`): the medians and the spread need three
+REPEAT_DEFAULT = 3
 ENV_SETS = {
     "default": ("cold", "warm", "preinit", "eager", "nocache"),
     "full": ("cold", "warm", "preinit", "eager", "nocache", "nojit", "forcejit", "forcejit_warm"),
@@ -177,46 +185,133 @@ def target_args(target) -> tuple[list[str], dict]:
 
 
 def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = None, cupti: bool = True,
-        timeout: float = 600.0, label: str | None = None, python: str | None = None, log=None) -> dict:
-    """Run the target's steps once per environment, each in a fresh child process; the raw result.
+        timeout: float = 600.0, label: str | None = None, python: str | None = None, log=None,
+        repeat: int = REPEAT_DEFAULT) -> dict:
+    """Run the target's steps once per environment, each in a fresh child process, `repeat` rounds; the raw result.
 
-    Each run is one `_run_env` call; this loop owns the order: it stops at the first child that could not use a GPU
-    (`NoCudaDevice`) and, after the cold run of a named set, appends the runs `auto_envs` asks for."""
+    Round 1 goes to ``runs``, rounds 2…N to ``repeats`` (a list of runs by name). Each run is one `_run_env` call;
+    this loop owns the order: it stops at the first child that could not use a GPU (`NoCudaDevice`) and, after the
+    cold run of a named set, appends the runs `auto_envs` asks for. Each round has cache folders of its own (its
+    cold run starts empty); the later rounds make only the runs `repeat_envs` keeps. ``binding`` says what was
+    measured (`binding`)."""
     if steps < 3:
         raise ProbeError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
+    if repeat < 1:
+        raise ProbeError(f"--repeat {repeat}: give 1 or more rounds (3 shows the noise between runs)")
     args, desc = target_args(target)
     names = env_names(env_set, envs)
     import cublaslt_probe
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cublaslt_probe.__file__)))
     out = {"schema": SCHEMA, "label": label or desc.get("spec") or desc.get("argv", [""])[0], "target": desc,
-           "steps": steps, "envs": names, "cupti": cupti,
-           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": {}}
+           "steps": steps, "envs": names, "cupti": cupti, "repeat": repeat,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": {}, "repeats": []}
     root = tempfile.mkdtemp(prefix="coldstart_")
-    todo = list(names)
+
+    def one(name: str, rroot: str) -> dict:
+        cmd = [python or sys.executable, "-m", "cublaslt_probe.gpu.coldstart_child", "--steps", str(steps)]
+        cmd += ["--preinit"] if ENVS[name].preinit else []
+        cmd += [] if cupti else ["--no-cupti"]
+        cmd += args
+        rec = _run_env(ENVS[name], cmd, rroot, pkg_root, timeout)
+        why = _no_gpu(rec)
+        if why:
+            raise NoCudaDevice("cold-start", why)
+        return rec
+
     try:
-        while todo:
-            name = todo.pop(0)
-            cmd = [python or sys.executable, "-m", "cublaslt_probe.gpu.coldstart_child", "--steps", str(steps)]
-            cmd += ["--preinit"] if ENVS[name].preinit else []
-            cmd += [] if cupti else ["--no-cupti"]
-            cmd += args
-            rec = _run_env(ENVS[name], cmd, root, pkg_root, timeout)
-            out["runs"][name] = rec
-            why = _no_gpu(rec)
-            if why:
-                raise NoCudaDevice("cold-start", why)
-            if log:
-                log(f"{name}: {'ok' if rec.get('ok') else 'FAILED'} in {rec['wall_s']:.1f} s")
-            if name == "cold" and not envs:
-                for extra in auto_envs(rec):
-                    if extra not in names and extra not in todo:
-                        todo.append(extra)
-                        names.append(extra)
-                        if log:
-                            log(f"{extra}: added ({AUTO_ENVS[extra]})")
+        for k in range(1, repeat + 1):
+            rroot = os.path.join(root, f"round{k}")
+            os.makedirs(rroot)
+            got = out["runs"] if k == 1 else {}
+            todo = list(names) if k == 1 else repeat_envs(out["runs"])
+            if k > 1:
+                out["repeats"].append(got)
+            while todo:
+                name = todo.pop(0)
+                got[name] = rec = one(name, rroot)
+                if log:
+                    log(f"{name}{f' (round {k})' if repeat > 1 else ''}: {'ok' if rec.get('ok') else 'FAILED'} in "
+                        f"{rec['wall_s']:.1f} s")
+                if k == 1 and name == "cold" and not envs:
+                    for extra in auto_envs(rec):
+                        if extra not in names and extra not in todo:
+                            todo.append(extra)
+                            names.append(extra)
+                            if log:
+                                log(f"{extra}: added ({AUTO_ENVS[extra]})")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    out["binding"] = binding_of(args, desc, out["runs"], python)
     return out
+
+
+# packages whose versions a save records (the parent's, which starts the children with the same Python)
+BOUND_PACKAGES = ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "numba", "numba-cuda", "jax", "jaxlib")
+
+
+def program_file(args: list[str]) -> str | None:
+    """The file that holds the program of the child's arguments (`target_args`), or None (a module not found)."""
+    if args[0] == "--script":
+        return args[1]
+    where = args[1].rpartition(":")[0]
+    if where.endswith(".py"):
+        return where
+    with contextlib.suppress(ImportError, ValueError, AttributeError):
+        import importlib.util
+        spec = importlib.util.find_spec(where)
+        return spec.origin if spec and spec.origin and spec.origin.endswith(".py") else None
+    return None
+
+
+def file_sha256(path: str | None) -> str | None:
+    import hashlib
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def binding_of(args: list[str], desc: dict, runs: dict, python: str | None = None) -> dict:
+    """What a save measured: the program (its name, its file's name and content hash — not its folder, a machine
+    path), the GPU and the versions (the runs' device record: torch, CUDA, cuDNN; the frameworks installed, where
+    the children run this Python)."""
+    import importlib.metadata
+    path = program_file(args)
+    versions = {}
+    for pkg in BOUND_PACKAGES if not python or python == sys.executable else ():
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[pkg] = importlib.metadata.version(pkg)
+    dev = _device(runs)
+    return {"program": program_name({"target": desc}), "file": os.path.basename(path) if path else None,
+            "sha256": file_sha256(path), "gpu": dev.get("gpu"),
+            "versions": {**{k: dev[k] for k in ("torch", "cuda", "cudnn") if k in dev}, **versions}}
+
+
+def program_name(result: dict) -> str | None:
+    """The program a save measured, by name: its script's or function's file name without ``.py`` (and the
+    function's name), else its label."""
+    t = result.get("target") if isinstance(result.get("target"), dict) else {}
+    if t.get("kind") == "script" and t.get("argv"):
+        return os.path.splitext(os.path.basename(str(t["argv"][0])))[0]
+    if t.get("kind") == "func" and t.get("spec"):
+        where, _, name = str(t["spec"]).rpartition(":")
+        return f"{os.path.splitext(os.path.basename(where))[0]}:{name}"
+    return str(result["label"]) if result.get("label") else None
+
+
+# the runs whose differences make the breakdown: the later rounds repeat these (the what-ifs run once)
+REPEATED = ("cold", "warm", "preinit", "eager", "nocache", "noautotune")
+
+
+def repeat_envs(first: dict) -> list[str]:
+    """The runs of a later round, in round 1's order: those of `REPEATED` that completed in round 1. cold_again is
+    not repeated (a later round's cold run finds the files in the operating system's file cache, as cold_again
+    did), nor nocache where no run of round 1 logged a cuBLASLt matmul (no miss to time), nor the what-ifs (nojit,
+    forcejit, forcejit_warm: whether the program runs, not a term of the sum). The preinit window's own GEMMs do not
+    count as logged: only the steps'."""
+    logged = any(n for r in first.values() for w, n in (r.get("lt_counts") or {}).items() if w.startswith("step"))
+    return [n for n, r in first.items() if n in REPEATED and usable(r) and (n != "nocache" or logged)]
 
 
 def _run_env(spec: EnvSpec, cmd: list[str], root: str, pkg_root: str, timeout: float) -> dict:
@@ -777,7 +872,32 @@ _MECH_LABEL = {"triton": "Triton via torch.compile", "inductor": "Inductor code 
 
 
 def analyse(result: dict) -> dict:
-    """The breakdown of the cold run's first step (see the module doc). CPU only.
+    """The breakdown of the cold run's first step (see the module doc); for a save made with `--repeat`, the
+    breakdown of the median runs (`median_runs`) with each figure's spread over the rounds (`combine_rounds`).
+    CPU only."""
+    rounds = rounds_of(result)
+    if len(rounds) < 2:
+        out = analyse_round(result)
+    else:
+        runs, chosen, left = median_runs(rounds)
+        out = analyse_round({**result, "runs": runs})
+        if out.get("baseline") is not None:
+            per = [analyse_round({**result, "runs": r}, brief=True) for r in rounds]
+            out = combine_rounds(out, per, rounds, chosen, left)
+    out["repeat"] = len(rounds)
+    out["notes"] = list(result.get("load_notes") or [])
+    out["binding"] = result.get("binding") if isinstance(result.get("binding"), dict) else None
+    return out
+
+
+def rounds_of(result: dict) -> list[dict]:
+    """The rounds of a save: its runs (round 1), then each later round's runs (`--repeat`; none in older saves)."""
+    return [result.get("runs") or {}] + [r for r in (result.get("repeats") or []) if isinstance(r, dict) and r]
+
+
+def analyse_round(result: dict, brief: bool = False) -> dict:
+    """The breakdown of one round: the cold run's first step of `result`'s runs. `brief`: the figures only (no
+    provenance, caches, what-ifs).
 
     Each term of the module doc's sum has its own function, called here in the sum's order (cold caches,
     initialisation, module loading, then what step 1 of the eager run shows); each returns its components, and
@@ -790,7 +910,8 @@ def analyse(result: dict) -> dict:
     base_name = "cold" if usable(runs.get("cold")) else next((n for n, r in runs.items() if usable(r)
                                                               and n not in ("forcejit", "forcejit_warm")), None)
     out = {"label": result.get("label"), "device": _device(runs), "steps": result.get("steps"), "table": table,
-           "baseline": base_name, "components": [], "evidence": [], "compilation": runtime_compilation(runs)}
+           "baseline": base_name, "components": [], "evidence": [],
+           "compilation": None if brief else runtime_compilation(runs)}
     if base_name is None:
         out["verdict"] = failure_verdict(runs)
         return out
@@ -823,9 +944,16 @@ def analyse(result: dict) -> dict:
     comps += _heuristics_components(R, rname, C, E, notes)
     comps += _allocator_components(R, rname)
     explained = sum(c["seconds"] for c in comps)
+    if excess > 0 and explained > DISAGREE * excess:
+        notes.insert(0, f"the causes, each measured in its own runs, add up to {explained / excess:.1f}× the excess: "
+                        "the runs disagree by more than run-to-run noise (step 1: " + ", ".join(
+                            f"{t['run']} {_ms(t['step1_s'])}" for t in table if t["step1_s"] is not None)
+                        + "); a damaged or edited file, or a machine busy with other work while it ran")
     out["unexplained_s"] = excess - explained
     out["unexplained_pct"] = 100.0 * out["unexplained_s"] / excess if excess > 0 else None
     out["components"] = comps
+    if brief:
+        return out
     out["what_if"] = _what_if(runs)
     out["caches"] = cache_states(runs)
     out["kernels"] = observed_provenance(result)
@@ -833,6 +961,97 @@ def analyse(result: dict) -> dict:
     out["runs_wall_s"], out["overhead_s"] = overhead(runs)
     out["import_s"] = sum(float(r.get("import_torch_s") or 0.0) for r in runs.values())
     out["step2_excess_s"] = walls[1] - st
+    return out
+
+
+# the causes may exceed the excess by noise; beyond this factor the runs contradict each other
+DISAGREE = 1.5
+# causes a later round cannot show: the first reads of files from storage happen once per machine (round 1)
+ONCE_PER_MACHINE = ("file_cache",)
+
+
+def spread(values: list[float]) -> dict:
+    """A figure over the rounds: its median and its spread (min, max)."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def within_noise(size: float, measured: list[float]) -> bool:
+    """Whether a figure of that size is within the noise of what the rounds measured: no larger than their spread
+    (max − min), so the rounds cannot tell it from zero. One round, or rounds that all measured the same, have no
+    spread: never within noise."""
+    return len(measured) >= 2 and 0 < max(measured) - min(measured) and abs(size) <= max(measured) - min(measured)
+
+
+def median_runs(rounds: list[dict]) -> tuple[dict, dict, list[str]]:
+    """One run per environment, each the median of that environment's completed runs over the rounds by step 1
+    (the lower median of an even count), in round 1's order (a run that round 1 lacks, skipped on load, after);
+    the environments that ran once as the first round to have them made them.
+    The breakdown of these runs adds up as one round's does, and each of its differences is taken between
+    typical runs. The cold run is the median of the cold runs whose step 1 read less than `STORAGE_READ_MIN` from
+    storage and of cold_again (each: empty compile caches, the operating system's file cache warm): a cold run that
+    read its files from storage happens once per machine, and is reported apart. Returns (runs by name, the round
+    each came from by name, notes on what was left out)."""
+    first, out, chosen, left = rounds[0], {}, {}, []
+    names = list(first) + [n for r in rounds[1:] for n in r if n not in first]
+    for name in dict.fromkeys(names):
+        if name == "cold_again":
+            continue
+        pool = [(k, r[name]) for k, r in enumerate(rounds, 1) if usable(r.get(name))]
+        if name == "cold":
+            read = [(k, x) for k, x in pool if storage_read(windows(x).get("step1")) >= STORAGE_READ_MIN]
+            again = [(1, first["cold_again"])] if usable(first.get("cold_again")) else []
+            if read and len(pool) - len(read) + len(again):
+                pool = [p for p in pool if p not in read] + again
+                left += [f"the cold run of round {k} read {storage_read(windows(x).get('step1')) / 2**20:.1f} MiB "
+                         f"from storage in step 1 ({_ms(step_walls(x)[0])}): the first reads of a fresh machine, "
+                         "left out of the median cold run (the others found those files in the file cache)"
+                         for k, x in read]
+        if not pool:
+            k = next(k for k, r in enumerate(rounds, 1) if name in r)
+            out[name], chosen[name] = rounds[k - 1][name], {"round": k, "step1_s": []}
+            continue
+        k, run = sorted(pool, key=lambda p: step_walls(p[1])[0])[(len(pool) - 1) // 2]
+        out[name], chosen[name] = run, {"round": k, "step1_s": [step_walls(x)[0] for _, x in pool]}
+    return out, chosen, left
+
+
+def combine_rounds(med: dict, per: list[dict], rounds: list[dict], chosen: dict, left: list[str]) -> dict:
+    """The breakdown of the median runs (`med`, `median_runs`) with each figure's spread over the rounds `per`
+    (each round's own breakdown: step 1, excess, unexplained, each cause as measured, 0 in a round without it;
+    `spread`) and whether a cause is within noise (its size no larger than its spread: `within_noise`).
+    The unexplained rest is within noise when no larger than the spread of the excess or of the rounds' own
+    unexplained. Causes of `ONCE_PER_MACHINE` are left out of the spreads (a later round cannot show them)."""
+    ok = [a for a in per if a.get("baseline") == med["baseline"] and a.get("excess_s") is not None]
+    out = dict(med)
+    out["evidence"] = list(med["evidence"]) + left
+    fig = {k: spread([a[k] for a in ok]) for k in ("step1_s", "excess_s", "unexplained_s")}
+    comps = []
+    for c in med["components"]:
+        byr = [next((x for x in a["components"] if x["cause"] == c["cause"]), None) for a in ok]
+        measured = [(x["measured_s"] or 0.0) if x else 0.0 for x in byr]
+        extra = {} if c["cause"] in ONCE_PER_MACHINE else {
+            "spread": spread(measured), "rounds_s": measured, "within_noise": within_noise(c["seconds"], measured)}
+        comps.append({**c, **extra})
+    out["components"] = comps
+    out["noise_s"] = max(fig["excess_s"]["max"] - fig["excess_s"]["min"],
+                         fig["unexplained_s"]["max"] - fig["unexplained_s"]["min"])
+    out["unexplained_within_noise"] = len(ok) >= 2 and abs(out["unexplained_s"]) <= out["noise_s"]
+    out["rounds"] = {"n": len(ok), "made": len(per), "figures": fig,
+                     "chosen": {k: v["round"] for k, v in chosen.items()}}
+    out["table"] = _rounds_table(med["table"], chosen)
+    return out
+
+
+def _rounds_table(table: list[dict], chosen: dict) -> list[dict]:
+    """The median runs' table with, per run, the round it came from, how many runs it is the median of and the
+    spread of their step 1."""
+    out = []
+    for t in table:
+        c = chosen.get(t["run"]) or {"round": 1, "step1_s": []}
+        row = {**t, "rounds": len(c["step1_s"]), "round": c["round"]}
+        if len(c["step1_s"]) >= 2:
+            row["spread"] = {"step1_s": spread(c["step1_s"])}
+        out.append(row)
     return out
 
 
@@ -1091,28 +1310,55 @@ def _step1_components(runs: dict, R: dict, rname: str, notes: list[str], W: dict
 
 def _heuristics_components(R: dict, rname: str, C: dict | None, E: dict | None, notes: list[str]) -> list[dict]:
     """cuBLASLt heuristic misses in step 1 of run `R`: its new problems × the miss time, which the host time per
-    steady step of the nocache run `E` over the preinit run `C` measures. Without that time the misses are not
-    counted and their evidence goes to `notes`."""
+    steady step of the nocache run `E` over the preinit run `C` measures (`miss_time`). Without that time the
+    misses are not counted and their evidence goes to `notes`; a miss time the two runs' steady steps cannot tell
+    from their own variation counts 0 and says so (never a negative time per call)."""
     newp, lines1 = new_problems(R, "step1")
-    miss = None
-    if usable(C) and usable(E):
-        calls = lt_calls_per_step(C)
-        hc, he = steady(step_hosts(C)), steady(step_hosts(E))
-        if calls and hc is not None and he is not None:
-            miss = (he - hc) / calls
     if not (lines1 or newp):
         return []
     ev = [f"{rname} step 1: {lines1} cuBLASLt matmul calls in the level-2 log, {newp} distinct problems not "
           "seen earlier in the process (each a heuristics-cache miss)"]
-    if miss is None:
+    m = miss_time(C, E)
+    if m is None:
         ev.append("no miss time measured (needs the preinit and nocache runs): not counted")
         notes.extend(ev)
         return []
-    ev.append(f"miss time {miss * 1e6:.0f} µs per call: host time per steady step with the cache off "
-              f"{_ms(steady(step_hosts(E)))} vs on {_ms(steady(step_hosts(C)))}, "
-              f"{lt_calls_per_step(C):.0f} calls per step")
-    return [_component("heuristics", "cuBLASLt heuristic selection (cache misses)", newp * miss,
+    how = (f"host time per steady step with the cache off {_ms(m['off_s'])} vs on {_ms(m['on_s'])}, "
+           f"{m['calls']:g} calls per step; the steady steps of those runs vary by {m['noise_s'] * 1e6:.0f} µs")
+    if m["within_noise"]:
+        ev.append(f"miss time not resolved: {how}, and the difference ({m['measured_s'] * 1e6:+.0f} µs per call) is "
+                  "within that: counted 0 (a miss costs less than the runs' noise per step)")
+        return [_component("heuristics", "cuBLASLt heuristic selection (cache misses)", 0.0, "misses × miss time",
+                           ev)]
+    ev.append(f"miss time {m['measured_s'] * 1e6:.0f} µs per call: {how}")
+    return [_component("heuristics", "cuBLASLt heuristic selection (cache misses)", newp * m["measured_s"],
                        "misses × miss time", ev)]
+
+
+def iqr(values: list[float]) -> float:
+    """The interquartile range of a few values (0 for fewer than two)."""
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[2] - q[0]
+
+
+def miss_time(C: dict | None, E: dict | None) -> dict | None:
+    """The host time of one heuristics-cache miss: (steady host time per step of the nocache run `E` − that of the
+    preinit run `C`) / matmul calls per step; None without both runs or a logged call. ``noise_s`` is the larger
+    spread (max − min) of the two runs' steady host times per step: a difference no larger (or below zero) is
+    ``within_noise``, as it is where a step makes one or two cheap calls (CuPy's fp32 GEMM: a miss of ~15 µs in a
+    step whose host time varies by more between processes). The spread is the interquartile range, so one slow
+    step (a collection, a page fault) does not widen it: the medians compared ignore it too."""
+    if not (usable(C) and usable(E)):
+        return None
+    calls = lt_calls_per_step(C)
+    hc, he = steady(step_hosts(C)), steady(step_hosts(E))
+    if not calls or hc is None or he is None:
+        return None
+    noise = max(iqr(step_hosts(X)[2:]) for X in (C, E))
+    return {"measured_s": (he - hc) / calls, "off_s": he, "on_s": hc, "calls": calls, "noise_s": noise,
+            "within_noise": he - hc <= noise}
 
 
 def _allocator_components(R: dict, rname: str) -> list[dict]:
@@ -1354,23 +1600,52 @@ def _device(runs: dict) -> dict:
     return {}
 
 
-def _unexplained_line(a: dict) -> str:
+def _share(sec: float, ex: float) -> str:
+    """A cause's share of the excess; beyond 100 % (a cause measured in other runs larger than the excess: the runs
+    disagree, `analyse_round` says so) it is shown as such, not as a number of thousands of percent."""
+    if ex <= 0:
+        return "    n/a"
+    return "  >100%" if sec > ex else f"{100 * sec / ex:6.1f}%"
+
+
+def _range(sp: dict | None) -> str:
+    """A figure's spread over the rounds, in ms ("" without rounds)."""
+    return f"{sp['min'] * 1e3:.1f}–{sp['max'] * 1e3:.1f}" if sp else ""
+
+
+def _unexplained_line(a: dict, rounds: bool = False) -> str:
     """The table's last line: what no cause explains, or, where the measured causes add up to more than the
-    excess (each is measured in its own runs, and the runs vary), by how much they over-explain it."""
+    excess (each is measured in its own runs, and the runs vary), by how much they over-explain it; with rounds,
+    the noise it is compared with (`combine_rounds`)."""
     u, pct = a["unexplained_s"], a.get("unexplained_pct")
     label = "unexplained" if u >= 0 else "causes beyond the excess (noise between the runs)"
-    share = f"{abs(pct):6.1f}%" if pct is not None else "    n/a"
-    return f"  {label:<72} {abs(u) * 1e3:10.1f} {share}"
+    share = ("  >100%" if abs(pct) > 100 else f"{abs(pct):6.1f}%") if pct is not None else "    n/a"
+    if not rounds:
+        return f"  {label:<72} {abs(u) * 1e3:10.1f} {share}"
+    noise = (f"within noise (the excess and the rounds' unexplained vary by {a['noise_s'] * 1e3:.1f} ms)"
+             if a.get("unexplained_within_noise") else f"beyond the noise ({a['noise_s'] * 1e3:.1f} ms)")
+    return f"  {label:<72} {abs(u) * 1e3:10.1f} {'':>15} {share}  {noise}"
 
 
 def render(a: dict) -> str:
     dev = a.get("device") or {}
+    rounds = (a.get("rounds") or {}).get("n", 1) >= 2
+    per = (f", {a['rounds']['n']} rounds: each run the median of its environment's runs by step 1, each figure's "
+           "spread min–max over the rounds" if rounds else "")
     lines = [f"cold start of {a.get('label')} on {dev.get('gpu', '?')} (torch {dev.get('torch', '?')}, CUDA "
-             f"{dev.get('cuda', '?')}), {a.get('steps')} steps per run", ""]
-    lines.append(f"  {'run':<14} {'environment':<48} {'step 1':>11} {'step 2':>10} {'steady':>10} {'run wall':>9}")
+             f"{dev.get('cuda', '?')}), {a.get('steps')} steps per run{per}"]
+    b = a.get("binding") or {}
+    if b.get("sha256"):
+        lines.append(f"program {b.get('file')} (sha256 {str(b['sha256'])[:12]}…); "
+                     + ", ".join(f"{k} {v}" for k, v in (b.get("versions") or {}).items()))
+    lines += [f"note: {n}" for n in a.get("notes") or []] + [""]
+    lines.append(f"  {'run':<14} {'environment':<48} {'step 1':>11} {'step 2':>10} {'steady':>10} {'run wall':>9}"
+                 + (f" {'step 1 spread ms':>17} {'runs':>4} round" if rounds else ""))
     for t in a["table"]:
         lines.append(f"  {t['run']:<14} {t['env'][:48]:<48} {_ms(t['step1_s']):>11} {_ms(t['step2_s']):>10} "
-                     f"{_ms(t['steady_s']):>10} {t['wall_s'] or 0:8.1f}s" + ("" if t["ok"] else "  FAILED"))
+                     f"{_ms(t['steady_s']):>10} {t['wall_s'] or 0:8.1f}s"
+                     + (f" {_range((t.get('spread') or {}).get('step1_s')):>17} {t.get('rounds', 1):>4} "
+                        f"{t.get('round', 1):>5}" if rounds else "") + ("" if t["ok"] else "  FAILED"))
         if t.get("error"):
             lines.append(f"      {' '.join(t['error'].split())[-160:]}")
     lines.append("")
@@ -1378,13 +1653,18 @@ def render(a: dict) -> str:
         lines.append(a.get("verdict", ""))
         return "\n".join(lines)
     ex = a["excess_s"]
+    fig = (a.get("rounds") or {}).get("figures") or {}
     lines.append(f"step 1 of the {a['baseline']} run: {_ms(a['step1_s'])} = steady {_ms(a['steady_s'])} + excess "
-                 f"{_ms(ex)} (step 2: {_ms(a['step2_s'])})")
-    lines.append(f"  {'cause':<72} {'ms':>10} {'share':>7}  how")
+                 f"{_ms(ex)} (step 2: {_ms(a['step2_s'])})"
+                 + (f"; over the rounds step 1 {_range(fig['step1_s'])} ms, excess {_range(fig['excess_s'])} ms"
+                    if rounds else ""))
+    lines.append(f"  {'cause':<72} {'ms':>10} " + (f"{'spread ms':>15} " if rounds else "") + f"{'share':>7}  how")
     for c in sorted(a["components"], key=lambda c: -c["seconds"]):
-        share = f"{100 * c['seconds'] / ex:6.1f}%" if ex > 0 else "    n/a"
-        lines.append(f"  {c['label']:<72} {c['seconds'] * 1e3:10.1f} {share}  {c['how']}")
-    lines.append(_unexplained_line(a))
+        share = _share(c["seconds"], ex)
+        mid = f"{_range(c.get('spread')):>15} " if rounds else ""
+        flag = "within noise; " if c.get("within_noise") else ""
+        lines.append(f"  {c['label']:<72} {c['seconds'] * 1e3:10.1f} {mid}{share}  {flag}{c['how']}")
+    lines.append(_unexplained_line(a, rounds))
     lines += ["", "evidence:"]
     for c in a["components"]:
         for e in c["evidence"]:
@@ -1504,9 +1784,119 @@ def observed_provenance(result: dict) -> dict[str, dict]:
     return out
 
 
+class NotThisRun(ProbeError):
+    """A saved cold start of another program or GPU than the run it was given with."""
+
+
+class _Bad(Exception):
+    """A value of a saved cold start that `cold-start --save` cannot have written: its field and why."""
+
+    def __init__(self, field: str, why: str):
+        super().__init__(f"{field} {why}")
+        self.field, self.why = field, why
+
+
+def _num(v, field: str, *, integer: bool = False, within: tuple[float, str] | None = None) -> None:
+    """`v` is a finite number ≥ 0 (whole where `integer`), and at most `within` (seconds, what they are) plus a
+    millisecond: a timer inside a window cannot run longer than the window."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Bad(field, f"is {v!r}, not a number")
+    if not math.isfinite(v):
+        raise _Bad(field, f"is {v}, not a finite number")
+    if v < 0:
+        raise _Bad(field, f"is {v}, below zero")
+    if integer and v != int(v):
+        raise _Bad(field, f"is {v}, not a whole number")
+    if within is not None and v > within[0] + 1e-3:
+        raise _Bad(field, f"is {v} s, longer than {within[1]} ({within[0]:.6f} s)")
+
+
+def _counters(obj, field: str, keys: tuple[str, ...] | None = None) -> None:
+    """A counter record (absent, or an object): its values (or only `keys` of it, where present) numbers, finite
+    and ≥ 0 (`_num`)."""
+    if obj is None:
+        return
+    if not isinstance(obj, dict):
+        raise _Bad(field, f"is {obj!r}, not a record of counters")
+    for k, v in obj.items():
+        if keys is None or k in keys:
+            _num(v, f"{field}[{k}]")
+
+
+def check_run(r: dict) -> None:
+    """A saved run's values by type and physical sense (raises `_Bad` on the first that fails): the run's wall
+    time; each window's name, wall and host time (host ≤ wall); the timers inside a window (torch.compile's, the
+    compile routes', the driver's calls) no longer than it; calls and counts whole numbers; the preinit items'
+    seconds (or their failure text); the counters the analysis reads (process accounting, allocator counters,
+    files and modules counted). Every number finite and ≥ 0."""
+    if r.get("wall_s") is not None:
+        _num(r["wall_s"], "wall_s")
+    ws = r.get("windows", [])
+    if not isinstance(ws, list):
+        raise _Bad("windows", "is not a list of windows")
+    walls = {}
+    for i, w in enumerate(ws):
+        if not isinstance(w, dict) or not isinstance(w.get("name"), str):
+            raise _Bad(f"windows[{i}]", "is not a window with a name")
+        f = f"windows[{i}] ({w['name']})"
+        _num(w.get("wall_s"), f"{f}.wall_s")
+        wall = (w["wall_s"], f"the {w['name']} window")
+        walls[w["name"]] = wall
+        if w.get("host_s") is not None:
+            _num(w["host_s"], f"{f}.host_s", within=wall)
+        for k, v in (w.get("compile_s") or {}).items():
+            _num(v, f"{f}.compile_s[{k}]", within=wall)
+        for k, v in (w.get("jit_s") or {}).items():
+            if not isinstance(v, dict):
+                raise _Bad(f"{f}.jit_s[{k}]", f"is {v!r}, not a timer record")
+            # JAX reports the compile time its cache saved (not spent in the window): no bound
+            _num(v.get("s", 0.0), f"{f}.jit_s[{k}].s", within=None if "saved" in k else wall)
+            _num(v.get("n", 0), f"{f}.jit_s[{k}].n", integer=True)
+        for part in ("process", "mem_before", "mem_after"):
+            _counters(w.get(part), f"{f}.{part}")
+        for var, c in (w.get("new_files") or {}).items():
+            _counters(c, f"{f}.new_files[{var}]", ("count", "bytes"))
+    for var, c in (r.get("cache_written") or {}).items():
+        _counters(c, f"cache_written[{var}]", ("count", "bytes"))
+    for wn, g in (r.get("modules") or {}).items():
+        for k in ("count", "bytes"):
+            if k in (g or {}):
+                _num(g[k], f"modules[{wn}].{k}", integer=True)
+    for k, v in (r.get("lt_counts") or {}).items():
+        _num(v, f"lt_counts[{k}]", integer=True)
+    for wn, g in (r.get("driver_calls") or {}).items():
+        for what, x in ((g or {}).get("by_what") or {}).items():
+            _num((x or {}).get("seconds", 0.0), f"driver_calls[{wn}].by_what[{what}].seconds", within=walls.get(wn))
+            _num((x or {}).get("count", 0), f"driver_calls[{wn}].by_what[{what}].count", integer=True)
+    for k, v in (r.get("preinit") or {}).items():
+        if not isinstance(v, str):
+            _num(v, f"preinit[{k}]", within=walls.get("preinit"))
+
+
+def _checked_runs(path: str, runs: dict, where: str, notes: list[str]) -> dict:
+    """`runs` less those with a damaged value (`check_run`), each skipped with a note naming the file, the run
+    and the field."""
+    kept = {}
+    for name, r in runs.items():
+        try:
+            check_run(r)
+            kept[name] = r
+        except _Bad as e:
+            notes.append(f"{path}: run {name}{where} skipped: {e.field} {e.why} (a value `cold-start --save` "
+                         "does not write); the breakdown uses the other runs")
+        except (TypeError, AttributeError, ValueError) as e:
+            notes.append(f"{path}: run {name}{where} skipped: a value of another type than `cold-start --save` "
+                         f"writes ({type(e).__name__}: {str(e)[:80]}); the breakdown uses the other runs")
+    return kept
+
+
 def load(path: str) -> dict:
-    """A saved cold-start result (`--save`), checked enough to render: its shape, then an analysis of it, whose
-    errors on a value of the wrong type are the file's."""
+    """A saved cold-start result (`--save`), checked before anything reads it: its shape; ``steps``, ``repeat``
+    whole numbers in range (else one line naming the file, the field and what to give); each run's values by type
+    and physical sense (`check_run`): a damaged run is skipped and ``load_notes`` says which and why, a file whose
+    every run of round 1 is damaged is refused; then an analysis of what is left, whose errors on a value of the
+    wrong type are the file's."""
+    give = "give an unedited file written by `cold-start --save`"
     try:
         with open_text(path) as f:
             obj = json.load(f)
@@ -1521,16 +1911,100 @@ def load(path: str) -> dict:
     if not isinstance(runs, dict) or not all(isinstance(r, dict) for r in runs.values()):
         raise ProbeError(f"{path}: not a cold-start result ('runs' is not an object of runs by name); give a file "
                          "written by `cold-start --save`")
+    for key, low in (("steps", 3), ("repeat", 1)):
+        v = obj.get(key)
+        if v is None and key == "repeat":
+            continue
+        try:
+            _num(v, key, integer=True)
+            if v < low:
+                raise _Bad(key, f"is {v}, fewer than {low}")
+        except _Bad as e:
+            raise ProbeError(f"{path}: {e.field} {e.why} ({'steps per run' if key == 'steps' else 'rounds'}: "
+                             f"{low} or more); {give}") from None
+    reps = obj.get("repeats")
+    if reps is not None and not (isinstance(reps, list) and all(isinstance(x, dict) for x in reps)
+                                 and all(isinstance(r, dict) for x in reps for r in x.values())):
+        raise ProbeError(f"{path}: 'repeats' is not a list of rounds (runs by name); {give}")
+    notes: list[str] = []
+    obj["runs"] = _checked_runs(path, runs, "", notes)
+    if runs and not obj["runs"]:
+        raise ProbeError(f"{path}: every run has a damaged value ({notes[0].split(' skipped: ', 1)[1]}); {give}")
+    if reps:
+        obj["repeats"] = [_checked_runs(path, x, f" (round {k})", notes) for k, x in enumerate(reps, 2)]
+    obj["load_notes"] = notes
     # what the analysis reads, read once here: a value of another type than `cold-start --save` writes (an edited
     # or damaged file) is this file's error, not the analysis'
     try:
-        if runs:
+        if obj["runs"]:
             analyse(obj)
         observed_provenance(obj)
     except (TypeError, AttributeError, KeyError, ValueError, IndexError, ZeroDivisionError) as e:
         raise ProbeError(f"{path}: a value in it is not one `cold-start --save` writes ({type(e).__name__}: "
-                         f"{str(e)[:120]}); give an unedited file written by `cold-start --save`") from None
+                         f"{str(e)[:120]}); {give}") from None
     return obj
+
+
+def _stem(name: str | None) -> str:
+    """A program's name compared across files: its file name without folder and ``.py``, lower case."""
+    base = os.path.basename(str(name or "").split(":")[0])
+    return base.removesuffix(".py").lower()
+
+
+def check_bound(result: dict, path: str, *, gpu: str | None = None, program: str | None = None,
+                names=None) -> list[str]:
+    """Refuse (`NotThisRun`, one line naming the program the save is from) a saved cold start of another run:
+    another GPU than `gpu`; none of the kernels it observed made at run time among `names` (the kernel names of
+    the run's trace) where it observed any (then it has nothing to add to this trace, whatever program it is of);
+    else, where it observed none, another program than `program` (the run's label) by name — its program's or its
+    label's. The notes returned say what the binding rests on: a save
+    made before ``binding`` was recorded is bound by what it holds (its program's name, the GPU)."""
+    b = result.get("binding") if isinstance(result.get("binding"), dict) else {}
+    prog = b.get("program") or program_name(result) or "an unnamed program"
+    what = f"{path} is the cold start of {prog}"
+    if b.get("sha256"):
+        what += f" ({b.get('file')}, sha256 {str(b['sha256'])[:12]}…)"
+    sgpu = b.get("gpu") or _device(result.get("runs") or {}).get("gpu")
+    fix = "give the cold-start save of this run's program (`cold-start --save`), or leave --coldstart out"
+    if gpu and sgpu and sgpu not in str(gpu):
+        raise NotThisRun(f"{what}, measured on {sgpu}; this run is on {gpu}: {fix}")
+    obs = observed_provenance(result)
+    if names is not None and obs:
+        if not any(k in names for k in obs):
+            first = min(obs, key=len)
+            raise NotThisRun(f"{what}: none of the {len(obs)} kernels it saw made at run time (e.g. {first[:80]}) "
+                             f"runs in this trace, so it has nothing to add to it: {fix}")
+    elif program and not obs and _stem(program) not in {_stem(prog), _stem(result.get("label"))}:
+        raise NotThisRun(f"{what}; this run is of {program}: {fix}")
+    if b.get("sha256"):
+        return []
+    how = ("the kernels it saw made at run time, found in this trace" if names is not None and obs else
+           f"its program's name ({prog})" if program else "nothing this run records")
+    return [f"{path} was saved before cold-start recorded the program's content hash: bound by {how}"
+            + (f" and the GPU ({sgpu})" if gpu and sgpu else "")]
+
+
+def bound_or_usage(result: dict, path: str, *, echo, **run) -> None:
+    """For the commands that take ``--coldstart``: `check_bound`, its refusal a usage error (exit 2, one line),
+    its notes and the file's load notes through `echo`."""
+    import click
+    try:
+        notes = check_bound(result, path, **run)
+    except NotThisRun as e:
+        raise click.UsageError(str(e)) from None
+    for n in list(result.get("load_notes") or []) + notes:
+        echo(f"note: {n}")
+
+
+def trace_kernel_names(path: str, rows=None) -> set[str]:
+    """Every kernel name a Chrome trace launches (its detail), or, where it cannot be read so, those of `rows`
+    (a kernel table's ``kernel`` column)."""
+    try:
+        from cublaslt_probe.analysis.trace import read_chrome_trace
+        det = read_chrome_trace(path, detail=True).detail
+        return set(det.names)
+    except (ProbeError, OSError, ValueError):  # an Nsight export or an odd trace: the rows' names are what is known
+        return set(rows["kernel"]) if rows is not None and len(rows) else set()
 
 
 def apply_observed(rows, result: dict, per_name: dict | None = None, steps: int = 1):

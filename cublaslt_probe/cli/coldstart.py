@@ -5,9 +5,11 @@ import json
 
 import click
 
+from cublaslt_probe.analysis.coldstart import REPEAT_DEFAULT
 from cublaslt_probe.cli._common import out_format, output_option, write_result
 
 _FORMATS = ("text", "json")
+
 
 @click.command("cold-start", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--steps", default=6, show_default=True, help="steps per run; the steady state is the median of 3…N")
@@ -17,6 +19,9 @@ _FORMATS = ("text", "json")
                    "noautotune is added when the cold run compiled with XLA, cold_again when its step 1 read files "
                    "from storage")
 @click.option("--envs", default=None, help="an explicit comma list of runs instead (e.g. cold,warm,forcejit)")
+@click.option("--repeat", default=REPEAT_DEFAULT, show_default=True, type=click.IntRange(min=1),
+              help="rounds of the runs: each figure the median over them, with its spread; causes no larger than "
+                   "their spread are said to be within noise (1: one run per environment)")
 @click.option("--no-cupti", is_flag=True, help="no CUPTI subscriber in the children (no module/driver-call evidence)")
 @click.option("--timeout", default=600.0, show_default=True, help="seconds per child process")
 @click.option("--label", default=None, help="a name for the program in the output")
@@ -27,7 +32,7 @@ _FORMATS = ("text", "json")
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
-def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, output, save, from_path, script):
+def cold_start_cmd(steps, env_set, envs, repeat, no_cupti, timeout, label, fmt, output, save, from_path, script):
     """Run `python SCRIPT [ARGS]` (after `--`) in fresh processes under controlled environments (fresh and
     warm ComputeCache and compile caches of torch, Triton, CuPy, Numba and JAX, LAZY/EAGER module loading,
     heuristics cache off, PTX JIT off or forced, XLA autotuning off) and split the first step's excess over the
@@ -49,7 +54,7 @@ def cold_start_cmd(steps, env_set, envs, no_cupti, timeout, label, fmt, output, 
             raise click.UsageError("no program: use `cublaslt-probe cold-start -- python SCRIPT.py [ARGS]` "
                              "(or --from FILE.json)")
         raw = coldstart.run(list(script), steps=steps, env_set=env_set, envs=envs, cupti=not no_cupti,
-                            timeout=timeout, label=label, log=lambda m: click.echo(m, err=True))
+                            repeat=repeat, timeout=timeout, label=label, log=lambda m: click.echo(m, err=True))
         if save:
             with open(save, "w") as f:
                 json.dump(raw, f, indent=1, default=str)

@@ -185,8 +185,11 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
     check_trace(file)
     summary = read_trace(file)
     if coldstart_path:
-        from cublaslt_probe.analysis.coldstart import apply_observed, load
-        summary.kernels, seen = apply_observed(summary.kernels, load(coldstart_path))
+        from cublaslt_probe.analysis.coldstart import apply_observed, bound_or_usage, load, trace_kernel_names
+        cold = load(coldstart_path)
+        bound_or_usage(cold, coldstart_path, gpu=summary.device, names=trace_kernel_names(file, summary.kernels),
+                       echo=lambda m: click.echo(m, err=True))
+        summary.kernels, seen = apply_observed(summary.kernels, cold)
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(seen["gemm_rows_by_provenance"].items()))
         click.echo(f"cold-start evidence: {seen['gemm_rows']} GEMM row(s) of this trace observed made or chosen at run "
                    f"time ({kinds + ', ' if kinds else ''}evidence observed); the others keep the provenance their "
