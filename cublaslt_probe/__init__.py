@@ -1,7 +1,8 @@
 """cublaslt-probe: which cuBLAS/cuBLASLt kernel runs for a GEMM, why, and what choosing it cost.
 
-The CPU side (decoder, log parser, dataset, plots) imports without torch or cupy; only
-`cublaslt_probe.gpu.lt` and `cublaslt_probe.gpu.probe` touch the GPU, and only when called.
+The CPU side (decoder, log parser, dataset, plots, analysis, rendering) imports without torch or cupy; only
+the modules of `cublaslt_probe.gpu` touch the GPU (torch, cupy, ctypes to the CUDA libraries), and only when
+called. `capture`, `prove` and `pin_linear` are the GPU entry points a program calls.
 """
 from cublaslt_probe.errors import (CaptureError, NoCudaDevice, ProbeError, SchemaError, SpecError,
                                    UnknownKernelName)
@@ -16,12 +17,18 @@ def __getattr__(name):  # lazy: keep `import cublaslt_probe` cheap and GPU-free
     if name == "capture":
         from cublaslt_probe.gpu.recorder import capture
         return capture
+    if name == "prove":
+        from cublaslt_probe.gpu.prove import prove_run
+        return prove_run
+    if name == "pin_linear":
+        from cublaslt_probe.gpu.pin import pin_linear
+        return pin_linear
     if name in ("parse_log", "parse_cublas_log"):
         from cublaslt_probe import logs
         return getattr(logs, name)
     raise AttributeError(f"module 'cublaslt_probe' has no attribute {name!r}")
 
 
-__all__ = ["capture", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log", "ProbeError",
+__all__ = ["capture", "prove", "pin_linear", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log", "ProbeError",
            "NoCudaDevice", "CaptureError", "UnknownKernelName", "SchemaError", "SpecError"]
 

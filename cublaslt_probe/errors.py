@@ -9,8 +9,8 @@ class ProbeError(Exception):
 CPU_COMMANDS = ("decode", "grammars", "parse-log", "trace", "dataset", "merge", "schema", "map", "plot",
                 "report", "diff", "audit")
 # The commands that need a GPU; those marked `--from` also render a saved file on any machine.
-GPU_COMMANDS = ("sweep", "capture", "cold-start --from", "candidates --from", "first-call --from", "explain --from",
-                "replay --from")
+GPU_COMMANDS = ("sweep", "capture", "prove", "cold-start --from", "candidates --from", "first-call --from",
+                "explain --from", "replay --from")
 
 
 class NoCudaDevice(ProbeError):

@@ -15,6 +15,9 @@ Programs:
 - gpt2_train: a GPT-2-shaped training step (12 layers, vocabulary 50257), fp32 with tf32, AdamW (fused), 8 x 512
   (the same program as scripts/capture_programs.py's): the vocabulary's padding proven with its backward and
   the optimizer's update through the padded weight, which is tied to the embedding.
+- titan_moe_train: a hand-written MoE in torchtitan's style (its router named `router` returns top scores, expert
+  indices and tokens per expert; tokens permuted by expert; experts through `torch._grouped_mm`; weighted
+  scatter back), 64 experts, top-6, dim 2048, 2 layers, bf16, AdamW, 4 x 2048 tokens.
 - mixtral_train: transformers' Mixtral-shaped MoE training step (1 layer, 8 experts, top 2, 1 x 2048 tokens;
   scripts/capture_moe.py's), experts through `grouped_mm`.
 - decode_reduce_overhead: the Llama-shaped layers of scripts/capture_graphs.py with a GPT-style vocabulary of
@@ -73,6 +76,88 @@ def prog_gpt2_train():
     return model, opt, step
 
 
+class TitanRouter(torch.nn.Module):
+    """torchtitan's top-k router: softmax scores, the top-k experts per token, their scores and the tokens per
+    expert (named `router`, not `gate`)."""
+
+    def __init__(self, dim, experts, top_k):
+        super().__init__()
+        self.gate = torch.nn.Linear(dim, experts, bias=False)
+        self.experts, self.top_k = experts, top_k
+
+    def forward(self, x):
+        scores = torch.softmax(self.gate(x).float(), dim=-1)
+        top_scores, idx = torch.topk(scores, self.top_k, dim=-1)
+        counts = torch.histc(idx.view(-1).float(), bins=self.experts, min=0, max=self.experts - 1)
+        return top_scores, idx, counts.to(torch.int64)
+
+
+class TitanExperts(torch.nn.Module):
+    """The experts as torchtitan runs them: rows permuted by expert, two `torch._grouped_mm` with offsets, SiLU
+    gate (w1, w3), then w2."""
+
+    def __init__(self, dim, hidden, experts):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(experts, dim, hidden) * 0.02)
+        self.w3 = torch.nn.Parameter(torch.randn(experts, dim, hidden) * 0.02)
+        self.w2 = torch.nn.Parameter(torch.randn(experts, hidden, dim) * 0.02)
+
+    def forward(self, x, counts):
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        h = torch.nn.functional.silu(torch._grouped_mm(x, self.w1, offs=offs)) * torch._grouped_mm(x, self.w3,
+                                                                                                     offs=offs)
+        return torch._grouped_mm(h, self.w2, offs=offs)
+
+
+class TitanMoE(torch.nn.Module):
+    def __init__(self, dim=2048, hidden=1408, experts=64, top_k=6):
+        super().__init__()
+        self.router = TitanRouter(dim, experts, top_k)
+        self.experts = TitanExperts(dim, hidden, experts)
+        self.top_k = top_k
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        top_scores, idx, counts = self.router(x)
+        order = torch.argsort(idx.view(-1), stable=True)          # token permutation by expert
+        rows = x[order // self.top_k]
+        out = self.experts(rows, counts) * top_scores.view(-1)[order, None].to(x.dtype)
+        y = torch.zeros_like(x).index_add_(0, order // self.top_k, out)   # weighted scatter back
+        return y.reshape(shape)
+
+
+class TitanModel(torch.nn.Module):
+    def __init__(self, layers=2, dim=2048, vocab=32000):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.layers = torch.nn.ModuleList(TitanMoE(dim) for _ in range(layers))
+        self.norm = torch.nn.RMSNorm(dim)
+        self.output = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        for layer in self.layers:
+            h = h + layer(h)
+        return self.output(self.norm(h))
+
+
+def prog_titan_moe_train():
+    """A hand-written MoE training step in torchtitan's style: 64 experts, top-6, dim 2048, 2 layers, bf16, AdamW,
+    4 x 2048 tokens."""
+    torch.manual_seed(0)
+    model = TitanModel().to(cp.DEV, torch.bfloat16).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 32000, (4, 2048), device=cp.DEV)
+
+    def step():
+        logits = model(ids)
+        torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]).float(), ids.view(-1)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model, opt, step
+
+
 def prog_mixtral_train():
     import capture_moe as cm
     model, step = cm.mixtral_train()
@@ -94,7 +179,7 @@ def prog_decode_reduce_overhead():
 
 
 PROGRAMS = {"llama_vocab32001": prog_llama_vocab32001, "gpt2_train": prog_gpt2_train,
-            "mixtral_train": prog_mixtral_train, "decode_reduce_overhead": prog_decode_reduce_overhead}
+            "titan_moe_train": prog_titan_moe_train, "mixtral_train": prog_mixtral_train, "decode_reduce_overhead": prog_decode_reduce_overhead}
 
 
 def _clean(v):
