@@ -132,6 +132,13 @@ def _int1(v):
     return _whole(v, 1)
 
 
+def _integer(v):
+    """a whole number"""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return int(v) if isinstance(v, int) or (math.isfinite(v) and v == int(v)) else None
+
+
 def _name(v):
     """a name (a string)"""
     return _str(v)
@@ -145,7 +152,7 @@ def _flag(v):
 ALTERNATIVES = {
     "paths": {"path": _name, "workspace": _int0},
     "whatifs": {"dim": _name, "value": _int1, "multiple": _int1},
-    "candidates": {"rank": _int0, "algo_id": _int0, "split_k": _int1, "workspace_bytes": _int0,
+    "candidates": {"rank": _int0, "algo_id": _int0, "split_k": _integer, "workspace_bytes": _int0,
                    "ok_numerics": _flag, "custom_option": _int0, "cta_swizzling": _int0},
     "grouped": {"variant": _name, "rows": _int0},
 }
