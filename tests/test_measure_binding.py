@@ -106,6 +106,16 @@ def _label_of(g):
     return _label(g["key"])
 
 
+def test_advice_reads_only_the_gemms_of_the_rows_it_is_given(audits):
+    """`advice` called directly (the API, without `bind_measure`) with another run's measurement: a measured
+    GEMM that stands for no row of this run is no item and no line (its calls per step are unknown here)."""
+    a = audits["llama_prefill"]
+    assert advice(a.rows, _doc("gpt2_train"), a.step_gpu_us) == []
+    mixed = _doc("llama_prefill")
+    mixed["gemms"] += _doc("gpt2_train")["gemms"]
+    assert advice(a.rows, mixed, a.step_gpu_us) == advice(a.rows, _doc("llama_prefill"), a.step_gpu_us)
+
+
 def test_cli_refuses_another_runs_measurement_in_one_line_exit_2():
     run, meas = MOE / "qwen3_moe", PAIRS["llama_decode"][1]
     r = _cli(run, meas)
