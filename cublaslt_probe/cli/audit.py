@@ -43,7 +43,7 @@ def _from_measure(a, path: str, run: str) -> dict:
     """The saved measurement `path` checked (`measured.check_measure`) and bound to audit `a`
     (`measured.bind_measure`): its notes go to the audit's; another run's refused in one line (exit 2)."""
     from cublaslt_probe.analysis.audit.measured import MeasureRefused, bind_measure, check_measure, read_measure
-    doc, notes = check_measure(read_measure(path), path, (a.step_gpu_us * a.steps) or None)
+    doc, notes = check_measure(read_measure(path), path, a.step_gpu_us * a.steps)
     try:
         doc, bound = bind_measure(doc, a, path, run)
     except MeasureRefused as e:
@@ -132,7 +132,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
             a.notes.append(f"measured with {'; '.join(diffs)}: a measurement of another GPU or library does not "
                            "hold for this run: advice is not shown")
         else:
-            items = advice(a.rows, meas, a.step_gpu_us)
+            items = advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)
     if replay_path:
         if items is None:
             raise click.UsageError("--replay-out writes recommended algos: add --measure or --from")

@@ -687,7 +687,8 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
     return items, quiet
 
 
-def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) -> list[dict]:
+def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None,
+           trace_gpu_us: float | None = None) -> list[dict]:
     """Ranked advice from saved measurements (`measure.measure_gemms`' result) against the audit rows.
 
     Each item (keys `ADVICE_KEYS`): ``what`` to change, ``kind`` (pad | path | workspace | pin | grouped; quiet:
@@ -700,10 +701,11 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
     change restructures a layer (`ESTIMATE_NEEDS`; None for a ranked item).
     Ranked items come first, largest saving first; then the estimates (not ranked; largest GEMM saving first);
     then the GEMMs with no advice (near their floor, or faster alone with a change that does not pay over every
-    GEMM it moves) and those not measured. Every value read is checked first (`measured.check_measure`), calls
-    per step come from the run's rows, and no item saves more than the step's GPU time."""
-    from cublaslt_probe.analysis.audit.measured import checked
-    measure = checked(measure)
+    GEMM it moves) and those not measured. Every value read is checked first (`measured.check_measure`; no
+    time longer than `trace_gpu_us`, the audited steps' GPU time, when given), calls per step come from the
+    run's rows, and no item saves more than the step's GPU time."""
+    from cublaslt_probe.analysis.audit.measured import check_measure
+    measure = check_measure(measure, limit_us=trace_gpu_us)[0]
     step = step_gpu_us or (float(rows["gpu_us"].sum() / rows["share"].sum()) if len(rows) and rows["share"].sum()
                            else None)
     ms, not_measured = _measured_gemms(rows, measure)

@@ -109,6 +109,9 @@ def _check_alt(x, where: str, limit: float | None, notes: list[str], fields: dic
         notes.append(f"{where} skipped: {_shown(x)} is not an object")
         return None
     out = dict(x)
+    if "kernels" in out:      # kernel names: a list of strings (the page picks the GEMM's among them)
+        ks = out["kernels"]
+        out["kernels"] = [k for k in ks if isinstance(k, str)] if isinstance(ks, list) else None
     t = x.get("time_us")
     if t is not None:
         why = _time(t, limit)
@@ -267,6 +270,7 @@ def check_measure(doc: dict, source: str = "the measurement", limit_us: float | 
     """`doc` with every record the advice and the page read checked (module docstring), and the notes naming
     `source` and each record skipped or counted once. `limit_us`: the trace's GPU time (None: no bound)."""
     notes: list[str] = []
+    limit_us = limit_us or None
     out = {k: v for k, v in doc.items() if k not in ("gemms", "experts")} if isinstance(doc, dict) else {}
     gemms, seen, dup = [], {}, []
     for i, g in enumerate(doc.get("gemms") if isinstance(doc, dict) and isinstance(doc.get("gemms"), list) else []):
