@@ -40,11 +40,10 @@ def whole(v) -> int | None:
 
 
 def _missing(v) -> bool:
-    """A missing value as pandas gives one (NaN, NA)."""
-    try:
-        return bool(v != v)
-    except TypeError:       # pandas' NA answers NA, whose truth is ambiguous
-        return True
+    """A missing value as pandas gives one (NaN, NA), without importing pandas."""
+    if isinstance(v, float):
+        return math.isnan(v)
+    return type(v).__name__ in ("NAType", "NaTType")
 
 
 def gemm_key(d) -> tuple | None:

@@ -208,7 +208,8 @@ def test_without_the_whole_call_a_restructuring_variant_is_an_estimate_never_ran
     items = advice(a.rows, meas, a.step_gpu_us)
     ranked = [it for it in items if it["saving_us"] > 0 and not it["estimate"]]
     est = [it for it in items if it["estimate"]]
-    restructuring = [v for v in ("fp8", "bmm_padded", "pad8", "pad16", "pad128", "mm_per_group") if _saving(meas, v) > 0]
+    restructuring = [v for v in ("fp8", "bmm_padded", "pad8", "pad16", "pad128", "mm_per_group")
+                     if _saving(meas, v) > 0]
     assert restructuring and est and all(it["saving_us"] > 0 for it in est)
     assert all("router" in it["what"] for it in ranked if it["kind"] == "grouped")
     if _saving(meas, "balanced") > 0:

@@ -13,13 +13,18 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe.analysis.audit import advice, audit
-from cublaslt_probe.analysis.audit.measured import (MeasureRefused, bind_measure, check_measure, row_keys, stamp)
+from cublaslt_probe.analysis.audit.measured import (
+    MeasureRefused,
+    bind_measure,
+    check_measure,
+    row_keys,
+    stamp,
+)
 from cublaslt_probe.binding import gemm_key
 from cublaslt_probe.cli import main
-
-from conftest import FIXTURES
 
 PROGRAMS = FIXTURES / "programs"
 MOE = FIXTURES / "moe"
@@ -173,7 +178,7 @@ def test_a_partial_match_applies_to_the_shared_gemms_and_names_the_others(tmp_pa
     own = _advice_block(_cli(run, PAIRS["llama_prefill"][1]).stdout).splitlines()
     got = _advice_block(r.stdout).splitlines()
     assert set(own) <= set(got) and len(got) == len(own) + 1
-    assert [x for x in got if x not in own][0].startswith("- aten::mm bf16 NT 2048×1024×4096 "
+    assert next(x for x in got if x not in own).startswith("- aten::mm bf16 NT 2048×1024×4096 "
                                                           "(model.layers.*.self_attn.k_proj)")
     assert "2 records repeat earlier ones" in r.stdout
 
@@ -252,7 +257,7 @@ def test_a_bad_value_skips_its_record_with_a_note_and_keeps_the_others(tmp_path,
     assert words in note
     adv = _advice_block(r.stdout)
     assert "1. pad the vocabulary 50257 → 50264 (a multiple of 8) in lm_head: saves 4,624.1 µs/step" in adv
-    assert not re.search(r"\b(inf|nan)\b", adv, re.I) and not re.search(r"(?<![\w×.])-\d", adv)
+    assert not re.search(r"\b(inf|nan)\b", adv, re.IGNORECASE) and not re.search(r"(?<![\w×.])-\d", adv)
     assert "transformer.h.*.mlp.c_fc)" not in adv
     # the API reads the same checked values: the damaged record is as if it were not there
     a = audit(PAIRS["gpt2_train"][0])
@@ -276,7 +281,7 @@ def test_a_bad_alternative_is_skipped_with_a_note_naming_it(tmp_path, part, fiel
     assert r.exit_code == 0 and "Traceback" not in r.output, r.output
     assert f"note: {p}: gemms[{i}].{part}[0] skipped: {field}" in r.stdout
     adv = _advice_block(r.stdout)
-    assert not re.search(r"\b(inf|nan)\b", adv, re.I) and not re.search(r"(?<![\w×.])-\d", adv)
+    assert not re.search(r"\b(inf|nan)\b", adv, re.IGNORECASE) and not re.search(r"(?<![\w×.])-\d", adv)
 
 
 def test_grouped_and_experts_values_of_another_type_are_skipped_not_an_internal_error(tmp_path):
@@ -293,6 +298,20 @@ def test_grouped_and_experts_values_of_another_type_are_skipped_not_an_internal_
     assert f"{p}: gemms[0].grouped[1] skipped: rows \"many\"" in r.stdout
     assert f"{p}: experts[0].variants[1] skipped: time_us -4.0 is not a time > 0" in r.stdout
     assert "balance the router's load" in _advice_block(r.stdout)
+
+
+def test_a_timed_variant_without_its_rows_is_skipped_not_an_internal_error(tmp_path):
+    """Qwen3's padded variant timed but without its row count (the padding's size): skipped with a note; the
+    other multiples are still estimated."""
+    doc = {k: v for k, v in _doc("qwen3_moe").items() if k != "experts"}
+    i, g = next((i, g) for i, g in enumerate(doc["gemms"]) if g.get("grouped"))
+    j = next(j for j, v in enumerate(g["grouped"]) if v["variant"] == "pad8")
+    g["grouped"][j]["rows"] = None
+    p = _write(tmp_path, doc)
+    r = _cli(MOE / "qwen3_moe", p)
+    assert r.exit_code == 0 and "internal error" not in r.output, r.output
+    assert f"note: {p}: gemms[{i}].grouped[{j}] skipped: timed, but no rows" in r.stdout
+    assert "pad each expert's token count to a multiple of 16" in _advice_block(r.stdout)
 
 
 def test_a_gemms_list_saved_twice_counts_each_gemm_once(tmp_path):
@@ -357,7 +376,7 @@ def test_a_gemm_only_experts_estimate_is_never_item_1_on_the_page(tmp_path, name
     assert "one torch.bmm" not in ranked and "fp8" not in ranked and "pad each expert" not in ranked
     est = page[page.index("Estimates (not ranked"):]
     assert "its GEMMs alone save" in est and "to rank it, measure the layer&#x27;s whole call" in est
-    first = re.search(r"^1\. (.*)$", r.stdout, re.M)
+    first = re.search(r"^1\. (.*)$", r.stdout, re.MULTILINE)
     assert first is None or not re.search(r"bmm|fp8|pad each expert|experts_implementation", first.group(1))
 
 

@@ -638,7 +638,8 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
         pays = [n for n in pays if not n.startswith("pad") or n == keep]
     tokens = prob.get("tokens")
     how = (f"the experts' whole {scope}{in_mod} rebuilt ({prob.get('experts')} experts, "
-           f"{f'{tokens:,}' if isinstance(tokens, int) else '?'} tokens × top-{prob.get('top_k')} [top-k {prob.get('top_k_source')}], the {ex.get('sizes_source')} "
+           f"{f'{tokens:,}' if isinstance(tokens, int) else '?'} tokens × top-{prob.get('top_k')} "
+           f"[top-k {prob.get('top_k_source')}], the {ex.get('sizes_source')} "
            f"sizes) and timed as one call of the program: gathers, padding, host synchronisations and GEMMs")
     not_meas = ("not measured: the rest of the step and how much of this call's launch time the GPU hides "
                 "behind other work (the call was timed alone, from a synchronised start)")

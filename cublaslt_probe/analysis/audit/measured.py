@@ -17,7 +17,14 @@ import json
 import math
 
 from cublaslt_probe.analysis.audit.schema import _na
-from cublaslt_probe.binding import GEMM_KEY, bind, fingerprint, gemm_key, run_identity, whole
+from cublaslt_probe.binding import (
+    GEMM_KEY,
+    bind,
+    fingerprint,
+    gemm_key,
+    run_identity,
+    whole,
+)
 from cublaslt_probe.errors import ProbeError
 
 MEASURE_SCHEMA = 2      # 1: no fingerprint (before measurements carried one); 2: ``fingerprint`` and ``schema``
@@ -122,6 +129,10 @@ def _check_alt(x, where: str, limit: float | None, notes: list[str], fields: dic
         if k in x and x[k] is not None and check(x[k]) is None:
             notes.append(f"{where} skipped: {k} {_shown(x[k])} is not {check.__doc__}")
             return None
+    need = [k for k in TIMED_NEEDS.get(where.rsplit(".", 1)[-1].split("[")[0], ()) if x.get(k) is None]
+    if t is not None and need:      # a timed alternative the advice cannot place without these
+        notes.append(f"{where} skipped: timed, but no {' or '.join(need)}")
+        return None
     return out
 
 
@@ -159,6 +170,11 @@ ALTERNATIVES = {
                    "ok_numerics": _flag, "custom_option": _int0, "cta_swizzling": _int0},
     "grouped": {"variant": _name, "rows": _int0},
 }
+
+
+# what a timed alternative must name for the advice to use it (`_check_alt`)
+TIMED_NEEDS = {"paths": ("path",), "whatifs": ("dim", "value"), "candidates": ("rank",),
+               "grouped": ("variant", "rows"), "variants": ("variant",)}
 
 
 def _check_gemm(g, where: str, limit: float | None, notes: list[str]) -> dict | None:
