@@ -22,6 +22,7 @@ from cublaslt_probe.binding import (
     bind,
     fingerprint,
     gemm_key,
+    key_name,
     run_identity,
     whole,
 )
@@ -340,5 +341,62 @@ def bind_measure(doc: dict, a, source: str, run: str | None = None) -> tuple[dic
     if b.refused:
         raise MeasureRefused(b.refused)
     out = copy.copy(doc)
-    out["gemms"] = [g for g, k in zip(doc["gemms"], measured) if k in b.common]
+    out["gemms"] = []
+    for i, (g, k) in enumerate(zip(doc["gemms"], measured)):
+        if k not in b.common:
+            continue
+        other = _other_sizes(g, a.rows)
+        if other:
+            b.notes.append(f"{source}: gemms[{i}] ({key_name(k)}) {other}: left out")
+            continue
+        out["gemms"].append(g)
+    if isinstance(doc.get("experts"), list):
+        out["experts"], why = [], []
+        for j, e in enumerate(doc["experts"]):
+            miss = "skipped" not in e and _experts_mismatch(e, a.rows)
+            if miss:
+                why.append(f"experts[{j}] ({e.get('module')}, {e.get('scope')}): {miss}")
+            else:
+                out["experts"].append(e)
+        if why:
+            b.notes.append(f"{source}: {'; '.join(why)}: not this run's experts call, left out")
     return out, b.notes
+
+
+def _other_sizes(g: dict, rows) -> str | None:
+    """Why a measured grouped GEMM's group sizes are not those of the run's rows it matches, or None: the same
+    problem routed otherwise (another run, recorded against assumed sizes) times otherwise."""
+    from cublaslt_probe.analysis.audit.advice import _match_rows
+    s = g.get("group_summary")
+    if not isinstance(s, dict) or "min" not in s or "max" not in s:
+        return None
+    for r in _match_rows(rows, g).to_dict("records"):
+        lo, hi, src = r.get("group_min"), r.get("group_max"), r.get("sizes_source")
+        if _na(lo) or _na(hi):
+            continue
+        if (int(lo), int(hi)) != (s["min"], s["max"]) or (not _na(src) and g.get("sizes_source")
+                                                          and src != g["sizes_source"]):
+            return (f"was measured with groups of {s['min']}–{s['max']} rows ({g.get('sizes_source')}), this "
+                    f"run's are {int(lo)}–{int(hi)} ({src})")
+    return None
+
+
+def _experts_mismatch(e: dict, rows) -> str | None:
+    """Why a measured experts call (`measure.measure_experts`) is not the call the run makes, or None: the run
+    must have the module's forward grouped GEMM with those groups, rows and hidden size, and backward rows
+    exactly when the call was timed forward and backward (an inference run is not a training step)."""
+    prob = e.get("problem") or {}
+    mod = rows[(rows["module"] == e.get("module")).fillna(False)] if len(rows) else rows
+    if not len(mod):
+        return "the run has no such module"
+    fwd = [r for r in mod.to_dict("records") if r.get("pass") == "fwd" and not _na(r.get("groups"))
+           and int(r["groups"]) == e.get("groups")
+           and (prob.get("rows") is None or (not _na(r.get("m")) and int(r["m"]) == prob["rows"]))
+           and (prob.get("hidden") is None or (not _na(r.get("k")) and int(r["k"]) == prob["hidden"]))]
+    if not fwd:
+        return (f"the run's module has no forward grouped GEMM of {e.get('groups')} groups, {prob.get('rows')} rows "
+                f"and hidden size {prob.get('hidden')}")
+    train = bool((mod["pass"] == "bwd").fillna(False).any())
+    if (e.get("scope") == "forward and backward") != train:
+        return f"timed {e.get('scope')}, and the run's module {'has' if train else 'has no'} backward rows"
+    return None
