@@ -60,9 +60,11 @@ def _from_measure(a, path: str, run: str) -> dict:
 @click.option("--top-measure", type=click.IntRange(min=1), default=12, show_default=True,
               help="With --measure: how many GEMMs, largest share first.")
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
-              help="With --measure: write the measurements here (JSON), to render later with --from.")
+              help="With --measure: write the measurements here (JSON, with the run's fingerprint), to render "
+                   "later with --from.")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
-              help="Advice from saved measurements (audit --measure --save) instead of measuring.")
+              help="Advice from saved measurements (audit --measure --save; gzip too) instead of measuring: "
+                   "applied to the GEMMs this run has; another run's, GPU's or library's is refused.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report here.")
 @click.option("--replay-out", "replay_path", type=click.Path(dir_okay=False), default=None,
@@ -111,12 +113,12 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     if from_path:
         meas = _from_measure(a, from_path, run)
     elif measure:
-        from cublaslt_probe.analysis.audit.measured import run_fingerprint
+        from cublaslt_probe.analysis.audit.measured import stamp
         from cublaslt_probe.gpu import measure as M
         gemms = [{k: clean(v) for k, v in r.items()} for r in a.rows.head(top_measure).to_dict("records")]
         M.require(gemms)
         tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
-        meas = M.measure_gemms(gemms, allow_tf32=tf32, fingerprint=run_fingerprint(a, run))
+        meas = stamp(M.measure_gemms(gemms, allow_tf32=tf32), a, run)   # bound to this run (--from checks it)
         if save_path:
             write_text(save_path, json.dumps(meas, indent=1, default=str) + "\n")
             click.echo(f"wrote measurements of {len(meas['gemms'])} GEMMs to {save_path}", err=True)

@@ -853,12 +853,9 @@ def measure_experts_modules(probe, gemms: list[dict]) -> list[dict]:
 
 
 def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32: bool = False,
-                  probe=None, whatifs: bool = True, fingerprint: dict | None = None) -> dict:
+                  probe=None, whatifs: bool = True) -> dict:
     """Measure the alternatives of each GEMM in `gemms` (dicts as `case_of` takes them, with any extra keys —
-    `module`, `calls`, `kernel` — carried into the result). Returns {"schema", "fingerprint", "env", "gemms":
-    [...], "seconds"}: `fingerprint` is the run's the GEMMs come from (`measured.run_fingerprint`), which binds
-    the saved measurement to that run (`audit --from`)."""
-    from cublaslt_probe.analysis.audit.measured import MEASURE_SCHEMA
+    `module`, `calls`, `kernel` — carried into the result). Returns {"env", "gemms": [...], "seconds"}."""
     from cublaslt_probe.analysis import candidates as cand
     from cublaslt_probe.gpu.probe import Probe, lt_candidates
     t_all = time.perf_counter()
@@ -919,7 +916,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
         entry["seconds"] = round(time.perf_counter() - t0, 3)
         results.append(entry)
         log.info("measured %s in %.2f s", c.key, entry["seconds"])
-    out = {"schema": MEASURE_SCHEMA, "fingerprint": fingerprint, "env": probe.env, "gemms": results}
+    out = {"env": probe.env, "gemms": results}
     if any(g.get("op") in GROUPED_TORCH_OPS for g in gemms):
         out["experts"] = measure_experts_modules(probe, gemms)
     out["seconds"] = round(time.perf_counter() - t_all, 3)

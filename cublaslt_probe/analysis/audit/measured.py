@@ -72,7 +72,8 @@ def run_fingerprint(a, source: str | None = None) -> dict:
 
 
 def stamp(measure: dict, a, source: str | None = None) -> dict:
-    """`measure` with the schema and the fingerprint of the run it measured (what `--save` writes)."""
+    """`measure` (`measure.measure_gemms`' result) with the schema and the fingerprint of the run it measured,
+    audit `a` of `source`: what `audit --measure` keeps and `--save` writes."""
     return {"schema": MEASURE_SCHEMA, "fingerprint": run_fingerprint(a, source), **measure}
 
 
