@@ -153,6 +153,10 @@ def bind(source: str, measured_keys: list, saved_env: dict | None, saved_fp: dic
                        f"does not hold for this run (saved for {where}); {fix}")
     common = {k for k in measured if k in mine}
     missing = [k for k in measured if k not in mine]
+    if not mine:
+        return Binding(f"{source} cannot be bound to this run: it has no GEMM with a known problem (no GEMM "
+                       "kernel, or a trace recorded without shapes: record_shapes=True); capture the run with "
+                       "shapes, then measure it")
     if not common:
         return Binding(f"{source} is a measurement of another run (saved for {where}): none of its {len(measured)} "
                        f"measured GEMM problems ({names(measured) or 'none readable'}) is among this run's "
