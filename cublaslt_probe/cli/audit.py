@@ -10,7 +10,7 @@ import os
 
 import click
 
-from cublaslt_probe.cli._common import (FORMATS as _ROWS, EXIT_PARTIAL, check_trace, clean, out_format,
+from cublaslt_probe.cli._common import (FORMATS as _ROWS, EXIT_PARTIAL, EXIT_USAGE, check_trace, clean, out_format,
                                        output_options, render_table, suffix_format, write_frame, write_text)
 from cublaslt_probe.errors import ProbeError
 
@@ -34,17 +34,22 @@ def audit_table(a, rows, total: int, items: list | None, meas: dict | None = Non
     return head + body
 
 
-def _load_measure(path: str) -> dict:
+class _Refused(click.ClickException):
+    """A saved input that is not this run's: one line, exit 2 (a usage error)."""
+
+    exit_code = EXIT_USAGE
+
+
+def _from_measure(a, path: str, run: str) -> dict:
+    """The saved measurement `path` checked (`measured.check_measure`) and bound to audit `a`
+    (`measured.bind_measure`): its notes go to the audit's; another run's refused in one line (exit 2)."""
+    from cublaslt_probe.analysis.audit.measured import MeasureRefused, bind_measure, check_measure, read_measure
+    doc, notes = check_measure(read_measure(path), path, a.step_gpu_us * a.steps)
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise ProbeError(f"cannot read measurements {path}: {e.strerror or e}") from e
-    except ValueError as e:
-        raise ProbeError(f"{path}: not a JSON measurement file ({e}); write one with audit --measure "
-                         "--save FILE") from e
-    if not isinstance(doc, dict) or not isinstance(doc.get("gemms"), list):
-        raise ProbeError(f"{path}: no 'gemms' list: not a measurement written by audit --measure --save")
+        doc, bound = bind_measure(doc, a, path, run)
+    except MeasureRefused as e:
+        raise _Refused(str(e)) from None
+    a.notes.extend(notes + bound)
     return doc
 
 
@@ -57,9 +62,11 @@ def _load_measure(path: str) -> dict:
 @click.option("--top-measure", type=click.IntRange(min=1), default=12, show_default=True,
               help="With --measure: how many GEMMs, largest share first.")
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
-              help="With --measure: write the measurements here (JSON), to render later with --from.")
+              help="With --measure: write the measurements here (JSON, with the run's fingerprint), to render "
+                   "later with --from.")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
-              help="Advice from saved measurements (audit --measure --save) instead of measuring.")
+              help="Advice from saved measurements (audit --measure --save; gzip too) instead of measuring: "
+                   "applied to the GEMMs this run has; another run's, GPU's or library's is refused.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report here.")
 @click.option("--replay-out", "replay_path", type=click.Path(dir_okay=False), default=None,
@@ -115,13 +122,14 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
                        names=set((a.observed or {}).get("how") or {}), echo=lambda m: click.echo(m, err=True))
     meas = None
     if from_path:
-        meas = _load_measure(from_path)
+        meas = _from_measure(a, from_path, run)
     elif measure:
+        from cublaslt_probe.analysis.audit.measured import stamp
         from cublaslt_probe.gpu import measure as M
         gemms = [{k: clean(v) for k, v in r.items()} for r in a.rows.head(top_measure).to_dict("records")]
         M.require(gemms)
         tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
-        meas = M.measure_gemms(gemms, allow_tf32=tf32)
+        meas = stamp(M.measure_gemms(gemms, allow_tf32=tf32), a, run)   # bound to this run (--from checks it)
         if save_path:
             write_text(save_path, json.dumps(meas, indent=1, default=str) + "\n")
             click.echo(f"wrote measurements of {len(meas['gemms'])} GEMMs to {save_path}", err=True)
@@ -130,11 +138,13 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         from cublaslt_probe.gpu.measure import graph_note
         if graph_note(meas):
             a.notes.append(graph_note(meas))
-        mg = (meas.get("env") or {}).get("gpu")
-        if mg and a.gpu and mg != a.gpu:
-            a.notes.append(f"the measurements were taken on {mg}, the run on {a.gpu}: advice is not shown")
+        from cublaslt_probe.binding import env_differences
+        diffs = [] if from_path else env_differences(meas.get("env"), {**a.env, "gpu": a.gpu or a.env.get("gpu")})
+        if diffs:
+            a.notes.append(f"measured with {'; '.join(diffs)}: a measurement of another GPU or library does not "
+                           "hold for this run: advice is not shown")
         else:
-            items = advice(a.rows, meas, a.step_gpu_us)
+            items = advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)
     if replay_path:
         if items is None:
             raise click.UsageError("--replay-out writes recommended algos: add --measure or --from")

@@ -8,7 +8,8 @@ from typing import Any
 import pandas as pd
 
 from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
-from cublaslt_probe.analysis.audit.advice import _cand_text, _label, _match_rows, advice_total
+from cublaslt_probe.analysis.audit.advice import _cand_text, _label, _match_rows, advice_total, estimates, ranked
+from cublaslt_probe.analysis.audit.measured import checked
 from cublaslt_probe.vocab import FIGURE_FORMATS, figure
 
 
@@ -121,7 +122,7 @@ def advice_entries(items: list[dict]) -> tuple[list[tuple[int, str, str, str]], 
     item with a saving — the headline says which items it excludes ("alternative to item 1", "excludes item
     2") —, the line adding up the items that exclude no other (`advice_total`; None under two), and the
     quiet lines."""
-    shown = [it for it in items if it["saving_us"] > 0]
+    shown = ranked(items)
     out = []
     for n, it in enumerate(shown, 1):
         ex = it.get("excludes") or []
@@ -136,6 +137,20 @@ def advice_entries(items: list[dict]) -> tuple[list[tuple[int, str, str, str]], 
         total = (f"items {', '.join(map(str, take[:-1]))} and {take[-1]} exclude no other: together they save "
                  f"{us:,.1f} µs/step" + (f" ({pct:.1f} % of the step)" if pct is not None else ""))
     return out, total, [it["what"] for it in items if it["saving_us"] <= 0]
+
+
+ESTIMATES_TITLE = "estimates (not ranked: the GEMMs' saving alone, for a change that restructures the layer)"
+
+
+def estimate_entries(items: list[dict]) -> list[tuple[str, str, str]]:
+    """The estimates (`advice.estimates`), for the text and the page alike: (headline with the GEMM saving,
+    what would have to be measured to rank it, evidence) each."""
+    out = []
+    for it in estimates(items):
+        out.append((f"{it['what']}: its GEMMs alone save {it['saving_us']:,.1f} µs/step"
+                    + (f" ({it['saving_pct']:.1f} % of the step)" if it.get("saving_pct") is not None else ""),
+                    f"to rank it, measure {it['estimate']}", f"{it['evidence']}; risk: {it['risk']}"))
+    return out
 
 
 def _numbers(verb: str, ns: list[int]) -> str:
@@ -154,6 +169,11 @@ def advice_lines(items: list[dict]) -> list[str]:
         out += [f"{n}. {head}", f"   evidence: {ev}", f"   risk: {risk}"]
     if total:
         out.append(total)
+    est = estimate_entries(items)
+    if est:
+        out.append(f"{ESTIMATES_TITLE}:")
+        for head, need, ev in est:
+            out += [f"* {head}", f"   {need}", f"   evidence: {ev}"]
     return out + [f"- {q}" for q in quiet]
 
 
@@ -168,7 +188,7 @@ def grouped_tables(measure: dict | None) -> list[tuple[str, list[list[str]], lis
     from cublaslt_probe.analysis.evidence import main_kernel
     from cublaslt_probe.names import decode
     out = []
-    for g in (measure or {}).get("gemms") or []:
+    for g in (checked(measure) or {}).get("gemms") or []:
         vs = g.get("grouped")
         if not vs:
             continue
@@ -294,7 +314,7 @@ def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, A
         ax2.set_xlim(0, 100)
         ax2.set_title("% of peak per GEMM")
         figs["gemms"] = fig
-    curves = [g for g in (measure or {}).get("gemms") or [] if g.get("whatifs") and g.get("original_us")][:4]
+    curves = [g for g in (checked(measure) or {}).get("gemms") or [] if g.get("whatifs") and g.get("original_us")][:4]
     if curves:
         # against the elements added (0: the original), so that every dim shares an axis and its ticks stay
         # short integers however large the padded value is
@@ -324,6 +344,7 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
     SVG), and for the largest GEMMs the chain of evidence (`chain`) with their measurements when given."""
     import html as H
     e = H.escape
+    measure = checked(measure)
     figs = {k: _svg(f) for k, f in figures(a, measure).items()}
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>cublaslt-probe audit</title><style>"
              "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px}"
@@ -341,6 +362,10 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
                                       for _, head, ev, risk in entries) + "</ol>")
         if total:
             parts.append(f"<p>{e(total)}</p>")
+        est = estimate_entries(items)
+        if est:
+            parts.append(f"<h3>{e(ESTIMATES_TITLE[0].upper() + ESTIMATES_TITLE[1:])}</h3><ul>" + "".join(
+                f"<li><b>{e(head)}</b><br>{e(need)}<br>evidence: {e(ev)}</li>" for head, need, ev in est) + "</ul>")
         if quiet:
             parts.append("<ul>" + "".join(f"<li>{e(q)}</li>" for q in quiet) + "</ul>")
     else:

@@ -21,29 +21,20 @@ PATH_WORDS = {
     "lt": "cuBLASLt with a 32 MiB workspace (preferred_blas_library('cublaslt') and CUBLASLT_WORKSPACE_SIZE=32768)",
 }
 ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", "risk", "gemms", "replay",
-               "excludes", "change")
-
-
-_KEY = ("op", "dtype", "layout", "m", "n", "k", "batch")
-
-
-def _norm_key(vals) -> tuple:
-    """(op, dtype, layout, m, n, k, batch) as plain str/int (batch 1 when missing), for joining."""
-    out = []
-    for c, v in zip(_KEY, vals):
-        if _na(v):
-            v = 1 if c == "batch" else None
-        out.append(int(v) if c in ("m", "n", "k", "batch") and v is not None else (None if v is None else str(v)))
-    return tuple(out)
+                "excludes", "estimate", "change")
 
 
 def _match_rows(rows: pd.DataFrame, g: dict) -> pd.DataFrame:
-    """The audit rows a measured GEMM stands for: the same problem (and module and pass, when the measurement
-    names them)."""
+    """The audit rows a measured GEMM stands for: the same problem (`binding.gemm_key`: the key a saved
+    measurement is bound to its run by), and the same module and pass when the measurement names them."""
+    from cublaslt_probe.analysis.audit.measured import row_keys
+    from cublaslt_probe.binding import gemm_key
     if rows.empty:
         return rows
-    want = _norm_key([(g.get("key") or {}).get(c) for c in _KEY])
-    hit = [_norm_key(r) == want for r in rows[list(_KEY)].itertuples(index=False)]
+    want = gemm_key(g.get("key") if isinstance(g.get("key"), dict) else {})
+    if want is None:
+        return rows.iloc[:0]
+    hit = [k == want for k in row_keys(rows)]
     out = rows[hit]
     for col in ("module", "pass"):
         v = g.get(col)
@@ -100,8 +91,9 @@ def _cand_text(c: dict) -> str:
 
 @dataclass
 class _Measured:
-    """One measured GEMM as the advice reads it: the audit rows it stands for, its calls per step, its time on
-    the path it took (``path``: torch | torch-lt)."""
+    """One measured GEMM as the advice reads it: the audit rows it stands for, its calls per step and its GPU
+    time per step in the run (``run_us``: the most a change of it can save), its measured time on the path it
+    took (``path``: torch | torch-lt)."""
 
     i: int
     g: dict
@@ -111,6 +103,7 @@ class _Measured:
     calls: float
     orig: float
     path: str | None
+    run_us: float | None = None
 
     @property
     def where(self) -> str:
@@ -121,12 +114,21 @@ class _Measured:
         """What an item that changes this GEMM touches: its audit rows (the measurement itself without rows)."""
         return frozenset(("row", r) for r in self.rows) or frozenset({("g", self.i)})
 
+    def saved(self, t: float) -> tuple[float, bool]:
+        """(µs per step saved running it in `t` µs a call, whether that was capped): never more than its time
+        in the run, which is all a change of it can save."""
+        d = (self.orig - t) * self.calls
+        if self.run_us is not None and d > self.run_us:
+            return self.run_us, True
+        return d, False
+
     def change(self, name: str, t: float, kernel: str | None, named: bool = True) -> tuple[float, str]:
         """(saving per step, evidence) of running it as alternative `name` in `t` µs: negative when slower.
         `named`: the evidence names its module."""
-        d = (self.orig - t) * self.calls
+        d, cap = self.saved(t)
         return d, (f"{self.label}{self.where if named else ''}: original {self.orig:.1f} µs, {name} {t:.1f} µs "
-                   f"({kernel or ''}); × {self.calls:g} calls/step" + (f", {-d:,.1f} µs/step slower" if d < 0 else ""))
+                   f"({kernel or ''}); × {self.calls:g} calls/step" + (f", {-d:,.1f} µs/step slower" if d < 0 else "")
+                   + (f", at most its {self.run_us:,.1f} µs/step in this run" if cap else ""))
 
 
 @dataclass
@@ -148,7 +150,8 @@ class AdviceItem:
     setting: str | None = None
     replay: str | None = None
     excludes: list[int] = field(default_factory=list)
-    change: dict | None = None     # what an applier needs: pad {"from", "to"}; path/workspace {"path"}
+    estimate: str | None = None
+    change: dict | None = None     # what an applier needs: pad {"from", "to"}; path/workspace {"path"}; pin {"algo", ...}
 
     def clashes(self, other: AdviceItem) -> bool:
         return bool(self.touches & other.touches) or (self.setting is not None and self.setting == other.setting)
@@ -197,14 +200,20 @@ def _not_measured(rows: pd.DataFrame, idx: list[int], what: str, limit: int = 8)
 
 
 def _measured_gemms(rows: pd.DataFrame, measure: dict) -> tuple[list[_Measured], list[AdviceItem]]:
-    """The GEMMs measured with a time, and a quiet item for each that was not (grouped, an error)."""
+    """The GEMMs measured with a time that stand for rows of this run, and a quiet item for each that was not
+    measured (grouped, an error). Calls per step and the time a change can save come from the run's rows,
+    never from the measurement; a row two records stand for is counted by the first (a measurement without
+    module names matching rows another record names)."""
     from cublaslt_probe.analysis.evidence import path_of
-    out, quiet = [], []
+    out, quiet, claimed = [], [], set()
     for i, g in enumerate(measure.get("gemms") or []):
         key = g.get("key") or {}
         matched = _match_rows(rows, g)
+        matched = matched[[int(x) not in claimed for x in matched.index]] if len(matched) else matched
+        if not len(matched):          # not a GEMM of this run (`measured.bind_measure` names those)
+            continue
         module = g.get("module") if g.get("module") is not None else (
-            matched["module"].iloc[0] if len(matched) and not pd.isna(matched["module"].iloc[0]) else None)
+            matched["module"].iloc[0] if not pd.isna(matched["module"].iloc[0]) else None)
         label = _label(key)
         if g.get("skipped") or g.get("error"):
             quiet.append(_quiet(f"{label}{f' ({module})' if module else ''}: not measured — "
@@ -212,11 +221,11 @@ def _measured_gemms(rows: pd.DataFrame, measure: dict) -> tuple[list[_Measured],
             continue
         if not g.get("original_us"):
             continue
+        claimed |= {int(x) for x in matched.index}
         case = str(g.get("case") or "").split("|")[0]
         path = case if case in ("torch", "torch-lt") else path_of(g.get("log_function"))
-        calls = float(matched["calls"].sum()) if len(matched) else float(g.get("calls") or 1)
-        out.append(_Measured(i, g, label, module, [int(x) for x in matched.index], calls, float(g["original_us"]),
-                             path))
+        out.append(_Measured(i, g, label, module, [int(x) for x in matched.index], float(matched["calls"].sum()),
+                             float(g["original_us"]), path, float(matched["gpu_us"].sum())))
     return out, quiet
 
 
@@ -233,7 +242,7 @@ def _pin_items(ms: list[_Measured]) -> list[AdviceItem]:
         c0 = next((x for x in cands if x.get("rank") == 0), None)
         out.append(AdviceItem(
             "pin", f"pin candidate #{c['rank']} ({_cand_text(c)}) for {m.module or m.label}", m.module,
-            (m.orig - c["time_us"]) * m.calls,
+            m.saved(c["time_us"])[0],
             f"{m.label}: original {m.orig:.1f} µs, candidate #{c['rank']} {c['time_us']:.1f} µs"
             + (f", #0 {c0['time_us']:.1f} µs" if c0 else "") + f"; × {m.calls:g} calls/step",
             "numerics checked against candidate #0" if c.get("ok_numerics") else
@@ -405,6 +414,17 @@ GROUPED_RISK = {
            "time not measured: quantizing the weights every step, as training does, can outweigh the saving); "
            "model accuracy must be checked",
 }
+
+
+# Variants whose GEMMs' saving is the change's own: balancing the router keeps the layer's code and its rows (the
+# same ops over rows split otherwise). Every other grouped variant restructures the layer (padding the groups, one
+# bmm, fp8 with its quantization, another experts implementation): without the whole call measured it is an
+# estimate, never a ranked saving.
+GEMM_ONLY_RANKS = frozenset({"balanced"})
+ESTIMATE_NEEDS = ("the layer's whole call{in_mod} with the change (its gathers, padding, quantization, host "
+                  "synchronisations and other ops, forward and backward in training): `audit --measure` rebuilds "
+                  "it when the module's gate+up and down grouped GEMMs are both among the measured "
+                  "(--top-measure), or an A/B of the program's own step")
 
 
 # what each variant brings besides its GEMMs, when the experts' whole forward was measured with it
@@ -580,7 +600,8 @@ def _grouped_item(rows: pd.DataFrame, name: str, res: dict, pads: list[str], mod
         "; ".join(e for *_, e in done) + (f"; also measured: {', '.join(also)}" if also else "")
         + (f"; {ev_un}" if ev_un else "") + tag,
         "; ".join(x for x in (risk, _grouped_numerics(done, name), risk_un) if x),
-        [m.label for m, *_ in done], touches, frozenset(m.i for m, _, d, _ in done if d > 0))
+        [m.label for m, *_ in done], touches, frozenset(m.i for m, _, d, _ in done if d > 0),
+        estimate=None if name in GEMM_ONLY_RANKS else ESTIMATE_NEEDS.format(in_mod=in_mod))
 
 
 def _pad_words(name: str, done: list, res: dict, pads: list[str], in_mod: str) -> tuple[str, str, list[str]]:
@@ -610,7 +631,10 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
     whole call, the GEMMs' net (`res`) as evidence; quiet lines for the variants whose GEMMs pay and whose
     call does not, or for none paying."""
     base, t = _whole(ex)
-    calls = float(ex.get("calls") or 1)
+    # calls per step from the run: the module's forward grouped rows (one per experts call), never the file's
+    fwd = [float(rows.loc[r, "calls"]) for r in sorted(mod_rows) if rows.loc[r, "pass"] == "fwd"
+           and not _na(rows.loc[r, "calls"])]
+    calls = max(fwd) if fwd else max(m.calls for m in members)
     scope = ex.get("scope") or "forward"
     prob = ex.get("problem") or {}
     net = {n: (base - x) * calls for n, x in t.items() if n != "original"}
@@ -621,8 +645,10 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
         best = max(net[n] for n in ok_pads)
         keep = min((n for n in ok_pads if net[n] >= best * (1 - MIN_GAIN)), key=lambda n: int(n[3:]))
         pays = [n for n in pays if not n.startswith("pad") or n == keep]
-    how = (f"the experts' whole {scope}{in_mod} rebuilt ({prob.get('experts')} experts, {prob.get('tokens'):,} "
-           f"tokens × top-{prob.get('top_k')} [top-k {prob.get('top_k_source')}], the {ex.get('sizes_source')} "
+    tokens = prob.get("tokens")
+    how = (f"the experts' whole {scope}{in_mod} rebuilt ({prob.get('experts')} experts, "
+           f"{f'{tokens:,}' if isinstance(tokens, int) else '?'} tokens × top-{prob.get('top_k')} "
+           f"[top-k {prob.get('top_k_source')}], the {ex.get('sizes_source')} "
            f"sizes) and timed as one call of the program: gathers, padding, host synchronisations and GEMMs")
     not_meas = ("not measured: the rest of the step and how much of this call's launch time the GPU hides "
                 "behind other work (the call was timed alone, from a synchronised start)")
@@ -671,7 +697,8 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
     return items, quiet
 
 
-def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) -> list[dict]:
+def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None,
+           trace_gpu_us: float | None = None) -> list[dict]:
     """Ranked advice from saved measurements (`measure.measure_gemms`' result) against the audit rows.
 
     Each item (keys `ADVICE_KEYS`): ``what`` to change, ``kind`` (pad | path | workspace | pin | grouped; quiet:
@@ -679,9 +706,16 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
     netted over every measured GEMM the change moves), ``saving_pct`` of the step's GPU time, ``evidence``
     (the numbers, and the GEMMs it changes that were not measured), ``risk`` (numerics, memory, what was not
     measured), the ``gemms`` measured, the pinned log line to ``replay``, and the numbers of the items it
-    ``excludes`` (they change one of its GEMMs or set its switch the other way: their savings do not add).
-    Items with a saving come first, largest first; then the GEMMs with no advice (near their floor, or
-    faster alone with a change that does not pay over every GEMM it moves) and those not measured."""
+    ``excludes`` (they change one of its GEMMs or set its switch the other way: their savings do not add), and
+    the ``estimate``: what would have to be measured, for an item whose saving is its GEMMs' alone while the
+    change restructures a layer (`ESTIMATE_NEEDS`; None for a ranked item).
+    Ranked items come first, largest saving first; then the estimates (not ranked; largest GEMM saving first);
+    then the GEMMs with no advice (near their floor, or faster alone with a change that does not pay over every
+    GEMM it moves) and those not measured. Every value read is checked first (`measured.check_measure`; no
+    time longer than `trace_gpu_us`, the audited steps' GPU time, when given), calls per step come from the
+    run's rows, and no item saves more than the step's GPU time."""
+    from cublaslt_probe.analysis.audit.measured import check_measure
+    measure = check_measure(measure, limit_us=trace_gpu_us)[0]
     step = step_gpu_us or (float(rows["gpu_us"].sum() / rows["share"].sum()) if len(rows) and rows["share"].sum()
                            else None)
     ms, not_measured = _measured_gemms(rows, measure)
@@ -689,10 +723,16 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
     pads, pad_quiet = _pad_items(rows, ms)
     ex = measure.get("experts")
     grouped, grouped_quiet = _grouped_items(rows, ms, ex if isinstance(ex, list) else None)
-    items = sorted(_pin_items(ms) + switch + pads + grouped, key=lambda x: -x.saving_us)
+    found = _pin_items(ms) + switch + pads + grouped
+    for x in found:
+        if step and x.saving_us > step:
+            x.evidence += f"; capped at the step's GPU time ({x.saving_us:,.1f} µs/step computed, {step:,.1f} in all)"
+            x.saving_us = step
+    items = sorted([x for x in found if x.estimate is None], key=lambda x: -x.saving_us)
+    estimates = sorted([x for x in found if x.estimate is not None], key=lambda x: -x.saving_us)
     for a, x in enumerate(items):
         x.excludes = [b + 1 for b, y in enumerate(items) if b != a and x.clashes(y)]
-    helped = {i for x in items for i in x.helped}
+    helped = {i for x in items + estimates for i in x.helped}
     quiet: list[AdviceItem] = []
     for m in ms:
         if m.i in helped:
@@ -722,8 +762,18 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None) 
                             f"original {m.orig:.1f} µs" + (f", floor {float(floor.iloc[0]):.1f} µs" if len(floor)
                                                            else ""), [m.label]))
     quiet = not_measured + quiet
-    return [x.as_dict(step) for x in items] + [q.as_dict(step) for q in quiet + switch_quiet + pad_quiet
-                                               + grouped_quiet]
+    return [x.as_dict(step) for x in items + estimates] + [q.as_dict(step) for q in quiet + switch_quiet
+                                                           + pad_quiet + grouped_quiet]
+
+
+def ranked(items: list[dict]) -> list[dict]:
+    """The ranked items of `advice`: a saving, and no estimate."""
+    return [x for x in items if x["saving_us"] > 0 and not x.get("estimate")]
+
+
+def estimates(items: list[dict]) -> list[dict]:
+    """The estimates of `advice` (not ranked): a GEMM saving of a change that restructures a layer."""
+    return [x for x in items if x["saving_us"] > 0 and x.get("estimate")]
 
 
 def advice_total(items: list[dict]) -> tuple[list[int], float, float | None]:
@@ -731,7 +781,7 @@ def advice_total(items: list[dict]) -> tuple[list[int], float, float | None]:
     numbers, their summed saving per step and its share of the step (%)."""
     take: list[int] = []
     us, pct = 0.0, 0.0
-    for n, it in enumerate([x for x in items if x["saving_us"] > 0], 1):
+    for n, it in enumerate(ranked(items), 1):
         if not set(it.get("excludes") or []) & set(take):
             take.append(n)
             us += it["saving_us"]
