@@ -39,10 +39,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import capture_programs as cp  # noqa: E402
 
-from cublaslt_probe.analysis.audit import advice, audit  # noqa: E402
-from cublaslt_probe.analysis.proof import write  # noqa: E402
+from cublaslt_probe.analysis.audit import audit  # noqa: E402
+from cublaslt_probe.analysis.audit.measured import stamp  # noqa: E402
 from cublaslt_probe.gpu import measure as M  # noqa: E402
-from cublaslt_probe.gpu.prove import prove  # noqa: E402
+from cublaslt_probe.gpu.prove import ROUNDS, prove_run  # noqa: E402
 from cublaslt_probe.gpu.recorder import capture  # noqa: E402
 
 
@@ -206,16 +206,13 @@ def run_one(name: str, out: str, rounds: int) -> dict:
     a = audit(folder)
     gemms = [{k: _clean(v) for k, v in r.items()} for r in a.rows.head(6).to_dict("records")]
     tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
-    meas = M.measure_gemms(gemms, allow_tf32=tf32)
-    with open(os.path.join(folder, "measure.json"), "w") as f:
+    meas = stamp(M.measure_gemms(gemms, allow_tf32=tf32), a, folder)     # as `audit --measure --save` writes it
+    mpath = os.path.join(folder, "measure.json")
+    with open(mpath, "w") as f:
         json.dump(meas, f, indent=1, default=str)
-    items = advice(a.rows, meas, a.step_gpu_us)
     t1 = time.perf_counter()
-    proof = prove(step, model, items, optimizer=opt, rounds=rounds)
+    proof = prove_run(folder, step, model, mpath, optimizer=opt, rounds=rounds)
     proof["program"] = name
-    proof["env"] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                    "cuda": torch.version.cuda}
-    write(os.path.join(folder, "proof.json"), proof)
     table = [{k: r.get(k) for k in ("what", "kind", "status", "predicted_us", "proven_us", "spread_us", "why")}
              for r in proof["items"]]
     return {"step_gpu_us": a.step_gpu_us, "items": table, "noise_us": proof["noise"]["rounds_us"],
@@ -227,7 +224,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
     a = ap.parse_args()
     names = [n for n in a.only.split(",") if n] or list(PROGRAMS)
     os.makedirs(a.out, exist_ok=True)

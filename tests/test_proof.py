@@ -66,14 +66,22 @@ def test_a_file_that_is_not_a_proof_is_one_line_naming_it(tmp_path):
         assert str(e.value).startswith(str(p)) and "\n" not in str(e.value)
 
 
-def test_proven_items_rank_by_their_proven_saving_and_one_proven_slower_is_not_ranked(tmp_path):
-    items = [{"what": "a", "kind": "pad", "saving_us": 900.0}, {"what": "b", "kind": "path", "saving_us": 500.0},
-             {"what": "c", "kind": "grouped", "saving_us": 1200.0}, {"what": "d", "kind": "pin", "saving_us": 50.0}]
+def test_proven_items_rank_by_their_proven_saving_and_one_proven_slower_is_not_ranked():
+    from cublaslt_probe.analysis.audit.advice import disproven, estimates, ranked
+    items = [{"what": "a", "kind": "pad", "saving_us": 900.0, "excludes": [2]},
+             {"what": "b", "kind": "path", "saving_us": 500.0, "excludes": [1]},
+             {"what": "d", "kind": "pin", "saving_us": 50.0, "excludes": []},
+             {"what": "c", "kind": "grouped", "saving_us": 1200.0, "estimate": "the experts' whole call"},
+             {"what": "q", "kind": "no_gain", "saving_us": 0.0}]
     proof = {"items": [{**GOOD, "what": "a", "proven_us": -8000.0, "spread_us": [-8100.0, -7900.0]},
                        {**GOOD, "what": "b", "proven_us": 450.0, "spread_us": [440.0, 460.0]},
-                       {"what": "d", "status": "unproven", "why": "torch 2.11 cannot pin"}]}
-    ranked, estimates = P.join(items, proof)
-    assert [x["what"] for x in ranked] == ["b", "d"]
-    assert ranked[0]["proof"]["verdict"] == "saves" and ranked[0]["proof"]["ratio"] == pytest.approx(0.9)
-    assert [x["what"] for x in estimates] == ["a", "c"]       # proven slower; a layer change never measured whole
-    assert estimates[0]["proof"]["verdict"] == "slower"
+                       {"what": "d", "status": "unproven", "why": "no applier"}]}
+    out = P.apply(items, proof)
+    assert [x["what"] for x in ranked(out)] == ["b", "d"]
+    assert out[0]["proof"]["verdict"] == "saves" and out[0]["proof"]["ratio"] == pytest.approx(0.9)
+    assert out[0]["excludes"] == [3]            # b excluded a, which moved from item 1 to item 3
+    assert [x["what"] for x in disproven(out)] == ["a"] and "slower" in out[2]["disproven"]
+    assert [x["what"] for x in out[2:]] == ["a", "c", "q"]      # the unranked in their order
+    assert [x["what"] for x in estimates(out)] == ["c"]
+    assert out[1]["proof"]["status"] == "unproven"
+    assert P.apply(items, None) is items

@@ -4,9 +4,9 @@ A proof is made on the GPU (`gpu.prove.prove`): each item the tool can apply to 
 and off in alternating rounds (original, variant, original, ...), each block after a warm-up, each step timed
 with CUDA events; the same rounds with nothing switched (original against original) give the noise floor. This
 module holds what needs no GPU: the statistics of the rounds (`summarize`), the verdict rule (`verdict`), the
-file's schema (`PROOF_SCHEMA`, `PROOF_VERSION`), its writer and its validating reader (`write`, `load`), and the
-join of a proof to the advice it proves (`join`), which re-ranks: proven items by their proven saving, items
-whose change restructures a layer and whose saving was never measured on the whole call after none.
+file's schema (`PROOF_SCHEMA`, `PROOF_VERSION`), its writer and its validating reader (`write`, `load`), its
+binding to the run it proves (`bind_proof`, `binding`'s rule), and its join to the advice (`apply`), which
+re-ranks: proven items by their proven saving; an item proven slower or within noise is not ranked.
 
 Statistics: a round gives one saving, the original block's median step minus the variant block's (µs, positive
 when the variant is faster); the proven saving is the median over rounds, its spread the rounds' interquartile
@@ -26,9 +26,6 @@ from cublaslt_probe.errors import ProbeError
 PROOF_SCHEMA = "cublaslt-probe proof"
 PROOF_VERSION = 1
 STATUSES = ("proven", "unproven", "failed")
-# kinds of advice whose change restructures a layer: their measured saving is the GEMMs' alone unless the item
-# says it was measured on the whole call (`whole_call`), so they are estimates until proven
-LAYER_KINDS = ("grouped",)
 
 
 def _q(xs: list[float], p: float) -> float:
@@ -136,27 +133,68 @@ def load(path: str | Path) -> tuple[dict, list[str]]:
     return {**d, "items": kept}, notes
 
 
-def join(items: list[dict], proof: dict | None) -> tuple[list[dict], list[dict]]:
-    """The advice with its proof: each item gets ``proof`` (the proof's record for the same ``what``, or None).
-    Returns (ranked, estimates): ranked holds the items that save time by their best evidence — proven items
-    by their proven saving (an item proven slower or within noise is not ranked), unproven ones by their
-    prediction, unless their kind restructures a layer (`LAYER_KINDS`) without a whole-call measurement —;
-    estimates holds the rest of the items with a predicted saving, with the proof's reason where one was
-    tried."""
-    by_what = {r["what"]: r for r in (proof or {}).get("items", [])}
-    ranked, estimates = [], []
+def bind_proof(proof: dict, a, source: str) -> list[str]:
+    """Binds a loaded proof to audit `a` by `binding`'s rule (the fingerprint the proof carries: the run's
+    GEMM problems, GPU, library versions): ProofRefused in one line when it is another run's (its GEMM problems
+    are not this run's, or another GPU or library); notes otherwise (a proof without a fingerprint is bound by
+    nothing and says so)."""
+    from cublaslt_probe.analysis.audit.measured import row_keys, run_fingerprint
+    from cublaslt_probe.binding import describe, env_differences, names
+    fp = proof.get("fingerprint")
+    if not isinstance(fp, dict) or not isinstance(fp.get("gemms"), list):
+        return [f"{source}: the proof names no run (no fingerprint): shown as it is, not checked against this run"]
+    mine = run_fingerprint(a)
+    diffs = env_differences(fp.get("env"), mine["env"])
+    fix = "prove this run: `cublaslt-probe prove RUN --from MEASURE -- SCRIPT.py` on its GPU"
+    if diffs:
+        raise ProofRefused(f"{source} was proven with {'; '.join(diffs)}: not this run's proof (made for "
+                           f"{describe(fp)}); {fix}")
+    theirs = {tuple(k) for k in fp["gemms"]}
+    ours = {k for k in row_keys(a.rows) if k is not None}
+    if theirs != ours:
+        only = sorted(theirs - ours, key=str) or sorted(ours - theirs, key=str)
+        raise ProofRefused(f"{source} is the proof of another run ({describe(fp)}): its GEMM problems differ from "
+                           f"this run's ({names(only)}); {fix}")
+    return []
+
+
+class ProofRefused(ProbeError):
+    """A proof that is not this run's: a usage error (exit 2)."""
+
+
+def apply(items: list[dict], proof: dict | None) -> list[dict]:
+    """The advice (`analysis.audit.advice`'s items) with its proof: each item with a record of the same ``what``
+    gets ``proof`` (the record, its ``verdict`` and ``ratio`` = proven / predicted); an item proven slower or
+    within noise gets ``disproven`` (it is then not ranked); the ranked items are ordered by their best evidence
+    (the proven saving where proven, else the prediction), and ``excludes`` renumbered to the new order."""
+    if not proof:
+        return items
+    by_what = {r["what"]: r for r in proof.get("items", [])}
+    out = []
     for it in items:
+        x = dict(it)
         r = by_what.get(it.get("what"))
-        x = {**it, "proof": r}
-        pred = it.get("saving_us") or 0.0
-        if r is not None and r.get("status") == "proven":
-            v = verdict(r["proven_us"], r["spread_us"], r.get("noise_us"))
-            x["proof"] = {**r, "verdict": v, "ratio": (r["proven_us"] / pred if pred > 0 else None)}
-            (ranked if v == "saves" else estimates).append(x)
-        elif pred > 0 and (it.get("kind") not in LAYER_KINDS or it.get("whole_call")):
-            ranked.append(x)
-        elif pred > 0:
-            estimates.append(x)
-    ranked.sort(key=lambda x: -(x["proof"]["proven_us"] if x.get("proof") and x["proof"].get("status") == "proven"
-                                else x.get("saving_us") or 0.0))
-    return ranked, estimates
+        if r is not None:
+            pred = it.get("saving_us") or 0.0
+            x["proof"] = dict(r)
+            if r.get("status") == "proven":
+                v = verdict(r["proven_us"], r["spread_us"], r.get("noise_us"))
+                x["proof"].update(verdict=v, ratio=(r["proven_us"] / pred if pred > 0 else None))
+                if v != "saves":
+                    x["disproven"] = (f"proven {v} in the program's step: {r['proven_us']:,.1f} µs/step "
+                                      f"[{r['spread_us'][0]:,.1f}, {r['spread_us'][1]:,.1f}]")
+        out.append(x)
+
+    def best(x):
+        r = x.get("proof") or {}
+        return r["proven_us"] if r.get("status") == "proven" else (x.get("saving_us") or 0.0)
+    def rank(i):
+        x = out[i]
+        on = x["saving_us"] > 0 and not x.get("estimate") and not x.get("disproven")
+        return (0, -best(x)) if on else (1, i)      # the unranked keep their order
+    order = sorted(range(len(out)), key=rank)
+    new_no = {old + 1: new + 1 for new, old in enumerate(order)}
+    res = [out[i] for i in order]
+    for x in res:
+        x["excludes"] = sorted(new_no[e] for e in x.get("excludes") or [] if e in new_no)
+    return res

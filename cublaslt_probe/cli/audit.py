@@ -53,6 +53,19 @@ def _from_measure(a, path: str, run: str) -> dict:
     return doc
 
 
+def _with_proof(a, items: list[dict], path: str) -> list[dict]:
+    """The advice with the proof `path` (`analysis.proof`): read and checked (bad items skipped with a note),
+    bound to audit `a` (another run's refused in one line, exit 2), joined to the items."""
+    from cublaslt_probe.analysis.proof import ProofRefused, apply, bind_proof, load
+    proof, notes = load(path)
+    try:
+        notes += bind_proof(proof, a, path)
+    except ProofRefused as e:
+        raise _Refused(str(e)) from None
+    a.notes.extend(notes + list(proof.get("notes") or []))
+    return apply(items, proof)
+
+
 @click.command("audit")
 @click.argument("run", type=click.Path(exists=False), metavar="RUN_DIR|TRACE")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None,
@@ -72,6 +85,9 @@ def _from_measure(a, path: str, run: str) -> dict:
 @click.option("--replay-out", "replay_path", type=click.Path(dir_okay=False), default=None,
               help="With advice: write each recommended algo as a cuBLASLt log line (the GEMM's own line, the "
                    "candidate's algo) for `cublaslt-probe replay FILE --all`.")
+@click.option("--proof", "proof_path", type=click.Path(dir_okay=False), default=None,
+              help="With --from/--measure: the run's proof (`prove`): each item's proven saving beside its "
+                   "prediction, ranked by it.")
 @click.option("--coldstart", "coldstart_path", type=click.Path(dir_okay=False), default=None,
               help="A saved `cold-start --save` result of the same program: kernels it saw compiled at run time "
                    "get that provenance with evidence 'observed'.")
@@ -84,7 +100,8 @@ def _from_measure(a, path: str, run: str) -> dict:
               help="Count the whole trace as one step, whatever its step marks (model loading, warm-up and first "
                    "calls in it).")
 @output_options(FORMATS, top=25)
-def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, coldstart_path,
+def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, proof_path,
+              coldstart_path,
               pid, warmup, whole_trace, fmt, output, top):
     """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
 
@@ -145,6 +162,10 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
                            "hold for this run: advice is not shown")
         else:
             items = advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)
+    if proof_path:
+        if items is None:
+            raise click.UsageError("--proof shows a proof beside the advice: add --measure or --from")
+        items = _with_proof(a, items, proof_path)
     if replay_path:
         if items is None:
             raise click.UsageError("--replay-out writes recommended algos: add --measure or --from")

@@ -470,13 +470,15 @@ def prove_run(run, step, model, measure, *, optimizer=None, out=None, rounds: in
     import os
 
     from cublaslt_probe.analysis.audit import advice, audit
-    from cublaslt_probe.analysis.audit.measured import bind_measure, read_measure, run_fingerprint
+    from cublaslt_probe.analysis.audit.measured import bind_measure, check_measure, read_measure, run_fingerprint
     from cublaslt_probe.analysis.proof import write
     a = audit(run)
-    source = measure if isinstance(measure, (str, os.PathLike)) else "the measurement"
-    doc = read_measure(str(measure)) if isinstance(measure, (str, os.PathLike)) else measure
-    meas, notes = bind_measure(doc, a, str(source), str(run))
-    items = advice(a.rows, meas, a.step_gpu_us)
+    source = str(measure) if isinstance(measure, (str, os.PathLike)) else "the measurement"
+    doc = read_measure(source) if isinstance(measure, (str, os.PathLike)) else measure
+    doc, notes = check_measure(doc, source, a.step_gpu_us * a.steps)
+    meas, more = bind_measure(doc, a, source, str(run))
+    notes += more
+    items = advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)
     proof = prove(step, model, items, optimizer=optimizer, rounds=rounds, steps=steps, warmup=warmup,
                   progress=progress)
     proof["fingerprint"] = run_fingerprint(a, str(run))

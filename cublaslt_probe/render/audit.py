@@ -8,7 +8,8 @@ from typing import Any
 import pandas as pd
 
 from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
-from cublaslt_probe.analysis.audit.advice import _cand_text, _label, _match_rows, advice_total, estimates, ranked
+from cublaslt_probe.analysis.audit.advice import (_cand_text, _label, _match_rows, advice_total, disproven, estimates,
+                                                  ranked)
 from cublaslt_probe.analysis.audit.measured import checked
 from cublaslt_probe.vocab import FIGURE_FORMATS, figure
 
@@ -128,9 +129,7 @@ def advice_entries(items: list[dict]) -> tuple[list[tuple[int, str, str, str]], 
         ex = it.get("excludes") or []
         rel = "; ".join(x for x in (_numbers("alternative to", [e for e in ex if e < n]),
                                     _numbers("excludes", [e for e in ex if e > n])) if x)
-        out.append((n, f"{it['what']}: saves {it['saving_us']:,.1f} µs/step"
-                    + (f" ({it['saving_pct']:.1f} % of the step)" if it.get("saving_pct") is not None else "")
-                    + (f" — {rel}" if rel else ""), it["evidence"], it["risk"]))
+        out.append((n, f"{it['what']}: {_saves(it)}" + (f" — {rel}" if rel else ""), it["evidence"], it["risk"]))
     take, us, pct = advice_total(items)
     total = None
     if len(take) > 1:
@@ -139,6 +138,37 @@ def advice_entries(items: list[dict]) -> tuple[list[tuple[int, str, str, str]], 
     return out, total, [it["what"] for it in items if it["saving_us"] <= 0]
 
 
+def proof_words(it: dict) -> str | None:
+    """What the item's proof says (`analysis.proof.apply`), or None where no proof was given: proven µs/step
+    with its spread and its share of the prediction, or why it is unproven (an *unproven estimate*)."""
+    r = it.get("proof")
+    if r is None:
+        return None
+    if r.get("status") == "proven":
+        ratio = r.get("ratio")
+        return (f"proven {r['proven_us']:,.1f} µs/step [{r['spread_us'][0]:,.1f}, {r['spread_us'][1]:,.1f}] in the "
+                f"program's step over {r.get('rounds')} rounds, noise ±{r.get('noise_us') or 0:,.1f}"
+                + (f" ({100 * ratio:.0f} % of the prediction)" if ratio is not None else "")
+                + (f"; {r['what_if']}" if r.get("what_if") else ""))
+    return f"unproven estimate: {r.get('why') or r.get('status')}"
+
+
+def _saves(it: dict) -> str:
+    """``saves 4,953.5 µs/step (54.1 % of the step)``, predicted, then what its proof says."""
+    head = (f"saves {it['saving_us']:,.1f} µs/step"
+            + (f" ({it['saving_pct']:.1f} % of the step)" if it.get("saving_pct") is not None else ""))
+    said = proof_words(it)
+    return f"predicted: {head}; {said}" if said else head
+
+
+def disproven_entries(items: list[dict]) -> list[tuple[str, str]]:
+    """The items a proof found slower or within noise: (headline with the prediction, what the proof
+    measured) each."""
+    return [(f"{it['what']}: predicted to save {it['saving_us']:,.1f} µs/step", it["disproven"])
+            for it in disproven(items)]
+
+
+DISPROVEN_TITLE = "proven not to pay in the program's step (not ranked)"
 ESTIMATES_TITLE = "estimates (not ranked: the GEMMs' saving alone, for a change that restructures the layer)"
 
 
@@ -174,6 +204,11 @@ def advice_lines(items: list[dict]) -> list[str]:
         out.append(f"{ESTIMATES_TITLE}:")
         for head, need, ev in est:
             out += [f"* {head}", f"   {need}", f"   evidence: {ev}"]
+    dis = disproven_entries(items)
+    if dis:
+        out.append(f"{DISPROVEN_TITLE}:")
+        for head, said in dis:
+            out += [f"* {head}", f"   {said}"]
     return out + [f"- {q}" for q in quiet]
 
 
@@ -366,6 +401,10 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
         if est:
             parts.append(f"<h3>{e(ESTIMATES_TITLE[0].upper() + ESTIMATES_TITLE[1:])}</h3><ul>" + "".join(
                 f"<li><b>{e(head)}</b><br>{e(need)}<br>evidence: {e(ev)}</li>" for head, need, ev in est) + "</ul>")
+        dis = disproven_entries(items)
+        if dis:
+            parts.append(f"<h3>{e(DISPROVEN_TITLE[0].upper() + DISPROVEN_TITLE[1:])}</h3><ul>" + "".join(
+                f"<li><b>{e(head)}</b><br>{e(said)}</li>" for head, said in dis) + "</ul>")
         if quiet:
             parts.append("<ul>" + "".join(f"<li>{e(q)}</li>" for q in quiet) + "</ul>")
     else:

@@ -151,7 +151,8 @@ class AdviceItem:
     replay: str | None = None
     excludes: list[int] = field(default_factory=list)
     estimate: str | None = None
-    change: dict | None = None     # what an applier needs: pad {"from", "to"}; path/workspace {"path"}; pin {"algo", ...}
+    change: dict | None = None     # what an applier needs (gpu.prove): pad {"from", "to"}; path/workspace
+                                   # {"path"}; pin {"algo", "kernel", "key", "pass"}; grouped {"variant", "groups"}
 
     def clashes(self, other: AdviceItem) -> bool:
         return bool(self.touches & other.touches) or (self.setting is not None and self.setting == other.setting)
@@ -601,7 +602,8 @@ def _grouped_item(rows: pd.DataFrame, name: str, res: dict, pads: list[str], mod
         + (f"; {ev_un}" if ev_un else "") + tag,
         "; ".join(x for x in (risk, _grouped_numerics(done, name), risk_un) if x),
         [m.label for m, *_ in done], touches, frozenset(m.i for m, _, d, _ in done if d > 0),
-        estimate=None if name in GEMM_ONLY_RANKS else ESTIMATE_NEEDS.format(in_mod=in_mod))
+        estimate=None if name in GEMM_ONLY_RANKS else ESTIMATE_NEEDS.format(in_mod=in_mod),
+        change={"variant": name, "groups": groups})
 
 
 def _pad_words(name: str, done: list, res: dict, pads: list[str], in_mod: str) -> tuple[str, str, list[str]]:
@@ -678,7 +680,8 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
             + (f"; also measured: {', '.join(also)}" if also else "") + tag,
             "; ".join(x for x in (risk, _whole_numerics(ex, name), not_meas) if x),
             [m.label for m in members], touches,
-            frozenset(m.i for m in members if gm and any(mm is m and d > 0 for mm, _, d, _ in gm["done"]))))
+            frozenset(m.i for m in members if gm and any(mm is m and d > 0 for mm, _, d, _ in gm["done"])),
+            change={"variant": name, "groups": groups}))
     for name, gm in res.items():
         if name in pays or not gm["ok"] or name not in net:
             continue
@@ -767,13 +770,19 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None,
 
 
 def ranked(items: list[dict]) -> list[dict]:
-    """The ranked items of `advice`: a saving, and no estimate."""
-    return [x for x in items if x["saving_us"] > 0 and not x.get("estimate")]
+    """The ranked items of `advice`: a saving, no estimate, and not proven slower or within noise in the
+    program's step (``disproven``: `analysis.proof.apply`)."""
+    return [x for x in items if x["saving_us"] > 0 and not x.get("estimate") and not x.get("disproven")]
+
+
+def disproven(items: list[dict]) -> list[dict]:
+    """The items a proof found slower or within noise in the program's step (`analysis.proof.apply`)."""
+    return [x for x in items if x["saving_us"] > 0 and x.get("disproven")]
 
 
 def estimates(items: list[dict]) -> list[dict]:
     """The estimates of `advice` (not ranked): a GEMM saving of a change that restructures a layer."""
-    return [x for x in items if x["saving_us"] > 0 and x.get("estimate")]
+    return [x for x in items if x["saving_us"] > 0 and x.get("estimate") and not x.get("disproven")]
 
 
 def advice_total(items: list[dict]) -> tuple[list[int], float, float | None]:
