@@ -65,6 +65,9 @@ def _load_measure(path: str) -> dict:
 @click.option("--replay-out", "replay_path", type=click.Path(dir_okay=False), default=None,
               help="With advice: write each recommended algo as a cuBLASLt log line (the GEMM's own line, the "
                    "candidate's algo) for `cublaslt-probe replay FILE --all`.")
+@click.option("--tunableop-out", "tunableop_path", type=click.Path(dir_okay=False), default=None,
+              help="With advice: write TunableOp results rows (CSV) that pin each pinned candidate, for "
+                   "PYTORCH_TUNABLEOP_FILENAME on torch >= 2.14 (docs/tunableop.md).")
 @click.option("--coldstart", "coldstart_path", type=click.Path(dir_okay=False), default=None,
               help="A saved `cold-start --save` result of the same program: kernels it saw compiled at run time "
                    "get that provenance with evidence 'observed'.")
@@ -77,8 +80,8 @@ def _load_measure(path: str) -> dict:
               help="Count the whole trace as one step, whatever its step marks (model loading, warm-up and first "
                    "calls in it).")
 @output_options(FORMATS, top=25)
-def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, coldstart_path,
-              pid, warmup, whole_trace, fmt, output, top):
+def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, tunableop_path,
+              coldstart_path, pid, warmup, whole_trace, fmt, output, top):
     """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
 
     RUN_DIR is a folder written by `cublaslt_probe.capture` (trace.json.gz, cublaslt.log, env.json);
@@ -137,6 +140,16 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         lines = [it["replay"] for it in items if it.get("replay")]
         write_text(replay_path, "".join(x + "\n" for x in lines))
         click.echo(f"wrote {len(lines)} recommended algo(s) to {replay_path}", err=True)
+    if tunableop_path:
+        if items is None:
+            raise click.UsageError("--tunableop-out writes the pinned algos: add --measure or --from")
+        from cublaslt_probe import tunableop
+        t = tunableop.write(tunableop_path, items, meas.get("env") or {}, meas.get("gemms") or [])
+        tv = t.torch_version or "unknown"
+        click.echo(f"wrote {len(t.rows)} TunableOp rows to {tunableop_path} (torch >= 2.14 reads them; this run's "
+                   f"torch {tv} {'reads them too' if tunableop.reads_rows(tv) else 'cannot'})", err=True)
+        for what, why in t.skipped:
+            click.echo(f"  not written: {what}: {why}", err=True)
     if html_path:
         write_text(html_path, render_html(a, items, meas))
         click.echo(f"wrote {html_path}", err=True)
