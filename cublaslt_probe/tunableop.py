@@ -91,13 +91,13 @@ def validators(env: dict, torch_version: str | None = None) -> list[str]:
 def _candidate(item: dict, gemms) -> dict | None:
     """The measured candidate the item pins: same GEMM key and pass, same config (`advice.PIN_KEYS`)."""
     from cublaslt_probe.analysis.audit.advice import PIN_KEYS
-    ch = item.get("change") or {}
-    algo = ch.get("algo") or {}
+    ch = item.get("change") if isinstance(item.get("change"), dict) else {}
+    algo = ch.get("algo") if isinstance(ch.get("algo"), dict) else {}
     for g in gemms or ():
-        if g.get("key") != ch.get("key") or g.get("pass") != ch.get("pass"):
+        if not isinstance(g, dict) or g.get("key") != ch.get("key") or g.get("pass") != ch.get("pass"):
             continue
         for c in g.get("candidates") or []:
-            if all(c.get(k) == algo.get(k) for k in PIN_KEYS):
+            if isinstance(c, dict) and all(c.get(k) == algo.get(k) for k in PIN_KEYS):
                 return c
     return None
 
@@ -108,9 +108,13 @@ def solution(algo: dict) -> str:
     miss = [k for k in ("algo_id", *_ENUMS.values()) if algo.get(k) is None]
     if miss:
         raise _NoRow(f"the measured candidate has no {', '.join(miss)} (the config's enum numbers)")
-    return SOLUTION.format(id=int(algo["algo_id"]), splitk=int(algo.get("split_k") or 1),
-                           swizzle=int(algo.get("cta_swizzling") or 0), custom=int(algo.get("custom_option") or 0),
-                           **{k: int(algo[v]) for k, v in _ENUMS.items()})
+    try:
+        return SOLUTION.format(id=int(algo["algo_id"]), splitk=int(algo.get("split_k") or 1),
+                               swizzle=int(algo.get("cta_swizzling") or 0),
+                               custom=int(algo.get("custom_option") or 0),
+                               **{k: int(algo[v]) for k, v in _ENUMS.items()})
+    except (TypeError, ValueError) as e:
+        raise _NoRow(f"the measured candidate's config is not all numbers ({e})") from e
 
 
 def op_and_params(line: str | None) -> tuple[str, str]:
@@ -152,8 +156,8 @@ def op_and_params(line: str | None) -> tuple[str, str]:
 
 
 def _row(item: dict, gemms) -> tuple[str, str, str, float | None]:
-    ch = item.get("change") or {}
-    algo = dict(ch.get("algo") or {})
+    ch = item.get("change") if isinstance(item.get("change"), dict) else {}
+    algo = dict(ch.get("algo")) if isinstance(ch.get("algo"), dict) else {}
     time_us = None
     if any(algo.get(v) is None for v in _ENUMS.values()):
         c = _candidate(item, gemms)
@@ -162,7 +166,7 @@ def _row(item: dict, gemms) -> tuple[str, str, str, float | None]:
                          "cluster come from there): give the measurement it was advised from")
         algo.update({k: c.get(k) for k in ("algo_id", "split_k", "custom_option", "cta_swizzling",
                                            *_ENUMS.values())})
-        time_us = c.get("time_us")
+        time_us = c.get("time_us") if isinstance(c.get("time_us"), (int, float)) else None
     op, params = op_and_params(item.get("replay"))
     return op, params, solution(algo), time_us
 
