@@ -176,3 +176,20 @@ def test_the_cli_writes_the_file_and_says_which_torch_reads_it(tmp_path, gpt2):
     assert r.exit_code == 2
     assert "--tunableop-out writes the pinned algos: add --measure or --from" in r.output
     assert "Traceback" not in r.output
+
+
+def test_a_damaged_measurement_gives_reasons_not_an_error(gpt2):
+    """The real measurement with a non-dict entry, a candidate's enum number turned to text and an item whose
+    change is gone: each pin item is skipped with its reason; nothing raises."""
+    items, meas = gpt2
+    gemms = [None, *copy.deepcopy(meas["gemms"])]
+    for g in gemms[1:]:
+        for c in g.get("candidates") or []:
+            c["tile_enum"] = "two-hundred"
+    pins = [it for it in items if it["kind"] == "pin"]
+    broken = {**pins[1], "change": None}
+    p = T.plan([pins[0], broken], meas["env"], gemms)
+    assert p.rows == []
+    assert p.skipped[0] == (pins[0]["what"], "the measured candidate's config is not all numbers "
+                                             "(invalid literal for int() with base 10: 'two-hundred')")
+    assert "not in the measurement" in p.skipped[1][1]
