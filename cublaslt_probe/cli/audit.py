@@ -88,6 +88,9 @@ def _with_proof(a, items: list[dict], path: str) -> list[dict]:
 @click.option("--proof", "proof_path", type=click.Path(dir_okay=False), default=None,
               help="With --from/--measure: the run's proof (`prove`): each item's proven saving beside its "
                    "prediction, ranked by it.")
+@click.option("--tunableop-out", "tunableop_path", type=click.Path(dir_okay=False), default=None,
+              help="With advice: write TunableOp results rows (CSV) that pin each pinned candidate, for "
+                   "PYTORCH_TUNABLEOP_FILENAME on torch >= 2.14 (docs/tunableop.md).")
 @click.option("--coldstart", "coldstart_path", type=click.Path(dir_okay=False), default=None,
               help="A saved `cold-start --save` result of the same program: kernels it saw compiled at run time "
                    "get that provenance with evidence 'observed'.")
@@ -101,8 +104,7 @@ def _with_proof(a, items: list[dict], path: str) -> list[dict]:
                    "calls in it).")
 @output_options(FORMATS, top=25)
 def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_path, replay_path, proof_path,
-              coldstart_path,
-              pid, warmup, whole_trace, fmt, output, top):
+              tunableop_path, coldstart_path, pid, warmup, whole_trace, fmt, output, top):
     """Audit a program's GEMMs: one row per distinct GEMM of a step with its layer, time, roofline, waves.
 
     RUN_DIR is a folder written by `cublaslt_probe.capture` (trace.json.gz, cublaslt.log, env.json);
@@ -172,6 +174,16 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         lines = [it["replay"] for it in items if it.get("replay")]
         write_text(replay_path, "".join(x + "\n" for x in lines))
         click.echo(f"wrote {len(lines)} recommended algo(s) to {replay_path}", err=True)
+    if tunableop_path:
+        if items is None:
+            raise click.UsageError("--tunableop-out writes the pinned algos: add --measure or --from")
+        from cublaslt_probe import tunableop
+        t = tunableop.write(tunableop_path, items, meas.get("env") or {}, meas.get("gemms") or [])
+        tv = t.torch_version or "unknown"
+        click.echo(f"wrote {len(t.rows)} TunableOp rows to {tunableop_path} (torch >= 2.14 reads them; this run's "
+                   f"torch {tv} {'reads them too' if tunableop.reads_rows(tv) else 'cannot'})", err=True)
+        for what, why in t.skipped:
+            click.echo(f"  not written: {what}: {why}", err=True)
     if html_path:
         write_text(html_path, render_html(a, items, meas))
         click.echo(f"wrote {html_path}", err=True)
