@@ -203,7 +203,9 @@ def score_row(row: dict, cfgs: list[Config]) -> dict:
     `nvmmh_tile`/`nvmmh_cluster`/`nvmmh_stages`/`nvmmh_split_k` (its top-1), `nvmmh_us` (top-1 predicted µs),
     `nvmmh_agrees` (top-1 CTA tile = the pick's tile), `nvmmh_agrees_cluster` (tile and cluster),
     `nvmmh_tile_rank` (rank of the first config with the pick's tile; null when none of the top-k has it),
-    `nvmmh_log_err` (ln(predicted / measured time_us)). Agreement is null where the pick has no tile."""
+    `nvmmh_log_err` (ln(top-1 predicted / measured time_us)), `nvmmh_pick_us` (the predicted µs of that
+    first config with the pick's tile: the model's time for the nearest config to the kernel that ran).
+    Agreement is null where the pick has no tile."""
     pick = pick_of(row)
     out = dict.fromkeys(COLUMNS)
     if not cfgs:
@@ -218,12 +220,14 @@ def score_row(row: dict, cfgs: list[Config]) -> dict:
         out["nvmmh_agrees"] = (c.tile_m, c.tile_n) == pick["tile"]
         if pick["cluster"] is not None:
             out["nvmmh_agrees_cluster"] = out["nvmmh_agrees"] and (c.cluster_m, c.cluster_n) == pick["cluster"]
-        out["nvmmh_tile_rank"] = next((x.rank for x in cfgs if (x.tile_m, x.tile_n) == pick["tile"]), None)
+        same = next((x for x in cfgs if (x.tile_m, x.tile_n) == pick["tile"]), None)
+        if same is not None:
+            out["nvmmh_tile_rank"], out["nvmmh_pick_us"] = same.rank, same.pred_us
     return out
 
 
 COLUMNS = ("nvmmh_tile", "nvmmh_cluster", "nvmmh_stages", "nvmmh_split_k", "nvmmh_us", "nvmmh_agrees",
-           "nvmmh_agrees_cluster", "nvmmh_tile_rank", "nvmmh_log_err")
+           "nvmmh_agrees_cluster", "nvmmh_tile_rank", "nvmmh_log_err", "nvmmh_pick_us")
 
 
 def gpu_of(df) -> str:
@@ -256,7 +260,7 @@ def scored(df, gpu: str | None = None, top: int = TOP, target: str = TARGET):
     add = pd.DataFrame(rows, index=df.index, columns=list(COLUMNS))
     types = {"nvmmh_tile": "string", "nvmmh_cluster": "string", "nvmmh_stages": "Int64", "nvmmh_split_k": "Int64",
              "nvmmh_us": "float64", "nvmmh_agrees": "boolean", "nvmmh_agrees_cluster": "boolean",
-             "nvmmh_tile_rank": "Int64", "nvmmh_log_err": "float64"}
+             "nvmmh_tile_rank": "Int64", "nvmmh_log_err": "float64", "nvmmh_pick_us": "float64"}
     add = add.astype(types)
     out = df.drop(columns=[c for c in COLUMNS if c in df.columns]).join(add)
     out.attrs = dict(df.attrs)
@@ -275,7 +279,9 @@ def _pos(v) -> bool:
 def summary(sc, by: str = "dtype"):
     """Agreement and error of scored rows (`scored`), one row per value of `by` and one for all: rows
     compared, top-1 tile agreement, tile+cluster agreement, the pick's tile anywhere in the top-k, the
-    median and 90th percentile of |ln(predicted / measured)|, and the median signed ratio predicted/measured."""
+    median and 90th percentile of |ln(predicted / measured)| of the model's top-1, the same median over the
+    rows whose top-1 tile agrees, over the model's time for the pick's tile (`nvmmh_pick_us`), and the
+    median ratio predicted / measured."""
     import numpy as np
     import pandas as pd
     s = sc[sc["nvmmh_us"].notna()]
@@ -287,6 +293,7 @@ def summary(sc, by: str = "dtype"):
         has = g["nvmmh_agrees"].notna()
         err = g["nvmmh_log_err"].dropna().abs()
         agree = g.loc[g["nvmmh_agrees"].fillna(False).astype(bool), "nvmmh_log_err"].dropna().abs()
+        pick_err = (g["nvmmh_pick_us"] / g["time_us"]).dropna().map(math.log).abs()
         out.append({
             by: name, "rows": len(g), "with_tile": int(has.sum()),
             "tile_agree_pct": _pct(g.loc[has, "nvmmh_agrees"]),
@@ -295,6 +302,7 @@ def summary(sc, by: str = "dtype"):
             "median_abs_log_err": float(err.median()) if len(err) else None,
             "p90_abs_log_err": float(err.quantile(0.9)) if len(err) else None,
             "median_abs_log_err_agreeing": float(agree.median()) if len(agree) else None,
+            "median_abs_log_err_pick": float(pick_err.median()) if len(pick_err) else None,
             "median_pred_over_measured": float(np.exp(g["nvmmh_log_err"].dropna().median()))
             if g["nvmmh_log_err"].notna().any() else None,
         })

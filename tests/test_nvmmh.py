@@ -113,9 +113,11 @@ def test_a_row_where_the_model_agrees_with_cublaslt(llm):
 @needs_lib
 def test_a_row_where_the_pick_is_lower_in_the_models_list(llm):
     row = _row(llm, "torch|mm|bf16|NN|256|3584|3584|1")   # picked 128x64, cluster 2x4
-    s = nvmmh.score_row(row, nvmmh.configs(256, 3584, 3584, "bf16", "NN"))
+    cfgs = nvmmh.configs(256, 3584, 3584, "bf16", "NN")
+    s = nvmmh.score_row(row, cfgs)
     assert s["nvmmh_agrees"] is False and s["nvmmh_agrees_cluster"] is False
-    assert s["nvmmh_tile_rank"] == 5
+    assert s["nvmmh_tile_rank"] == 5 and cfgs[4].tile == "128x64"
+    assert s["nvmmh_pick_us"] == cfgs[4].pred_us and s["nvmmh_us"] == cfgs[0].pred_us
 
 
 @needs_lib
@@ -127,6 +129,7 @@ def test_whole_llm_dataset_bf16_numbers_of_docs(llm):
     assert (s["rows"], s["with_tile"]) == (2688, 2688)
     assert (s["tile_agree_pct"], s["tile_cluster_agree_pct"], s["tile_in_topk_pct"]) == (29.7, 23.9, 36.8)
     assert s["median_abs_log_err"] == pytest.approx(0.321, abs=5e-4)
+    assert s["median_abs_log_err_pick"] == pytest.approx(0.219, abs=5e-4)
 
 
 @needs_lib
