@@ -179,3 +179,19 @@ def test_without_the_wheel_the_module_imports_and_says_how_to_install():
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("Error: nvMatmulHeuristics is not available")
     assert err[0].endswith("pip install nvidia-matmul-heuristics")
+
+
+@needs_lib
+def test_cli_a_txt_file_holds_what_stdout_shows(tmp_path):
+    out = tmp_path / "s.txt"
+    to_file = CliRunner().invoke(main, ["nvmmh", str(LLM), "--by", "backend", "-o", str(out)])
+    to_stdout = CliRunner().invoke(main, ["nvmmh", str(LLM), "--by", "backend"])
+    assert to_file.exit_code == to_stdout.exit_code == 0
+    assert to_file.stdout == "" and to_file.stderr.splitlines()[-1] == f"wrote {out}"
+    assert out.read_text(encoding="utf-8") == to_stdout.stdout
+    assert [ln.split()[0] for ln in to_stdout.stdout.splitlines()[3:]] == ["cupy", "lt", "torch", "torch-lt", "all"]
+
+
+def test_cli_a_suffix_it_does_not_write_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(main, ["nvmmh", str(LLM), "-o", str(tmp_path / "x.png")])
+    assert r.exit_code == 2 and "`nvmmh` writes .txt, .csv, .jsonl, .json or .parquet, not .png" in r.output
