@@ -195,3 +195,32 @@ def test_cli_a_txt_file_holds_what_stdout_shows(tmp_path):
 def test_cli_a_suffix_it_does_not_write_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(main, ["nvmmh", str(LLM), "-o", str(tmp_path / "x.png")])
     assert r.exit_code == 2 and "`nvmmh` writes .txt, .csv, .jsonl, .json or .parquet, not .png" in r.output
+
+
+# ------------------------------------------------------------------------------------------------ explain
+def _explain(name: str) -> str:
+    import json
+    from cublaslt_probe.analysis import explain
+    ev = json.loads((ROOT / "tests" / "fixtures" / "evidence" / name).read_text())
+    return explain.render(ev).split("11. second opinion", 1)[1]
+
+
+@needs_lib
+def test_explain_gives_the_models_second_opinion():
+    # captured: 16x4096x4096 bf16 NT ran nvjet_sm90_tst_64x16_64x16_2x1_v_bz_splitK_TNT (logged 64x16, 2x1x1, 2-way)
+    text = _explain("explain_bf16_NT_16x4096x4096.json")
+    lines = [ln.strip() for ln in text.splitlines()[1:]]
+    assert lines[0] == "on H200_SXM, predicted for its own configs (not cuBLAS's kernels):"
+    assert lines[1] == "#1 64x16x128 · cluster 4x1 · 8 stages · split-K 1: 33.0 µs predicted"
+    assert lines[4] == "the pick's tile is its #1 (33.0 µs predicted; measured 24.7 µs)"
+
+
+def test_explain_without_the_wheel_says_how_to_install():
+    code = ("import sys, json; sys.modules['nvMatmulHeuristics'] = None\n"
+            "from cublaslt_probe.analysis import explain\n"
+            "ev = json.load(open('tests/fixtures/evidence/explain_bf16_NT_16x4096x4096.json'))\n"
+            "print(explain.render(ev).split('11. second opinion', 1)[1])\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert "(not asked: nvMatmulHeuristics is not available" in p.stdout
+    assert p.stdout.rstrip().endswith("pip install nvidia-matmul-heuristics)")
