@@ -5,7 +5,8 @@ nvMatmulHeuristics (the `nvidia-matmul-heuristics` wheel: `libnvMatmulHeuristics
 Python module `nvMatmulHeuristics`) is a model, not a kernel library: given a problem and a GPU named by its
 predefined enum (H200 SXM, H100 SXM, ...) it returns CTA/warp/instruction tiles, cluster, load stages,
 split-K and swizzle with a predicted runtime, on a CPU, without a driver or a device. Only when no GPU is
-named does it read the current device through libcuda; this module always names one. The package's own
+named does it look for the current device through libcuda, and without one it answers for some other GPU
+(pre-Hopper configs, no clusters): this module always names one. The package's own
 binding is used (its `NvMatmulHeuristicsInterfaceEx`), so this module needs no ctypes of its own; the wheel
 is optional: without it every entry point raises `NvmmhUnavailable`, one line saying how to install it.
 
@@ -14,8 +15,9 @@ B, cuBLAS op(A) = the torch layout's second letter, op(B) its first), with nvMat
 layout: torch `NT` (F.linear) is cuBLAS `TN` and `TN_COL_MAJOR` here. That is the frame in which an nvjet
 name's `<M>x<N>` and the logged `tile`/`clusterShape` are written (docs/dataset.md, "How the evidence is
 joined"), so a config's CTA tile M×N and cluster compare with cuBLASLt's pick as they stand.
-The target is CUTLASS 3 with the model-ranked candidate set (`PERF_MODEL_BASED_AUTO_TUNING`), as CUTLASS's and
-torch inductor's integrations ask it: Hopper's warp-specialised TMA kernels are the nearest kin of nvjet.
+The default target is CUTLASS 3 with the model-ranked candidate set (`PERF_MODEL_BASED_AUTO_TUNING`), as
+CUTLASS's and torch inductor's integrations ask it: Hopper's warp-specialised TMA kernels are the nearest kin
+of nvjet; `target` asks for another of `TARGETS`.
 """
 from __future__ import annotations
 
