@@ -280,7 +280,8 @@ def _pos(v) -> bool:
 
 def summary(sc, by: str = "dtype"):
     """Agreement and error of scored rows (`scored`), one row per value of `by` and one for all: rows
-    compared, top-1 tile agreement, tile+cluster agreement, the pick's tile anywhere in the top-k, the
+    compared, top-1 tile agreement (over the rows whose pick has a tile), tile+cluster agreement (over the
+    rows whose pick has a cluster: `with_cluster`), the pick's tile anywhere in the top-k, the
     median and 90th percentile of |ln(predicted / measured)| of the model's top-1, the same median over the
     rows whose top-1 tile agrees, over the model's time for the pick's tile (`nvmmh_pick_us`), and the
     median ratio predicted / measured."""
@@ -299,6 +300,7 @@ def summary(sc, by: str = "dtype"):
         out.append({
             by: name, "rows": len(g), "with_tile": int(has.sum()),
             "tile_agree_pct": _pct(g.loc[has, "nvmmh_agrees"]),
+            "with_cluster": int(g["nvmmh_agrees_cluster"].notna().sum()),
             "tile_cluster_agree_pct": _pct(g.loc[g["nvmmh_agrees_cluster"].notna(), "nvmmh_agrees_cluster"]),
             "tile_in_topk_pct": _pct(g.loc[has, "nvmmh_tile_rank"].notna()),
             "median_abs_log_err": float(err.median()) if len(err) else None,

@@ -126,7 +126,7 @@ def test_whole_llm_dataset_bf16_numbers_of_docs(llm):
     sc = nvmmh.scored(llm[llm["dtype"] == "bf16"])
     assert sc.attrs["nvmmh"] == {"gpu": "H200_SXM", "top": 8, "target": "CUTLASS3"}
     s = nvmmh.summary(sc).set_index("dtype").loc["bf16"]
-    assert (s["rows"], s["with_tile"]) == (2688, 2688)
+    assert (s["rows"], s["with_tile"], s["with_cluster"]) == (2688, 2688, 2598)
     assert (s["tile_agree_pct"], s["tile_cluster_agree_pct"], s["tile_in_topk_pct"]) == (29.7, 23.9, 36.8)
     assert s["median_abs_log_err"] == pytest.approx(0.321, abs=5e-4)
     assert s["median_abs_log_err_pick"] == pytest.approx(0.219, abs=5e-4)
@@ -150,7 +150,7 @@ def test_cli_summary(tmp_path):
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     assert lines[0].startswith("nvMatmulHeuristics (CUTLASS3, H200_SXM, top 8) against cuBLASLt's picks")
-    assert lines[3].split()[:6] == ["bf16", "2688", "2688", "29.7", "23.9", "36.8"]
+    assert lines[3].split()[:7] == ["bf16", "2688", "2688", "29.7", "2598", "23.9", "36.8"]
 
 
 @needs_lib
