@@ -21,6 +21,7 @@ of nvjet; `target` asks for another of `TARGETS`.
 """
 from __future__ import annotations
 
+import atexit
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -132,6 +133,11 @@ def _interface(gpu: str, target: str):
     except (OSError, AssertionError, RuntimeError) as e:  # a library it cannot load, or of another version
         raise NvmmhUnavailable(f"nvMatmulHeuristics failed to start ({type(e).__name__}: {e}): "
                                f"reinstall it with {INSTALL}") from e
+
+
+# The binding's handles free their descriptors in __del__, which fails once the interpreter has begun to tear
+# its modules down: drop them while everything is still there.
+atexit.register(_interface.cache_clear)
 
 
 @lru_cache(maxsize=65536)
