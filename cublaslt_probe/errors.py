@@ -7,7 +7,7 @@ class ProbeError(Exception):
 
 # The commands that run on any machine (tests/test_cli_help.py checks that every command is in one list).
 CPU_COMMANDS = ("decode", "grammars", "parse-log", "trace", "dataset", "merge", "schema", "map", "plot",
-                "report", "diff", "audit")
+                "report", "diff", "audit", "nvmmh")
 # The commands that need a GPU; those marked `--from` also render a saved file on any machine.
 GPU_COMMANDS = ("sweep", "capture", "prove", "cold-start --from", "candidates --from", "first-call --from",
                 "explain --from", "replay --from")

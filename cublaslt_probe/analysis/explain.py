@@ -62,7 +62,8 @@ def analyse(ev: dict) -> dict:
                 "decoded": _decoded(kn, trace), "waves": _waves(c, rec, kn, trace, env.get("sm_count")),
                 "time": _time(c, rec, env.get("gpu")), "heuristic": _heuristic(rec),
                 "candidates": _candidates(ev, c["dtype"], mk), "first_call": _first_call(ev.get("first_call")),
-                "known_issues": _known_issues(trace, mk, rec, env, ev.get("candidates"))})
+                "known_issues": _known_issues(trace, mk, rec, env, ev.get("candidates")),
+                "nvmmh": _nvmmh(c, rec, env, kn, trace)})
     return out
 
 
@@ -167,6 +168,24 @@ def _known_issues(trace, mk: str | None, rec: dict, env: dict, cands) -> dict | 
         if texts:
             out["candidates"].append({"rank": cd.get("rank"), "issues": texts})
     return out
+
+
+def _nvmmh(c: dict, rec: dict, env: dict, kn, trace) -> dict:
+    """nvMatmulHeuristics' second opinion (cublaslt_probe.nvmmh, docs/nvmmh.md): its top 3 configs for the GEMM
+    on the run's GPU and how they stand to the pick; `why_not` when the model cannot be asked."""
+    from cublaslt_probe import nvmmh
+    from cublaslt_probe.errors import ProbeError
+    row = {"family": getattr(kn, "family", None), "time_us": rec.get("time_us"),
+           **{f: getattr(kn, f, None) for f in ("tile_m", "tile_n", "cluster_m", "cluster_n", "stages", "split_k")},
+           **({"algo_tile": trace.tile, "algo_cluster": trace.cluster, "algo_split_k": trace.num_splits_k}
+              if trace is not None else {})}
+    try:
+        cfgs = nvmmh.configs(c["m"], c["n"], c["k"], c["dtype"], c["layout"], c.get("batch", 1),
+                             env.get("gpu") or "", nvmmh.TOP)
+        gpu = nvmmh.gpu_name(env.get("gpu") or "")
+    except ProbeError as e:
+        return {"why_not": str(e)}
+    return {"gpu": gpu, "asked": len(cfgs), "top": [x.as_dict() for x in cfgs[:3]], **nvmmh.score_row(row, cfgs)}
 
 
 def _first_call(fc: dict | None) -> dict | None:
@@ -315,6 +334,21 @@ def _render_known_issues(a: dict) -> list[str]:
     return out
 
 
+def _render_nvmmh(a: dict) -> list[str]:
+    x = a["nvmmh"]
+    if "why_not" in x:
+        return [f"(not asked: {x['why_not']})"]
+    out = [f"#{t['rank']} {t['tile']}x{t['tile_k']} · cluster {t['cluster']} · {t['stages']} stages · split-K "
+           f"{t['split_k']}: {t['pred_us']:.1f} µs predicted" for t in x["top"]]
+    if x["nvmmh_agrees"] is not None:
+        rank = x["nvmmh_tile_rank"]
+        t = a["time"]["time_us"] if a.get("time") else None
+        where = (f"the pick's tile is its #{rank} ({x['nvmmh_pick_us']:.1f} µs predicted" if rank is not None
+                 else f"the pick's tile is not in its top {x['asked']} (")
+        out.append(where + (f"; measured {t:.1f} µs)" if t else ")"))
+    return [f"on {x['gpu']}, predicted for its own configs (not cuBLAS's kernels):"] + out
+
+
 _SECTIONS = (("1. cuBLASLt log (level 2, the call that ran):", _render_log),
              ("2. algo cuBLASLt chose (its heuristic's pick; nothing compiled):", _render_algo),
              ("3. kernel(s) that ran (profiler):", _render_kernels),
@@ -324,4 +358,5 @@ _SECTIONS = (("1. cuBLASLt log (level 2, the call that ran):", _render_log),
              ("7. heuristic CPU cost (cublasLtMatmulAlgoGetHeuristic, same problem):", _render_heuristic),
              ("8. among the heuristic's own candidates:", _render_candidates),
              ("9. first call:", _render_first_call),
-             ("10. known issues (cuBLAS release notes):", _render_known_issues))
+             ("10. known issues (cuBLAS release notes):", _render_known_issues),
+             ("11. second opinion (nvMatmulHeuristics, NVIDIA's analytic model; docs/nvmmh.md):", _render_nvmmh))

@@ -21,7 +21,7 @@ import click
 from cublaslt_probe.errors import NoCudaDevice, OptionError, ProbeError
 from cublaslt_probe.render.text import set_line_width, terminal_width
 
-_MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence", "capture", "audit", "coldstart", "prove"]
+_MODULES = ["decode", "logs", "sweep", "gpu", "plots", "evidence", "capture", "audit", "coldstart", "prove", "nvmmh"]
 _BROKEN: dict[str, str] = {}  # command module -> why it failed to import
 
 
