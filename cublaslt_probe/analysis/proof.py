@@ -15,7 +15,6 @@ saving inside max(noise floor, spread half-width) of zero is *within noise*.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import statistics
@@ -106,11 +105,11 @@ def load(path: str | Path) -> tuple[dict, list[str]]:
     """Reads a proof file (gzip or plain JSON) and validates it: returns (proof, notes). A file that is not a
     proof raises ProbeError in one line naming it; an item that cannot be used is dropped with a note naming
     the file and its index, never the whole proof refused."""
+    from cublaslt_probe.streams import open_text
     p = Path(path)
     try:
-        raw = p.read_bytes()
-        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8-sig")
-        d = json.loads(text)
+        with open_text(p) as f:
+            d = json.loads(f.read().lstrip("\ufeff"))
     except (OSError, ValueError, EOFError) as e:
         raise ProbeError(f"{p}: not a readable proof ({e.__class__.__name__}): give a file written by "
                          "cublaslt_probe.prove(..., out=FILE)") from e

@@ -25,6 +25,13 @@ TORCH_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float3
 _LIB: dict = {}
 
 
+def problem_dtype(torch, dtype) -> str | None:
+    """The project's dtype name of a torch GEMM on tensors of `dtype`: fp32 is tf32 where torch allows TF32
+    matmuls (torch.backends.cuda.matmul.allow_tf32); None for a dtype without a cuBLASLt problem here."""
+    name = TORCH_DTYPES.get(str(dtype))
+    return "tf32" if name == "fp32" and torch.backends.cuda.matmul.allow_tf32 else name
+
+
 def _library():
     from cublaslt_probe.gpu import lt
     if "lib" not in _LIB:
@@ -42,11 +49,9 @@ class PinnedLinear:
         from cublaslt_probe.gpu import lt
         self.torch, self.module, self.tokens = torch, module, int(tokens)
         w = module.weight
-        self.dtype = dtype or TORCH_DTYPES.get(str(w.dtype))
+        self.dtype = dtype or problem_dtype(torch, w.dtype)
         if self.dtype is None:
             raise CaptureError(f"pin_linear: weight dtype {w.dtype} has no cuBLASLt problem here (bf16, fp16, fp32)")
-        if self.dtype == "fp32" and torch.backends.cuda.matmul.allow_tf32:
-            self.dtype = "tf32"
         self.lib = _library()
         self.problem = lt.Problem(m=module.out_features, n=self.tokens, k=module.in_features, dtype=self.dtype,
                                   trans_a="T", trans_b="N", bias=module.bias is not None,

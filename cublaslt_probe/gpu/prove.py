@@ -35,8 +35,6 @@ import time
 
 from cublaslt_probe.analysis.proof import summarize
 
-TOLERANCE = {"torch.bfloat16": 2e-2, "torch.float16": 4e-3, "torch.float32": 2e-2}  # relative, max-abs over the
-                                                                                    # output's max-abs
 ROUNDS = 9          # alternating rounds per item (and of the noise floor)
 STEPS = 3           # timed steps per block
 WARMUP = 1          # untimed steps after each switch
@@ -370,8 +368,8 @@ def _rounds(torch, step, on, off, rounds: int, steps: int, warmup: int) -> tuple
 
 
 def _numerics(torch, applier, sample) -> dict:
-    """The applied module's output against the original on an input it saw: max |Δ| over max |y|, within the
-    dtype's tolerance (`TOLERANCE`), and the shapes equal (a padded or pinned linear; other appliers change
+    """The applied module's output against the original on an input it saw: max |Δ| over max |y|
+    (`candidates.max_rel_diff`), within the dtype's tolerance (`candidates.tolerance`), and the shapes equal (a padded or pinned linear; other appliers change
     what the program computes on purpose, or nothing of it, and are not compared)."""
     if not isinstance(applier, (PadLinear, PinLinears)) or sample is None:
         return {"checked": False}
@@ -385,8 +383,10 @@ def _numerics(torch, applier, sample) -> dict:
             applier.restore()
     if y0.shape != y1.shape:
         return {"checked": True, "ok": False, "why": f"shape {tuple(y1.shape)} instead of {tuple(y0.shape)}"}
-    err = float((y1.float() - y0.float()).abs().max()) / max(float(y0.float().abs().max()), 1e-30)
-    tol = TOLERANCE.get(str(y0.dtype), 2e-2)
+    from cublaslt_probe.analysis.candidates import max_rel_diff, tolerance
+    from cublaslt_probe.gpu.pin import problem_dtype
+    err = max_rel_diff(y1.float(), y0.float())
+    tol = tolerance(problem_dtype(torch, y0.dtype) or "fp32")
     return {"checked": True, "ok": bool(math.isfinite(err) and err <= tol), "rel_err": err, "tolerance": tol}
 
 
