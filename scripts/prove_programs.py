@@ -200,7 +200,7 @@ def run_one(name: str, out: str, rounds: int) -> dict:
         step()
     torch.cuda.synchronize()
     folder = os.path.join(out, name)
-    with capture(folder, model=compiled or model, label=name) as cap:
+    with capture(folder, model=compiled if compiled is not None else model, label=name) as cap:
         for _ in range(3 if compiled is not None else 0):   # compiled inside the capture (its GEMMs' records),
             step()                                           # recorded, warmed: outside the steps
         for _ in range(2):
