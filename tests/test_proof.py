@@ -1,11 +1,13 @@
 """CPU tests of proofs (`analysis.proof`): the rounds' statistics, the within-noise rule, the file's validation
-and the join that ranks proven items by their proven saving."""
+the join that ranks proven items by their proven saving, and `audit --proof` on the proofs of four programs
+proven on the H200."""
 import json
 
 import pytest
 
 from cublaslt_probe.analysis import proof as P
 from cublaslt_probe.errors import ProbeError
+from conftest import FIXTURES
 
 
 def test_the_proven_saving_is_the_median_of_the_rounds_differences_and_its_spread_their_quartiles():
@@ -85,3 +87,68 @@ def test_proven_items_rank_by_their_proven_saving_and_one_proven_slower_is_not_r
     assert [x["what"] for x in estimates(out)] == ["c"]
     assert out[1]["proof"]["status"] == "unproven"
     assert P.apply(items, None) is items
+
+
+# --- the proofs of four programs proven on the H200 (tests/fixtures/proofs, scripts/prove_programs.py) ----------
+
+PROOFS = FIXTURES / "proofs"
+
+
+def _audit(tmp_path, name, *extra, proof=None):
+    from click.testing import CliRunner
+
+    from cublaslt_probe.cli import main
+    run = PROOFS / name
+    args = ["audit", str(run), "--from", str(run / "measure.json"), "--proof", str(proof or run / "proof.json"),
+            *extra]
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("name", ["llama_vocab32001", "gpt2_train", "titan_moe_train", "mixtral_train"])
+def test_each_captured_proof_binds_to_its_run_and_another_runs_proof_is_refused(tmp_path, name):
+    r = _audit(tmp_path, name)
+    assert r.exit_code == 0, r.output
+    assert "proof" not in " ".join(ln for ln in r.output.splitlines() if ln.startswith("note:")), r.output
+    other = "mixtral_train" if name != "mixtral_train" else "llama_vocab32001"
+    r = _audit(tmp_path, name, proof=PROOFS / other / "proof.json")
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("Error:")]
+    assert len(lines) == 1 and "is the proof of another run" in lines[0] and other in lines[0], r.output
+
+
+def test_the_llama_proof_shows_predicted_against_proven_and_ranks_by_the_proof(tmp_path):
+    r = _audit(tmp_path, "llama_vocab32001")
+    text = r.output
+    first = next(ln for ln in text.splitlines() if ln.startswith("1. "))
+    assert first.startswith("1. pad the vocabulary 32001 → 32008") and "predicted: saves 4,992.1 µs/step" in first
+    assert "proven 5,114.0 µs/step [5,031.6, 5,134.3]" in first and "(102 % of the prediction)" in first
+    second = next(ln for ln in text.splitlines() if ln.startswith("2. "))
+    assert second.startswith("2. pin candidate #1") and "(105 % of the prediction)" in second
+
+
+def test_a_moe_change_that_the_program_does_not_pay_for_is_never_ranked(tmp_path):
+    """The hand-written MoE: balancing the router was predicted to save 464.8 µs/step and is within noise in the
+    step; one bmm over padded experts is an estimate (its GEMMs alone) and could not be applied: neither is
+    ranked, and what is ranked first is labelled an unproven estimate."""
+    text = _audit(tmp_path, "titan_moe_train").output
+    lines = text.splitlines()
+    ranked = [ln for ln in lines if ln[:3] in ("1. ", "2. ", "3. ")]
+    assert not any("balance the router" in ln or "torch.bmm" in ln for ln in ranked), ranked
+    assert ranked and "unproven estimate" in ranked[0]
+    i = lines.index(next(ln for ln in lines if ln.startswith("proven not to pay")))
+    assert "balance the router's load over the 64 experts" in lines[i + 1]
+    assert "proven within noise in the program's step: -116.3 µs/step [-605.8, 177.0]" in lines[i + 2]
+    est = lines.index(next(ln for ln in lines if ln.startswith("estimates (not ranked")))
+    assert any("torch.bmm" in ln for ln in lines[est:i])
+
+
+def test_a_damaged_proof_keeps_its_good_items_and_names_the_bad_one(tmp_path):
+    d = json.loads((PROOFS / "llama_vocab32001" / "proof.json").read_text())
+    d["items"][1]["proven_us"] = "fast"
+    p = tmp_path / "proof.json"
+    p.write_text(json.dumps(d))
+    r = _audit(tmp_path, "llama_vocab32001", proof=p)
+    assert r.exit_code == 0, r.output
+    assert "note: proof.json: item 1 skipped: proven_us 'fast' is not a finite number" in r.output
+    assert "(102 % of the prediction)" in r.output and "pin candidate #1" in r.output
+    assert "(105 % of the prediction)" not in r.output
