@@ -64,7 +64,8 @@ def main() -> None:
                   if e.device_type() == torch.autograd.DeviceType.CUDA]
             out["torch_profiler"].append(max(ds) if ds else None)
         res[key] = {k: statistics.median(v) for k, v in out.items() if v and None not in v}
-        print(key, json.dumps({k: round(v, 1) for k, v in res[key].items()}), flush=True)
+        res[key]["rounds"] = {k: [round(x, 1) for x in v] for k, v in out.items() if v and None not in v}
+        print(key, json.dumps(res[key]["rounds"]), flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "cases": res}, f, indent=1)

@@ -56,11 +56,10 @@ def test_the_capture_names_what_torch_profiler_names_with_its_durations(calls):
     from cublaslt_probe.gpu.probe import profile_kernels
     torch, fns = calls
     marker = torch.zeros(1, dtype=torch.int8, device="cuda")
-    # the two captures take turns, three rounds each, each right after the same calls ran untimed: a GPU left
-    # idle (torch.profiler's stop parses its events for a while; a full suite runs CPU-only tests before this
-    # one) lowers its clocks, and the next capture's first GEMM then took twice as long (307 against 146 µs on
-    # the H200, whichever capture came after the idle gap); the names must agree in every capture, the
-    # durations as medians
+    # the two captures take turns, three rounds each, each right after the same calls ran untimed: our captures
+    # after a torch.profiler session must keep their durations (kineto leaves its TSC timestamp callback in
+    # force; before `Activity` registered its own clock, every kernel read 2.1x long after one: 307 against
+    # 146 µs); the names must agree in every capture, the durations as medians
     from cublaslt_probe.gpu.probe import run_marked
     ours, theirs = [], []
     for _ in range(3):

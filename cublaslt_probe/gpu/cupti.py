@@ -374,6 +374,7 @@ MEMCPY_KINDS = {0: "<unknown>", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "
 MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed",
                 6: "Device Static", 7: "Managed Static"}
 
+TIMESTAMP = ctypes.CFUNCTYPE(ctypes.c_uint64)   # CUpti_TimestampCallbackFunc: uint64_t (*)(void), ns
 BUFFER_REQUESTED = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
                                     ctypes.POINTER(ctypes.c_size_t))
 BUFFER_COMPLETED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t,
@@ -424,7 +425,10 @@ class Activity:
     One per process (`activity()`): CUPTI's buffer callbacks belong to the process. Its first start initialises
     CUPTI (tens of milliseconds, where a process's first torch.profiler session takes seconds); the callbacks are
     registered again at every start, as another user of the activity API (torch.profiler) may have replaced them
-    since."""
+    since. So is the timestamp callback (`cuptiActivityRegisterTimestampCallback`, CLOCK_REALTIME in ns, CUPTI's
+    own default): torch.profiler's kineto registers one that returns the CPU's TSC ticks and converts them back
+    itself, and it stays in force after its session, so records taken after one read ticks as ns (2.1x the
+    kernels' durations on the H200; benchmarks/bench_capture_durations.py)."""
 
     def __init__(self, path: str | None = None):
         self.path = path or find_library("run where torch's CUDA wheels are installed (the kernel capture needs CUPTI)")
@@ -434,6 +438,8 @@ class Activity:
         L.cuptiActivityFlushAll.argtypes = [ctypes.c_uint32]
         L.cuptiActivityGetNextRecord.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
         L.cuptiGetResultString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        L.cuptiActivityRegisterTimestampCallback.argtypes = [TIMESTAMP]
+        self._clock = TIMESTAMP(time.time_ns)        # kept alive here: CUPTI holds the pointer
         self._buffers: dict[int, ctypes.Array] = {}   # address -> the buffer CUPTI holds (kept alive here)
         self._events: list[tuple[int, str, float]] = []
         self._errors: list[str] = []
@@ -447,6 +453,8 @@ class Activity:
     def start(self) -> None:
         self._events, self._errors = [], []
         self._check(self.lib.cuptiActivityRegisterCallbacks(*self._callbacks), "cuptiActivityRegisterCallbacks")
+        self._check(self.lib.cuptiActivityRegisterTimestampCallback(self._clock),
+                    "cuptiActivityRegisterTimestampCallback")
         enabled = []
         try:
             for kind in ACTIVITY_KINDS:
