@@ -78,11 +78,7 @@ class PadLinear:
                 if self.dim == "out" and b is not None:
                     bigb[: self.old].copy_(b)
                     b.data = bigb[: self.old]
-            dim, old, new = self.dim, self.old, self.new
-
-            def forward(x, m=m, big=big, bigb=bigb, dim=dim, old=old, new=new):
-                return fn.apply(x, m.weight, m.bias, big, bigb, dim, old, new)
-            m.forward = forward
+            m.forward = _padded_forward(torch, fn, m, big, bigb, self.dim, self.old, self.new)
 
     def restore(self) -> None:
         torch = self.torch
@@ -95,6 +91,30 @@ class PadLinear:
                     m.bias.data = bdata
             del m.forward
         self._saved = []
+
+
+def _padded_forward(torch, fn, m, big, bigb, dim: str, old: int, new: int):
+    """The forward a padded linear runs: with gradients, the autograd function (`_padded_linear`); without,
+    the same GEMM in plain torch ops, which torch.compile traces without a graph break. A closure without
+    default arguments (torch.compile guards a function's defaults)."""
+    F = torch.nn.functional
+
+    def forward(x):
+        if torch.is_grad_enabled() and m.weight.requires_grad:
+            return fn.apply(x, m.weight, m.bias, big, bigb, dim, old, new)
+        if dim == "out":
+            return F.linear(x, big, bigb)[..., :old]
+        return F.linear(F.pad(x, (0, new - old)), big, m.bias)
+    return forward
+
+
+def _graph_breaks() -> int:
+    """torch.compile's graph breaks so far in this process (0 where torch._dynamo cannot tell)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(sum(counters["graph_break"].values()))
+    except Exception:  # noqa: BLE001  (a torch without these counters: nothing to compare)
+        return 0
 
 
 def _padded_linear(torch):
@@ -442,6 +462,7 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
                                   + rec["numerics"].get("why", f"relative error {rec['numerics']['rel_err']:.3g}")})
                 say(f"prove {n}/{len(todo)}: {it.get('what')}: failed (numerics)")
                 continue
+            breaks = _graph_breaks()
             try:
                 a, b = _rounds(torch, step, ap.apply, ap.restore, rounds, steps, warmup)
             except Exception as e:   # the program's own error under the variant: the item failed, the run goes on
@@ -450,6 +471,13 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
                 say(f"prove {n}/{len(todo)}: {it.get('what')}: failed ({e.__class__.__name__})")
                 continue
             s = summarize(a, b, noise)
+            broke = _graph_breaks() - breaks
+            if broke:      # the applier's own forward split a compiled program: the rounds timed the applier
+                out_items.append({**rec, "status": "failed", **s, "why": (
+                    f"the applier broke the compiled program's graphs ({broke} graph breaks while it was on): the "
+                    "rounds timed the applier, not the change; apply the change in the model's code and compare")})
+                say(f"prove {n}/{len(todo)}: {it.get('what')}: failed ({broke} graph breaks)")
+                continue
             out_items.append({**rec, "status": "proven", **s, "seconds": time.perf_counter() - t1})
             say(f"prove {n}/{len(todo)}: {it.get('what')}: {s['proven_us']:,.1f} µs/step "
                 f"[{s['spread_us'][0]:,.1f}, {s['spread_us'][1]:,.1f}] (predicted {it.get('saving_us'):,.1f})")
