@@ -283,6 +283,23 @@ def _summary(notes: list[str], source: str) -> list[str]:
         + ("; …" if len(notes) > NOTES_SHOWN + 2 else "") + ")"]
 
 
+def _checked_once(records, name: str, dup: list[str], check, ident) -> list[dict]:
+    """The records of list `name` that `check(record, where)` keeps, each identity (`ident(checked, index)`)
+    once; a record saved again is named in `dup` (``gemms[4] = gemms[1]``)."""
+    kept, seen = [], {}
+    for i, r in enumerate(records if isinstance(records, list) else []):
+        c = check(r, f"{name}[{i}]")
+        if c is None:
+            continue
+        key = ident(c, i)
+        if key in seen:
+            dup.append(f"{name}[{i}] = {name}[{seen[key]}]")
+            continue
+        seen[key] = i
+        kept.append(c)
+    return kept
+
+
 def check_measure(doc: dict, source: str = "the measurement", limit_us: float | None = None
                   ) -> tuple[dict, list[str]]:
     """`doc` with every record the advice and the page read checked (module docstring), and the notes naming
@@ -290,31 +307,15 @@ def check_measure(doc: dict, source: str = "the measurement", limit_us: float | 
     notes: list[str] = []
     limit_us = limit_us or None
     out = {k: v for k, v in doc.items() if k not in ("gemms", "experts")} if isinstance(doc, dict) else {}
-    gemms, seen, dup = [], {}, []
-    for i, g in enumerate(doc.get("gemms") if isinstance(doc, dict) and isinstance(doc.get("gemms"), list) else []):
-        c = _check_gemm(g, f"gemms[{i}]", limit_us, notes)
-        if c is None:
-            continue
-        ident = (gemm_key(c["key"]), c.get("module"), c.get("pass"))
-        if ident in seen:
-            dup.append(f"gemms[{i}] = gemms[{seen[ident]}]")
-            continue
-        seen[ident] = i
-        gemms.append(c)
-    out["gemms"] = gemms
+    dup: list[str] = []
+    out["gemms"] = _checked_once(doc.get("gemms") if isinstance(doc, dict) else None, "gemms", dup,
+                                 lambda g, w: _check_gemm(g, w, limit_us, notes),
+                                 lambda c, i: (gemm_key(c["key"]), c.get("module"), c.get("pass")))
     if isinstance(doc, dict) and doc.get("experts") is not None:
-        exs, eseen = [], {}
-        for j, e in enumerate(doc["experts"] if isinstance(doc["experts"], list) else []):
-            c = _check_experts(e, f"experts[{j}]", limit_us, notes)
-            if c is None:
-                continue
-            ident = (c.get("module"), c.get("groups"), c.get("scope")) if "module" in c else ("skipped", j)
-            if ident in eseen:
-                dup.append(f"experts[{j}] = experts[{eseen[ident]}]")
-                continue
-            eseen[ident] = j
-            exs.append(c)
-        out["experts"] = exs
+        out["experts"] = _checked_once(doc["experts"], "experts", dup,
+                                       lambda e, w: _check_experts(e, w, limit_us, notes),
+                                       lambda c, j: ((c.get("module"), c.get("groups"), c.get("scope"))
+                                                     if "module" in c else ("skipped", j)))
     if not isinstance(out.get("env"), dict):
         out["env"] = {}
     notes = _summary(notes, source)
