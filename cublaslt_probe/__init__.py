@@ -4,8 +4,7 @@ The CPU side (decoder, log parser, dataset, plots, analysis, rendering) imports 
 the modules of `cublaslt_probe.gpu` touch the GPU (torch, cupy, ctypes to the CUDA libraries), and only when
 called. `capture`, `prove` and `pin_linear` are the GPU entry points a program calls.
 """
-from cublaslt_probe.errors import (CaptureError, NoCudaDevice, ProbeError, SchemaError, SpecError,
-                                   UnknownKernelName)
+from cublaslt_probe.errors import CaptureError, NoCudaDevice, ProbeError, SchemaError, SpecError, UnknownKernelName
 
 __version__ = "0.1.0"
 
@@ -29,6 +28,7 @@ def __getattr__(name):  # lazy: keep `import cublaslt_probe` cheap and GPU-free
     raise AttributeError(f"module 'cublaslt_probe' has no attribute {name!r}")
 
 
-__all__ = ["capture", "prove", "pin_linear", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log", "ProbeError",
+__all__ = ["capture", "prove", "pin_linear", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log",
+           "ProbeError",
            "NoCudaDevice", "CaptureError", "UnknownKernelName", "SchemaError", "SpecError"]
 

@@ -32,7 +32,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import capture_programs as cp  # noqa: E402
+import capture_programs as cp
 
 
 def odd_linear_padded():

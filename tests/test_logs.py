@@ -14,10 +14,22 @@ import pytest
 
 from cublaslt_probe import logs
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.logs import (FIELD_NAMES, LogReadError, LogRecord, ParseStats, load_log, load_logs,
-                                 parse_line,
-                                 parse_log, parse_logs, parse_message, records_to_frame, scan,
-                                 short_dtype, summarize)
+from cublaslt_probe.logs import (
+    FIELD_NAMES,
+    LogReadError,
+    LogRecord,
+    ParseStats,
+    load_log,
+    load_logs,
+    parse_line,
+    parse_log,
+    parse_logs,
+    parse_message,
+    records_to_frame,
+    scan,
+    short_dtype,
+    summarize,
+)
 from cublaslt_probe.logs.parser import _fast_record, _template
 
 # bf16, torch cuBLASLt path, 16x4096x4096 (REFERENCE.md §2)

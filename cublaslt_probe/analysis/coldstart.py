@@ -1381,7 +1381,7 @@ def _cold_timed(runs: dict, a1: dict, b1: dict) -> list[tuple]:
     """(cause, label, seconds, how, evidence) for each timed compile route of the cold run's step 1: its timer
     cold − warm (what the warm caches spared it)."""
     out = []
-    ms = lambda x: f"{x * 1e3:.1f} ms"  # noqa: E731
+    ms = lambda x: f"{x * 1e3:.1f} ms"
     if jit_calls(a1, "cupy.compile"):
         c, w = jit_seconds(a1, "cupy.compile"), jit_seconds(b1, "cupy.compile")
         out.append(("nvrtc_cupy", "NVRTC (CuPy), cold cache", c - w, "CuPy compile timer (cold − warm)",
@@ -1434,7 +1434,7 @@ def _warm_timed(runs: dict, R: dict, rname: str, r1: dict) -> list[tuple]:
     """(cause, label, seconds, how, evidence) for the compile routes' own work in step 1 of run R (warm caches):
     cache lookups and loads, or compiles no cache serves (Numba, XLA under its cache threshold)."""
     out = []
-    ms = lambda x: f"{x * 1e3:.1f} ms"  # noqa: E731
+    ms = lambda x: f"{x * 1e3:.1f} ms"
     if jit_calls(r1, "cupy.compile"):
         nv = jit_calls(r1, "cupy.nvrtc")
         out.append(("nvrtc_cupy_warm", "NVRTC (CuPy), " + ("compiled again (not cached)" if nv else

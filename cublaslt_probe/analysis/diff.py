@@ -273,7 +273,8 @@ def sort_rows(j: pd.DataFrame) -> pd.DataFrame:
 def diff_files(path_a: str | os.PathLike, path_b: str | os.PathLike,
                backends: tuple[str | None, str | None] | None = None, *, allow_env_mismatch: bool = False,
                tolerance_pct: float = 5.0, filters: dict[str, list] | None = None) -> DiffResult:
-    """`diff` of two Parquet datasets (`cublaslt_probe.analysis.dataset.read_parquet`); the same path twice is read once.
+    """`diff` of two Parquet datasets (`cublaslt_probe.analysis.dataset.read_parquet`); the same path twice is read
+    once.
 
     `filters` (column -> allowed values, e.g. ``{"dtype": ["bf16"]}``) keeps only matching rows of both."""
     from cublaslt_probe.analysis.dataset import read_parquet

@@ -64,7 +64,7 @@ class _Group(click.Group):
         except OSError as e:
             what = f"{e.filename}: " if e.filename else ""
             raise click.ClickException(_one_line(f"{what}{e.strerror or e}")) from e
-        except Exception as e:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        except Exception as e:  # the last line of defence: one line, not a traceback
             logging.getLogger("cublaslt_probe").debug("%s", traceback.format_exc())
             sub = ctx.invoked_subcommand or "cublaslt-probe"
             raise click.ClickException(_one_line(

@@ -18,8 +18,7 @@ from typing import Callable, Iterable, Iterator
 import click
 
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.render.text import (MAX_CELL, SAMPLE_ROWS, Table, fit, render_table,  # noqa: F401
-                                        set_line_width, terminal_width)
+from cublaslt_probe.render.text import MAX_CELL, SAMPLE_ROWS, Table, fit, render_table, set_line_width, terminal_width  # noqa: F401
 from cublaslt_probe.streams import GZIP_MAGIC, cut_note, is_gzip, open_binary
 
 EXIT_OK = 0
@@ -394,7 +393,7 @@ def check_dataset_file(path: str, raw_ok: bool = False) -> None:
         import pyarrow.parquet as pq
         try:
             names = pq.read_schema(path).names
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds on a damaged file
+        except Exception as e:  # pyarrow raises several kinds on a damaged file
             raise ProbeError(f"{path} is a damaged Parquet file ({_first_line(e)}): copy it again, or rebuild "
                              "it with `cublaslt-probe dataset RAW.jsonl -o X.parquet`") from e
         if "key" not in names or "backend" not in names:

@@ -38,7 +38,8 @@ def cold_start_cmd(steps, env_set, envs, repeat, no_cupti, timeout, label, fmt, 
     heuristics cache off, PTX JIT off or forced, XLA autotuning off) and split the first step's excess over the
     steady state by cause, each with its evidence.
 
-    SCRIPT either marks its steps (`with cublaslt_probe.analysis.coldstart.cold_start_step():`) or defines `make_step()` (returns
+    SCRIPT either marks its steps (`with cublaslt_probe.analysis.coldstart.cold_start_step():`) or defines `make_step()`
+    (returns
     the step) or `step()` at module level. Needs a GPU unless --from."""
     from cublaslt_probe.analysis import coldstart
     fmt = out_format(fmt, output, _FORMATS)

@@ -8,12 +8,21 @@ from typing import Iterable, Iterator
 
 import click
 
-from cublaslt_probe.cli._common import (EXIT_PARTIAL, Lines, Table, clean_text, out_format, output_option,
-                                        output_options, text_output, write_result)
+from cublaslt_probe.cli._common import (
+    EXIT_PARTIAL,
+    Lines,
+    Table,
+    clean_text,
+    out_format,
+    output_option,
+    output_options,
+    text_output,
+    write_result,
+)
 from cublaslt_probe.errors import UnknownKernelName
+from cublaslt_probe.logs.write import csv_row
 from cublaslt_probe.names import GRAMMARS, JSONL_KEYS, KernelName, decode
 from cublaslt_probe.names.core import _strict_message
-from cublaslt_probe.logs.write import csv_row
 
 FORMATS = ("table", "csv", "jsonl", "json")
 _TABLE_COLUMNS = ("name", "family", "arch", "types", "tile", "k x stages", "cluster", "layout", "flags",

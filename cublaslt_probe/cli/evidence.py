@@ -12,9 +12,20 @@ import click
 if TYPE_CHECKING:
     import pandas as pd
 
-from cublaslt_probe.cli._common import (FORMATS, EXIT_PARTIAL, cell as _s, check_writable, clean as _clean,
-                                        out_format, output_options as _output_options, render_table, write_frame,
-                                        check_dataset_file, check_trace, suffix_format)
+from cublaslt_probe.cli._common import (
+    EXIT_PARTIAL,
+    FORMATS,
+    check_dataset_file,
+    check_trace,
+    check_writable,
+    out_format,
+    render_table,
+    suffix_format,
+    write_frame,
+)
+from cublaslt_probe.cli._common import cell as _s
+from cublaslt_probe.cli._common import clean as _clean
+from cublaslt_probe.cli._common import output_options as _output_options
 
 output_options = _output_options(FORMATS, top=25)
 

@@ -8,8 +8,16 @@ import json
 
 import click
 
-from cublaslt_probe.cli._common import (cell, check_writable, out_format, output_option, render_table,
-                                        suffix_format, write_frame, write_result)
+from cublaslt_probe.cli._common import (
+    cell,
+    check_writable,
+    out_format,
+    output_option,
+    render_table,
+    suffix_format,
+    write_frame,
+    write_result,
+)
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.vocab import BACKENDS, DTYPES, LAYOUTS, OPS
 

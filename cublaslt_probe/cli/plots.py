@@ -1,7 +1,6 @@
 """`map`, `plot`, `report`: pictures of a dataset (CPU only). DATASET defaults to the shipped H200 dataset."""
 from __future__ import annotations
 
-
 import os
 
 import click

@@ -31,7 +31,8 @@ is known to accept them (`apply_xla_flags`).
 
 A step is either a callable (``--func``: called once; if it returns a callable, that was the setup and the
 returned callable is the step) or a script: one that marks its steps with
-``with cublaslt_probe.analysis.coldstart.cold_start_step():`` runs as ``__main__`` and its marked steps are measured; one that
+``with cublaslt_probe.analysis.coldstart.cold_start_step():`` runs as ``__main__`` and its marked steps are measured;
+one that
 marks none but defines ``make_step()`` or ``step()`` at module level has that run ``--steps`` times.
 """
 from __future__ import annotations
@@ -503,7 +504,7 @@ class Session:
                 step()
                 self.host_done()
                 self.end()
-            except Exception as e:  # noqa: BLE001  (reported, the steps stop)
+            except Exception as e:  # reported, the steps stop
                 self.end(ok=False, error=f"{type(e).__name__}: {e}")
                 raise
 

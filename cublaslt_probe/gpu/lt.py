@@ -527,7 +527,8 @@ def set_up(lib: LtLibrary, dtypes=None) -> list[str]:
     """Pay the library's one-time set-ups now: one small heuristic question per dtype (`DTYPE_SPEC`; those of
     `dtypes` when given). The first question of each type pays a set-up of its own whichever path asks it, tens of
     milliseconds, far more than a later GEMM's new kernel costs (docs/decisions.md, "The library's
-    set-ups"). Nothing is launched and no kernel is loaded. Returns the dtypes whose question the library refused (their set-up is left to their
+    set-ups"). Nothing is launched and no kernel is loaded. Returns the dtypes whose question the library refused (their
+    set-up is left to their
     first GEMM)."""
     refused = []
     for d in dtypes or DTYPE_SPEC:

@@ -44,8 +44,15 @@ import time
 
 from cublaslt_probe.analysis.candidates import max_rel_diff
 from cublaslt_probe.analysis.evidence import GROUPED_TORCH_OPS, TIMED_BACKENDS, TORCH_OPS, path_of
-from cublaslt_probe.cases import (Case, group_sizes, grouped_alternatives, invalid_reason, sizes_code,
-                                  sizes_summary, SPLIT_K)
+from cublaslt_probe.cases import (
+    SPLIT_K,
+    Case,
+    group_sizes,
+    grouped_alternatives,
+    invalid_reason,
+    sizes_code,
+    sizes_summary,
+)
 from cublaslt_probe.dtypes import TORCH_NAMES
 from cublaslt_probe.errors import CaptureError
 
@@ -707,9 +714,6 @@ def route(torch, sizes: list[int], tokens: int, top_k: int, seed: int = 0):
     return idx[torch.randperm(tokens, generator=gen)].contiguous().cuda()
 
 
-# Long: one module's experts measured in order (the problem, its inputs, every variant built, the rounds timed,
-# the numerics), the variants sharing the inputs and the timing rounds; it runs only on a GPU
-# (tests/test_gpu_grouped_audit.py).
 def measure_experts(probe, rows: list[dict]) -> dict:
     """A module's experts rebuilt from its audited grouped rows (`experts_problem`: the recorded sizes, the
     router's top-k) and each variant of `experts_forward` timed as the whole call the program makes (forward;
@@ -719,6 +723,16 @@ def measure_experts(probe, rows: list[dict]) -> dict:
     the same rows split evenly (a router's change). ``variants``: name, time_us (per call), saved_us, error
     or not_run; ``numerics``: each variant's output against ``original``'s on the same inputs (forward).
     Returns ``problem``, ``scope`` and ``calls`` too, or ``skipped`` with the reason."""
+    out = _measure_experts(probe, rows)
+    if "skipped" not in out:
+        probe.torch.cuda.empty_cache()   # the inputs and weights went with _measure_experts' frame
+    return out
+
+
+# Long: one module's experts measured in order (the problem, its inputs, every variant built, the rounds timed,
+# the numerics), the variants sharing the inputs and the timing rounds; it runs only on a GPU
+# (tests/test_gpu_grouped_audit.py).
+def _measure_experts(probe, rows: list[dict]) -> dict:
     t0 = time.perf_counter()
     prob, why = experts_problem(rows)
     if prob is None:
@@ -811,7 +825,8 @@ def measure_experts(probe, rows: list[dict]) -> dict:
             w.grad = None
     med = {n: statistics.median(v) for n, v in samples.items() if v}
     base = med.get("original")
-    out["variants"] = [{"variant": n, "time_us": round(med[n], 1) if n in med else None, "reps": len(samples.get(n, [])),
+    out["variants"] = [{"variant": n, "time_us": round(med[n], 1) if n in med else None,
+                        "reps": len(samples.get(n, [])),
                         "saved_us": round(base - med[n], 1) if base and n in med else None,
                         "error": errors.get(n)} for n in names] + [
         {"variant": n, "time_us": None, "reps": 0, "saved_us": None, "error": None, "not_run": why}
@@ -821,8 +836,6 @@ def measure_experts(probe, rows: list[dict]) -> dict:
     out["tolerance"] = _tolerance(prob["dtype"])
     out["rounds"] = rounds
     out["seconds"] = round(time.perf_counter() - t0, 3)
-    del w1, w2, x, cache
-    torch.cuda.empty_cache()
     return out
 
 

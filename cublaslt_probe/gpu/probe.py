@@ -32,15 +32,35 @@ import time
 from dataclasses import dataclass
 
 from cublaslt_probe.analysis.candidates import max_rel_diff
+from cublaslt_probe.analysis.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
 from cublaslt_probe.cases import Case, grouped_alternatives, invalid_reason, sizes_summary
 from cublaslt_probe.dtypes import FP8_ELEMENTS, TORCH_NAMES, lt_types, output_type
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
-from cublaslt_probe.analysis.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
-from cublaslt_probe.vocab import PEAKS
 from cublaslt_probe.gpu.timing import (  # noqa: F401  (the timing method's names, imported from here by callers)
-    ATTEMPTS, BATCH_US, CHEAP_SPIN, GAP_SLACK_US, GAP_US_PER_REP, HOST_US_GUESS, LOGGED_HOST_US_GUESS, MAX_CALLS,
-    MAX_PER, SINGLE_US, SPIN_FLOOR_US, SPIN_MARGIN, SPIN_SLACK_US, Pending, Timer, Timing, covering_batch,
-    enqueue_spin, estimate_spin, gpu_us_per_call, timing_plan, timing_spin)
+    ATTEMPTS,
+    BATCH_US,
+    CHEAP_SPIN,
+    GAP_SLACK_US,
+    GAP_US_PER_REP,
+    HOST_US_GUESS,
+    LOGGED_HOST_US_GUESS,
+    MAX_CALLS,
+    MAX_PER,
+    SINGLE_US,
+    SPIN_FLOOR_US,
+    SPIN_MARGIN,
+    SPIN_SLACK_US,
+    Pending,
+    Timer,
+    Timing,
+    covering_batch,
+    enqueue_spin,
+    estimate_spin,
+    gpu_us_per_call,
+    timing_plan,
+    timing_spin,
+)
+from cublaslt_probe.vocab import PEAKS
 
 log = logging.getLogger(__name__)
 
@@ -621,7 +641,8 @@ def cpu_cores(slot: int, allowed=None, siblings_of=_siblings, local=None) -> tup
     probe's own, its heuristic companion's and its prewarm thread's (`HeuristicPrewarm`), counted from the
     last core (the first ones take the system's interrupts); None when the cores this process may use are
     too few. Pinned so, none shares a core with another or with another slot's: unpinned, the
-    companion's heuristic misses read longer than the probe's own, and two probes on one host slow each other. Taken among the CPUs `local` to the probe's GPU (`gpu_local_cpus`) when they hold the
+    companion's heuristic misses read longer than the probe's own, and two probes on one host slow each other. Taken
+    among the CPUs `local` to the probe's GPU (`gpu_local_cpus`) when they hold the
     slot's three: a GPU's launches from a core of another NUMA node cost more host time."""
     allowed = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
     if local:

@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.errors import CaptureError
 from cublaslt_probe.cases import sizes_summary
+from cublaslt_probe.errors import CaptureError
 
 LOG_LEVEL = 2  # one Trace line per cuBLASLt matmul, with its algo
 # The Python entry points of torch's grouped GEMMs the recorder wraps (`GroupSizes`): module, attribute, the aten op

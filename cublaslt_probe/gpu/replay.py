@@ -54,10 +54,10 @@ def problem_from_record(rec) -> dict:
 
 def replay(records, probe=None, reps: int = 10) -> list[dict]:
     """Replay trace records on the GPU. One result dict per record (error set when it could not run)."""
-    from cublaslt_probe.gpu import lt
     from cublaslt_probe.analysis.evidence import consistency, main_kernel
-    from cublaslt_probe.names import decode
+    from cublaslt_probe.gpu import lt
     from cublaslt_probe.gpu.probe import Probe
+    from cublaslt_probe.names import decode
     probe = probe or Probe(pipeline=False)  # GEMMs one at a time: no windows to overlap
     torch = probe.torch
     out = []
@@ -93,7 +93,8 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
                 res["consistent_with_log"] = consistency(kn, rec)
                 if res["heuristic_today"]:
                     h = res["heuristic_today"]
-                    res["heuristic_agrees"] = (h["algo_id"] == rec.algo_id and (rec.tile is None or h["tile"] == rec.tile)
+                    res["heuristic_agrees"] = (h["algo_id"] == rec.algo_id
+                                               and (rec.tile is None or h["tile"] == rec.tile)
                                                and (rec.cluster is None or h["cluster"] == rec.cluster))
         except Exception as e:  # noqa: BLE001  a line that fails says why; the others still run
             res["error"] = f"{type(e).__name__}: {e}"[:400]

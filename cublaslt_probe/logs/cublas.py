@@ -16,8 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from cublaslt_probe.logs._io import READ_ERRORS, LogReadError, Source, describe_read_error, open_lines, \
-    source_name
+from cublaslt_probe.logs._io import READ_ERRORS, LogReadError, Source, describe_read_error, open_lines, source_name
 from cublaslt_probe.logs.record import ParseStats
 
 _CALL = re.compile(r"I! cuBLAS \(v?([^)]*)\) function (.*?)(?: called)?:?\s*\Z")

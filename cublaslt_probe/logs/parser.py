@@ -22,8 +22,7 @@ import re
 from operator import attrgetter
 from typing import Iterable, Iterator
 
-from cublaslt_probe.logs._io import (READ_ERRORS, LogReadError, Source, describe_read_error, open_lines,
-                                     source_name)
+from cublaslt_probe.logs._io import READ_ERRORS, LogReadError, Source, describe_read_error, open_lines, source_name
 from cublaslt_probe.logs.record import FIELD_NAMES, LEVEL_TAGS, LEVELS, LogRecord, ParseStats
 
 log = logging.getLogger(__name__)
@@ -479,7 +478,7 @@ def _make_fast_constructor():
            "    self.extra = extra.copy()\n"
            "    return self\n")
     ns: dict = {"LogRecord": LogRecord}
-    exec(src, ns)  # noqa: S102 - code built from our own field names only
+    exec(src, ns)  # code built from our own field names only
     return ns["make"]
 
 

@@ -8,14 +8,29 @@
 Figures are built with `matplotlib.figure.Figure` (no pyplot), so importing this needs no GUI backend.
 See docs/plots.md.
 """
-from cublaslt_probe.render.plots.heuristic import heuristic_plot
-from cublaslt_probe.render.plots.maps import (REGRET_COLUMNS, diff_map, kernel_map, pathdiff_map, pathdiff_table,
-                                              regret_map, tflops_map)
-from cublaslt_probe.render.plots.select import (AXES, Selection, auto_axes, default_dataset, env_of, load,
-                                                require_columns, select)
-from cublaslt_probe.vocab import MEASURED_TFLOPS, peak_tflops
-from cublaslt_probe.render.plots.style import COLOR_FIELDS, config_labels, kernel_labels, peak_source
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.render.plots.heuristic import heuristic_plot
+from cublaslt_probe.render.plots.maps import (
+    REGRET_COLUMNS,
+    diff_map,
+    kernel_map,
+    pathdiff_map,
+    pathdiff_table,
+    regret_map,
+    tflops_map,
+)
+from cublaslt_probe.render.plots.select import (
+    AXES,
+    Selection,
+    auto_axes,
+    default_dataset,
+    env_of,
+    load,
+    require_columns,
+    select,
+)
+from cublaslt_probe.render.plots.style import COLOR_FIELDS, config_labels, kernel_labels, peak_source
+from cublaslt_probe.vocab import MEASURED_TFLOPS, peak_tflops
 
 __all__ = ["kernel_map", "tflops_map", "regret_map", "pathdiff_map", "pathdiff_table", "diff_map", "heuristic_plot",
            "select", "Selection", "auto_axes", "default_dataset", "load", "env_of", "require_columns", "AXES",
