@@ -27,6 +27,8 @@ EXIT_USAGE = 2
 EXIT_PARTIAL = 3
 
 FORMATS = ("table", "csv", "jsonl", "json", "parquet")  # what the commands that write rows write
+FEW_ROWS_FORMATS = FORMATS[:-1]   # the same without Parquet: commands whose few rows are not a dataset
+TEXT_JSON = ("text", "json")      # what a command that writes one report writes
 
 # ------------------------------------------------------------------------------------------ the suffix rule
 # The one home of the suffix -> format rule: the suffix of `-o` decides what a command writes. "table" and

@@ -6,9 +6,7 @@ import json
 import click
 
 from cublaslt_probe.analysis.coldstart import REPEAT_DEFAULT
-from cublaslt_probe.cli._common import out_format, output_option, write_result
-
-_FORMATS = ("text", "json")
+from cublaslt_probe.cli._common import TEXT_JSON, out_format, output_option, write_result
 
 
 @click.command("cold-start", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -25,10 +23,10 @@ _FORMATS = ("text", "json")
 @click.option("--no-cupti", is_flag=True, help="no CUPTI subscriber in the children (no module/driver-call evidence)")
 @click.option("--timeout", default=600.0, show_default=True, help="seconds per child process")
 @click.option("--label", default=None, help="a name for the program in the output")
-@click.option("--format", "fmt", default=None, type=click.Choice(_FORMATS),
+@click.option("--format", "fmt", default=None, type=click.Choice(TEXT_JSON),
               help="text: the breakdown with its evidence; json: the analysis as one JSON object  "
                    "[default: text, or the suffix of -o]")
-@output_option(_FORMATS)
+@output_option(TEXT_JSON)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
@@ -42,7 +40,7 @@ def cold_start_cmd(steps, env_set, envs, repeat, no_cupti, timeout, label, fmt, 
     (returns
     the step) or `step()` at module level. Needs a GPU unless --from."""
     from cublaslt_probe.analysis import coldstart
-    fmt = out_format(fmt, output, _FORMATS)
+    fmt = out_format(fmt, output, TEXT_JSON)
     if save:
         from cublaslt_probe.cli.gpu import check_save
         check_save(save)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from cublaslt_probe.errors import CaptureError
+from cublaslt_probe.vocab import WORKSPACE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -446,7 +447,7 @@ class Problem:
     trans_b: str = "N"
     batch: int = 1
     bias: bool = False
-    workspace_bytes: int = 32 * 1024 * 1024
+    workspace_bytes: int = WORKSPACE_BYTES["lt"]
     alignment: int = 16
     # for fp8 the B type may differ from A (e4m3 x e5m2); None = same as A
     b_type: str | None = None

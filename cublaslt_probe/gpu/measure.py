@@ -53,7 +53,7 @@ from cublaslt_probe.cases import (
     sizes_code,
     sizes_summary,
 )
-from cublaslt_probe.dtypes import TORCH_NAMES
+from cublaslt_probe.dtypes import SWEEP_DTYPES, TORCH_NAMES
 from cublaslt_probe.errors import CaptureError
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,6 @@ PAD_MULTIPLES = (8, 16, 64, 128)
 # ("deepgemm" runs DeepGEMM's kernels, which the probe does not build)
 EXPERTS_IMPLEMENTATIONS = {"grouped_mm": "original", "eager": "mm_per_group", "batched_mm": "batched_mm"}
 BATCHED_MM_CAP = 8 << 30   # bytes of per-row gathered weights up to which transformers' batched_mm is timed
-_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "tf32": "tf32", "fp8": "fp8", "fp8_e4m3": "fp8",
-           "fp8_e5m2": "fp8_e5m2"}
 
 
 def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | None]:
@@ -76,7 +74,7 @@ def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | No
         return None, f"op {g.get('op')!r} is not one the probe rebuilds (mm, addmm, bmm, _scaled_mm)"
     if g.get("groups"):
         return None, "a grouped GEMM: the probe times single GEMMs"
-    dtype = _DTYPES.get(g.get("dtype") or "")
+    dtype = SWEEP_DTYPES.get(g.get("dtype") or "")
     if dtype is None:
         return None, f"dtype {g.get('dtype')!r} is not one the probe runs"
     if dtype == "fp32" and allow_tf32:
@@ -191,7 +189,7 @@ def grouped_case_of(g: dict) -> tuple[Case | None, str | None]:
     if dim not in ("m", "k"):
         return None, (f"its offsets split {dim or 'an unknown dimension'}: the probe rebuilds grouped GEMMs whose "
                       "offsets split the rows (m) or, the weight gradient's, k")
-    dtype = _DTYPES.get(g.get("dtype") or "")
+    dtype = SWEEP_DTYPES.get(g.get("dtype") or "")
     if None in (g.get("m"), g.get("n"), g.get("k"), g.get("groups")) or not g.get("layout") or dtype is None:
         return None, "the trace gives no shapes, strides or dtype for it (record_shapes=True rebuilds them)"
     m, groups = int(g["m"]), int(g["groups"])
@@ -560,7 +558,7 @@ def experts_problem(rows: list[dict]) -> tuple[dict | None, str | None]:
         k, src = 1, "assumed 1 (no router GEMM of n = experts found beside the module)"
     else:
         src = "router"
-    dtype = _DTYPES.get(up.get("dtype") or "")
+    dtype = SWEEP_DTYPES.get(up.get("dtype") or "")
     if dtype not in ("bf16", "fp16"):
         return None, f"dtype {up.get('dtype')!r}: the rebuild runs bf16 and fp16 experts"
     train = any(r.get("pass") == "bwd" for r in rows)

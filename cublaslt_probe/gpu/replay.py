@@ -9,7 +9,7 @@ from __future__ import annotations
 from cublaslt_probe.dtypes import log_dtype, log_type, lt_types, output_type, short_dtype
 
 # The (A type, B type, compute type) combinations, as the log writes them, that the lt backend rebuilds
-_DTYPES = (("R_32F", "R_32F", "COMPUTE_32F"), ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"),
+_REPLAYABLE = (("R_32F", "R_32F", "COMPUTE_32F"), ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"),
            ("R_16F", "R_16F", "COMPUTE_32F"), ("R_16BF", "R_16BF", "COMPUTE_32F"),
            ("R_8F_E4M3", "R_8F_E4M3", "COMPUTE_32F"), ("R_8F_E5M2", "R_8F_E4M3", "COMPUTE_32F"),
            ("R_8F_E4M3", "R_8F_E5M2", "COMPUTE_32F"))
@@ -29,9 +29,9 @@ def problem_from_record(rec) -> dict:
     if missing:
         raise NotReplayable(f"line {rec.line}: the log line lacks {', '.join(missing)} (truncated or older format)")
     key = (rec.a_type, rec.b_type, rec.compute_type)
-    if key not in _DTYPES:
+    if key not in _REPLAYABLE:
         raise NotReplayable(f"line {rec.line}: types A={rec.a_type} B={rec.b_type} compute={rec.compute_type} are not "
-                            f"among the replayable combinations ({', '.join('/'.join(k) for k in _DTYPES)})")
+                            f"among the replayable combinations ({', '.join('/'.join(k) for k in _REPLAYABLE)})")
     dt = log_dtype(*key)
     out = log_type(output_type(dt))
     if rec.c_type != out or (rec.d_type and rec.d_type != rec.c_type):

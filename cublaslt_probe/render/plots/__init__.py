@@ -30,7 +30,7 @@ from cublaslt_probe.render.plots.select import (
     select,
 )
 from cublaslt_probe.render.plots.style import COLOR_FIELDS, config_labels, kernel_labels, peak_source
-from cublaslt_probe.vocab import MEASURED_TFLOPS, peak_tflops
+from cublaslt_probe.vocab import IMAGE_FORMATS, MEASURED_TFLOPS, peak_tflops
 
 __all__ = ["kernel_map", "tflops_map", "regret_map", "pathdiff_map", "pathdiff_table", "diff_map", "heuristic_plot",
            "select", "Selection", "auto_axes", "default_dataset", "load", "env_of", "require_columns", "AXES",
@@ -43,7 +43,7 @@ def save(fig, path, dpi: int = 120) -> str:
     import os
 
     ext = os.path.splitext(str(path))[1].lower().lstrip(".")
-    if ext not in ("png", "svg", "pdf"):
+    if ext not in IMAGE_FORMATS:
         raise ProbeError(f"cannot write {path}: give a file ending in .png, .svg or .pdf")
     fig.savefig(path, format=ext, dpi=dpi, bbox_inches="tight")
     return ext
