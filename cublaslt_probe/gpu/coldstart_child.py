@@ -51,6 +51,8 @@ import threading
 import time
 import traceback
 
+from cublaslt_probe.errors import error_text
+
 CACHE_VARS = ("CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH",
               "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")
 # Shared libraries reported when they appear: compilers, JIT, CUDA libraries (other new libraries are not kept)
@@ -255,7 +257,7 @@ def hook_module(name: str, mod) -> None:
                 continue
             setattr(obj, meth, TIMERS.wrap(key, fn))
     except Exception as e:  # noqa: BLE001
-        TIMERS.errors.append(f"{name}: {type(e).__name__}: {e}")
+        TIMERS.errors.append(f"{name}: {error_text(e)}")
 
 
 def hook_loaded() -> None:
@@ -450,7 +452,7 @@ class Session:
         try:
             self.torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001
-            error = error or f"{type(e).__name__}: {e}"
+            error = error or error_text(e)
             ok = False
         t1 = time.perf_counter_ns()
         proc = process_counters()
@@ -505,7 +507,7 @@ class Session:
                 self.host_done()
                 self.end()
             except Exception as e:  # reported, the steps stop
-                self.end(ok=False, error=f"{type(e).__name__}: {e}")
+                self.end(ok=False, error=error_text(e))
                 raise
 
 
@@ -551,7 +553,7 @@ def preinit(torch) -> dict:
             out[name] = (time.perf_counter_ns() - t) / 1e9
             PREINIT_SPANS[name] = (t, time.perf_counter_ns())
         except Exception as e:  # noqa: BLE001
-            out[name] = f"{type(e).__name__}: {e}"
+            out[name] = error_text(e)
 
     dev = "cuda"
     timed("cuda_context", lambda: torch.zeros(1, device=dev))
@@ -709,7 +711,7 @@ def main(argv: list[str] | None = None) -> dict:
             res["cupti"] = {"path": os.path.basename(rec.path), "start_s": time.perf_counter() - t,
                             "watched": sorted(n for n, _ in rec.cbids.values())}
         except Exception as e:  # noqa: BLE001  (the run goes on without CUPTI, and says so)
-            res["cupti"] = {"error": f"{type(e).__name__}: {e}"}
+            res["cupti"] = {"error": error_text(e)}
             rec = None
     else:
         res["cupti"] = {"off": True}
@@ -725,7 +727,7 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             res["lt_log"] = {"error": "libcublasLt not mapped before the first step; no log"}
     except Exception as e:  # noqa: BLE001
-        res["lt_log"] = {"error": f"{type(e).__name__}: {e}"}
+        res["lt_log"] = {"error": error_text(e)}
     s = Session(torch, a.steps, rec, logger)
     s.preinit_wanted = a.preinit
     _ACTIVE = s
@@ -740,7 +742,7 @@ def main(argv: list[str] | None = None) -> dict:
                 s.host_done()
                 s.end()
             except Exception as e:
-                s.end(ok=False, error=f"{type(e).__name__}: {e}")
+                s.end(ok=False, error=error_text(e))
                 raise
             res["func_was_factory"] = callable(ret)
             if callable(ret):
@@ -782,10 +784,10 @@ def main(argv: list[str] | None = None) -> dict:
     except BaseException as e:  # noqa: BLE001  (everything measured so far is still reported)
         if s._open is not None:
             try:
-                s.end(ok=False, error=f"{type(e).__name__}: {e}")
+                s.end(ok=False, error=error_text(e))
             except Exception:  # noqa: BLE001
                 pass
-        res["error"] = f"{type(e).__name__}: {e}"
+        res["error"] = error_text(e)
         res["traceback"] = traceback.format_exc()[-2000:]
     finally:
         _ACTIVE = None

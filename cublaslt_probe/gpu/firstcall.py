@@ -31,6 +31,7 @@ import tempfile
 import time
 
 from cublaslt_probe.cases import Case
+from cublaslt_probe.errors import error_text
 
 RUNS = {
     "lazy": {"CUDA_MODULE_LOADING": "LAZY"},
@@ -254,7 +255,7 @@ if __name__ == "__main__":
         try:
             print(json.dumps(_child(sys.argv[2])))
         except Exception as e:  # noqa: BLE001  the parent reports it
-            print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+            print(json.dumps({"ok": False, "error": error_text(e)}))
     else:
         sys.exit("usage: python -m cublaslt_probe.gpu.firstcall --child KEY "
                  "(internal; use `cublaslt-probe first-call`)")

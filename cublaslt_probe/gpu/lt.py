@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from cublaslt_probe.errors import CaptureError
+from cublaslt_probe.errors import CaptureError, error_text
 from cublaslt_probe.vocab import WORKSPACE_BYTES
 
 log = logging.getLogger(__name__)
@@ -507,7 +507,7 @@ def measure_heuristics(lib: LtLibrary, problems: list, reps: int = 5) -> list[tu
             mms.append(LtMatmul(lib, p))
             idx.append(i)
         except Exception as e:  # noqa: BLE001  (e.g. a type combination the direct call refuses)
-            out[i] = (None, None, f"{type(e).__name__}: {e}"[:300])
+            out[i] = (None, None, error_text(e))
     try:
         try:
             for i, (miss, hit) in zip(idx, time_heuristics(lib, mms, reps)):
@@ -517,7 +517,7 @@ def measure_heuristics(lib: LtLibrary, problems: list, reps: int = 5) -> list[tu
                 try:
                     out[i] = (*mm.time_heuristic(reps), None)
                 except Exception as e:  # noqa: BLE001
-                    out[i] = (None, None, f"{type(e).__name__}: {e}"[:300])
+                    out[i] = (None, None, error_text(e))
     finally:
         for mm in mms:
             mm.close()
@@ -569,7 +569,7 @@ def serve_heuristics(conn, cpu: int | None = None, path: str | None = None) -> N
         set_up(lib)   # the library's set-ups before "ready": the probe's start-up waits for it, not its first window
         conn.send(("ready", lib.path))
     except Exception as e:  # noqa: BLE001
-        conn.send(("failed", f"{type(e).__name__}: {e}"[:300]))
+        conn.send(("failed", error_text(e)))
         return
     while True:
         try:

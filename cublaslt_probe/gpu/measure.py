@@ -54,7 +54,7 @@ from cublaslt_probe.cases import (
     sizes_summary,
 )
 from cublaslt_probe.dtypes import SWEEP_DTYPES, TORCH_NAMES
-from cublaslt_probe.errors import CaptureError
+from cublaslt_probe.errors import CaptureError, error_text
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def batched_mm_variant(probe, c: Case, a, w) -> dict:
         row["kernels"] = [k for k, _ in probe.profile([fn])[0]]
         row["output"] = fn().squeeze(-1)
     except Exception as e:  # noqa: BLE001  the other variants stand
-        row.update(time_us=None, error=f"{type(e).__name__}: {e}"[:300])
+        row.update(time_us=None, error=error_text(e))
         torch.cuda.synchronize()
     return row
 
@@ -432,7 +432,7 @@ def graph_times(probe, cases: list[Case], calls: int = GRAPH_CALLS, reps: int = 
             out.append({"graph_us": _replayed_us(torch, b.fn, side, calls, reps), "graph_error": None})
         except Exception as e:  # noqa: BLE001  the eager time stands for this one
             torch.cuda.synchronize()
-            out.append({"graph_us": None, "graph_error": f"{type(e).__name__}: {e}"[:200]})
+            out.append({"graph_us": None, "graph_error": error_text(e)})
         finally:
             if b is not None:
                 b.close()
@@ -487,7 +487,7 @@ def use_graph_candidate_times(probe, c: Case, entry: dict, top: int) -> None:
     try:
         times = graph_candidate_times(probe, c, top)
     except Exception as e:  # noqa: BLE001  the eager times stand, with the reason
-        times, why = {}, f"{type(e).__name__}: {e}"[:200]
+        times, why = {}, error_text(e)
     else:
         why = "not replayed from a graph"
     rows = [(row, row.get("rank")) for row in entry.get("candidates") or []]
@@ -791,7 +791,7 @@ def _measure_experts(probe, rows: list[dict]) -> dict:
                 elif n != "balanced" and ref is not None:
                     numerics[n] = max_rel_diff(y.float(), ref)
             except Exception as e:  # noqa: BLE001  the variant is reported, the others go on
-                errors[n] = f"{type(e).__name__}: {e}"[:300]
+                errors[n] = error_text(e)
                 torch.cuda.synchronize()
     timed = [n for n in names if n not in errors]
     samples: dict[str, list[float]] = {n: [] for n in timed}
@@ -811,7 +811,7 @@ def _measure_experts(probe, rows: list[dict]) -> dict:
             one(n)
             warm[n] = one(n)
         except Exception as e:  # noqa: BLE001
-            errors[n] = f"{type(e).__name__}: {e}"[:300]
+            errors[n] = error_text(e)
             timed.remove(n)
             torch.cuda.synchronize()
     rounds = max(5, min(15, int(EXPERTS_BUDGET_S * 1e6 / max(1.0, sum(warm.values())))))
@@ -881,7 +881,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
             try:
                 entry.update(measure_grouped(probe, g))
             except Exception as e:  # noqa: BLE001  one GEMM that cannot run is reported, the others go on
-                entry["error"] = f"{type(e).__name__}: {e}"[:300]
+                entry["error"] = error_text(e)
             entry["seconds"] = round(time.perf_counter() - t0, 3)
             results.append(entry)
             log.info("measured grouped %s in %.2f s", entry.get("case") or entry["key"], entry["seconds"])
@@ -898,7 +898,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
         try:
             recs = probe.run_window(todo)
         except Exception as e:  # noqa: BLE001  one GEMM that cannot run is reported, the others go on
-            entry["error"] = f"{type(e).__name__}: {e}"[:300]
+            entry["error"] = error_text(e)
             results.append(entry)
             continue
         if g.get("graph") is not None:      # replayed from a CUDA graph in the program: timed the same way
@@ -920,7 +920,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
             if entry.get("timing") == "graph":     # the original is graph-replayed: its candidates too
                 use_graph_candidate_times(probe, c, entry, top)
         except Exception as e:  # noqa: BLE001
-            entry["candidates_error"] = f"{type(e).__name__}: {e}"[:300]
+            entry["candidates_error"] = error_text(e)
         labels = [(f"path:{p.backend}", p) for p in paths] + [(f"{d}={getattr(alt, d)}", alt) for d, _, alt in wi]
         entry["numerics"] = _numerics(probe, c, labels)
         entry["tolerance"] = cand.tolerance(c.dtype)

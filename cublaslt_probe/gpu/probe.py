@@ -35,7 +35,7 @@ from cublaslt_probe.analysis.candidates import max_rel_diff
 from cublaslt_probe.analysis.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
 from cublaslt_probe.cases import Case, grouped_alternatives, invalid_reason, sizes_summary
 from cublaslt_probe.dtypes import FP8_ELEMENTS, TORCH_NAMES, lt_types, output_type
-from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
+from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError, error_text
 from cublaslt_probe.gpu.timing import (  # noqa: F401  (the timing method's names, imported from here by callers)
     ATTEMPTS,
     BATCH_US,
@@ -1389,7 +1389,7 @@ class Probe:
                 win.built.append((rec, c, b))
                 b = None
         except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on
-            rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
+            rec["error"] = error_text(e)
             self.torch.cuda.synchronize()
             if b is not None:
                 b.close()   # its lt descriptors, its replay's graph
@@ -1479,7 +1479,7 @@ class Probe:
             f.phases["wait"] = round((time.perf_counter() - t) * 1e3, 3)
             _fill_timing(f.rec, self.timer.end(f.pending), f.built)
         except Exception as e:  # noqa: BLE001
-            f.rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
+            f.rec["error"] = error_text(e)
             self.torch.cuda.synchronize()
         f.phases["time"] = round(f.phases.get("time", 0.0) + (time.perf_counter() - t) * 1e3, 3)
         if f.rec.get("error"):
@@ -1496,7 +1496,7 @@ class Probe:
                                  lt_candidates(self, c, top=self.options.candidates, reps=self.options.candidate_reps)]
             _lap(ph, "candidates", t)
         except Exception as e:  # noqa: BLE001
-            rec["candidates_error"] = f"{type(e).__name__}: {e}"[:300]
+            rec["candidates_error"] = error_text(e)
 
     def _finish(self, built) -> None:
         """Profile the built GEMMs of a window (one session), fill their kernels, release them."""
@@ -1512,7 +1512,7 @@ class Probe:
                 rec["probe_ms"]["profile_share"] = round(share, 3)
         except Exception as e:  # noqa: BLE001
             for rec, _, _ in built:
-                rec["error"] = rec["error"] or f"kernel capture failed: {type(e).__name__}: {e}"[:500]
+                rec["error"] = rec["error"] or f"kernel capture failed: {error_text(e)}"
         for _, _, b in built:
             b.close()
         built.clear()
@@ -1562,7 +1562,7 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
                 row["time_us"], row["time_us_min"] = t.median_us, t.min_us
                 ran.append((row, fn))
             except Exception as e:  # noqa: BLE001
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
+                row["error"] = error_text(e)
                 torch.cuda.synchronize()
             out.append(row)
         if ran and ran[0][0]["rank"] == 0:
@@ -1612,7 +1612,7 @@ def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
             loop["time_us"] = probe.time_gpu(fn, key="torch|mm_per_group").median_us
             loop["kernels"] = [k for k, _ in probe.profile([fn])[0]]
         except Exception as e:  # noqa: BLE001  the other variants' rows stand
-            loop.update(time_us=None, kernels=[], error=f"{type(e).__name__}: {e}"[:300])
+            loop.update(time_us=None, kernels=[], error=error_text(e))
             torch.cuda.synchronize()
         rows.append(loop)
     finally:

@@ -7,6 +7,7 @@ GPU side: `replay(records)`. CPU side: `problem_from_record(rec)` (what can be r
 from __future__ import annotations
 
 from cublaslt_probe.dtypes import log_dtype, log_type, lt_types, output_type, short_dtype
+from cublaslt_probe.errors import error_text
 
 # The (A type, B type, compute type) combinations, as the log writes them, that the lt backend rebuilds
 _REPLAYABLE = (("R_32F", "R_32F", "COMPUTE_32F"), ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"),
@@ -97,7 +98,7 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
                                                and (rec.tile is None or h["tile"] == rec.tile)
                                                and (rec.cluster is None or h["cluster"] == rec.cluster))
         except Exception as e:  # noqa: BLE001  a line that fails says why; the others still run
-            res["error"] = f"{type(e).__name__}: {e}"[:400]
+            res["error"] = error_text(e)
             torch.cuda.synchronize()
     return out
 
