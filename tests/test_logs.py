@@ -482,7 +482,8 @@ def test_lone_cr_is_not_a_line_break(tmp_path):
     assert recs[2].to_dict() == parse_line(BATCHED_LINE, 3, source=str(p)).to_dict()
 
 
-@pytest.mark.parametrize("spelling, letter", [("T", "T"), ("N", "N"), ("C", "C"), ("HERMITAN", "C"), ("CONJG", "CONJG")])
+@pytest.mark.parametrize("spelling, letter",
+                         [("T", "T"), ("N", "N"), ("C", "C"), ("HERMITAN", "C"), ("CONJG", "CONJG")])
 def test_both_logs_read_every_op_spelling_as_one_letter(spelling, letter):
     """One table (`logs.record.OP_LETTERS`) reads the transpose of both logs: the captured cuBLASLt line
     (``transa=OP_T``) and the captured cuBLAS call (``CUBLAS_OP_T(1)``) with the op re-spelled, HERMITAN (cuBLAS's
