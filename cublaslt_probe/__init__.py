@@ -1,8 +1,10 @@
 """cublaslt-probe: which cuBLAS/cuBLASLt kernel runs for a GEMM, why, and what choosing it cost.
 
-The CPU side (decoder, log parser, dataset, plots, analysis, rendering) imports without torch or cupy; only
-the modules of `cublaslt_probe.gpu` touch the GPU (torch, cupy, ctypes to the CUDA libraries), and only when
-called. `capture`, `prove` and `pin_linear` are the GPU entry points a program calls.
+The CPU side (names, logs, sweep planning, analysis, render, cli and the shared vocabulary beside this file)
+imports without torch or cupy; only the modules of `cublaslt_probe.gpu` touch the GPU (torch, cupy, ctypes to the
+CUDA libraries), and only when called; `analysis.coldstart.run` starts GPU work only as child processes
+(`gpu.coldstart_child`). `capture`, `prove` and `pin_linear` are the GPU entry points a program calls;
+`decode`, `encode`, `parse_log` and `parse_cublas_log` run anywhere. docs/architecture.md maps every module.
 """
 from cublaslt_probe.errors import CaptureError, NoCudaDevice, ProbeError, SchemaError, SpecError, UnknownKernelName
 

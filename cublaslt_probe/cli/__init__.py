@@ -1,4 +1,5 @@
-"""`cublaslt-probe`: thin click subcommands, each calling one library function.
+"""`cublaslt-probe`: thin click subcommands over the library (a command may call several of its functions:
+read, check, analyse, render; the rules stay in the library).
 
 Each subcommand lives in a module of this package that exposes ``COMMANDS`` (a list of click commands);
 ``_MODULES`` lists them. A module that fails to import is reported loudly on every run (its commands are
