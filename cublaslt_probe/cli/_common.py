@@ -18,7 +18,17 @@ from typing import Callable, Iterable, Iterator
 import click
 
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.render.text import MAX_CELL, SAMPLE_ROWS, Table, fit, render_table, set_line_width, terminal_width  # noqa: F401
+
+# The text-table names the commands import from here (re-exported).
+from cublaslt_probe.render.text import (  # noqa: F401
+    MAX_CELL,
+    SAMPLE_ROWS,
+    Table,
+    fit,
+    render_table,
+    set_line_width,
+    terminal_width,
+)
 from cublaslt_probe.streams import GZIP_MAGIC, cut_note, is_gzip, open_binary
 
 EXIT_OK = 0

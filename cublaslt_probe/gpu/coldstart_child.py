@@ -354,7 +354,7 @@ class Session:
             return {}
         try:
             s = self.torch.cuda.memory_stats()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001  the counters are evidence, not needed
             return {}
         keys = ("reserved_bytes.all.current", "segment.all.current", "num_device_alloc", "num_device_free",
                 "num_alloc_retries", "allocated_bytes.all.current")
@@ -785,7 +785,7 @@ def main(argv: list[str] | None = None) -> dict:
         if s._open is not None:
             try:
                 s.end(ok=False, error=error_text(e))
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001  the first error is the one reported
                 pass
         res["error"] = error_text(e)
         res["traceback"] = traceback.format_exc()[-2000:]
@@ -810,7 +810,7 @@ def main(argv: list[str] | None = None) -> dict:
         res["device"] = {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "torch": torch.__version__,
                          "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
         res["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  the device facts are optional
         pass
     if s.steps:
         walls = [w["wall_s"] for w in s.steps]

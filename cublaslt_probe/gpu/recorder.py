@@ -341,7 +341,7 @@ class CompiledGemms:
         try:
             from torch._guards import CompileContext
             cid = CompileContext.current_compile_id()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001  a torch without compile ids
             cid = None
         n, g = 0, self._graphs
         self._graphs += 1

@@ -104,7 +104,7 @@ def _demangle_itanium(s: str) -> str | None:
         return None
     try:
         out = str(ast)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  a tree it parsed but cannot print
         return None
     return out if out and out != s else None
 

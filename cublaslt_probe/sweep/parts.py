@@ -8,10 +8,14 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.streams import complete_lines, cut_note, open_text
 from cublaslt_probe.sweep.slices import WHOLE, Slice, _first_count, parse_shard
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("cublaslt_probe.sweep")
 
@@ -89,7 +93,7 @@ class KeyIndex:
     def __len__(self) -> int:
         return len(self.sorted)
 
-    def positions(self, keys: list) -> "np.ndarray":  # noqa: F821
+    def positions(self, keys: list) -> np.ndarray:
         """Position of each key; -1 for None, -2 for a key not in the list."""
         import numpy as np
         h = np.fromiter((0 if k is None else hash(k) for k in keys), dtype=np.int64, count=len(keys))
@@ -175,7 +179,7 @@ class Part:
         _, last = np.unique(self.positions[rows][::-1], return_index=True)
         self.keep[rows[len(rows) - 1 - last]] = True
 
-    def gemms(self) -> "np.ndarray":  # noqa: F821
+    def gemms(self) -> np.ndarray:
         """Plan positions of the GEMMs this part holds (each once)."""
         return self.positions[self.keep]
 
@@ -353,7 +357,7 @@ def _builder_init(cpus, parent: int) -> None:
 
 def _builder_imports() -> None:
     """Import what turns records into rows and writes them (pandas, pyarrow) and build the dataset schema once."""
-    import pyarrow.parquet  # noqa: F401
+    import pyarrow.parquet  # noqa: F401  (imported while the builder waits idle)
 
     from cublaslt_probe.analysis import dataset
     dataset.arrow_schema()
