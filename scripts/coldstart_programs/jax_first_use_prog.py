@@ -7,7 +7,7 @@ import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the GPU's memory to the other users
 
-import jax.numpy as jnp
+import jax.numpy as jnp  # noqa: E402
 
 
 def step():

@@ -9,7 +9,7 @@ import numpy as np
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack
 
-from numba import cuda
+from numba import cuda  # noqa: E402
 
 
 @cuda.jit
