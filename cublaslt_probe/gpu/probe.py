@@ -1073,7 +1073,7 @@ class Probe:
         s, e = clock.event(), clock.event()
         for _ in range(2):  # the first run warms the spin kernel up
             st = self._stream()
-            clock.record(s, st); torch.cuda._sleep(400_000); clock.record(e, st)  # noqa: E702  the timed sequence on one line
+            clock.record(s, st); torch.cuda._sleep(400_000); clock.record(e, st)  # noqa: E702  the timed sequence
             clock.wait(e)
             rate = 400_000 / max(clock.elapsed_us(s, e), 1.0)
         self.clock.destroy(s)

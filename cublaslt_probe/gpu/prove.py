@@ -445,7 +445,8 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
                 continue
             try:
                 a, b = _rounds(torch, step, ap.apply, ap.restore, rounds, steps, warmup)
-            except Exception as e:  # noqa: BLE001  the program's own error under the variant: the item failed, the run goes on
+            # the program's own error under the variant: the item failed, the run goes on
+            except Exception as e:  # noqa: BLE001
                 out_items.append({**rec, "status": "failed", "why": f"the step failed under the change: "
                                   f"{e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
                 say(f"prove {n}/{len(todo)}: {it.get('what')}: failed ({e.__class__.__name__})")
