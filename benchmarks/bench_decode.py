@@ -29,7 +29,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cublaslt_probe.names import clear_cache, decode  # noqa: E402
+from cublaslt_probe.names import clear_cache, decode
 
 FIXTURES = ROOT / "tests" / "fixtures" / "names"
 
@@ -71,7 +71,7 @@ def bench_first_sight(names: list[str], rounds: int) -> list[tuple[str, int, flo
         by_family.setdefault(decode(n).family, []).append(n)
     out = []
     for fam, group in sorted(by_family.items()):
-        def dec():
+        def dec(group=group):
             clear_cache()
             for n in group:
                 decode(n)

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_sweep import meets_new_kernel  # noqa: E402  (one rule for a kernel new to the process)
+from bench_sweep import meets_new_kernel  # one rule for a kernel new to the process
 
 RAN = re.compile(r"ran (\d+) GEMMs in ([\d.]+) s")
 THREAD = re.compile(r"worker (\S+): .*its thread ran ([\d.]+) s on the CPU and was preempted (\d+) times")

@@ -130,8 +130,8 @@ def child(name: str, out: str, extra: list) -> None:
 def threshold_child(out: str) -> None:
     """The companion's start alone (spawned, to ready), then the heuristic measured in this process per question
     for the decode preset's first 256 GEMMs' questions."""
-    from cublaslt_probe.gpu import lt
     from cublaslt_probe import sweep
+    from cublaslt_probe.gpu import lt
     from cublaslt_probe.gpu.probe import HeuristicCompanion, Probe, heuristic_groups
     t = time.perf_counter()
     comp = HeuristicCompanion()
@@ -259,7 +259,8 @@ def main():
             if ok:
                 summary[f"{name}.{tree}.wall_s"] = round(statistics.median(x["wall_s"] for x in ok), 2)
                 if ok[0].get("probe_start_s") is not None:
-                    summary[f"{name}.{tree}.probe_start_s"] = round(statistics.median(x["probe_start_s"] for x in ok), 2)
+                    summary[f"{name}.{tree}.probe_start_s"] = round(
+                        statistics.median(x["probe_start_s"] for x in ok), 2)
                 if ok[0].get("gemms_per_s"):
                     rate = statistics.median(x["gemms_per_s"] for x in ok)
                     summary[f"{name}.{tree}.gemms_per_s"] = round(rate, 1)

@@ -32,7 +32,7 @@ def _gemm():
     torch.cuda.init()
     a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    fn = lambda: torch.matmul(a, b.t())   # noqa: E731
+    fn = lambda: torch.matmul(a, b.t())
     fn()
     torch.cuda.synchronize()
     return torch, fn

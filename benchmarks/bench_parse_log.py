@@ -87,7 +87,7 @@ def child(path: str, reps: int) -> dict:
     for _ in range(reps):
         t = time.perf_counter()
         with open(path) as f:
-            for line in f:
+            for _line in f:
                 pass
         bare.append(time.perf_counter() - t)
         stats = ParseStats()

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The probe's pipeline (ProbeOptions.pipeline) against one step after another, A/B in one process (GPU).
 
-    PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--every 1] [--warm-all] [--fidelity quick]
-        [--runs 2] [--save runs.json] [--paired]
+    PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--preset decode] [--limit 1200] [--every 1] [--warm-all]
+        [--fidelity quick] [--runs 2] [--save runs.json] [--paired]
         [--backends cupy]
 
 Throughput: the plan's windows run alternately with the pipeline on and off (on, off, off, on, ...: each mode
@@ -95,14 +95,16 @@ def throughput(probe, cases, window, paired: bool = False):
         for r in recs:
             for k, v in (r.get("probe_ms") or {}).items():
                 ph.setdefault(k, []).append(v)
-        print("    host phases, median ms per GEMM: " + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in ph.items()))
+        print("    host phases, median ms per GEMM: "
+              + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in ph.items()))
         print("    host phases, mean ms per GEMM:   " + ", ".join(f"{k} {sum(v) / n:.3f}" for k, v in ph.items()))
         miss = [r["heuristic_miss_us"] for r in recs if r.get("heuristic_miss_us") is not None]
         hit = [r["heuristic_hit_us"] for r in recs if r.get("heuristic_hit_us") is not None]
         where = sorted({r.get("heuristic_where") for r in recs if r.get("heuristic_where")})
         tim = [r["timing"] for r in recs if r.get("timing")]
         print(f"    heuristic (timed in: {', '.join(where)}): miss median {statistics.median(miss):.1f} µs, hit median "
-              f"{statistics.median(hit):.2f} µs over {len(miss)} GEMMs; timing retaken {sum(t['attempts'] > 1 for t in tim)}"
+              f"{statistics.median(hit):.2f} µs over {len(miss)} GEMMs; "
+              f"timing retaken {sum(t['attempts'] > 1 for t in tim)}"
               f", behind after the last attempt {sum(bool(t.get('behind')) for t in tim)}; first spin median "
               f"{statistics.median(t['spin_us'] for t in tim if t.get('spin_us') is not None):.0f} µs, enqueue median "
               f"{statistics.median(t['enqueue_us'] for t in tim if t.get('enqueue_us') is not None):.0f} µs")
@@ -137,7 +139,8 @@ def fidelity(probe, cases, window, per_mode: int = 2):
         return statistics.mean(runs[f"{mode}{i}"][k]["time_us"] for i in pick)
     pairs = [("on", "off", f"{TOGGLE} on vs off, each the mean of its {per_mode} runs")]
     if per_mode > 2:
-        pairs += [("on:2", "off:2", f"{TOGGLE} on vs off, each the mean of its first two runs (the protocol of --runs 2)")]
+        pairs += [("on:2", "off:2",
+                   f"{TOGGLE} on vs off, each the mean of its first two runs (the protocol of --runs 2)")]
     pairs += [("on1", "off1", f"{TOGGLE} on vs off, first runs"), ("on2", "off2", f"{TOGGLE} on vs off, second runs"),
               ("off:even", "off:odd", "off vs off (the method's own noise"
                + (", the mean of its odd runs vs that of its even ones)" if per_mode > 2 else ")")),
@@ -148,8 +151,8 @@ def fidelity(probe, cases, window, per_mode: int = 2):
               f"({sum(x <= 3 for x in d) / len(d) * 100:.1f} %), median |Δ| {statistics.median(d):.2f} %, "
               f"max {max(d):.1f} %")
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.logs import without_pointers
     from cublaslt_probe.gpu.probe import is_heavy
+    from cublaslt_probe.logs import without_pointers
     for label, part in (("run one step after another in both modes (heavy_us >= HEAVY_US)",
                          [k for k in keys if is_heavy(Case.from_key(k))]),
                         ("pipelined", [k for k in keys if not is_heavy(Case.from_key(k))])):
@@ -160,10 +163,13 @@ def fidelity(probe, cases, window, per_mode: int = 2):
                   f"{statistics.median(t('on', k) / t('off', k) for k in part):.4f}; off vs off within 3 %: "
                   f"{sum(x <= 3 for x in n)}")
     flips = [k for k in keys if len({runs[n][k]["time_calls_per_rep"] for n in runs}) > 1]
+
+    def est(n, k):
+        return runs[n][k]["timing"]["estimate_us"]
     print(f"    plans: calls per sample differ between the runs on {len(flips)} GEMMs, of them "
           f"{sum(abs(t('off2', k) / t('off1', k) - 1) * 100 > 3 for k in flips)} with off vs off beyond 3 %; "
           f"the estimate_us of all runs within 10 % of each other on "
-          f"{sum(max(runs[n][k]['timing']['estimate_us'] for n in runs) <= 1.1 * min(runs[n][k]['timing']['estimate_us'] for n in runs) for k in keys)}"
+          f"{sum(max(est(n, k) for n in runs) <= 1.1 * min(est(n, k) for n in runs) for k in keys)}"
           f"/{len(keys)}")
     same = sum(all(runs[n][k].get("kernels") == runs["off1"][k].get("kernels") for n in runs) for k in keys)
     def lines(n, k):
@@ -181,7 +187,8 @@ def fidelity(probe, cases, window, per_mode: int = 2):
     worst = sorted(keys, key=lambda k: -abs(t("on", k) / t("off", k) - 1))[:16]
     for k in worst:
         print(f"    {k:40s} " + "  ".join(
-            f"{n} {runs[n][k]['time_us']:8.2f} ({runs[n][k]['time_calls_per_rep']}/s, a{runs[n][k]['timing']['attempts']}, "
+            f"{n} {runs[n][k]['time_us']:8.2f} ({runs[n][k]['time_calls_per_rep']}/s, "
+            f"a{runs[n][k]['timing']['attempts']}, "
             f"est {runs[n][k]['timing']['estimate_us']:.0f})" for n in runs))
     return runs
 
@@ -192,7 +199,8 @@ def main():
     ap.add_argument("--limit", type=int, default=1200, help="the first N GEMMs of the plan (0: all)")
     ap.add_argument("--every", type=int, default=1, metavar="K", help="throughput: every K-th of those GEMMs")
     ap.add_argument("--window", type=int, default=32)
-    ap.add_argument("--fidelity", default="", metavar="PRESET", help="also compare the modes GEMM by GEMM on this preset")
+    ap.add_argument("--fidelity", default="", metavar="PRESET",
+                    help="also compare the modes GEMM by GEMM on this preset")
     ap.add_argument("--save", help="write every fidelity run's records (key, time_us, calls per sample, attempts) "
                                    "to this JSON file")
     ap.add_argument("--warm", type=int, default=64, help="GEMMs run first and not counted (start-up, caches)")
@@ -200,7 +208,8 @@ def main():
                     help="throughput: run every measured GEMM once first, not counted, so that neither mode meets a "
                          "kernel new to the process (its module load) or a heuristic question new to it")
     ap.add_argument("--runs", type=int, default=2, help="fidelity: runs of each mode per window (even)")
-    ap.add_argument("--backends", default="", help="throughput: only the plan's GEMMs of these backends (comma-separated)")
+    ap.add_argument("--backends", default="",
+                    help="throughput: only the plan's GEMMs of these backends (comma-separated)")
     ap.add_argument("--paired", action="store_true", help="throughput: every window in both modes (see throughput)")
     a = ap.parse_args()
     from cublaslt_probe import sweep
@@ -224,7 +233,8 @@ def main():
         runs = fidelity(probe, list(sweep.plan(a.fidelity).cases), a.window, a.runs)
         if a.save:
             with open(a.save, "w") as f:
-                json.dump({n: {k: [r.get("time_us"), r.get("time_calls_per_rep"), (r.get("timing") or {}).get("attempts"),
+                json.dump({n: {k: [r.get("time_us"), r.get("time_calls_per_rep"),
+                                   (r.get("timing") or {}).get("attempts"),
                                    (r.get("timing") or {}).get("estimate_us")] for k, r in rs.items()}
                            for n, rs in runs.items()}, f)
     probe.close()

@@ -35,9 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cublaslt_probe.analysis import dataset  # noqa: E402
-from cublaslt_probe import sweep  # noqa: E402
-from cublaslt_probe.cases import Case, invalid_reason  # noqa: E402
+from cublaslt_probe import sweep
+from cublaslt_probe.analysis import dataset
+from cublaslt_probe.cases import Case, invalid_reason
 
 RECORDS = ROOT / "data" / "h200_grid.raw.jsonl.gz"
 CASE_FIELDS = ("type", "key", "backend", "op", "dtype", "layout", "m", "n", "k", "batch", "blas_m", "blas_n", "blas_k",

@@ -28,8 +28,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from cublaslt_probe.analysis.stalls import host_stalls  # noqa: E402
-from cublaslt_probe.analysis.trace import TraceDetail, read_chrome_trace  # noqa: E402
+from cublaslt_probe.analysis.stalls import host_stalls
+from cublaslt_probe.analysis.trace import TraceDetail, read_chrome_trace
 
 DEFAULT_SOURCE = ROOT / "tests" / "fixtures" / "programs" / "llama_decode" / "trace.json.gz"
 

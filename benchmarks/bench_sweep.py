@@ -22,7 +22,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench_pipeline import gpu_us  # noqa: E402  (the GEMMs' own GPU time: one rule for both benchmarks)
+from bench_pipeline import gpu_us  # the GEMMs' own GPU time: one rule for both benchmarks
+
 
 def meets_new_kernel(recs) -> tuple[list[bool], set]:
     """For each record in run order, whether it launched a kernel no record before it had (its first call
@@ -100,7 +101,8 @@ def idle_by_class(recs, first_flags):
     for kind, rows in kinds.items():
         first = first_uses_s([(w, new) for *_, w, new in rows])
         wall, gpu, spins = (sum(x[i] for x in rows) for i in range(3))
-        print(f"      {kind}: {len(rows)} GEMMs, their steps {wall:.2f} s for {gpu:.2f} s of GPU time: {wall - gpu:.2f} s "
+        print(f"      {kind}: {len(rows)} GEMMs, their steps {wall:.2f} s for {gpu:.2f} s of GPU time: "
+              f"{wall - gpu:.2f} s "
               f"beyond, of which timing spins {spins:.2f} s, first uses of kernels {first:.2f} s "
               f"({sum(x[-1] for x in rows)} GEMMs), the rest {wall - gpu - spins - first:.2f} s")
 
@@ -125,8 +127,8 @@ def main():
     ap.add_argument("--no-builders", action="store_true",
                     help="build the dataset at the end in the sweep's process, not in processes started ahead")
     a = ap.parse_args()
+    from cublaslt_probe import sweep
     from cublaslt_probe.analysis import dataset  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
-    from cublaslt_probe import sweep  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
     from cublaslt_probe.gpu import probe as probe_mod
     from cublaslt_probe.gpu.probe import Probe, ProbeOptions
     t_init = time.time()
@@ -165,7 +167,8 @@ def main():
         t0 = time.time()
         out = a.out or os.path.join(d, "b.parquet")
         argv = [os.path.basename(x) if os.sep in x else x for x in sys.argv[1:]]  # no machine paths
-        df = sweep.run(cases, out, probe, progress=False, meta={"command": "benchmarks/bench_sweep.py " + " ".join(argv)},
+        df = sweep.run(cases, out, probe, progress=False,
+                       meta={"command": "benchmarks/bench_sweep.py " + " ".join(argv)},
                        builders=builders)
         wall = time.time() - t0
         if prof:
@@ -214,7 +217,8 @@ def main():
     for r in recs:
         for k, v in (r.get("probe_ms") or {}).items():
             phases.setdefault(k, []).append(v)
-    print("  probe phases, median ms per GEMM: " + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items()))
+    print("  probe phases, median ms per GEMM: "
+          + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items()))
     print("  probe phases, total s: " + ", ".join(f"{k} {sum(v) / 1e3:.2f}" for k, v in phases.items()) +
           f"; inside run_window {sum(windows):.2f} s, outside (raw file, dataset build) {wall - sum(windows):.2f} s")
     gaps = [r["time_gap_us"] / max(1, r.get("time_us_reps") or 1) for r in recs if r.get("time_gap_us") is not None]
@@ -257,7 +261,8 @@ def main():
             timing = probe.time_gpu(fn, key=f"{c.backend}|{c.op}")
             now = timing.median_us
             if a.verbose:
-                print(f"      {now:.2f} µs {timing.evidence()}; samples " + " ".join(f"{x:.2f}" for x in timing.samples_us))
+                print(f"      {now:.2f} µs {timing.evidence()}; samples "
+                      + " ".join(f"{x:.2f}" for x in timing.samples_us))
             drift.append((row.time_us / now - 1) * 100)
             if a.flush_l2:
                 ref = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3

@@ -1,11 +1,12 @@
 """cublaslt-probe: which cuBLAS/cuBLASLt kernel runs for a GEMM, why, and what choosing it cost.
 
-The CPU side (decoder, log parser, dataset, plots, analysis, rendering) imports without torch or cupy; only
-the modules of `cublaslt_probe.gpu` touch the GPU (torch, cupy, ctypes to the CUDA libraries), and only when
-called. `capture`, `prove` and `pin_linear` are the GPU entry points a program calls.
+The CPU side (names, logs, sweep planning, analysis, render, cli and the shared vocabulary beside this file)
+imports without torch or cupy; only the modules of `cublaslt_probe.gpu` touch the GPU (torch, cupy, ctypes to the
+CUDA libraries), and only when called; `analysis.coldstart.run` starts GPU work only as child processes
+(`gpu.coldstart_child`). `capture`, `prove` and `pin_linear` are the GPU entry points a program calls;
+`decode`, `encode`, `parse_log` and `parse_cublas_log` run anywhere. docs/architecture.md maps every module.
 """
-from cublaslt_probe.errors import (CaptureError, NoCudaDevice, ProbeError, SchemaError, SpecError,
-                                   UnknownKernelName)
+from cublaslt_probe.errors import CaptureError, NoCudaDevice, ProbeError, SchemaError, SpecError, UnknownKernelName
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,7 @@ def __getattr__(name):  # lazy: keep `import cublaslt_probe` cheap and GPU-free
     raise AttributeError(f"module 'cublaslt_probe' has no attribute {name!r}")
 
 
-__all__ = ["capture", "prove", "pin_linear", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log", "ProbeError",
+__all__ = ["capture", "prove", "pin_linear", "decode", "encode", "KernelName", "parse_log", "parse_cublas_log",
+           "ProbeError",
            "NoCudaDevice", "CaptureError", "UnknownKernelName", "SchemaError", "SpecError"]
 

@@ -114,6 +114,9 @@ def log_type(short: str) -> str | None:
 _LOG_SPELLING = MappingProxyType({v: k for k, v in LOG_TYPES.items() if k.startswith("R_")})
 # An fp8 element type -> the sweep dtype whose A operand has it (`TORCH_NAMES`, the lt backend's dtypes).
 FP8_ELEMENTS = MappingProxyType({"fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2"})
+# A GEMM dtype as the audit writes it -> the sweep dtype that rebuilds it (itself, or by its fp8 element type);
+# a dtype the sweep does not build is absent.
+SWEEP_DTYPES = MappingProxyType({**{d: d for d in TORCH_NAMES}, **FP8_ELEMENTS})
 
 
 def lt_types(dtype: str) -> tuple[str, str | None]:

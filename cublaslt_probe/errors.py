@@ -47,3 +47,12 @@ class SpecError(ProbeError):
 
 class OptionError(ProbeError, ValueError):
     """An option of the probe (or another component) has a value it cannot take."""
+
+
+ERROR_CHARS = 300   # what a record keeps of an error: its type and first few lines, not a whole traceback
+
+
+def error_text(e: BaseException) -> str:
+    """An exception as a record (a row's ``error``, a run's, a variant's) keeps it: ``Type: message``, stripped and cut
+    at `ERROR_CHARS` characters, so one long message (a cuBLAS status dump, a compiler log) cannot swell a file."""
+    return f"{type(e).__name__}: {e}".strip()[:ERROR_CHARS]

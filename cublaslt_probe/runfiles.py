@@ -30,7 +30,6 @@ import json
 import os
 from pathlib import Path
 
-
 TRACE_FILE = "trace.json.gz"
 LOG_FILE = "cublaslt.log"
 ENV_FILE = "env.json"

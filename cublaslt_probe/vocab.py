@@ -62,6 +62,14 @@ ENV_KEYS = ("gpu", "sm_count", "driver", "cuda_runtime", "cublaslt_version", "to
 # Kernel choice depends on these: the GPU, the cuBLASLt build, the torch build (its workspace and heuristic
 # settings) and the driver. Resume, merge and diff refuse to join measurements that differ in one of them.
 ENV_MATCH = ("gpu", "cublaslt_version", "torch_version", "driver")
+# `diff`: a time change within ±this many percent counts as "within" (neither faster nor slower).
+DIFF_TOLERANCE_PCT = 5.0
+
+# --- the paths a GEMM can take ----------------------------------------------------------------------------
+# Workspace limit each path's heuristic query uses: torch's cuBLAS handle allows 32 MiB (its Api log line),
+# torch's Lt path asks for 1 MiB (measured with torch 2.11), the lt backend passes 32 MiB (`lt.Problem`'s
+# default and `candidates --workspace`'s).
+WORKSPACE_BYTES = MappingProxyType({"cublas": 32 << 20, "torch-lt": 1 << 20, "lt": 32 << 20})
 
 
 # --- peak rates -------------------------------------------------------------------------------------------
@@ -122,6 +130,10 @@ def peak_tflops(dtype: str, gpu: str | None) -> float | None:
     """Datasheet dense peak TFLOP/s of `dtype` on `gpu`; None when either is unknown."""
     p = gpu_peaks(gpu)
     return p.tflops.get(str(dtype)) if p else None
+
+
+# The file formats a picture is written in (`render.plots.save`, `map`, `plot`, `diff --map`).
+IMAGE_FORMATS = ("png", "svg", "pdf")
 
 
 # --- how each figure is rounded, for every table, sentence and page that prints it -------------------------

@@ -36,9 +36,8 @@ sys.path.insert(0, HERE)
 
 def make_llama_eager():
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from capture_programs import _build
+    from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
                       num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=4096,
                       tie_word_embeddings=False)
@@ -53,7 +52,6 @@ def make_llama_eager():
 
 def make_compiled_mlp():
     import torch
-
     from capture_programs import MLP
     with torch.device("cuda"):
         block = MLP(2048, 8192).to(torch.bfloat16)

@@ -72,8 +72,8 @@ def part_traces(out):
 
 def part_explain(out, probe):
     from cublaslt_probe.analysis import explain
-    from cublaslt_probe.gpu.explain import gather
     from cublaslt_probe.cases import Case
+    from cublaslt_probe.gpu.explain import gather
     for (m, n, k) in [(4096, 4096, 4096), (16, 4096, 4096)]:
         c = Case("torch", "mm", "bf16", "NT", m, n, k)
         t0 = time.time()

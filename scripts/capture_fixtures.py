@@ -22,7 +22,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from cublaslt_probe.cases import Case, invalid_reason  # noqa: E402
+from cublaslt_probe.cases import Case, invalid_reason
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -35,7 +35,7 @@ import torch
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
-from cublaslt_probe.gpu.recorder import capture  # noqa: E402
+from cublaslt_probe.gpu.recorder import capture
 
 DEV = "cuda"
 BF16 = torch.bfloat16
@@ -256,6 +256,7 @@ def trim_trace(run: str) -> dict:
     and warm-up before it are dropped. Nothing is dropped when no replayed graph's capture is in the trace.
     Returns the counts."""
     import gzip
+
     from cublaslt_probe import runfiles
     path = os.path.join(run, runfiles.TRACE_FILE)
     with gzip.open(path, "rt") as f:
@@ -328,7 +329,7 @@ def main() -> int:
             res = fn(os.path.join(args.out, name))
             res.pop("_run", None)
             res["ok"] = True
-        except Exception as e:   # one program's failure is reported; the others still run
+        except Exception as e:  # noqa: BLE001  one program's failure is reported; the others still run
             res = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
         res["seconds"] = round(time.time() - t0, 1)
         summary["programs"][name] = res
@@ -336,7 +337,7 @@ def main() -> int:
         torch.cuda.empty_cache()
     try:
         summary["replay_step_ms_median"] = step_ms(graph_of(build_decoder()))
-    except Exception as e:   # reported, not fatal
+    except Exception as e:  # noqa: BLE001  reported, not fatal
         summary["replay_step_ms_median"] = f"{type(e).__name__}: {e}"
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1, default=str)

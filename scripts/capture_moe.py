@@ -30,9 +30,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cublaslt_probe import runfiles  # noqa: E402
-from cublaslt_probe.gpu.recorder import capture  # noqa: E402
-from cublaslt_probe.runfiles import read_group_sizes  # noqa: E402
+from cublaslt_probe import runfiles
+from cublaslt_probe.gpu.recorder import capture
+from cublaslt_probe.runfiles import read_group_sizes
 
 ROUNDS, STEPS = 6, 3
 GROUPED_KERNEL = "GroupProblemShape"   # in the mangled name of CUTLASS's grouped GEMM kernel
@@ -139,12 +139,14 @@ def alternatives(out: str, info: dict) -> None:
     with Probe() as probe:
         for label, c in cases.items():
             rows = time_grouped_alternatives(probe, c)
-            res[label] = [{k: v for k, v in r.items() if k != "kernels"} | {"kernels": [k[:120] for k in r["kernels"][:3]],
-                          "n_kernels": len(r["kernels"])} for r in rows]
+            res[label] = [{k: v for k, v in r.items() if k != "kernels"}
+                          | {"kernels": [k[:120] for k in r["kernels"][:3]], "n_kernels": len(r["kernels"])}
+                          for r in rows]
             print(label, [(r["variant"], r["time_us"] and round(r["time_us"], 1)) for r in rows], flush=True)
     with open(os.path.join(out, "alternatives.json"), "w") as f:
         json.dump(res, f, indent=1)
-    info["alternatives"] = {k: {r["variant"]: r["time_us"] and round(r["time_us"], 1) for r in v} for k, v in res.items()}
+    info["alternatives"] = {k: {r["variant"]: r["time_us"] and round(r["time_us"], 1) for r in v}
+                            for k, v in res.items()}
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cublaslt_probe.gpu.recorder import capture  # noqa: E402
+from cublaslt_probe.gpu.recorder import capture
 
 DEV = "cuda"
 BF16 = torch.bfloat16

@@ -16,9 +16,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 def main():
     import torch
+
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.gpu.probe import Builder
     from cublaslt_probe.gpu import lt
+    from cublaslt_probe.gpu.probe import Builder
     cases = [Case.from_key(k) for k in open(sys.argv[1]).read().split("\n") if k.strip()]
     b = Builder(None)
     with open(sys.argv[2], "w") as out:

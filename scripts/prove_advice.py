@@ -32,7 +32,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import capture_programs as cp  # noqa: E402
+import capture_programs as cp
 
 
 def odd_linear_padded():
@@ -104,7 +104,7 @@ def one(step) -> tuple[float, float]:
 
 def measure(a_step, b_step, rounds: int) -> dict:
     for _ in range(3):
-        a_step(); b_step()  # noqa: E702
+        a_step(); b_step()  # noqa: E702  the timed pair on one line
     res = {"a_gpu": [], "b_gpu": [], "a_wall": [], "b_wall": []}
     for _ in range(rounds):
         for tag, fn in (("a", a_step), ("b", b_step)):

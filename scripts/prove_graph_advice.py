@@ -39,11 +39,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
-import capture_graphs as cg  # noqa: E402
-from cublaslt_probe.analysis.audit import PATH_WORDS, advice, audit  # noqa: E402
-from cublaslt_probe.cli._common import clean  # noqa: E402
-from cublaslt_probe.gpu.measure import measure_gemms  # noqa: E402
-from cublaslt_probe.gpu.recorder import run_script  # noqa: E402
+import capture_graphs as cg
+
+from cublaslt_probe.analysis.audit import PATH_WORDS, advice, audit
+from cublaslt_probe.cli._common import clean
+from cublaslt_probe.gpu.measure import measure_gemms
+from cublaslt_probe.gpu.recorder import run_script
 
 SCRIPT = os.path.join(HERE, "example_infer_script.py")
 BLAS = {"torch": "cublas", "torch-lt": "cublaslt"}

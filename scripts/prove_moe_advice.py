@@ -73,7 +73,8 @@ def predictions(name: str) -> list[dict]:
     for g in meas["gemms"]:
         for v in g.get("grouped") or []:
             if v.get("time_us") and g.get("original_us"):
-                gem[v["variant"]] = gem.get(v["variant"], 0.0) + (g["original_us"] - v["time_us"]) * (g.get("calls") or 1)
+                gem[v["variant"]] = (gem.get(v["variant"], 0.0)
+                                     + (g["original_us"] - v["time_us"]) * (g.get("calls") or 1))
     out = []
     for ex in meas.get("experts") or []:
         t = {v["variant"]: v["time_us"] for v in ex.get("variants") or [] if v.get("time_us")}
@@ -104,13 +105,13 @@ class Program:
     """One built program, its experts modules and routers, and the variants as patches of their forwards."""
 
     def __init__(self, builder):
-        import torch
         import capture_moe as cm
+        import torch
         self.torch = torch
         self.model, self.step = getattr(cm, builder)()
         self.experts = [m for m in self.model.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "num_experts")]
         self.routers = [m for m in self.model.modules() if hasattr(m, "top_k") and hasattr(m, "weight")
-                        and getattr(m, "weight").dim() == 2 and hasattr(m, "num_experts")]
+                        and m.weight.dim() == 2 and hasattr(m, "num_experts")]
         if not self.experts or not self.routers:
             raise RuntimeError("no experts module or router found in the program")
         self._w8: dict = {}
@@ -132,15 +133,16 @@ class Program:
     def patches(self, variant: str) -> list[tuple[object, object]]:
         from cublaslt_probe.gpu.measure import experts_forward
         if variant == "balanced":
-            return [(r, types.MethodType(
-                lambda s, h, d=self.scores_dtype[id(r)]: balanced_router(s, h, scores_dtype=d), r))
+            return [(r, types.MethodType(  # d: each router's own scores dtype, bound as its method is made
+                lambda s, h, d=self.scores_dtype[id(r)]: balanced_router(s, h, scores_dtype=d), r))  # noqa: B008
                 for r in self.routers]
         v = "original" if variant == "rewrite" else variant
         fp8 = self.fp8_weights(not self.model.training)
 
         def fwd(s, hidden_states, top_k_index, top_k_weights):
             if getattr(s, "has_bias", False) or getattr(s, "is_transposed", False) or not getattr(s, "has_gate", True):
-                raise ValueError(f"{type(s).__name__}: the rewrite covers gated experts without bias, weights [E, n, k]")
+                raise ValueError(f"{type(s).__name__}: the rewrite covers gated experts without bias, "
+                                 "weights [E, n, k]")
             return experts_forward(s.gate_up_proj, s.down_proj, hidden_states, top_k_index, top_k_weights,
                                    variant=v, gate=s._apply_gate, fp8_weights=fp8)
         return [(e, types.MethodType(fwd, e)) for e in self.experts]
@@ -329,7 +331,8 @@ def summary_lines(res: dict) -> list[str]:
                 return "—" if x is None else format(x, spec)
             pm, q1, q3 = d["measured_step_paired_us"]
             out.append(f"  {v:12s}  {f(d['advice_rank'], 'd') if d['advice_rank'] else '—':>4}  "
-                       f"{f(d['predicted_whole_us']):>11}  {d['measured_step_us']:+9.1f} ({pm:+.1f}; {q1:+.1f}..{q3:+.1f})"
+                       f"{f(d['predicted_whole_us']):>11}  {d['measured_step_us']:+9.1f} "
+                       f"({pm:+.1f}; {q1:+.1f}..{q3:+.1f})"
                        f"  {f(d.get('ratio_step'), '.0%'):>6}  {f(d['predicted_gemms_us']):>11}  "
                        f"{f(d['measured_experts_gemms_us']):>20}  {f(d.get('ratio_gemms'), '.0%'):>5}  "
                        f"{f(d['measured_step_kernels_us']):>12}  {nt}" + ("  <- top advice item" if d["top"] else ""))

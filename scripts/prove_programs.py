@@ -37,13 +37,13 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import capture_programs as cp  # noqa: E402
+import capture_programs as cp
 
-from cublaslt_probe.analysis.audit import audit  # noqa: E402
-from cublaslt_probe.analysis.audit.measured import stamp  # noqa: E402
-from cublaslt_probe.gpu import measure as M  # noqa: E402
-from cublaslt_probe.gpu.prove import ROUNDS, prove_run  # noqa: E402
-from cublaslt_probe.gpu.recorder import capture  # noqa: E402
+from cublaslt_probe.analysis.audit import audit
+from cublaslt_probe.analysis.audit.measured import stamp
+from cublaslt_probe.gpu import measure as M
+from cublaslt_probe.gpu.prove import ROUNDS, prove_run
+from cublaslt_probe.gpu.recorder import capture
 
 
 def prog_llama_vocab32001():
@@ -179,7 +179,8 @@ def prog_decode_reduce_overhead():
 
 
 PROGRAMS = {"llama_vocab32001": prog_llama_vocab32001, "gpt2_train": prog_gpt2_train,
-            "titan_moe_train": prog_titan_moe_train, "mixtral_train": prog_mixtral_train, "decode_reduce_overhead": prog_decode_reduce_overhead}
+            "titan_moe_train": prog_titan_moe_train, "mixtral_train": prog_mixtral_train,
+            "decode_reduce_overhead": prog_decode_reduce_overhead}
 
 
 def _clean(v):

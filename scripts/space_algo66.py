@@ -27,8 +27,9 @@ def main(argv=None) -> int:
     if lib.enums.header:
         with open(lib.enums.header, errors="replace") as f:
             text = f.read()
-        for name in ("CUBLASLT_ALGO_CAP_TILE_IDS", "CUBLASLT_ALGO_CAP_STAGES_IDS", "CUBLASLT_ALGO_CAP_CLUSTER_SHAPE_IDS",
-                     "CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX", "CUBLASLT_MATMUL_STAGES_16x1", "CUBLASLT_MATMUL_STAGES_64xAUTO"):
+        for name in ("CUBLASLT_ALGO_CAP_TILE_IDS", "CUBLASLT_ALGO_CAP_STAGES_IDS",
+                     "CUBLASLT_ALGO_CAP_CLUSTER_SHAPE_IDS", "CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX",
+                     "CUBLASLT_MATMUL_STAGES_16x1", "CUBLASLT_MATMUL_STAGES_64xAUTO"):
             i = text.find(name)
             header_notes[name] = re.sub(r"\s+", " ", text[max(0, i - 400): i + 120]) if i >= 0 else None
     problems = [lt.Problem(4096, 16, 4096, trans_a="T"), lt.Problem(4096, 4096, 4096, trans_a="T"),

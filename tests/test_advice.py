@@ -4,18 +4,16 @@ padding). The expected savings are summed from the measurement file itself, neve
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe.analysis.audit import ADVICE_KEYS, advice, audit
-from cublaslt_probe.render.audit import advice_lines, figures
 from cublaslt_probe.cli import main
-
-from conftest import FIXTURES
+from cublaslt_probe.render.audit import advice_lines, figures
 
 PROGRAMS = FIXTURES / "programs"
 MEASURE = PROGRAMS / "measure"

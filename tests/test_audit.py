@@ -12,14 +12,13 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.analysis.audit import AUDIT_COLUMNS, FIXED_KEYS, audit, collapse
-from cublaslt_probe.render.audit import render_html
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
-
-from conftest import FIXTURES
+from cublaslt_probe.render.audit import render_html
 
 PROGRAMS = FIXTURES / "programs"
 RUNS = sorted(p for p in PROGRAMS.iterdir() if (p / runfiles.ENV_FILE).exists()) if PROGRAMS.is_dir() else []
@@ -384,8 +383,8 @@ def test_cli_renders_advice_from_saved_measurements(tmp_path):
 def test_recommended_algos_export_as_replayable_log_lines(tmp_path):
     """A pin advice carries the GEMM's own logged line with the candidate's algo: the log parser reads it and
     replay's CPU side rebuilds the original problem with the candidate's algo (the GPU side pins it)."""
-    from cublaslt_probe.logs import parse_line
     from cublaslt_probe.gpu.replay import problem_from_record
+    from cublaslt_probe.logs import parse_line
     out = tmp_path / "pins.log"
     r = run_cli(PROGRAMS / "gpt2_train", "--from", MEASURE / "gpt2_train.json", "--replay-out", out, "-f", "jsonl")
     assert r.exit_code == 0, r.output
@@ -420,7 +419,7 @@ advice (measured):
    evidence: aten::mm bf16 NT 2048×4095×4096: original 673.5 µs, n=4096 88.2 µs (nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT); × 1 calls/step
    risk: numerics agree (max rel. error 0.003 ≤ 0.02); n grows by 1 (more work and memory; slice the result back)
 - aten::mm bf16 NT 2048×4096×4096 (even): at 1.27× its floor (79 % of the roofline); no measured alternative beats it by 3 %; no advice
-"""
+"""  # noqa: E501  the command's exact output
 
 
 def test_cli_table_and_advice_exact(monkeypatch):

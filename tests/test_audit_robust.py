@@ -13,13 +13,12 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.analysis.audit import audit, collapse
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
-
-from conftest import FIXTURES
 
 PROGRAMS = FIXTURES / "programs"
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")

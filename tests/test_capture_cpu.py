@@ -5,9 +5,9 @@ from click.testing import CliRunner
 
 import cublaslt_probe
 from cublaslt_probe import runfiles
-from cublaslt_probe.gpu.recorder import capture, run_script
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import CaptureError
+from cublaslt_probe.gpu.recorder import capture, run_script
 
 
 def test_cublaslt_probe_capture_stays_the_function():

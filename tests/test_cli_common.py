@@ -14,8 +14,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cublaslt_probe.cli._common import (cell, check_dataset_file, check_writable, check_writable_dir, clean,
-                                        json_default, sniff, text_output, write_frame, write_text)
+from cublaslt_probe.cli._common import (
+    cell,
+    check_dataset_file,
+    check_writable,
+    check_writable_dir,
+    clean,
+    json_default,
+    sniff,
+    text_output,
+    write_frame,
+    write_text,
+)
 from cublaslt_probe.errors import ProbeError
 
 

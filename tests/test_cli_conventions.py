@@ -14,11 +14,10 @@ import click
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe.analysis.dataset import read_parquet
 from cublaslt_probe.cli import main
-
-from conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"

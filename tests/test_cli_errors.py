@@ -83,3 +83,11 @@ def test_an_option_value_the_library_refuses_is_a_usage_error(run):
     assert r.exit_code == 2
     assert r.output.strip().splitlines()[-1] == "Error: unknown x axis 'q'; choose one of m, n, k"
     assert "Traceback" not in r.output
+
+
+def test_a_record_keeps_an_errors_type_and_its_start_only():
+    """`errors.error_text`: what every row, run and variant keeps of an exception (one home, one length)."""
+    from cublaslt_probe.errors import ERROR_CHARS, error_text
+    text = error_text(OSError("cuBLAS status dump " + "0x00 " * 1000))
+    assert text.startswith("OSError: cuBLAS status dump 0x00") and len(text) == ERROR_CHARS
+    assert error_text(KeyError("gpu")) == "KeyError: 'gpu'"

@@ -83,6 +83,7 @@ def test_shipped_datasets_are_found_after_a_non_editable_install(tmp_path):
     """pyproject installs every shipped dataset to <prefix>/share/cublaslt-probe/data, and the default
     dataset is found there by a package installed under <prefix>/lib/pythonX.Y/site-packages."""
     import shutil
+
     import tomllib
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
     files = conf["tool"]["setuptools"]["data-files"]["share/cublaslt-probe/data"]

@@ -18,11 +18,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
-
-from conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = FIXTURES / "logs"

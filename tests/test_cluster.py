@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis import dataset
 from cublaslt_probe import sweep
+from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SpecError
 
@@ -80,7 +80,8 @@ def test_slice_from_each_scheduler(env, count, want):
     ({"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "6",
       "SLURM_ARRAY_TASK_STEP": "2"}, None, "the Slurm array steps by 2 (SLURM_ARRAY_TASK_STEP)"),
     ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "5",
-      "SLURM_ARRAY_TASK_COUNT": "3"}, None, "the Slurm array is not contiguous (SLURM_ARRAY_TASK_COUNT=3 tasks, ids 1..5)"),
+      "SLURM_ARRAY_TASK_COUNT": "3"}, None,
+     "the Slurm array is not contiguous (SLURM_ARRAY_TASK_COUNT=3 tasks, ids 1..5)"),
     ({"SLURM_ARRAY_TASK_ID": "3"}, None, "SLURM_ARRAY_TASK_MIN=None is not an integer"),
     ({"JOB_COMPLETION_INDEX": "3"}, None, "needs the Job's completion count: pass --shard-count N"),
     ({"JOB_COMPLETION_INDEX": "4"}, 4, "JOB_COMPLETION_INDEX=4 is outside 0..3 (--shard-count 4)"),

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe.analysis import coldstart
-from cublaslt_probe.gpu import cupti
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.gpu import cupti
 
 FIX = Path(__file__).parent / "fixtures" / "coldstart"
 PROGRAMS = ("llama_eager", "compiled_mlp", "fp8_linear", "ptx_module", "sdpa_cudnn", "ptx_only")

@@ -117,7 +117,7 @@ def test_the_second_capture_names_the_same_causes(analysed, prog):
         {c["cause"] for c in a2["components"] if c["cause"] in causes}
 
 
-# --- the operating system's file cache: first reads from storage, a cause of their own ----------------------------------
+# --- the operating system's file cache: first reads from storage, a cause of their own -------------------------------
 @pytest.mark.parametrize("prog", PROGRAMS)
 def test_first_reads_from_storage_are_timed_apart_and_the_rest_repeats(raw, analysed, prog):
     """Round 1 ran first on a freshly started machine: its cold run's step 1 read the compilers' and libraries'
@@ -291,7 +291,7 @@ def test_jax_warm_runs_load_the_executable_from_the_persistent_cache(raw, analys
 def test_numba_compile_is_observed_and_measured_where_it_happens(raw, analysed):
     for k in (1, 2):
         runs = raw[("numba", k)]["runs"]
-        for name, r in runs.items():
+        for r in runs.values():
             w1 = coldstart.windows(r)["step1"]
             assert r["ok"] and coldstart.jit_calls(w1, "numba.compile") == 1
             assert coldstart.jit_calls(w1, "numba.nvvm") == 2 and coldstart.jit_calls(w1, "numba.link") == 1

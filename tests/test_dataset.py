@@ -149,9 +149,10 @@ def test_log_matches_case_flags_the_gemms_that_ran_under_another_gemms_flags():
 
 @pytest.mark.parametrize("name", ["llm", "square", "grid", "regret"])
 def test_data_file_carries_its_timing_evidence(name):
-    """A check of the shipped data files data/h200_*.parquet: each logged call is the GEMM asked for; the GPU never idled between timing
-    samples beyond the events' own cost (the spin covered the host); short GEMMs were timed in batches of
-    3-5 calls, and the first call after an event paid a boundary cost that the differential sample removed."""
+    """A check of the shipped data files data/h200_*.parquet: each logged call is the GEMM asked for; the GPU never
+    idled between timing samples beyond the events' own cost (the spin covered the host); short GEMMs were timed
+    in batches of 3-5 calls, and the first call after an event paid a boundary cost that the differential sample
+    removed."""
     df = dataset.read_parquet(DATA / f"h200_{name}.parquet")
     ok = df[df.error.isna()]
     assert ok.log_matches_case.all() and (ok.consistent.dropna()).all()

@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe.analysis import dataset
+from cublaslt_probe.analysis.diff import KEY, EnvMismatch, diff, diff_files, kernel_change, kernel_label, sort_rows
 from cublaslt_probe.cli import main
-from cublaslt_probe.analysis.diff import (KEY, EnvMismatch, diff, diff_files, kernel_change, kernel_label, sort_rows)
-from cublaslt_probe.render.plots import diff_map
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.render.plots import diff_map
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 LLM = DATA / "h200_llm.parquet"
@@ -208,7 +208,7 @@ in both: {both:,}: same kernel {same:,}, changed {changed:,}, unmeasured {unmeas
 B against A (time, ±5%): {faster:,} faster, {slower:,} slower, {within:,} within; where the kernel changed: \
 {changed_faster:,} faster, {changed_slower:,} slower, {changed_within:,} within
 
-op  dtype  layout"""
+op  dtype  layout"""  # noqa: E501  the command's exact output
 
 
 def test_cli_table_exact(llm):

@@ -10,15 +10,14 @@ import json
 import re
 
 import pytest
+from conftest import FIXTURES
 
 from cublaslt_probe import dtypes, vocab
-from cublaslt_probe.gpu import lt
 from cublaslt_probe.analysis.audit import _log_dtype
-from cublaslt_probe.logs import parse_log
-from cublaslt_probe.gpu.replay import problem_from_record
 from cublaslt_probe.analysis.trace import GEMM_OPS, iter_chrome_events, problem_of
-
-from conftest import FIXTURES
+from cublaslt_probe.gpu import lt
+from cublaslt_probe.gpu.replay import problem_from_record
+from cublaslt_probe.logs import parse_log
 
 FP8 = FIXTURES / "programs" / "fp8_linear"
 

@@ -7,9 +7,9 @@ from click.testing import CliRunner
 
 from cublaslt_probe.analysis import candidates as cm
 from cublaslt_probe.analysis import dataset, evidence, explain
-from cublaslt_probe.gpu import firstcall, replay
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SchemaError
+from cublaslt_probe.gpu import firstcall, replay
 from cublaslt_probe.logs import load_log
 
 
@@ -163,7 +163,8 @@ def test_explain_renders_the_whole_chain(fixtures):
     assert "verdict: selected by heuristics; no runtime compilation observed" in text
     text = explain.render(ev(fixtures, "explain_bf16_NT_16x4096x4096.json"))
     assert "⌈4096/64⌉·⌈16/16⌉·2 (split-K) = 128 CTAs" in text and "memory-bound" in text
-    r = CliRunner().invoke(main, ["explain", "--from", str(fixtures / "evidence" / "explain_bf16_NT_16x4096x4096.json")])
+    r = CliRunner().invoke(main, ["explain", "--from",
+                                  str(fixtures / "evidence" / "explain_bf16_NT_16x4096x4096.json")])
     assert r.exit_code == 0 and r.output.startswith("GEMM  torch mm bf16 NT  M=16 N=4096 K=4096")
 
 
@@ -219,7 +220,8 @@ def test_first_call_verdict_follows_the_evidence(fixtures):
     raw = ev(fixtures, "firstcall_bf16_NT_4096x4096x4096.json")
     raw["runs"]["nojit"] = {"ok": False, "error": "no kernel image", "cache_files": 0}
     assert firstcall.analyse(raw)["verdict"].startswith("inconclusive")
-    r = CliRunner().invoke(main, ["first-call", "--from", str(fixtures / "evidence" / "firstcall_bf16_NT_4096x4096x4096.json")])
+    r = CliRunner().invoke(main, ["first-call", "--from",
+                                  str(fixtures / "evidence" / "firstcall_bf16_NT_4096x4096x4096.json")])
     assert r.exit_code == 0 and r.output.startswith("first-call anatomy for torch|mm|bf16|NT|4096|4096|4096|1")
 
 

@@ -28,10 +28,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe.cli import main
-
-from conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"

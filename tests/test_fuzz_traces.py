@@ -31,12 +31,12 @@ import re
 import time
 
 import pytest
+import trace_mutations as TM
 from click.testing import CliRunner
-from hypothesis import HealthCheck, Phase, example, given, settings, strategies as hs
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as hs
 
 from cublaslt_probe.cli import main
-
-import trace_mutations as TM
 
 SRC = TM.sources()
 # inputs every mutation runs on: run folders of a host-bound decode and of an MoE (grouped GEMMs), and a bare

@@ -4,8 +4,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis import dataset
 from cublaslt_probe import sweep
+from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cli import main
 
 pytestmark = pytest.mark.gpu

@@ -20,6 +20,7 @@ def _model(torch):
 
 def test_graph_captured_inside_the_capture(tmp_path):
     import torch
+
     from cublaslt_probe.analysis.audit import audit
     from cublaslt_probe.gpu.recorder import capture
     model = _model(torch)
@@ -66,6 +67,7 @@ def test_reduce_overhead_inside_the_capture(tmp_path):
     GEMMs (cudagraph trees) are joined to the ops of the graph's recording, and each is named by the module of
     its compiled graph node (compiled code runs no module hook)."""
     import torch
+
     from cublaslt_probe.analysis.audit import audit
     from cublaslt_probe.gpu.recorder import capture
 

@@ -109,7 +109,8 @@ def test_capture_records_the_group_sizes_of_every_grouped_call(tmp_path):
     recs = read_group_sizes(tmp_path / "run")
     with gzip.open(tmp_path / "run" / runfiles.TRACE_FILE, "rt") as f:
         events = json.load(f)["traceEvents"]
-    steps = sorted((e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(runfiles.STEP_PREFIX)),
+    steps = sorted((e for e in events
+                    if e.get("cat") == "user_annotation" and e["name"].startswith(runfiles.STEP_PREFIX)),
                    key=lambda e: e["ts"])
     grouped = sorted((e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::_grouped_mm"),
                      key=lambda e: e["ts"])

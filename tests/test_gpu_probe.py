@@ -5,8 +5,8 @@ import statistics
 
 import pytest
 
-from cublaslt_probe.analysis import dataset
 from cublaslt_probe import sweep
+from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cases import Case
 from cublaslt_probe.logs import without_pointers
 
@@ -211,7 +211,8 @@ def test_the_librarys_one_time_set_ups_are_paid_in_the_probes_start_up():
     import sys
     code = ("import json\nfrom cublaslt_probe.cases import Case\nfrom cublaslt_probe.gpu.probe import Probe\n"
             "p = Probe(pipeline=False)\n"
-            "cs = [Case('torch', 'mm', 'bf16', 'NT', 1, 4096, 4096), Case('torch', 'mm', 'fp16', 'NT', 2, 4096, 4096),\n"
+            "cs = [Case('torch', 'mm', 'bf16', 'NT', 1, 4096, 4096),\n"
+            "      Case('torch', 'mm', 'fp16', 'NT', 2, 4096, 4096),\n"
             "      Case('lt', 'mm', 'fp32', 'NT', 3, 4096, 4096), Case('cupy', 'mm', 'fp16', 'NT', 4, 4096, 6144)]\n"
             "print(json.dumps([[r['key'], r['error'], r['probe_ms']] for r in p.run_window(cs)]))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -272,7 +273,7 @@ def test_cupy_operands_from_the_pool_are_laid_out_as_fresh_arrays(probe):
         a, b = (torch.as_tensor(x, device="cuda") for x in pooled.keep)
         assert tuple(a.shape[-2:]) == (m, k) and tuple(b.shape[-2:]) == (k, n)
 
-        def fresh(rows, cols, transposed):
+        def fresh(rows, cols, transposed, batch=batch):
             shape = ((batch,) if batch > 1 else ()) + ((cols, rows) if transposed else (rows, cols))
             x = cp.random.standard_normal(shape, dtype=cp.float32)
             return x.swapaxes(-1, -2) if transposed else x
@@ -283,8 +284,8 @@ def test_cupy_operands_from_the_pool_are_laid_out_as_fresh_arrays(probe):
         want = torch.matmul(a.double(), b.double()).float()
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-3), (c.key, (got - want).abs().max().item())
         lines = probe.logged_call(pooled.fn)
-        assert lines and without_pointers(lines) == without_pointers(probe.logged_call(lambda: cp.matmul(fa, fb))), \
-            c.key
+        again = probe.logged_call(lambda fa=fa, fb=fb: cp.matmul(fa, fb))
+        assert lines and without_pointers(lines) == without_pointers(again), c.key
 
 
 def test_the_garbage_collector_is_off_in_a_window_and_back_on_after(probe):
@@ -386,8 +387,8 @@ def test_the_drivers_events_time_what_torchs_events_time(probe):
     reads not done, and an error names the call."""
     import ctypes
 
-    from cublaslt_probe.gpu.driver import Clock
     from cublaslt_probe.errors import CaptureError
+    from cublaslt_probe.gpu.driver import Clock
     from cublaslt_probe.gpu.probe import current_stream
     torch, clock = probe.torch, probe.clock
     assert isinstance(clock, Clock)

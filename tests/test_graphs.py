@@ -7,18 +7,18 @@ import gzip
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
-from cublaslt_probe.analysis import graphs
 from cublaslt_probe import runfiles
+from cublaslt_probe.analysis import graphs
 from cublaslt_probe.analysis.audit import audit
-from cublaslt_probe.render.audit import render_html
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
-
-from conftest import FIXTURES
+from cublaslt_probe.render.audit import render_html
 
 G = FIXTURES / "graphs"
 CAPTURED, BEFORE = G / "graph_captured", G / "graph_before"
@@ -71,7 +71,7 @@ def test_replayed_rows_carry_module_op_shape_and_algo(captured):
     assert any("replayed from CUDA graphs captured inside the capture" in n for n in a.notes)
 
 
-def _without_kernel(tmp_path, pick) -> "Path":
+def _without_kernel(tmp_path, pick) -> Path:
     """A copy of the graph_captured run whose last replay lost one kernel (`pick` chooses it among the replay's
     kernels in GPU order): its correlation id no longer names the graph launch."""
     doc = _doc(CAPTURED)

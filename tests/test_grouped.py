@@ -9,8 +9,8 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis import dataset
 from cublaslt_probe import runfiles, sweep
+from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cases import Case, group_sizes, invalid_reason, sizes_code, sizes_summary
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SpecError
@@ -94,7 +94,8 @@ def test_group_sizes_are_made_as_the_code_says():
     z = group_sizes("zipf=1", 1000, 8)
     assert sum(z) == 1000 and z == sorted(z, reverse=True) and z[0] > 2 * z[1] - 2
     r = group_sizes("seed=0,top_k=8", 16384, 128)
-    assert sum(r) == 16384 and r == group_sizes("seed=0,top_k=8", 16384, 128) != group_sizes("seed=1,top_k=8", 16384, 128)
+    assert sum(r) == 16384
+    assert r == group_sizes("seed=0,top_k=8", 16384, 128) != group_sizes("seed=1,top_k=8", 16384, 128)
     assert max(r) <= 2048   # top-8 picks 8 distinct experts per token: no expert gets a token twice
     with pytest.raises(ValueError, match="not tokens x top_k"):
         group_sizes("seed=0,top_k=8", 100, 128)
@@ -173,7 +174,8 @@ def _forward_calls(run):
                    key=lambda e: e["ts"])
     calls = sorted((e for e in ev if e.get("cat") == "cpu_op" and e.get("name") == "aten::_grouped_mm"),
                    key=lambda e: e["ts"])
-    return [[e for e in calls if e["tid"] == s["tid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]] for s in steps], calls
+    return [[e for e in calls if e["tid"] == s["tid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]]
+            for s in steps], calls
 
 
 @pytest.mark.parametrize("name, experts, per_step, in_trace", [("mixtral_train", 8, 2, 12), ("qwen3_moe", 128, 2, 4)])

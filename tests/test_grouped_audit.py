@@ -11,16 +11,14 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.analysis.audit import advice, audit, gpu_rates
-from cublaslt_probe.render.audit import table_rows
 from cublaslt_probe.cases import sizes_summary
 from cublaslt_probe.cli import main
-from cublaslt_probe.render.audit import advice_lines
+from cublaslt_probe.render.audit import advice_lines, table_rows
 from cublaslt_probe.runfiles import read_group_sizes
-
-from conftest import FIXTURES
 
 MOE = FIXTURES / "moe"
 EXPERTS = "model.layers.*.mlp.experts"
@@ -133,8 +131,8 @@ def test_a_damaged_recording_line_is_skipped_and_named(tmp_path):
 def test_measure_rebuilds_the_grouped_gemms_it_can():
     """The forward and data-gradient rows become probe Cases with the recorded sizes along m, the weight
     gradient's (offsets along k) a split-k Case with the same sizes along k; an unrecorded row gets equal sizes."""
-    from cublaslt_probe.cli._common import clean
     from cublaslt_probe.cases import grouped_alternatives
+    from cublaslt_probe.cli._common import clean
     from cublaslt_probe.gpu.measure import grouped_case_of
     sizes = read_group_sizes(MOE / "mixtral_train")[0]["sizes"]
     rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(audit(MOE / "mixtral_train")).to_dict("records")]
@@ -189,10 +187,9 @@ def test_qwen3_advice_rests_on_the_experts_whole_call_not_their_gemms():
     quiet = {it["what"].split(":")[0]: it["what"] for it in items if it["kind"] == "no_gain"}
     for name, what in (("pad8", "pad each expert's token count to a multiple of 8"),
                        ("bmm_padded", "run the experts"), ("fp8", "run the expert GEMMs")):
-        line = quiet[f"{what} in {EXPERTS}" + ("" if name.startswith("pad") else
-                                                   {"bmm_padded": " as one torch.bmm, every expert padded to the "
-                                                                  "largest group",
-                                                    "fp8": " in fp8 (torch._scaled_grouped_mm, row-wise scales)"}[name])]
+        how = {"bmm_padded": " as one torch.bmm, every expert padded to the largest group",
+               "fp8": " in fp8 (torch._scaled_grouped_mm, row-wise scales)"}
+        line = quiet[f"{what} in {EXPERTS}" + ("" if name.startswith("pad") else how[name])]
         assert _saving(meas, name) > 0 > _whole_saving(meas, name)
         assert (f"its grouped GEMMs save {_saving(meas, name):,.1f} µs/step, but the experts' whole forward is "
                 f"{-_whole_saving(meas, name):,.1f} µs/step slower") in line
@@ -224,7 +221,7 @@ def test_without_the_whole_call_a_restructuring_variant_is_an_estimate_never_ran
     assert all("the layer's whole call" in it["estimate"] for it in est)
     text = "\n".join(advice_lines(items))
     assert "estimates (not ranked" in text and "to rank it, measure the layer's whole call" in text
-    for n, line in enumerate(x for x in text.splitlines() if re.match(r"\d+\. ", x)):
+    for line in (x for x in text.splitlines() if re.match(r"\d+\. ", x)):
         assert "router" in line or "pin" in line or "pad the vocabulary" in line or "run on" in line, line
 
 
@@ -270,7 +267,8 @@ def test_from_renders_the_variants_table_and_the_advice(tmp_path, name):
         for v in g.get("grouped") or []:
             if v["time_us"]:
                 assert f"{v['time_us']:,.1f}" in out
-    assert "original (experts_implementation grouped_mm)" in out and "mm_per_group (experts_implementation eager)" in out
+    assert "original (experts_implementation grouped_mm)" in out
+    assert "mm_per_group (experts_implementation eager)" in out
     assert "batched_mm not run: it gathers each row's expert weights" in out
     assert not re.search(r"\bnan\b", out, re.I)
     page = html.read_text()

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe.analysis.dataset import write_parquet
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
 from cublaslt_probe.names.model import LABEL_WIDTH
 from cublaslt_probe.render import plots
-
-from conftest import FIXTURES
 
 MAX_TOKEN = LABEL_WIDTH
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -11,13 +11,12 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe import known_issues as KI
 from cublaslt_probe.cli import main
 from cublaslt_probe.logs import parse_line
 from cublaslt_probe.logs.issues import annotate, record_config
-
-from conftest import FIXTURES
 
 LOGS = FIXTURES / "logs"
 

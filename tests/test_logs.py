@@ -14,10 +14,22 @@ import pytest
 
 from cublaslt_probe import logs
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.logs import (FIELD_NAMES, LogReadError, LogRecord, ParseStats, load_log, load_logs,
-                                 parse_line,
-                                 parse_log, parse_logs, parse_message, records_to_frame, scan,
-                                 short_dtype, summarize)
+from cublaslt_probe.logs import (
+    FIELD_NAMES,
+    LogReadError,
+    LogRecord,
+    ParseStats,
+    load_log,
+    load_logs,
+    parse_line,
+    parse_log,
+    parse_logs,
+    parse_message,
+    records_to_frame,
+    scan,
+    short_dtype,
+    summarize,
+)
 from cublaslt_probe.logs.parser import _fast_record, _template
 
 # bf16, torch cuBLASLt path, 16x4096x4096 (REFERENCE.md §2)
@@ -468,3 +480,18 @@ def test_lone_cr_is_not_a_line_break(tmp_path):
     assert (recs[1].m, recs[1].n, recs[1].k, recs[1].tile) == (4096, 16, 4096, "64x16")
     assert recs[1].extra["B"] == "0X7F0133E00000"
     assert recs[2].to_dict() == parse_line(BATCHED_LINE, 3, source=str(p)).to_dict()
+
+
+@pytest.mark.parametrize("spelling, letter",
+                         [("T", "T"), ("N", "N"), ("C", "C"), ("HERMITAN", "C"), ("CONJG", "CONJG")])
+def test_both_logs_read_every_op_spelling_as_one_letter(spelling, letter):
+    """One table (`logs.record.OP_LETTERS`) reads the transpose of both logs: the captured cuBLASLt line
+    (``transa=OP_T``) and the captured cuBLAS call (``CUBLAS_OP_T(1)``) with the op re-spelled, HERMITAN (cuBLAS's
+    other name for C) and CONJG included."""
+    from pathlib import Path
+    logs_dir = Path(__file__).parent / "fixtures" / "logs"
+    lt_line = next(x for x in open(logs_dir / "level2_torchlt.log") if "transa=OP_T" in x)
+    assert parse_line(lt_line.replace("transa=OP_T", f"transa=OP_{spelling}")).op_a == letter
+    text = open(logs_dir / "cublas_api.log").read().replace("val=CUBLAS_OP_T(1)", f"val=CUBLAS_OP_{spelling}(1)")
+    calls = [c for c in logs.parse_cublas_log(io.StringIO(text)) if c.value("transa") is not None]
+    assert calls and {c.op_a for c in calls} >= {letter}

@@ -10,12 +10,11 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
+from test_logs import BATCHED_LINE, LEGACY_LINE, REF_LINE
 
 from cublaslt_probe.cli import main
 from cublaslt_probe.logs import FIELD_NAMES
-
-from conftest import FIXTURES
-from test_logs import BATCHED_LINE, LEGACY_LINE, REF_LINE
 
 LOGS = FIXTURES / "logs"
 
@@ -38,7 +37,7 @@ TABLE = """\
       2  479  cublasLtSSSMatmul  fp32,fp32->fp32 fp32  NN  4096   1  4096                   13 - - - sk1 co100                                 0
       3  479  cublasLtMatmul     bf16,bf16->bf16 fp32  TN  4096  16  4096                   66 64x16 64xAUTO 2x1x1 sk2 co1               1048576
       5  519  cublasLtTSTMatmul  bf16,bf16->bf16 fp32  NN  4096   1  4096      4            66 128x8 64xAUTO 2x1x1 sk1 co1                     0
-"""  # the line column has room for 7 digits from the start: a long log's rows stay aligned
+"""  # noqa: E501  the exact output; the line column has room for 7 digits: a long log's rows stay aligned
 
 SUMMARY = """\
 count  share  function           types                 op     m   n     k  batch  epilogue  algo tile stages cluster splitK customOpt  torch MxNxK
@@ -46,7 +45,7 @@ count  share  function           types                 op     m   n     k  batch
     2  50.0%  cublasLtMatmul     bf16,bf16->bf16 fp32  TN  4096  16  4096                   66 64x16 64xAUTO 2x1x1 sk2 co1             16x4096x4096
     1  25.0%  cublasLtSSSMatmul  fp32,fp32->fp32 fp32  NN  4096   1  4096                   13 - - - sk1 co100                         1x4096x4096
     1  25.0%  cublasLtTSTMatmul  bf16,bf16->bf16 fp32  NN  4096   1  4096      4            66 128x8 64xAUTO 2x1x1 sk1 co1             1x4096x4096
-"""
+"""  # noqa: E501  the command's exact output
 
 
 def test_table(small_log):

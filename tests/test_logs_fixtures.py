@@ -11,11 +11,10 @@ import re
 from collections import defaultdict
 
 import pytest
+from conftest import FIXTURES
 
 from cublaslt_probe.logs import FIELD_NAMES, ParseStats, parse_cublas_log, parse_line, parse_log, short_dtype
 from cublaslt_probe.logs.record import LEGACY_LETTERS
-
-from conftest import FIXTURES
 
 LOGS = FIXTURES / "logs"
 LT_LOGS = ["level2_torch.log", "level2_torchlt.log", "level2_mixed.log", "level4_torch.log",

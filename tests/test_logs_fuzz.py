@@ -10,13 +10,12 @@ import gzip
 import io
 import random
 
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cublaslt_probe.logs import LogReadError, ParseStats, parse_cublas_log, parse_line, parse_log
 from cublaslt_probe.logs.record import ALGO_FIELDS, PROBLEM_FIELDS
-
-from conftest import FIXTURES
 
 LOGS = FIXTURES / "logs"
 

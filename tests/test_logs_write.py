@@ -13,15 +13,23 @@ import random
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from conftest import FIXTURES
 
 from cublaslt_probe.cli._common import Table
 from cublaslt_probe.logs import parse_log, records_to_frame
 from cublaslt_probe.logs.frame import Summary, summarize
 from cublaslt_probe.logs.record import FIELD_NAMES
-from cublaslt_probe.logs.write import (CSV_HEADER, RECORD_RIGHT, ParquetStream, csv_chunks,
-                                       jsonl_chunks, record_cells, record_header, record_json, table_chunks)
-
-from conftest import FIXTURES
+from cublaslt_probe.logs.write import (
+    CSV_HEADER,
+    RECORD_RIGHT,
+    ParquetStream,
+    csv_chunks,
+    jsonl_chunks,
+    record_cells,
+    record_header,
+    record_json,
+    table_chunks,
+)
 
 LOGS = FIXTURES / "logs"
 

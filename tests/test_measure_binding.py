@@ -66,7 +66,7 @@ def _keys(doc):
 def test_each_committed_measurement_binds_to_its_own_run_without_a_note(audits):
     """The measurements written before fingerprints are bound by the GEMM problems they hold: each holds only
     problems of its own run."""
-    for name, (run, path) in PAIRS.items():
+    for name, (_run, path) in PAIRS.items():
         a = audits[name]
         doc, notes = check_measure(_doc(name), str(path))
         bound, more = bind_measure(doc, a, str(path))
@@ -78,7 +78,7 @@ def test_a_measurement_of_another_run_is_refused_or_applied_only_to_the_gemms_th
     problem is shared, else applied to the shared ones, named in a note; no advice item ever names a GEMM the
     run does not have (a Llama decode measurement told a ViT step to pad a vocabulary it does not have)."""
     refused = partial = 0
-    for name, (run, path) in PAIRS.items():
+    for name, (_run, path) in PAIRS.items():
         for other, a in audits.items():
             if other == name:
                 continue

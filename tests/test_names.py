@@ -108,7 +108,8 @@ NAMES = [
     case("sm90_xmma_sparse_gemm_f16f16_f16f32_f32_nt_t_tilesize128x128x64_cgasize2x1x1_stage4_gmmastage2"
          "_warpgroupsize1x1x1_sptensor_hgmma64x128x32", "pub", op="sparse_gemm", layout_c="t",
          flags=("gmmastage2", "sptensor")),
-    case("sm80_xmma_gemm_i8i8_i8i32_f32_tn_n_tilesize256x128x64_stage4_warpsize4x2x1_tensor16x8x32", "pub",  # 21570930817
+    # 21570930817
+    case("sm80_xmma_gemm_i8i8_i8i32_f32_tn_n_tilesize256x128x64_stage4_warpsize4x2x1_tensor16x8x32", "pub",
          a_type="int8", c_type="int8", math_type="int8", compute_type="int32"),
     # -------------------------------------------------------------------------------------- cutlass
     case("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x128_32x3_tn_align4>(cutlass_80_tensorop_"
@@ -159,9 +160,11 @@ NAMES = [
          " int, int, int, int, float const*, float const*, float, float, int, int, int*, int*)", "cap",
          family="legacy", base="sgemm_largek_lds64", a_type="fp32", flags=("largek", "lds64"),
          template_args=("true", "false", "6", "3", "4", "5", "2", "66")),
-    case(_cap("void magma_sgemmEx_kernel<float, __nv_bfloat16, __nv_bfloat16, false, true"), "cap", family="legacy", compute_type="fp32", a_type="bf16", trans_a=False, trans_b=True),
+    case(_cap("void magma_sgemmEx_kernel<float, __nv_bfloat16, __nv_bfloat16, false, true"), "cap", family="legacy",
+         compute_type="fp32", a_type="bf16", trans_a=False, trans_b=True),
     # -------------------------------------------------------------------------------------- helpers
-    case(_cap("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16,"), "cap", family="splitk_reduce", op="reduce", base="cublasLt::splitKreduce_kernel"),
+    case(_cap("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16,"), "cap",
+         family="splitk_reduce", op="reduce", base="cublasLt::splitKreduce_kernel"),
     # [pub] 41795105459 (older library, no namespace, truncated by nsys)
     case("void splitKreduce_kernel<float, float, float, float, (bool)1, (bool)0>(cublasSplitKParams<T3>, cons…",
          "pub", family="splitk_reduce", template_args=("float", "float", "float", "float", "true", "false")),

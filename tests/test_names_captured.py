@@ -7,15 +7,13 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from cublaslt_probe.analysis.coldstart import load, observed_provenance
-from cublaslt_probe.names import decode
 from cublaslt_probe.names import classes as C
-
-from conftest import FIXTURES
+from cublaslt_probe.names import decode
 
 TRACE_DIRS = ("moe", "graphs", "programs", "traces", "coldstart")
 _KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

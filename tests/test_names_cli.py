@@ -68,7 +68,7 @@ nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT  nvjet       sm90  tst           
 ampere_sgemm_128x64_tn                          legacy      sm80  fp32/fp32/fp32  128x64                        tn
 Memset (Device)                                 helper
 flash_fwd_kernel                                flash_attn
-"""
+"""  # noqa: E501  the command's exact output
 
 
 @pytest.mark.parametrize("args", [("decode",), ("decode", "-")])

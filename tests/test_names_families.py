@@ -20,10 +20,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cublaslt_probe.names import (EVIDENCE, FAMILIES, KINDS, PROBLEM_SHAPES, PROVENANCES, KernelName, decode,
-                                  encode)
+from cublaslt_probe.names import (
+    EVIDENCE,
+    FAMILIES,
+    KINDS,
+    PROBLEM_SHAPES,
+    PROVENANCES,
+    KernelName,
+    decode,
+    encode,
+    signatures,
+)
 from cublaslt_probe.names import classes as C
-from cublaslt_probe.names import signatures
 from cublaslt_probe.names.classify import FAMILY_CLASSES
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"

@@ -6,11 +6,10 @@ import gzip
 import json
 
 import pytest
+from conftest import FIXTURES
 
 from cublaslt_probe import known_issues as KI
 from cublaslt_probe.gpu import numerics
-
-from conftest import FIXTURES
 
 HUNT = FIXTURES / "numerics" / "hunt_splitk_h200.json.gz"
 
@@ -69,7 +68,8 @@ def test_the_heuristic_picks_a_failing_config_and_the_table_flags_each(hunt):
     assert len(picks) == 1992
     bad = [p for p in picks if not p["numerics_ok"]]
     assert len(bad) == 16 and all(p["known_issue"] and "6580689" in p["known_issue"] for p in bad)
-    assert {(p["layout"], p["tokens"], p["algo_id"], p["tile"], p["split_k"]) for p in bad} == {("NT", 16, 66, "64x32", 2)}
+    assert ({(p["layout"], p["tokens"], p["algo_id"], p["tile"], p["split_k"]) for p in bad}
+            == {("NT", 16, 66, "64x32", 2)})
     assert all(p["numerics_ok"] for p in picks if not p["known_issue"])
     assert all(verdict(p, hunt["env"]) == KI.MEETS for p in bad)
     # the table, applied now, flags no pick that computed the right answer (the picks include algo 66 with

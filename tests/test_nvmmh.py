@@ -200,6 +200,7 @@ def test_cli_a_suffix_it_does_not_write_is_a_usage_error(tmp_path):
 # ------------------------------------------------------------------------------------------------ explain
 def _explain(name: str) -> str:
     import json
+
     from cublaslt_probe.analysis import explain
     ev = json.loads((ROOT / "tests" / "fixtures" / "evidence" / name).read_text())
     return explain.render(ev).split("11. second opinion", 1)[1]

@@ -6,11 +6,11 @@ import pandas as pd
 from click.testing import CliRunner
 
 from cublaslt_probe.analysis.audit import audit
-from cublaslt_probe.render.audit import summary_lines
-from cublaslt_probe.cli import main
 from cublaslt_probe.analysis.coldstart import apply_observed, load
-from cublaslt_probe.names import decode
 from cublaslt_probe.analysis.trace import read_chrome_trace
+from cublaslt_probe.cli import main
+from cublaslt_probe.names import decode
+from cublaslt_probe.render.audit import summary_lines
 
 FIX = pathlib.Path(__file__).parent / "fixtures"
 RUN = FIX / "programs" / "compiled_mlp"

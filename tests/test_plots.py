@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 from matplotlib.figure import Figure
 
-from cublaslt_probe.render import plots
-from cublaslt_probe.cli import main
 from cublaslt_probe.analysis.dataset import write_parquet
+from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError, SchemaError
+from cublaslt_probe.render import plots
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 GRID, LLM, SQUARE, REGRET = (DATA / f"h200_{n}.parquet" for n in ("grid", "llm", "square", "regret"))

@@ -155,8 +155,8 @@ def test_the_driver_layer_opens_only_a_driver_this_process_has_loaded():
     here, on a machine with no driver to load.)"""
     import sys
 
-    from cublaslt_probe.gpu.driver import Clock
     from cublaslt_probe.errors import CaptureError
+    from cublaslt_probe.gpu.driver import Clock
     assert "torch" not in sys.modules
     with pytest.raises(CaptureError, match=r"^the CUDA driver \(libcuda\.so\.1\) is not loaded in this process: "
                                            r"run CUDA work with torch first") as e:

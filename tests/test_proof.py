@@ -4,10 +4,10 @@ proven on the H200."""
 import json
 
 import pytest
+from conftest import FIXTURES
 
 from cublaslt_probe.analysis import proof as P
 from cublaslt_probe.errors import ProbeError
-from conftest import FIXTURES
 
 
 def test_the_proven_saving_is_the_median_of_the_rounds_differences_and_its_spread_their_quartiles():

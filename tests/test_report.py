@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.render import plots, report
-from cublaslt_probe.cli import main
 from cublaslt_probe.analysis.dataset import write_parquet
+from cublaslt_probe.cli import main
 from cublaslt_probe.errors import SchemaError
+from cublaslt_probe.render import plots, report
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 

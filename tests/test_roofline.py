@@ -3,11 +3,10 @@ the grouped roofline give one floor for one GEMM. Real data: the audits of the c
 from __future__ import annotations
 
 import pytest
+from conftest import FIXTURES
 
 from cublaslt_probe.analysis import explain, grouped
 from cublaslt_probe.analysis.audit import audit, gpu_rates
-
-from conftest import FIXTURES
 
 PROGRAMS = FIXTURES / "programs"
 

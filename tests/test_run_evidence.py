@@ -16,16 +16,15 @@ import re
 import shutil
 
 import pytest
+import trace_mutations as TM
 from click.testing import CliRunner
+from conftest import FIXTURES
+from test_audit_robust import same_rows
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.analysis.audit import audit
 from cublaslt_probe.analysis.trace import read_chrome_trace
 from cublaslt_probe.cli import main
-
-import trace_mutations as TM
-from conftest import FIXTURES
-from test_audit_robust import same_rows
 
 PROGRAMS, MOE, GRAPHS = FIXTURES / "programs", FIXTURES / "moe", FIXTURES / "graphs"
 RO = GRAPHS / "reduce_overhead"

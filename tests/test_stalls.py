@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.cli import main
 from cublaslt_probe.analysis.stalls import STALL_COLUMNS, cause, host_stalls
 from cublaslt_probe.analysis.trace import read_chrome_trace
+from cublaslt_probe.cli import main
 
 PROGRAMS = pathlib.Path(__file__).parent / "fixtures" / "programs"
 

@@ -8,12 +8,11 @@ import json
 import shutil
 
 import pytest
+from conftest import FIXTURES
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.analysis.audit import audit
 from cublaslt_probe.analysis.trace import PY_MODULE_PREFIX
-
-from conftest import FIXTURES
 
 SCRIPT = FIXTURES / "programs" / "cli_script"
 TRAIN = FIXTURES / "programs" / "gpt2_train"
@@ -142,6 +141,7 @@ def test_capture_facts_choose_how_steps_are_found(tmp_path):
 
 def test_cli_warmup_option(tmp_path):
     from click.testing import CliRunner
+
     from cublaslt_probe.cli import main
     r = CliRunner().invoke(main, ["audit", str(SCRIPT), "--warmup", "0", "-f", "jsonl"])
     assert r.exit_code == 0, r.output

@@ -9,14 +9,13 @@ import re
 
 import pandas as pd
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 import cublaslt_probe
 from cublaslt_probe import sweep
+from cublaslt_probe.analysis.trace import TraceStats, iter_chrome_events
 from cublaslt_probe.cli import main
 from cublaslt_probe.logs import ParseStats, parse_logs
-from cublaslt_probe.analysis.trace import TraceStats, iter_chrome_events
-
-from conftest import FIXTURES
 
 RAW = FIXTURES / "probe" / "probe_raw.jsonl"
 PACKAGE = pathlib.Path(cublaslt_probe.__file__).parent

@@ -5,8 +5,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis import dataset
 from cublaslt_probe import sweep
+from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cases import invalid_reason
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError, SpecError
@@ -37,7 +37,8 @@ def test_presets_plan_deterministically_and_only_valid_cases():
 
 def test_product_skips_invalid_combinations_with_reasons():
     p = sweep.plan_from_spec({"group": [{"backends": ["torch", "cupy"], "ops": ["mm", "scaled_mm"],
-                                         "dtypes": ["bf16", "fp8"], "layouts": ["NN", "NT"], "shapes": [[16, 32, 64]]}]})
+                                         "dtypes": ["bf16", "fp8"], "layouts": ["NN", "NT"],
+                                         "shapes": [[16, 32, 64]]}]})
     keys = {c.key for c in p.cases}
     assert keys == {"torch|mm|bf16|NN|16|32|64|1", "torch|mm|bf16|NT|16|32|64|1", "torch|scaled_mm|fp8|NT|16|32|64|1"}
     reasons = " ".join(p.skipped)
@@ -199,8 +200,8 @@ def test_plan_matches_the_case_by_case_expansion():
         return cases, skipped
 
     overlapping = {"group": [NUMPY_SPEC["group"][0], {"backends": ["numpy", "torch"], "ops": ["mm", "bmm"],
-                                                      "dtypes": ["fp32", "bf16"], "shapes": [[16, 64, 16], [4, 8, 16, 3],
-                                                                                           [16, 64, 16]]}]}
+                                                      "dtypes": ["fp32", "bf16"],
+                                                      "shapes": [[16, 64, 16], [4, 8, 16, 3], [16, 64, 16]]}]}
     batches = {"group": [{"backends": ["numpy"], "ops": ["mm", "bmm"], "dtypes": ["fp32"], "m": [4, 8], "n": [8],
                           "k": [16], "batch": [1, 3, 8]}]}
     repeated = {"group": [{"backends": ["numpy"], "shapes": [[4, 8, 16], [2, 8, 16], [4, 8, 16]], "dtypes": ["fp32"]}]}
@@ -289,7 +290,8 @@ def test_parts_without_a_plan_merge_with_only_the_twice_check(tmp_path):
     a, b = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
     sweep.run(cases[:10], a, sweep.NumpyExecutor(), progress=False)
     sweep.run(cases[9:], b, sweep.NumpyExecutor(), progress=False)
-    with pytest.raises(ProbeError, match=rf"\(97 GEMMs\) exactly once: 1 GEMMs are in two parts \({cases[9].key.replace('|', '[|]')} in "):
+    twice = cases[9].key.replace("|", "[|]")
+    with pytest.raises(ProbeError, match=rf"\(97 GEMMs\) exactly once: 1 GEMMs are in two parts \({twice} in "):
         sweep.merge([a, b], str(tmp_path / "m.parquet"))
 
 

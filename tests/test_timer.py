@@ -5,8 +5,17 @@ estimating call read long, and the estimate queued behind the batches in flight.
 import pytest
 
 from cublaslt_probe.errors import CaptureError
-from cublaslt_probe.gpu.timing import (ATTEMPTS, BATCH_US, GAP_US_PER_REP, MAX_PER, SINGLE_US, Timer, covering_batch,
-                                   estimate_spin, timing_plan)
+from cublaslt_probe.gpu.timing import (
+    ATTEMPTS,
+    BATCH_US,
+    GAP_US_PER_REP,
+    MAX_PER,
+    SINGLE_US,
+    Timer,
+    covering_batch,
+    estimate_spin,
+    timing_plan,
+)
 
 
 class Event:

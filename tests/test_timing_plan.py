@@ -5,8 +5,18 @@ from pathlib import Path
 import pytest
 
 from cublaslt_probe.analysis import dataset
-from cublaslt_probe.gpu.probe import (CHEAP_SPIN, MAX_CALLS, MAX_PER, SINGLE_US, SPIN_FLOOR_US, SPIN_MARGIN,
-                                 SPIN_SLACK_US, enqueue_spin, timing_plan, timing_spin)
+from cublaslt_probe.gpu.probe import (
+    CHEAP_SPIN,
+    MAX_CALLS,
+    MAX_PER,
+    SINGLE_US,
+    SPIN_FLOOR_US,
+    SPIN_MARGIN,
+    SPIN_SLACK_US,
+    enqueue_spin,
+    timing_plan,
+    timing_spin,
+)
 
 GRID = [x / 10 for x in range(10, 2000)] + list(range(200, 20000, 7)) + [50_000, 200_000, 2_000_000]
 
@@ -174,7 +184,7 @@ def test_an_estimate_behind_the_batches_in_flight_starts_from_the_last_batch_tha
         for host in (4.0, 22.0, 35.0, 160.0):
             need = estimate_spin(host)
             k = covering_batch(once, reps, per, need)
-            left = (lambda i: (reps - i) * per * max(once, 1.0) / 2)
+            left = (lambda i, reps=reps, per=per, once=once: (reps - i) * per * max(once, 1.0) / 2)
             if left(0) < need:
                 assert k is None, (once, reps, per, host)
             else:

@@ -19,17 +19,26 @@ import sqlite3
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cublaslt_probe.analysis.trace import (
+    TIMELINE_SCHEMA,
+    TRACE_COLUMNS,
+    by_kernel,
+    classify,
+    iter_chrome_events,
+    problem_of,
+    read_chrome_trace,
+    read_nsys_sqlite,
+    read_trace,
+    timeline_groups,
+    timeline_sentence,
+)
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.names import decode
-from cublaslt_probe.analysis.trace import (TIMELINE_SCHEMA, TRACE_COLUMNS, by_kernel, classify, iter_chrome_events,
-                                  problem_of, read_chrome_trace, read_nsys_sqlite, read_trace, timeline_groups,
-                                  timeline_sentence)
-
-from conftest import FIXTURES
 
 TRACES = FIXTURES / "traces"
 NAMES = [json.loads(x)["kernel"] for x in (FIXTURES / "names" / "names.jsonl").read_text().splitlines()]
@@ -382,7 +391,7 @@ share  count  total_us  mean_us  family   provenance        decoded             
 10.0%      1      10.0    10.00  nvjet    library-selected  64x8 · 64x16 · 2x1 · splitK  aten::addmm       bf16   NT       16  4096  4096      1          nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT
  7.0%      1       7.0     7.00  nvjet    library-selected  64x8 · 64x16 · 2x1 · splitK  aten::mm          bf16   NN       16  4096  4096      1          nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT
  4.0%      1       4.0     4.00  nvjet    library-selected  64x8 · 128x16 · 4x1 · algo2  aten::_scaled_mm  fp8    NT       64  1024  4096      1          nvjet_sm90_qqtst_64x8_128x16_4x1_v_bz_algo2_TNT
-"""
+"""  # noqa: E501  the command's exact output
 
 
 def test_cli_table_exact(synth):
@@ -531,7 +540,7 @@ share  count  total_us  mean_us  family  provenance        decoded              
 25.7%      1     151.2   151.23  nvjet   library-selected  128x128 · 128x6 · 2x1 · coopA algo2  aten::_scaled_mm  fp8    NT      2048   4096  14336      1          nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT
  7.8%      1      45.8    45.76  nvjet   library-selected  128x128 · 128x6 · 2x1 · coopA algo2  aten::_scaled_mm  fp8    NT      2048   4096   4096      1          nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT
 … 6 more rows (--top 0 shows all)
-"""
+"""  # noqa: E501  the command's exact output
 
 
 @needs_traces

@@ -16,16 +16,15 @@ import zlib
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe.analysis import trace as trace_mod
-from cublaslt_probe.analysis.trace import events as trace_events
 from cublaslt_probe.analysis.audit import audit
+from cublaslt_probe.analysis.trace import RANGE_PREFIXES, by_kernel, read_chrome_trace, read_trace
+from cublaslt_probe.analysis.trace import events as trace_events
 from cublaslt_probe.cli import main
 from cublaslt_probe.cli._common import sniff
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.analysis.trace import RANGE_PREFIXES, by_kernel, read_chrome_trace, read_trace
-
-from conftest import FIXTURES
 
 PROGRAMS = FIXTURES / "programs"
 LLAMA = PROGRAMS / "llama_prefill" / "trace.json.gz"      # record_function module and step ranges, pid 454
@@ -318,7 +317,7 @@ def _as_begin_end(doc, keep) -> dict:
 
 def test_ranges_written_as_begin_end_pairs(tmp_path):
     doc = load(LLAMA)
-    ranges = lambda e: e.get("cat") == "user_annotation" and e["name"].startswith(RANGE_PREFIXES)  # noqa: E731
+    ranges = lambda e: e.get("cat") == "user_annotation" and e["name"].startswith(RANGE_PREFIXES)
     p = write(tmp_path / "be.json", _as_begin_end(doc, ranges))
     s, want = read_chrome_trace(p, detail=True), read_chrome_trace(LLAMA, detail=True)
     cols = ["name", "ts", "end", "tid", "pid", "gpu", "device"]
@@ -336,7 +335,7 @@ def test_ops_and_ranges_as_begin_end_pairs(tmp_path):
     """Every CPU op and annotation as a B/E pair (a Chrome trace another tool wrote): the ops' and ranges'
     ends, hence audit's attribution, are those of the complete events."""
     doc = load(GPT2)
-    cpu = lambda e: e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function", "user_annotation")  # noqa
+    cpu = lambda e: e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function", "user_annotation")
     p = write(tmp_path / "be.json", _as_begin_end(doc, cpu))
     s, want = read_chrome_trace(p, detail=True), read_chrome_trace(GPT2, detail=True)
     assert len(want.detail.ranges) and len(want.detail.ops)

@@ -19,14 +19,13 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from cublaslt_probe import tunableop as T
 from cublaslt_probe.analysis.audit import advice, audit
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.logs.parser import parse_line
-
-from conftest import FIXTURES
 
 PROGRAMS = FIXTURES / "programs"
 MEASURE = PROGRAMS / "measure"

@@ -3,8 +3,8 @@ import dataclasses
 
 import pytest
 
-from cublaslt_probe.analysis import diff
 from cublaslt_probe import vocab
+from cublaslt_probe.analysis import diff
 from cublaslt_probe.cases import Case, invalid_reason
 from cublaslt_probe.cli import main
 from cublaslt_probe.logs import LogRecord
@@ -85,8 +85,10 @@ def test_a_field_name_the_decoder_and_the_log_parser_share_has_one_type():
 
 
 @pytest.mark.parametrize("case, says", [
-    (Case("torch", "gemm", "bf16", "NT", 8, 8, 8), "unknown op 'gemm' in torch/gemm/bf16/NT: choose from mm, bmm, addmm, scaled_mm"),
-    (Case("torch", "mm", "bf8", "NT", 8, 8, 8), "unknown dtype 'bf8' in torch/mm/bf8/NT: choose from fp32, tf32, fp16, bf16"),
+    (Case("torch", "gemm", "bf16", "NT", 8, 8, 8),
+     "unknown op 'gemm' in torch/gemm/bf16/NT: choose from mm, bmm, addmm, scaled_mm"),
+    (Case("torch", "mm", "bf8", "NT", 8, 8, 8),
+     "unknown dtype 'bf8' in torch/mm/bf8/NT: choose from fp32, tf32, fp16, bf16"),
     (Case("torch", "mm", "bf16", "NX", 8, 8, 8), "unknown layout 'NX' in torch/mm/bf16/NX: choose from NN, NT, TN, TT"),
     (Case("torch", "mm", "bf16", "NT", 0, 8, 8), "non-positive size in torch/mm/bf16/NT m=0"),
     (Case("torch", "mm", "fp8", "NT", 8, 8, 16), "fp8 runs only as op scaled_mm"),

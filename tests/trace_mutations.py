@@ -174,7 +174,8 @@ class Built:
 @dataclass(frozen=True)
 class Mutation:
     """``doc``: fn(doc, src) changes the parsed document in place (or returns another one); ``bytes``:
-    fn(json_bytes) -> file bytes (or (bytes, events)); ``env``: fn(env) -> the env.json value; ``pair``: fn(doc, other_doc)."""
+    fn(json_bytes) -> file bytes (or (bytes, events)); ``env``: fn(env) -> the env.json value; ``pair``:
+    fn(doc, other_doc)."""
     name: str
     how: str
     fn: Callable

@@ -80,7 +80,8 @@ def summary(df) -> dict:
            "median_regret_pct": float(r.median()), "mean_regret_pct": float(r.mean()),
            "worst_regret_pct": float(r.max())}
     w = d.loc[r.idxmax()]
-    out["worst"] = {"key": w["key"], "pick": w.get("kernel"), "best": w["best_kernel"], "best_rank": int(w["best_rank"])}
+    out["worst"] = {"key": w["key"], "pick": w.get("kernel"), "best": w["best_kernel"],
+                    "best_rank": int(w["best_rank"])}
     by = {}
     for dt, g in d.groupby("dtype", observed=True):
         rr = g["regret_pct"].astype(float)

@@ -4,7 +4,7 @@
 processes (`cublaslt_probe.gpu.coldstart_child`), one controlled environment each, and returns what they measured;
 `analyse(result)` (CPU only, no torch) splits the excess of step 1 over the steady state by cause, each with
 its evidence; `render(analysis)` prints it; `observed_provenance(result)` lists the kernels the process was seen
-compiling or loading from PTX. `cold_start(...)` is run + analyse.
+compiling or loading from PTX.
 
 The environments are `ENVS` (what each separates: docs/coldstart.md); `--env-set default` runs cold, warm,
 preinit, eager and nocache, `full` adds nojit, forcejit and forcejit_warm (`ENV_SETS`); noautotune is added when
@@ -49,7 +49,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from cublaslt_probe.errors import NoCudaDevice, ProbeError
+from cublaslt_probe.errors import NoCudaDevice, ProbeError, error_text
 from cublaslt_probe.names.classes import AUTOTUNED
 from cublaslt_probe.streams import open_text
 
@@ -437,11 +437,6 @@ def _last_json(stdout: str) -> dict | None:
     return None
 
 
-def cold_start(target, steps: int = 6, env_set: str = "default", **kw) -> dict:
-    """Run (GPU) and analyse: the breakdown of the first step of `target` (see `run` for targets)."""
-    return analyse(run(target, steps=steps, env_set=env_set, **kw))
-
-
 @contextlib.contextmanager
 def cold_start_step():
     """Mark one step of a script run under `cublaslt-probe cold-start` (a no-op otherwise)."""
@@ -453,7 +448,7 @@ def cold_start_step():
     try:
         yield
     except BaseException as e:
-        child.marked_step_end(error=f"{type(e).__name__}: {e}")
+        child.marked_step_end(error=error_text(e))
         raise
     child.marked_step_end()
 
@@ -567,11 +562,6 @@ def modules_in(run: dict, window: str) -> dict:
 
 def compute_cache_written(run: dict) -> int:
     return int(((run.get("cache_written") or {}).get("CUDA_CACHE_PATH") or {}).get("count", 0))
-
-
-def framework_files_written(run: dict) -> int:
-    cw = run.get("cache_written") or {}
-    return sum(int((cw.get(v) or {}).get("count", 0)) for v in FRAMEWORK_VARS)
 
 
 def ptx_loads(run: dict) -> list[dict]:
@@ -1381,7 +1371,7 @@ def _cold_timed(runs: dict, a1: dict, b1: dict) -> list[tuple]:
     """(cause, label, seconds, how, evidence) for each timed compile route of the cold run's step 1: its timer
     cold − warm (what the warm caches spared it)."""
     out = []
-    ms = lambda x: f"{x * 1e3:.1f} ms"  # noqa: E731
+    ms = lambda x: f"{x * 1e3:.1f} ms"
     if jit_calls(a1, "cupy.compile"):
         c, w = jit_seconds(a1, "cupy.compile"), jit_seconds(b1, "cupy.compile")
         out.append(("nvrtc_cupy", "NVRTC (CuPy), cold cache", c - w, "CuPy compile timer (cold − warm)",
@@ -1434,7 +1424,7 @@ def _warm_timed(runs: dict, R: dict, rname: str, r1: dict) -> list[tuple]:
     """(cause, label, seconds, how, evidence) for the compile routes' own work in step 1 of run R (warm caches):
     cache lookups and loads, or compiles no cache serves (Numba, XLA under its cache threshold)."""
     out = []
-    ms = lambda x: f"{x * 1e3:.1f} ms"  # noqa: E731
+    ms = lambda x: f"{x * 1e3:.1f} ms"
     if jit_calls(r1, "cupy.compile"):
         nv = jit_calls(r1, "cupy.nvrtc")
         out.append(("nvrtc_cupy_warm", "NVRTC (CuPy), " + ("compiled again (not cached)" if nv else

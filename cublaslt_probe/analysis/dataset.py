@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from cublaslt_probe.errors import ProbeError, SchemaError
 from cublaslt_probe.analysis.evidence import consistency, log_matches_case, main_kernel, trace_record
-from cublaslt_probe.vocab import DECODED_COLUMNS, ENV_KEYS, ENV_MATCH
+from cublaslt_probe.errors import ProbeError, SchemaError
 from cublaslt_probe.streams import complete_lines, cut_note, open_text
+from cublaslt_probe.vocab import DECODED_COLUMNS, ENV_KEYS, ENV_MATCH
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,12 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "torch_version": ("category", "torch version"),
     "cupy_version": ("category", "cupy version (null when cupy is not installed)"),
     "key": ("string", "backend|op|dtype|layout|m|n|k|batch: the row's identity"),
-    "backend": ("category", "torch (cuBLAS path), torch-lt (cuBLASLt path), cupy, lt (direct cuBLASLt), numpy (CPU test backend)"),
+    "backend": ("category", "torch (cuBLAS path), torch-lt (cuBLASLt path), cupy, lt (direct cuBLASLt), "
+                            "numpy (CPU test backend)"),
     "op": ("category", "mm, bmm, addmm (bias epilogue, = F.linear with bias), scaled_mm (fp8)"),
     "dtype": ("category", "fp32, tf32, fp16, bf16, fp8 (e4m3 x e4m3), fp8_e5m2 (e5m2 x e4m3); fp8 output is bf16"),
-    "layout": ("category", "torch view: NN = A m×k, B k×n, both contiguous; a T = that operand stored transposed (NT = F.linear)"),
+    "layout": ("category", "torch view: NN = A m×k, B k×n, both contiguous; a T = that operand stored transposed "
+                           "(NT = F.linear)"),
     "m": ("Int64", "torch view: rows of A and C"),
     "n": ("Int64", "torch view: columns of B and C"),
     "k": ("Int64", "torch view: reduction dimension"),
@@ -79,7 +81,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
                              "gap; null with an L2 flush or in captures made before this check)"),
     "kernel_time_us": ("float64", "sum of the kernels' own durations in the profiled call (CUPTI), µs"),
     "tflops": ("float64", "2·m·n·k·batch / time_us / 1e6"),
-    "heuristic_miss_us": ("float64", "cublasLtMatmulAlgoGetHeuristic host time with the heuristics cache off, µs (median)"),
+    "heuristic_miss_us": ("float64", "cublasLtMatmulAlgoGetHeuristic host time with the heuristics cache off, "
+                                     "µs (median)"),
     "heuristic_hit_us": ("float64", "same with the cache on and warm, µs (median)"),
     "heuristic_shared": ("Int64", "GEMMs of the window sharing this heuristic measurement (same problem and "
                                   "workspace limit, e.g. torch, cupy and lt of one shape)"),
@@ -94,7 +97,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "candidates": ("string", "JSON list of the candidates: config, waves, time, kernel"),
     "log_matches_case": ("boolean", "the logged call is the one asked for: compute type matches fp32/tf32 and the "
                                     "function the backend's path (null: no log line)"),
-    "consistent": ("boolean", "decoded kernel agrees with the logged algo on tile, cluster and split-K (null: no log line or nothing to compare)"),
+    "consistent": ("boolean", "decoded kernel agrees with the logged algo on tile, cluster and split-K "
+                              "(null: no log line or nothing to compare)"),
     "known_issue": ("string", "the cuBLAS release-note bugs the logged algo config (with the kernel that ran) meets or "
                               "can meet on the row's cuBLAS and compute capability, and the fixing version "
                               "(known_issues; null: none, or no logged algo)"),
@@ -308,7 +312,8 @@ def write_from_raw(paths: list, out: str | os.PathLike, env_override: dict | Non
                    batch: int = 4096) -> tuple[dict, int, dict]:
     """`read_raws` + `build` + `write_parquet` in flat memory: a first pass finds the record that wins for
     each key and checks the environments; a second builds the rows `batch` records at a time and writes
-    them as Parquet row groups (`record_tables`, `write_tables`: whole or not at all). Memory holds the keys and one batch.
+    them as Parquet row groups (`record_tables`, `write_tables`: whole or not at all). Memory holds the keys and one
+    batch.
     Returns (the shared environment, rows written, counts: error rows, consistent, comparable); nothing is
     written when no record was found (0 rows)."""
     st = stats if stats is not None else RawStats()
@@ -548,7 +553,7 @@ def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
                           "data/h200_grid.parquet (or h200_llm, h200_square, h200_regret)")
     try:
         table = pq.read_table(path)
-    except Exception as e:  # noqa: BLE001  (pyarrow raises several kinds)
+    except Exception as e:  # pyarrow raises several kinds
         raise SchemaError(f"{path} is not a readable Parquet dataset: {e}") from e
     df = table.to_pandas()
     meta = table.schema.metadata or {}

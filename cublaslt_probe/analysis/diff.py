@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.vocab import ENV_KEYS, ENV_MATCH
+from cublaslt_probe.vocab import DIFF_TOLERANCE_PCT, ENV_KEYS, ENV_MATCH
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class DiffResult:
     label_a: str = "A"
     label_b: str = "B"
     backends: tuple[str | None, str | None] = (None, None)
-    tolerance_pct: float = 5.0
+    tolerance_pct: float = DIFF_TOLERANCE_PCT
 
     def changed(self) -> pd.DataFrame:
         """Rows whose kernel changed, the largest time change (either way) first."""
@@ -118,7 +118,7 @@ def _side(df: pd.DataFrame, backend: str | None) -> pd.DataFrame:
 
 
 def diff(a: pd.DataFrame, b: pd.DataFrame, backends: tuple[str | None, str | None] | None = None, *,
-         allow_env_mismatch: bool = False, tolerance_pct: float = 5.0, label_a: str = "A",
+         allow_env_mismatch: bool = False, tolerance_pct: float = DIFF_TOLERANCE_PCT, label_a: str = "A",
          label_b: str = "B") -> DiffResult:
     """Join datasets `a` and `b` and classify every GEMM (see the module docstring).
 
@@ -272,8 +272,9 @@ def sort_rows(j: pd.DataFrame) -> pd.DataFrame:
 
 def diff_files(path_a: str | os.PathLike, path_b: str | os.PathLike,
                backends: tuple[str | None, str | None] | None = None, *, allow_env_mismatch: bool = False,
-               tolerance_pct: float = 5.0, filters: dict[str, list] | None = None) -> DiffResult:
-    """`diff` of two Parquet datasets (`cublaslt_probe.analysis.dataset.read_parquet`); the same path twice is read once.
+               tolerance_pct: float = DIFF_TOLERANCE_PCT, filters: dict[str, list] | None = None) -> DiffResult:
+    """`diff` of two Parquet datasets (`cublaslt_probe.analysis.dataset.read_parquet`); the same path twice is read
+    once.
 
     `filters` (column -> allowed values, e.g. ``{"dtype": ["bf16"]}``) keeps only matching rows of both."""
     from cublaslt_probe.analysis.dataset import read_parquet

@@ -12,6 +12,8 @@ CPU only, no pandas. `dataset`, `trace`, `explain`, `replay`, `candidates` and `
 """
 from __future__ import annotations
 
+from cublaslt_probe.vocab import WORKSPACE_BYTES
+
 # Families whose kernels do the GEMM itself (split-K reduce, memsets, casts and other helpers do not; neither does
 # torch's prepare_grouped_gemm_data ahead of its CUTLASS template grouped GEMM).
 MAIN_FAMILIES = ("nvjet", "xmma", "cutlass", "cutlass3x", "cutlass_template", "legacy", "gemv", "gemmSN")
@@ -30,9 +32,6 @@ LT_FUNCTION = "cublasLtMatmul"
 # Library paths: "cublas" (the cuBLAS API, which calls a cublasLt*Matmul wrapper), "torch-lt" (torch calls
 # cublasLtMatmul itself), "lt" (this tool calls cublasLtMatmul through lt.py).
 PATHS = ("cublas", "torch-lt", "lt")
-# Workspace limit each path's heuristic query uses: torch's cuBLAS handle allows 32 MiB (its Api log line),
-# torch's Lt path asks for 1 MiB (measured with torch 2.11), the lt backend passes 32 MiB.
-WORKSPACE_BYTES = {"cublas": 32 << 20, "torch-lt": 1 << 20, "lt": 32 << 20}
 # (backend, op) pairs on the torch-lt path whose logged function was not measured (the log is not checked).
 _FUNCTION_UNMEASURED = frozenset({("torch-lt", "bmm"), ("torch-lt", "scaled_mm")})
 

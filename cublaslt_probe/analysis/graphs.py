@@ -404,7 +404,8 @@ def _segment_modules(segs: list[tuple], graphs: dict[int, dict], prob: list, g_t
                      g_tid: np.ndarray, mods: pd.DataFrame, m_tid: np.ndarray) -> tuple[list[tuple], int]:
     """The modules of the outermost GEMM ops (starts `g_ts`, thread codes `g_tid`, problems `prob`) that the
     calls of compiled code `segs` (start, end, thread code, compile id or None) ran, as `compiled_module_ranges`
-    says: (op position, the record naming its module) in naming order, and how many calls named any. An op is named once, by the
+    says: (op position, the record naming its module) in naming order, and how many calls named any. An op is named
+    once, by the
     first call that holds it; one inside a module range `mods` of its own is left to that range."""
     m_ts = mods["ts"].to_numpy(dtype=np.float64)
     m_end = mods["end"].to_numpy(dtype=np.float64)

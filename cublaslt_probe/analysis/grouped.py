@@ -34,9 +34,10 @@ import json
 import math
 from pathlib import Path
 
-from cublaslt_probe.dtypes import element_bytes
 from cublaslt_probe.analysis.explain import roofline_floor
-from cublaslt_probe.cases import group_sizes as even_sizes, sizes_summary
+from cublaslt_probe.cases import group_sizes as even_sizes
+from cublaslt_probe.cases import sizes_summary
+from cublaslt_probe.dtypes import element_bytes
 from cublaslt_probe.runfiles import GROUP_SIZES_FILE, LINE_KEY, read_group_sizes, where
 
 GROUPED_COLUMNS: dict[str, tuple[str, str]] = {
@@ -169,7 +170,8 @@ def join_sizes(df, path, env: dict, gpus: dict, notes: list[str]):
 
 def _recorded_sizes(path, env: dict, notes: list[str]) -> tuple[list[dict] | None, str]:
     """The group size records of the run folder `path` (`runfiles.read_group_sizes`, its skipped lines named on
-    `notes`; None for a bare trace or none recorded), and why a grouped row has no recorded sizes: the words `ASSUMED_NOTE` gives for it (a bare
+    `notes`; None for a bare trace or none recorded), and why a grouped row has no recorded sizes: the words
+    `ASSUMED_NOTE` gives for it (a bare
     trace, a run captured without recording them as the capture's `env` says, no file, or no matching call)."""
     p = Path(path)
     records = read_group_sizes(p, notes) if p.is_dir() else None

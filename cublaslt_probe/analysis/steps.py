@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.analysis.trace.ranges import range_parents
 from cublaslt_probe.analysis.trace import PY_MODULE_PREFIX
+from cublaslt_probe.analysis.trace.ranges import range_parents
 
 WARMUP = 1                                  # steps left out as warm-up by default
 OPTIMIZER_PREFIX = "Optimizer.step#"        # torch.profiler's range around an optimizer's step

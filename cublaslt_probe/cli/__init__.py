@@ -1,4 +1,5 @@
-"""`cublaslt-probe`: thin click subcommands, each calling one library function.
+"""`cublaslt-probe`: thin click subcommands over the library (a command may call several of its functions:
+read, check, analyse, render; the rules stay in the library).
 
 Each subcommand lives in a module of this package that exposes ``COMMANDS`` (a list of click commands);
 ``_MODULES`` lists them. A module that fails to import is reported loudly on every run (its commands are
@@ -64,7 +65,7 @@ class _Group(click.Group):
         except OSError as e:
             what = f"{e.filename}: " if e.filename else ""
             raise click.ClickException(_one_line(f"{what}{e.strerror or e}")) from e
-        except Exception as e:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        except Exception as e:  # the last line of defence: one line, not a traceback
             logging.getLogger("cublaslt_probe").debug("%s", traceback.format_exc())
             sub = ctx.invoked_subcommand or "cublaslt-probe"
             raise click.ClickException(_one_line(

@@ -18,8 +18,17 @@ from typing import Callable, Iterable, Iterator
 import click
 
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.render.text import (MAX_CELL, SAMPLE_ROWS, Table, fit, render_table,  # noqa: F401
-                                        set_line_width, terminal_width)
+
+# The text-table names the commands import from here (re-exported).
+from cublaslt_probe.render.text import (  # noqa: F401
+    MAX_CELL,
+    SAMPLE_ROWS,
+    Table,
+    fit,
+    render_table,
+    set_line_width,
+    terminal_width,
+)
 from cublaslt_probe.streams import GZIP_MAGIC, cut_note, is_gzip, open_binary
 
 EXIT_OK = 0
@@ -28,6 +37,8 @@ EXIT_USAGE = 2
 EXIT_PARTIAL = 3
 
 FORMATS = ("table", "csv", "jsonl", "json", "parquet")  # what the commands that write rows write
+FEW_ROWS_FORMATS = FORMATS[:-1]   # the same without Parquet: commands whose few rows are not a dataset
+TEXT_JSON = ("text", "json")      # what a command that writes one report writes
 
 # ------------------------------------------------------------------------------------------ the suffix rule
 # The one home of the suffix -> format rule: the suffix of `-o` decides what a command writes. "table" and
@@ -394,7 +405,7 @@ def check_dataset_file(path: str, raw_ok: bool = False) -> None:
         import pyarrow.parquet as pq
         try:
             names = pq.read_schema(path).names
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds on a damaged file
+        except Exception as e:  # pyarrow raises several kinds on a damaged file
             raise ProbeError(f"{path} is a damaged Parquet file ({_first_line(e)}): copy it again, or rebuild "
                              "it with `cublaslt-probe dataset RAW.jsonl -o X.parquet`") from e
         if "key" not in names or "backend" not in names:

@@ -10,9 +10,19 @@ import os
 
 import click
 
-from cublaslt_probe.cli._common import (FORMATS as _ROWS, EXIT_PARTIAL, EXIT_USAGE, check_trace, clean, out_format,
-                                       output_options, render_table, suffix_format, write_frame, write_text)
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.cli._common import (
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    check_trace,
+    clean,
+    out_format,
+    output_options,
+    render_table,
+    suffix_format,
+    write_frame,
+    write_text,
+)
+from cublaslt_probe.cli._common import FORMATS as _ROWS
 
 FORMATS = _ROWS + ("html",)
 _RIGHT = {"share", "calls", "gpu_us", "m", "n", "k", "groups", "pct_peak", "floor_ratio", "waves"}

@@ -5,17 +5,16 @@ import json
 
 import click
 
-from cublaslt_probe.analysis.coldstart import REPEAT_DEFAULT
-from cublaslt_probe.cli._common import out_format, output_option, write_result
-
-_FORMATS = ("text", "json")
+from cublaslt_probe.analysis.coldstart import ENV_SETS, REPEAT_DEFAULT
+from cublaslt_probe.cli._common import TEXT_JSON, out_format, output_option, write_result
 
 
 @click.command("cold-start", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--steps", default=6, show_default=True, help="steps per run; the steady state is the median of 3…N")
 @click.option("--env-set", default="default", show_default=True,
-              type=click.Choice(["default", "full", "compile", "jit"]),
-              help="default: cold, warm, preinit, eager, nocache; full adds nojit, forcejit, forcejit_warm; "
+              type=click.Choice(list(ENV_SETS)),
+              help=f"default: {', '.join(ENV_SETS['default'])}; full adds "
+                   f"{', '.join(e for e in ENV_SETS['full'] if e not in ENV_SETS['default'])}; "
                    "noautotune is added when the cold run compiled with XLA, cold_again when its step 1 read files "
                    "from storage")
 @click.option("--envs", default=None, help="an explicit comma list of runs instead (e.g. cold,warm,forcejit)")
@@ -25,10 +24,10 @@ _FORMATS = ("text", "json")
 @click.option("--no-cupti", is_flag=True, help="no CUPTI subscriber in the children (no module/driver-call evidence)")
 @click.option("--timeout", default=600.0, show_default=True, help="seconds per child process")
 @click.option("--label", default=None, help="a name for the program in the output")
-@click.option("--format", "fmt", default=None, type=click.Choice(_FORMATS),
+@click.option("--format", "fmt", default=None, type=click.Choice(TEXT_JSON),
               help="text: the breakdown with its evidence; json: the analysis as one JSON object  "
                    "[default: text, or the suffix of -o]")
-@output_option(_FORMATS)
+@output_option(TEXT_JSON)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
@@ -38,10 +37,10 @@ def cold_start_cmd(steps, env_set, envs, repeat, no_cupti, timeout, label, fmt, 
     heuristics cache off, PTX JIT off or forced, XLA autotuning off) and split the first step's excess over the
     steady state by cause, each with its evidence.
 
-    SCRIPT either marks its steps (`with cublaslt_probe.analysis.coldstart.cold_start_step():`) or defines `make_step()` (returns
-    the step) or `step()` at module level. Needs a GPU unless --from."""
+    SCRIPT either marks its steps (`with cublaslt_probe.analysis.coldstart.cold_start_step():`) or defines
+    `make_step()` (returns the step) or `step()` at module level. Needs a GPU unless --from."""
     from cublaslt_probe.analysis import coldstart
-    fmt = out_format(fmt, output, _FORMATS)
+    fmt = out_format(fmt, output, TEXT_JSON)
     if save:
         from cublaslt_probe.cli.gpu import check_save
         check_save(save)

@@ -8,14 +8,24 @@ from typing import Iterable, Iterator
 
 import click
 
-from cublaslt_probe.cli._common import (EXIT_PARTIAL, Lines, Table, clean_text, out_format, output_option,
-                                        output_options, text_output, write_result)
+from cublaslt_probe.cli._common import (
+    EXIT_PARTIAL,
+    FEW_ROWS_FORMATS,
+    TEXT_JSON,
+    Lines,
+    Table,
+    clean_text,
+    out_format,
+    output_option,
+    output_options,
+    text_output,
+    write_result,
+)
 from cublaslt_probe.errors import UnknownKernelName
+from cublaslt_probe.logs.write import csv_row
 from cublaslt_probe.names import GRAMMARS, JSONL_KEYS, KernelName, decode
 from cublaslt_probe.names.core import _strict_message
-from cublaslt_probe.logs.write import csv_row
 
-FORMATS = ("table", "csv", "jsonl", "json")
 _TABLE_COLUMNS = ("name", "family", "arch", "types", "tile", "k x stages", "cluster", "layout", "flags",
                   "unparsed")
 
@@ -138,7 +148,7 @@ def render(kns: list[KernelName], fmt: str) -> str:
 
 @click.command("decode")
 @click.argument("names", nargs=-1)
-@output_options(FORMATS)
+@output_options(FEW_ROWS_FORMATS)
 @click.option("--strict", is_flag=True,
               help="Fail (exit 1) when a name has an unknown family or tokens no rule understands (the "
                    "names are then held in memory until all are checked).")
@@ -156,7 +166,7 @@ def decode_cmd(names: tuple[str, ...], fmt: str | None, output: str | None, stri
     Example:
       cublaslt-probe decode nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT
     """
-    fmt = out_format(fmt, output, FORMATS)
+    fmt = out_format(fmt, output, FEW_ROWS_FORMATS)
     items = _Names(names)
     kns: Iterable[KernelName] = map(decode, items)
     if strict:
@@ -178,7 +188,6 @@ def decode_cmd(names: tuple[str, ...], fmt: str | None, output: str | None, stri
         click.get_current_context().exit(EXIT_PARTIAL)
 
 
-_TEXT_JSON = ("text", "json")
 _HELPER_FAMILIES = ("gemv", "gemmSN", "splitk_reduce", "helper", "framework")
 _GRAMMAR_CHOICES = sorted({g.name for g in GRAMMARS.values()} | {g.family for g in GRAMMARS.values()}
                           | set(_HELPER_FAMILIES))
@@ -186,10 +195,10 @@ _GRAMMAR_CHOICES = sorted({g.name for g in GRAMMARS.values()} | {g.family for g 
 
 @click.command("grammars")
 @click.argument("family", required=False, metavar="[FAMILY]", type=click.Choice(_GRAMMAR_CHOICES))
-@click.option("-f", "--format", "fmt", type=click.Choice(_TEXT_JSON), default=None,
+@click.option("-f", "--format", "fmt", type=click.Choice(TEXT_JSON), default=None,
               help="text: for people; json: every grammar and token meaning as data  [default: text, or the "
                    "suffix of -o].")
-@output_option(_TEXT_JSON)
+@output_option(TEXT_JSON)
 def grammars_cmd(family: str | None, fmt: str | None, output: str | None) -> None:
     """List the kernel-name grammars and every token's meaning, marked measured or inferred.
 
@@ -200,7 +209,7 @@ def grammars_cmd(family: str | None, fmt: str | None, output: str | None) -> Non
     that launched it, or with the GEMM that ran); `inferred`: read from the name's shape and public
     sources, not yet backed by such a pair.
     """
-    fmt = out_format(fmt, output, _TEXT_JSON)
+    fmt = out_format(fmt, output, TEXT_JSON)
     if family in _HELPER_FAMILIES:
         family = "helpers"
     gs = [g for g in GRAMMARS.values() if family is None or family in (g.name, g.family)]

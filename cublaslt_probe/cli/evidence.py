@@ -12,9 +12,21 @@ import click
 if TYPE_CHECKING:
     import pandas as pd
 
-from cublaslt_probe.cli._common import (FORMATS, EXIT_PARTIAL, cell as _s, check_writable, clean as _clean,
-                                        out_format, output_options as _output_options, render_table, write_frame,
-                                        check_dataset_file, check_trace, suffix_format)
+from cublaslt_probe.cli._common import (
+    EXIT_PARTIAL,
+    FORMATS,
+    check_dataset_file,
+    check_trace,
+    check_writable,
+    out_format,
+    render_table,
+    suffix_format,
+    write_frame,
+)
+from cublaslt_probe.cli._common import cell as _s
+from cublaslt_probe.cli._common import clean as _clean
+from cublaslt_probe.cli._common import output_options as _output_options
+from cublaslt_probe.vocab import DIFF_TOLERANCE_PCT, IMAGE_FORMATS
 
 output_options = _output_options(FORMATS, top=25)
 
@@ -283,7 +295,7 @@ def _backends(value: str | None):
                    "join on the backend too.")
 @click.option("--allow-env-mismatch", is_flag=True,
               help="Compare datasets whose GPU, cuBLASLt, torch or driver differ (by default that is refused).")
-@click.option("--tolerance", type=click.FloatRange(min=0), default=5.0, show_default=True,
+@click.option("--tolerance", type=click.FloatRange(min=0), default=DIFF_TOLERANCE_PCT, show_default=True,
               help="Time changes within ± this many % count as neither faster nor slower.")
 @click.option("--all", "show_all", is_flag=True,
               help="List every GEMM (same, changed, only in one, unmeasured), not only the changed ones.")
@@ -318,7 +330,7 @@ def diff_cmd(a, b, backends, allow_env_mismatch, tolerance, show_all, op, dtype,
     check_dataset_file(a)
     check_dataset_file(b)
     if map_path:
-        if suffix_format(map_path, ("png", "svg", "pdf"), "--map") is None:
+        if suffix_format(map_path, IMAGE_FORMATS, "--map") is None:
             raise click.UsageError(f"--map {map_path}: give an image file ending in .png, .svg or .pdf")
         check_writable(map_path)
     filters = {"op": list(op), "dtype": list(dtype), "layout": list(layout), "k": list(ks)}

@@ -8,10 +8,20 @@ import json
 
 import click
 
-from cublaslt_probe.cli._common import (cell, check_writable, out_format, output_option, render_table,
-                                        suffix_format, write_frame, write_result)
+from cublaslt_probe.cli._common import (
+    FEW_ROWS_FORMATS,
+    TEXT_JSON,
+    cell,
+    check_writable,
+    out_format,
+    output_option,
+    render_table,
+    suffix_format,
+    write_frame,
+    write_result,
+)
 from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.vocab import BACKENDS, DTYPES, LAYOUTS, OPS
+from cublaslt_probe.vocab import BACKENDS, DTYPES, LAYOUTS, OPS, WORKSPACE_BYTES
 
 
 def gemm_options(f):
@@ -82,30 +92,28 @@ def _save(obj, path):
         click.echo(f"saved {path}", err=True)
 
 
-_CANDIDATE_FORMATS = ("table", "csv", "jsonl", "json")
-_TEXT_JSON = ("text", "json")
 
 
 @click.command("candidates")
 @gemm_options
 @click.option("--top", default=32, show_default=True, help="candidates to ask the heuristic for")
-@click.option("--workspace", default=32 << 20, show_default=True,
+@click.option("--workspace", default=WORKSPACE_BYTES["lt"], show_default=True,
               help="max workspace bytes (torch's cuBLAS handle: 32 MiB; torch's Lt path: 1 MiB)")
 @click.option("--alignment", default=16, show_default=True, help="min alignment of A/B/C/D in bytes (torch: 16)")
 @click.option("--reps", default=10, show_default=True, help="timed repetitions per candidate")
 @click.option("--flush-l2", is_flag=True,
               help="flush L2 before each rep (default: L2 warm, back-to-back batches behind one GPU spin)")
-@click.option("-f", "--format", "fmt", default=None, type=click.Choice(_CANDIDATE_FORMATS),
+@click.option("-f", "--format", "fmt", default=None, type=click.Choice(FEW_ROWS_FORMATS),
               help="table: for people; csv / jsonl: one row per candidate; json: case, regret and candidates  "
                    "[default: table, or the suffix of -o]")
-@output_option(_CANDIDATE_FORMATS)
+@output_option(FEW_ROWS_FORMATS)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw candidates (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render a saved file (no GPU)")
 def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment, reps, flush_l2, fmt, output, save,
                    from_path):
     """The heuristic's candidates for one GEMM, each run and timed; the pick and the fastest marked."""
     from cublaslt_probe.analysis import candidates as cm
-    fmt = out_format(fmt, output, _CANDIDATE_FORMATS)
+    fmt = out_format(fmt, output, FEW_ROWS_FORMATS)
     check_save(save)
     if from_path:
         saved = _load(from_path, "candidates")
@@ -164,15 +172,15 @@ def _candidates_text(df, reg: dict, header: str) -> str:
 @click.option("--backend", default="torch", show_default=True,
               type=click.Choice([b for b in BACKENDS if b != "cupy"]),
               help="torch: its cuBLAS path; torch-lt: its cuBLASLt path; lt: cuBLASLt directly")
-@click.option("-f", "--format", "fmt", default=None, type=click.Choice(_TEXT_JSON),
+@click.option("-f", "--format", "fmt", default=None, type=click.Choice(TEXT_JSON),
               help="text: for people; json: the analysis as data  [default: text, or the suffix of -o]")
-@output_option(_TEXT_JSON)
+@output_option(TEXT_JSON)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw runs (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="analyse a saved file (no GPU)")
 def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, output, save, from_path):
     """Where the first call's time goes (module loading, heuristic miss, ...) and whether anything was JIT-compiled."""
     from cublaslt_probe.gpu import firstcall
-    fmt = out_format(fmt, output, _TEXT_JSON)
+    fmt = out_format(fmt, output, TEXT_JSON)
     check_save(save)
     if from_path:
         raw = _load(from_path, "first-call")
@@ -189,15 +197,15 @@ def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, output, save
               help="the path the GEMM takes: torch (cuBLAS), torch-lt (cuBLASLt), cupy, lt (cuBLASLt directly)")
 @click.option("--top", default=32, show_default=True, help="candidates to ask the heuristic for")
 @click.option("--first-call", "with_first_call", is_flag=True, help="also run the first-call anatomy (~20 s)")
-@click.option("-f", "--format", "fmt", default=None, type=click.Choice(_TEXT_JSON),
+@click.option("-f", "--format", "fmt", default=None, type=click.Choice(TEXT_JSON),
               help="text: for people; json: the evidence as data  [default: text, or the suffix of -o]")
-@output_option(_TEXT_JSON)
+@output_option(TEXT_JSON)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the evidence (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render saved evidence (no GPU)")
 def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call, fmt, output, save, from_path):
     """The chain of evidence for one GEMM: log line, algo, kernel, decoded fields, waves, time, heuristic, rank."""
     from cublaslt_probe.analysis import explain
-    fmt = out_format(fmt, output, _TEXT_JSON)
+    fmt = out_format(fmt, output, TEXT_JSON)
     check_save(save)
     if from_path:
         ev = _load(from_path, "explain")
@@ -212,15 +220,15 @@ def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call
 @click.argument("logfile", type=click.Path(dir_okay=False))
 @click.option("--line", "line_no", type=int, help="replay the trace record on this line of the log")
 @click.option("--all", "all_lines", is_flag=True, help="replay every trace line")
-@click.option("-f", "--format", "fmt", default=None, type=click.Choice(_TEXT_JSON),
+@click.option("-f", "--format", "fmt", default=None, type=click.Choice(TEXT_JSON),
               help="text: for people; json: the analysis as data  [default: text, or the suffix of -o]")
-@output_option(_TEXT_JSON)
+@output_option(TEXT_JSON)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the replay results (JSON)")
 @click.option("--from", "from_path", is_flag=True, help="LOGFILE is a saved replay (JSON): render it (no GPU)")
 def replay_cmd(logfile, line_no, all_lines, fmt, output, save, from_path):
     """Rebuild logged GEMMs, pin the logged algo, run it: which kernel, how fast, what the heuristic picks today."""
     from cublaslt_probe.gpu import replay
-    fmt = out_format(fmt, output, _TEXT_JSON)
+    fmt = out_format(fmt, output, TEXT_JSON)
     check_save(save)
     if from_path:
         results = _load(logfile, "replay")

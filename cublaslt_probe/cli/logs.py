@@ -11,10 +11,20 @@ import sys
 
 import click
 
-from cublaslt_probe.cli._common import (FORMATS, EXIT_PARTIAL, SAMPLE_ROWS, Lines, Table, cell, out_format,
-                                        output_options, text_output, write_frame, json_array)
+from cublaslt_probe.cli._common import (
+    EXIT_PARTIAL,
+    FORMATS,
+    SAMPLE_ROWS,
+    Lines,
+    Table,
+    cell,
+    json_array,
+    out_format,
+    output_options,
+    text_output,
+    write_frame,
+)
 from cublaslt_probe.errors import ProbeError
-
 
 
 @click.command("parse-log")
@@ -174,7 +184,7 @@ def _summary_table(df) -> str:
     from cublaslt_probe.logs.write import GEMM_HEADER, gemm_cells
     rows = []
     for r in df.to_dict(orient="records"):
-        get = lambda c, r=r: cell(r.get(c))  # noqa: E731
+        get = lambda c, r=r: cell(r.get(c))
         torch_view = f"{get('torch_m')}x{get('torch_n')}x{get('torch_k')}" if get("torch_m") else ""
         rows.append([get("count"), f"{100 * r['share']:.1f}%"] + gemm_cells(get) + [torch_view])
     return Table(["count", "share"] + GEMM_HEADER + ["torch MxNxK"],

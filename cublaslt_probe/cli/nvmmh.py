@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import click
 
-from cublaslt_probe.cli._common import (FORMATS, cell, check_dataset_file, out_format, output_options,
-                                        render_table, write_frame)
+from cublaslt_probe.cli._common import (
+    FORMATS,
+    cell,
+    check_dataset_file,
+    out_format,
+    output_options,
+    render_table,
+    write_frame,
+)
 from cublaslt_probe.nvmmh import TARGET, TARGETS, TOP
 
 _BY = ("dtype", "backend", "op", "layout")

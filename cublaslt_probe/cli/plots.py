@@ -1,14 +1,12 @@
 """`map`, `plot`, `report`: pictures of a dataset (CPU only). DATASET defaults to the shipped H200 dataset."""
 from __future__ import annotations
 
-
 import os
 
 import click
 
 from cublaslt_probe.cli._common import check_dataset_file, check_writable, check_writable_dir, suffix_format
-
-_IMAGE_FORMATS = ("png", "svg", "pdf")
+from cublaslt_probe.vocab import IMAGE_FORMATS
 
 _AXES = "m, n, k, batch, nk (the (n, k) pair), backend, op, dtype, layout"
 
@@ -52,7 +50,7 @@ def _load(dataset):
 
 
 def _check_image(out: str) -> None:
-    if suffix_format(out, _IMAGE_FORMATS) is None:
+    if suffix_format(out, IMAGE_FORMATS) is None:
         raise click.UsageError(f"-o {out}: give an image file ending in .png, .svg or .pdf")
     check_writable(out)
 

@@ -256,8 +256,8 @@ def dataset_cmd(raw, out, env_path, allow_env_mismatch):
     batch of rows, not the dataset. Exit status 3 when some lines were not
     probe records or a file was cut off (the records before are kept), 1 when no record was found.
     """
-    from cublaslt_probe.cli._common import EXIT_PARTIAL, read_json, sniff
     from cublaslt_probe.analysis import dataset
+    from cublaslt_probe.cli._common import EXIT_PARTIAL, read_json, sniff
     suffix_format(out, ("parquet",))
     check_writable(out)
     for p in raw:

@@ -31,7 +31,8 @@ is known to accept them (`apply_xla_flags`).
 
 A step is either a callable (``--func``: called once; if it returns a callable, that was the setup and the
 returned callable is the step) or a script: one that marks its steps with
-``with cublaslt_probe.analysis.coldstart.cold_start_step():`` runs as ``__main__`` and its marked steps are measured; one that
+``with cublaslt_probe.analysis.coldstart.cold_start_step():`` runs as ``__main__`` and its marked steps are measured;
+one that
 marks none but defines ``make_step()`` or ``step()`` at module level has that run ``--steps`` times.
 """
 from __future__ import annotations
@@ -49,6 +50,8 @@ import sys
 import threading
 import time
 import traceback
+
+from cublaslt_probe.errors import error_text
 
 CACHE_VARS = ("CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH",
               "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")
@@ -254,7 +257,7 @@ def hook_module(name: str, mod) -> None:
                 continue
             setattr(obj, meth, TIMERS.wrap(key, fn))
     except Exception as e:  # noqa: BLE001
-        TIMERS.errors.append(f"{name}: {type(e).__name__}: {e}")
+        TIMERS.errors.append(f"{name}: {error_text(e)}")
 
 
 def hook_loaded() -> None:
@@ -351,7 +354,7 @@ class Session:
             return {}
         try:
             s = self.torch.cuda.memory_stats()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001  the counters are evidence, not needed
             return {}
         keys = ("reserved_bytes.all.current", "segment.all.current", "num_device_alloc", "num_device_free",
                 "num_alloc_retries", "allocated_bytes.all.current")
@@ -449,7 +452,7 @@ class Session:
         try:
             self.torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001
-            error = error or f"{type(e).__name__}: {e}"
+            error = error or error_text(e)
             ok = False
         t1 = time.perf_counter_ns()
         proc = process_counters()
@@ -503,8 +506,8 @@ class Session:
                 step()
                 self.host_done()
                 self.end()
-            except Exception as e:  # noqa: BLE001  (reported, the steps stop)
-                self.end(ok=False, error=f"{type(e).__name__}: {e}")
+            except Exception as e:  # reported, the steps stop
+                self.end(ok=False, error=error_text(e))
                 raise
 
 
@@ -550,7 +553,7 @@ def preinit(torch) -> dict:
             out[name] = (time.perf_counter_ns() - t) / 1e9
             PREINIT_SPANS[name] = (t, time.perf_counter_ns())
         except Exception as e:  # noqa: BLE001
-            out[name] = f"{type(e).__name__}: {e}"
+            out[name] = error_text(e)
 
     dev = "cuda"
     timed("cuda_context", lambda: torch.zeros(1, device=dev))
@@ -708,7 +711,7 @@ def main(argv: list[str] | None = None) -> dict:
             res["cupti"] = {"path": os.path.basename(rec.path), "start_s": time.perf_counter() - t,
                             "watched": sorted(n for n, _ in rec.cbids.values())}
         except Exception as e:  # noqa: BLE001  (the run goes on without CUPTI, and says so)
-            res["cupti"] = {"error": f"{type(e).__name__}: {e}"}
+            res["cupti"] = {"error": error_text(e)}
             rec = None
     else:
         res["cupti"] = {"off": True}
@@ -724,7 +727,7 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             res["lt_log"] = {"error": "libcublasLt not mapped before the first step; no log"}
     except Exception as e:  # noqa: BLE001
-        res["lt_log"] = {"error": f"{type(e).__name__}: {e}"}
+        res["lt_log"] = {"error": error_text(e)}
     s = Session(torch, a.steps, rec, logger)
     s.preinit_wanted = a.preinit
     _ACTIVE = s
@@ -739,7 +742,7 @@ def main(argv: list[str] | None = None) -> dict:
                 s.host_done()
                 s.end()
             except Exception as e:
-                s.end(ok=False, error=f"{type(e).__name__}: {e}")
+                s.end(ok=False, error=error_text(e))
                 raise
             res["func_was_factory"] = callable(ret)
             if callable(ret):
@@ -781,10 +784,10 @@ def main(argv: list[str] | None = None) -> dict:
     except BaseException as e:  # noqa: BLE001  (everything measured so far is still reported)
         if s._open is not None:
             try:
-                s.end(ok=False, error=f"{type(e).__name__}: {e}")
-            except Exception:  # noqa: BLE001
+                s.end(ok=False, error=error_text(e))
+            except Exception:  # noqa: BLE001  the first error is the one reported
                 pass
-        res["error"] = f"{type(e).__name__}: {e}"
+        res["error"] = error_text(e)
         res["traceback"] = traceback.format_exc()[-2000:]
     finally:
         _ACTIVE = None
@@ -807,7 +810,7 @@ def main(argv: list[str] | None = None) -> dict:
         res["device"] = {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "torch": torch.__version__,
                          "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
         res["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  the device facts are optional
         pass
     if s.steps:
         walls = [w["wall_s"] for w in s.steps]

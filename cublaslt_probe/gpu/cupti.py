@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 
-from cublaslt_probe.errors import CaptureError
+from cublaslt_probe.errors import CaptureError, error_text
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class Recorder:
             self._stack: CallStack | None = CallStack()
         except (OSError, AttributeError) as e:  # no glibc backtrace/dladdr: load calls keep no caller
             self._stack = None
-            self.errors.append(f"load calls' callers not recorded: {type(e).__name__}: {e}")
+            self.errors.append(f"load calls' callers not recorded: {error_text(e)}")
 
     def _check(self, rc: int, what: str) -> None:
         check(self.lib, rc, what, "if a profiler is attached, run without it or with --no-cupti")
@@ -298,7 +298,7 @@ class Recorder:
                 self._driver(t, cbid, cbdata)
         except Exception as e:  # noqa: BLE001  (never raise into the driver; count and go on)
             if len(self.errors) < 20:
-                self.errors.append(f"{type(e).__name__}: {e}")
+                self.errors.append(error_text(e))
 
     def _module(self, t: int, cbdata) -> None:
         rd = ResourceData.from_address(cbdata)
@@ -492,7 +492,7 @@ class Activity:
                 if ev is not None:
                     self._events.append(ev)
         except Exception as e:  # noqa: BLE001  (never raise into CUPTI's thread; said at stop)
-            self._errors.append(str(e) if isinstance(e, CaptureError) else f"{type(e).__name__}: {e}")
+            self._errors.append(str(e) if isinstance(e, CaptureError) else error_text(e))
         finally:
             self._buffers.pop(buf, None)
 

@@ -277,7 +277,8 @@ class Graphs:
                     if st:
                         raise self._clock.error(st, "cuGraphMemsetNodeGetParams")
                     if m.height != 1 or m.elementSize not in self._memset:
-                        raise CaptureError(f"a memset of {m.height} rows of {m.elementSize}-byte elements is not replayed")
+                        raise CaptureError(f"a memset of {m.height} rows of {m.elementSize}-byte elements "
+                                           "is not replayed")
                     steps.append((self._memset[m.elementSize], (m.dst, m.value, m.width, sv)))
                     kinds.append("memset")
                 else:

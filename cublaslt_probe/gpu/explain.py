@@ -2,6 +2,8 @@
 its first-call anatomy (`firstcall`), gathered into the evidence `analysis.explain.analyse` reads."""
 from __future__ import annotations
 
+from cublaslt_probe.errors import error_text
+
 
 def gather(case, *, top: int = 32, first_call: bool = False, probe=None) -> dict:
     """Run the GEMM through the probe, its candidates, optionally the first-call anatomy (GPU)."""
@@ -16,7 +18,7 @@ def gather(case, *, top: int = 32, first_call: bool = False, probe=None) -> dict
         ev["candidates"] = [compact(r) for r in lt_candidates(probe, case, top=top, workspace_bytes=ws)]
         ev["candidates_workspace"] = ws
     except Exception as e:  # noqa: BLE001
-        ev["candidates_error"] = f"{type(e).__name__}: {e}"
+        ev["candidates_error"] = error_text(e)
     if first_call:
         from cublaslt_probe.gpu import firstcall
         ev["first_call"] = firstcall.analyse(firstcall.run(case.key))

@@ -29,7 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
 from cublaslt_probe.cases import Case
+from cublaslt_probe.errors import error_text
 
 RUNS = {
     "lazy": {"CUDA_MODULE_LOADING": "LAZY"},
@@ -187,9 +189,9 @@ def analyse(result: dict) -> dict:
                       f"{pre['first_us']:.0f} µs")
         if eager.get("ok"):
             comp["module_loading_us"] = max(0.0, base["first_us"] - eager["first_us"])
-            ev.append(f"EAGER module loading: handle creation {eager.get('blas_handle_us', 0) / 1e3:.0f} ms (every module "
-                      f"of the library loads there), first GEMM {eager['first_us']:.0f} µs -> loading this kernel's module "
-                      f"lazily ≈ {comp['module_loading_us']:.0f} µs")
+            ev.append(f"EAGER module loading: handle creation {eager.get('blas_handle_us', 0) / 1e3:.0f} ms "
+                      f"(every module of the library loads there), first GEMM {eager['first_us']:.0f} µs -> "
+                      f"loading this kernel's module lazily ≈ {comp['module_loading_us']:.0f} µs")
         if nocache.get("ok"):
             comp["heuristic_miss_us"] = max(0.0, nocache["launch_us"] - lazy["launch_us"])
             ev.append(f"heuristics cache off: host time per call {nocache['launch_us']:.0f} µs vs "
@@ -230,7 +232,8 @@ def analyse(result: dict) -> dict:
 
 def render(a: dict) -> str:
     lines = [f"first-call anatomy for {a['key']}", ""]
-    names = {"handle_init_us": "cuBLAS handle creation (before the GEMM)", "first_call_us": "first GEMM (fresh process)",
+    names = {"handle_init_us": "cuBLAS handle creation (before the GEMM)",
+             "first_call_us": "first GEMM (fresh process)",
              "lt_context_init_us": "cuBLASLt per-context init (first heuristic query)",
              "first_call_after_init_us": "first GEMM after that init", "second_call_us": "second call, same shape",
              "steady_us": "steady state", "module_loading_us": "lazy module loading",
@@ -252,6 +255,7 @@ if __name__ == "__main__":
         try:
             print(json.dumps(_child(sys.argv[2])))
         except Exception as e:  # noqa: BLE001  the parent reports it
-            print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+            print(json.dumps({"ok": False, "error": error_text(e)}))
     else:
-        sys.exit("usage: python -m cublaslt_probe.gpu.firstcall --child KEY (internal; use `cublaslt-probe first-call`)")
+        sys.exit("usage: python -m cublaslt_probe.gpu.firstcall --child KEY "
+                 "(internal; use `cublaslt-probe first-call`)")

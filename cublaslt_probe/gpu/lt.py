@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from cublaslt_probe.errors import CaptureError
+from cublaslt_probe.errors import CaptureError, error_text
+from cublaslt_probe.vocab import WORKSPACE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -446,7 +447,7 @@ class Problem:
     trans_b: str = "N"
     batch: int = 1
     bias: bool = False
-    workspace_bytes: int = 32 * 1024 * 1024
+    workspace_bytes: int = WORKSPACE_BYTES["lt"]
     alignment: int = 16
     # for fp8 the B type may differ from A (e4m3 x e5m2); None = same as A
     b_type: str | None = None
@@ -506,7 +507,7 @@ def measure_heuristics(lib: LtLibrary, problems: list, reps: int = 5) -> list[tu
             mms.append(LtMatmul(lib, p))
             idx.append(i)
         except Exception as e:  # noqa: BLE001  (e.g. a type combination the direct call refuses)
-            out[i] = (None, None, f"{type(e).__name__}: {e}"[:300])
+            out[i] = (None, None, error_text(e))
     try:
         try:
             for i, (miss, hit) in zip(idx, time_heuristics(lib, mms, reps)):
@@ -516,7 +517,7 @@ def measure_heuristics(lib: LtLibrary, problems: list, reps: int = 5) -> list[tu
                 try:
                     out[i] = (*mm.time_heuristic(reps), None)
                 except Exception as e:  # noqa: BLE001
-                    out[i] = (None, None, f"{type(e).__name__}: {e}"[:300])
+                    out[i] = (None, None, error_text(e))
     finally:
         for mm in mms:
             mm.close()
@@ -527,7 +528,8 @@ def set_up(lib: LtLibrary, dtypes=None) -> list[str]:
     """Pay the library's one-time set-ups now: one small heuristic question per dtype (`DTYPE_SPEC`; those of
     `dtypes` when given). The first question of each type pays a set-up of its own whichever path asks it, tens of
     milliseconds, far more than a later GEMM's new kernel costs (docs/decisions.md, "The library's
-    set-ups"). Nothing is launched and no kernel is loaded. Returns the dtypes whose question the library refused (their set-up is left to their
+    set-ups"). Nothing is launched and no kernel is loaded. Returns the dtypes whose question the library refused (their
+    set-up is left to their
     first GEMM)."""
     refused = []
     for d in dtypes or DTYPE_SPEC:
@@ -567,7 +569,7 @@ def serve_heuristics(conn, cpu: int | None = None, path: str | None = None) -> N
         set_up(lib)   # the library's set-ups before "ready": the probe's start-up waits for it, not its first window
         conn.send(("ready", lib.path))
     except Exception as e:  # noqa: BLE001
-        conn.send(("failed", f"{type(e).__name__}: {e}"[:300]))
+        conn.send(("failed", error_text(e)))
         return
     while True:
         try:

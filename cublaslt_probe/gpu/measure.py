@@ -44,10 +44,17 @@ import time
 
 from cublaslt_probe.analysis.candidates import max_rel_diff
 from cublaslt_probe.analysis.evidence import GROUPED_TORCH_OPS, TIMED_BACKENDS, TORCH_OPS, path_of
-from cublaslt_probe.cases import (Case, group_sizes, grouped_alternatives, invalid_reason, sizes_code,
-                                  sizes_summary, SPLIT_K)
-from cublaslt_probe.dtypes import TORCH_NAMES
-from cublaslt_probe.errors import CaptureError
+from cublaslt_probe.cases import (
+    SPLIT_K,
+    Case,
+    group_sizes,
+    grouped_alternatives,
+    invalid_reason,
+    sizes_code,
+    sizes_summary,
+)
+from cublaslt_probe.dtypes import SWEEP_DTYPES, TORCH_NAMES
+from cublaslt_probe.errors import CaptureError, error_text
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +63,6 @@ PAD_MULTIPLES = (8, 16, 64, 128)
 # ("deepgemm" runs DeepGEMM's kernels, which the probe does not build)
 EXPERTS_IMPLEMENTATIONS = {"grouped_mm": "original", "eager": "mm_per_group", "batched_mm": "batched_mm"}
 BATCHED_MM_CAP = 8 << 30   # bytes of per-row gathered weights up to which transformers' batched_mm is timed
-_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "tf32": "tf32", "fp8": "fp8", "fp8_e4m3": "fp8",
-           "fp8_e5m2": "fp8_e5m2"}
 
 
 def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | None]:
@@ -69,7 +74,7 @@ def case_of(g: dict, *, allow_tf32: bool = False) -> tuple[Case | None, str | No
         return None, f"op {g.get('op')!r} is not one the probe rebuilds (mm, addmm, bmm, _scaled_mm)"
     if g.get("groups"):
         return None, "a grouped GEMM: the probe times single GEMMs"
-    dtype = _DTYPES.get(g.get("dtype") or "")
+    dtype = SWEEP_DTYPES.get(g.get("dtype") or "")
     if dtype is None:
         return None, f"dtype {g.get('dtype')!r} is not one the probe runs"
     if dtype == "fp32" and allow_tf32:
@@ -184,7 +189,7 @@ def grouped_case_of(g: dict) -> tuple[Case | None, str | None]:
     if dim not in ("m", "k"):
         return None, (f"its offsets split {dim or 'an unknown dimension'}: the probe rebuilds grouped GEMMs whose "
                       "offsets split the rows (m) or, the weight gradient's, k")
-    dtype = _DTYPES.get(g.get("dtype") or "")
+    dtype = SWEEP_DTYPES.get(g.get("dtype") or "")
     if None in (g.get("m"), g.get("n"), g.get("k"), g.get("groups")) or not g.get("layout") or dtype is None:
         return None, "the trace gives no shapes, strides or dtype for it (record_shapes=True rebuilds them)"
     m, groups = int(g["m"]), int(g["groups"])
@@ -221,7 +226,7 @@ def batched_mm_variant(probe, c: Case, a, w) -> dict:
         row["kernels"] = [k for k, _ in probe.profile([fn])[0]]
         row["output"] = fn().squeeze(-1)
     except Exception as e:  # noqa: BLE001  the other variants stand
-        row.update(time_us=None, error=f"{type(e).__name__}: {e}"[:300])
+        row.update(time_us=None, error=error_text(e))
         torch.cuda.synchronize()
     return row
 
@@ -427,7 +432,7 @@ def graph_times(probe, cases: list[Case], calls: int = GRAPH_CALLS, reps: int = 
             out.append({"graph_us": _replayed_us(torch, b.fn, side, calls, reps), "graph_error": None})
         except Exception as e:  # noqa: BLE001  the eager time stands for this one
             torch.cuda.synchronize()
-            out.append({"graph_us": None, "graph_error": f"{type(e).__name__}: {e}"[:200]})
+            out.append({"graph_us": None, "graph_error": error_text(e)})
         finally:
             if b is not None:
                 b.close()
@@ -482,7 +487,7 @@ def use_graph_candidate_times(probe, c: Case, entry: dict, top: int) -> None:
     try:
         times = graph_candidate_times(probe, c, top)
     except Exception as e:  # noqa: BLE001  the eager times stand, with the reason
-        times, why = {}, f"{type(e).__name__}: {e}"[:200]
+        times, why = {}, error_text(e)
     else:
         why = "not replayed from a graph"
     rows = [(row, row.get("rank")) for row in entry.get("candidates") or []]
@@ -553,7 +558,7 @@ def experts_problem(rows: list[dict]) -> tuple[dict | None, str | None]:
         k, src = 1, "assumed 1 (no router GEMM of n = experts found beside the module)"
     else:
         src = "router"
-    dtype = _DTYPES.get(up.get("dtype") or "")
+    dtype = SWEEP_DTYPES.get(up.get("dtype") or "")
     if dtype not in ("bf16", "fp16"):
         return None, f"dtype {up.get('dtype')!r}: the rebuild runs bf16 and fp16 experts"
     train = any(r.get("pass") == "bwd" for r in rows)
@@ -707,9 +712,6 @@ def route(torch, sizes: list[int], tokens: int, top_k: int, seed: int = 0):
     return idx[torch.randperm(tokens, generator=gen)].contiguous().cuda()
 
 
-# Long: one module's experts measured in order (the problem, its inputs, every variant built, the rounds timed,
-# the numerics), the variants sharing the inputs and the timing rounds; it runs only on a GPU
-# (tests/test_gpu_grouped_audit.py).
 def measure_experts(probe, rows: list[dict]) -> dict:
     """A module's experts rebuilt from its audited grouped rows (`experts_problem`: the recorded sizes, the
     router's top-k) and each variant of `experts_forward` timed as the whole call the program makes (forward;
@@ -719,6 +721,16 @@ def measure_experts(probe, rows: list[dict]) -> dict:
     the same rows split evenly (a router's change). ``variants``: name, time_us (per call), saved_us, error
     or not_run; ``numerics``: each variant's output against ``original``'s on the same inputs (forward).
     Returns ``problem``, ``scope`` and ``calls`` too, or ``skipped`` with the reason."""
+    out = _measure_experts(probe, rows)
+    if "skipped" not in out:
+        probe.torch.cuda.empty_cache()   # the inputs and weights went with _measure_experts' frame
+    return out
+
+
+# Long: one module's experts measured in order (the problem, its inputs, every variant built, the rounds timed,
+# the numerics), the variants sharing the inputs and the timing rounds; it runs only on a GPU
+# (tests/test_gpu_grouped_audit.py).
+def _measure_experts(probe, rows: list[dict]) -> dict:
     t0 = time.perf_counter()
     prob, why = experts_problem(rows)
     if prob is None:
@@ -779,7 +791,7 @@ def measure_experts(probe, rows: list[dict]) -> dict:
                 elif n != "balanced" and ref is not None:
                     numerics[n] = max_rel_diff(y.float(), ref)
             except Exception as e:  # noqa: BLE001  the variant is reported, the others go on
-                errors[n] = f"{type(e).__name__}: {e}"[:300]
+                errors[n] = error_text(e)
                 torch.cuda.synchronize()
     timed = [n for n in names if n not in errors]
     samples: dict[str, list[float]] = {n: [] for n in timed}
@@ -799,7 +811,7 @@ def measure_experts(probe, rows: list[dict]) -> dict:
             one(n)
             warm[n] = one(n)
         except Exception as e:  # noqa: BLE001
-            errors[n] = f"{type(e).__name__}: {e}"[:300]
+            errors[n] = error_text(e)
             timed.remove(n)
             torch.cuda.synchronize()
     rounds = max(5, min(15, int(EXPERTS_BUDGET_S * 1e6 / max(1.0, sum(warm.values())))))
@@ -811,7 +823,8 @@ def measure_experts(probe, rows: list[dict]) -> dict:
             w.grad = None
     med = {n: statistics.median(v) for n, v in samples.items() if v}
     base = med.get("original")
-    out["variants"] = [{"variant": n, "time_us": round(med[n], 1) if n in med else None, "reps": len(samples.get(n, [])),
+    out["variants"] = [{"variant": n, "time_us": round(med[n], 1) if n in med else None,
+                        "reps": len(samples.get(n, [])),
                         "saved_us": round(base - med[n], 1) if base and n in med else None,
                         "error": errors.get(n)} for n in names] + [
         {"variant": n, "time_us": None, "reps": 0, "saved_us": None, "error": None, "not_run": why}
@@ -821,8 +834,6 @@ def measure_experts(probe, rows: list[dict]) -> dict:
     out["tolerance"] = _tolerance(prob["dtype"])
     out["rounds"] = rounds
     out["seconds"] = round(time.perf_counter() - t0, 3)
-    del w1, w2, x, cache
-    torch.cuda.empty_cache()
     return out
 
 
@@ -870,7 +881,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
             try:
                 entry.update(measure_grouped(probe, g))
             except Exception as e:  # noqa: BLE001  one GEMM that cannot run is reported, the others go on
-                entry["error"] = f"{type(e).__name__}: {e}"[:300]
+                entry["error"] = error_text(e)
             entry["seconds"] = round(time.perf_counter() - t0, 3)
             results.append(entry)
             log.info("measured grouped %s in %.2f s", entry.get("case") or entry["key"], entry["seconds"])
@@ -887,7 +898,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
         try:
             recs = probe.run_window(todo)
         except Exception as e:  # noqa: BLE001  one GEMM that cannot run is reported, the others go on
-            entry["error"] = f"{type(e).__name__}: {e}"[:300]
+            entry["error"] = error_text(e)
             results.append(entry)
             continue
         if g.get("graph") is not None:      # replayed from a CUDA graph in the program: timed the same way
@@ -909,7 +920,7 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
             if entry.get("timing") == "graph":     # the original is graph-replayed: its candidates too
                 use_graph_candidate_times(probe, c, entry, top)
         except Exception as e:  # noqa: BLE001
-            entry["candidates_error"] = f"{type(e).__name__}: {e}"[:300]
+            entry["candidates_error"] = error_text(e)
         labels = [(f"path:{p.backend}", p) for p in paths] + [(f"{d}={getattr(alt, d)}", alt) for d, _, alt in wi]
         entry["numerics"] = _numerics(probe, c, labels)
         entry["tolerance"] = cand.tolerance(c.dtype)

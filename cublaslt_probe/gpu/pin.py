@@ -70,8 +70,8 @@ class PinnedLinear:
         from cublaslt_probe.gpu import lt
         L = self.lib.lib
         res = lt.cublasLtMatmulHeuristicResult_t()
-        L.cublasLtMatmulAlgoCheck.argtypes = [ctypes.c_void_p] * 6 + [ctypes.POINTER(lt.cublasLtMatmulAlgo_t),
-                                                                      ctypes.POINTER(lt.cublasLtMatmulHeuristicResult_t)]
+        L.cublasLtMatmulAlgoCheck.argtypes = [ctypes.c_void_p] * 6 + [
+            ctypes.POINTER(lt.cublasLtMatmulAlgo_t), ctypes.POINTER(lt.cublasLtMatmulHeuristicResult_t)]
         st = L.cublasLtMatmulAlgoCheck(self.lib.handle, self.mm.op, self.mm.a, self.mm.b, self.mm.c, self.mm.c,
                                        ctypes.byref(self.algo), ctypes.byref(res))
         if st:

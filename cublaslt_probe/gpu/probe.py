@@ -32,15 +32,35 @@ import time
 from dataclasses import dataclass
 
 from cublaslt_probe.analysis.candidates import max_rel_diff
+from cublaslt_probe.analysis.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
 from cublaslt_probe.cases import Case, grouped_alternatives, invalid_reason, sizes_summary
 from cublaslt_probe.dtypes import FP8_ELEMENTS, TORCH_NAMES, lt_types, output_type
-from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError
-from cublaslt_probe.analysis.evidence import WORKSPACE_BYTES, heuristic_workspace, library_path
-from cublaslt_probe.vocab import PEAKS
+from cublaslt_probe.errors import CaptureError, NoCudaDevice, OptionError, error_text
 from cublaslt_probe.gpu.timing import (  # noqa: F401  (the timing method's names, imported from here by callers)
-    ATTEMPTS, BATCH_US, CHEAP_SPIN, GAP_SLACK_US, GAP_US_PER_REP, HOST_US_GUESS, LOGGED_HOST_US_GUESS, MAX_CALLS,
-    MAX_PER, SINGLE_US, SPIN_FLOOR_US, SPIN_MARGIN, SPIN_SLACK_US, Pending, Timer, Timing, covering_batch,
-    enqueue_spin, estimate_spin, gpu_us_per_call, timing_plan, timing_spin)
+    ATTEMPTS,
+    BATCH_US,
+    CHEAP_SPIN,
+    GAP_SLACK_US,
+    GAP_US_PER_REP,
+    HOST_US_GUESS,
+    LOGGED_HOST_US_GUESS,
+    MAX_CALLS,
+    MAX_PER,
+    SINGLE_US,
+    SPIN_FLOOR_US,
+    SPIN_MARGIN,
+    SPIN_SLACK_US,
+    Pending,
+    Timer,
+    Timing,
+    covering_batch,
+    enqueue_spin,
+    estimate_spin,
+    gpu_us_per_call,
+    timing_plan,
+    timing_spin,
+)
+from cublaslt_probe.vocab import PEAKS
 
 log = logging.getLogger(__name__)
 
@@ -621,7 +641,8 @@ def cpu_cores(slot: int, allowed=None, siblings_of=_siblings, local=None) -> tup
     probe's own, its heuristic companion's and its prewarm thread's (`HeuristicPrewarm`), counted from the
     last core (the first ones take the system's interrupts); None when the cores this process may use are
     too few. Pinned so, none shares a core with another or with another slot's: unpinned, the
-    companion's heuristic misses read longer than the probe's own, and two probes on one host slow each other. Taken among the CPUs `local` to the probe's GPU (`gpu_local_cpus`) when they hold the
+    companion's heuristic misses read longer than the probe's own, and two probes on one host slow each other. Taken
+    among the CPUs `local` to the probe's GPU (`gpu_local_cpus`) when they hold the
     slot's three: a GPU's launches from a core of another NUMA node cost more host time."""
     allowed = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
     if local:
@@ -1052,7 +1073,7 @@ class Probe:
         s, e = clock.event(), clock.event()
         for _ in range(2):  # the first run warms the spin kernel up
             st = self._stream()
-            clock.record(s, st); torch.cuda._sleep(400_000); clock.record(e, st)  # noqa: E702
+            clock.record(s, st); torch.cuda._sleep(400_000); clock.record(e, st)  # noqa: E702  the timed sequence
             clock.wait(e)
             rate = 400_000 / max(clock.elapsed_us(s, e), 1.0)
         self.clock.destroy(s)
@@ -1368,7 +1389,7 @@ class Probe:
                 win.built.append((rec, c, b))
                 b = None
         except Exception as e:  # noqa: BLE001  a failing GEMM becomes an error row, the sweep goes on
-            rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
+            rec["error"] = error_text(e)
             self.torch.cuda.synchronize()
             if b is not None:
                 b.close()   # its lt descriptors, its replay's graph
@@ -1458,7 +1479,7 @@ class Probe:
             f.phases["wait"] = round((time.perf_counter() - t) * 1e3, 3)
             _fill_timing(f.rec, self.timer.end(f.pending), f.built)
         except Exception as e:  # noqa: BLE001
-            f.rec["error"] = f"{type(e).__name__}: {e}".strip()[:500]
+            f.rec["error"] = error_text(e)
             self.torch.cuda.synchronize()
         f.phases["time"] = round(f.phases.get("time", 0.0) + (time.perf_counter() - t) * 1e3, 3)
         if f.rec.get("error"):
@@ -1475,7 +1496,7 @@ class Probe:
                                  lt_candidates(self, c, top=self.options.candidates, reps=self.options.candidate_reps)]
             _lap(ph, "candidates", t)
         except Exception as e:  # noqa: BLE001
-            rec["candidates_error"] = f"{type(e).__name__}: {e}"[:300]
+            rec["candidates_error"] = error_text(e)
 
     def _finish(self, built) -> None:
         """Profile the built GEMMs of a window (one session), fill their kernels, release them."""
@@ -1491,7 +1512,7 @@ class Probe:
                 rec["probe_ms"]["profile_share"] = round(share, 3)
         except Exception as e:  # noqa: BLE001
             for rec, _, _ in built:
-                rec["error"] = rec["error"] or f"kernel capture failed: {type(e).__name__}: {e}"[:500]
+                rec["error"] = rec["error"] or f"kernel capture failed: {error_text(e)}"
         for _, _, b in built:
             b.close()
         built.clear()
@@ -1541,7 +1562,7 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
                 row["time_us"], row["time_us_min"] = t.median_us, t.min_us
                 ran.append((row, fn))
             except Exception as e:  # noqa: BLE001
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
+                row["error"] = error_text(e)
                 torch.cuda.synchronize()
             out.append(row)
         if ran and ran[0][0]["rank"] == 0:
@@ -1591,7 +1612,7 @@ def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
             loop["time_us"] = probe.time_gpu(fn, key="torch|mm_per_group").median_us
             loop["kernels"] = [k for k, _ in probe.profile([fn])[0]]
         except Exception as e:  # noqa: BLE001  the other variants' rows stand
-            loop.update(time_us=None, kernels=[], error=f"{type(e).__name__}: {e}"[:300])
+            loop.update(time_us=None, kernels=[], error=error_text(e))
             torch.cuda.synchronize()
         rows.append(loop)
     finally:

@@ -62,7 +62,7 @@ class PadLinear:
     def apply(self) -> None:
         torch = self.torch
         fn = _padded_linear(torch)
-        for name, m in self.mods:
+        for _name, m in self.mods:
             w, b = m.weight, m.bias
             if self.dim == "out":
                 big = torch.zeros((self.new, w.shape[1]), dtype=w.dtype, device=w.device)
@@ -389,7 +389,8 @@ def _rounds(torch, step, on, off, rounds: int, steps: int, warmup: int) -> tuple
 
 def _numerics(torch, applier, sample) -> dict:
     """The applied module's output against the original on an input it saw: max |Δ| over max |y|
-    (`candidates.max_rel_diff`), within the dtype's tolerance (`candidates.tolerance`), and the shapes equal (a padded or pinned linear; other appliers change
+    (`candidates.max_rel_diff`), within the dtype's tolerance (`candidates.tolerance`), and the shapes equal (a padded
+    or pinned linear; other appliers change
     what the program computes on purpose, or nothing of it, and are not compared)."""
     if not isinstance(applier, (PadLinear, PinLinears)) or sample is None:
         return {"checked": False}
@@ -465,7 +466,8 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
             breaks = _graph_breaks()
             try:
                 a, b = _rounds(torch, step, ap.apply, ap.restore, rounds, steps, warmup)
-            except Exception as e:   # the program's own error under the variant: the item failed, the run goes on
+            # the program's own error under the variant: the item failed, the run goes on
+            except Exception as e:  # noqa: BLE001
                 out_items.append({**rec, "status": "failed", "why": f"the step failed under the change: "
                                   f"{e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
                 say(f"prove {n}/{len(todo)}: {it.get('what')}: failed ({e.__class__.__name__})")

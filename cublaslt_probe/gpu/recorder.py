@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.errors import CaptureError
 from cublaslt_probe.cases import sizes_summary
+from cublaslt_probe.errors import CaptureError, error_text
 
 LOG_LEVEL = 2  # one Trace line per cuBLASLt matmul, with its algo
 # The Python entry points of torch's grouped GEMMs the recorder wraps (`GroupSizes`): module, attribute, the aten op
@@ -266,7 +266,7 @@ class GraphRecorder:
             else:   # torch drops the driver's graph at capture_end unless the graph keeps it (keep_graph=True)
                 entry["error"] = "debug_dump wrote no file: the graph was not kept after its capture"
         except (AttributeError, RuntimeError, OSError) as e:
-            entry["error"] = f"{type(e).__name__}: {e}"[:200]
+            entry["error"] = error_text(e)
         self.graphs.append(entry)
 
     def _replay(self, orig):
@@ -341,7 +341,7 @@ class CompiledGemms:
         try:
             from torch._guards import CompileContext
             cid = CompileContext.current_compile_id()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001  a torch without compile ids
             cid = None
         n, g = 0, self._graphs
         self._graphs += 1

@@ -7,9 +7,10 @@ GPU side: `replay(records)`. CPU side: `problem_from_record(rec)` (what can be r
 from __future__ import annotations
 
 from cublaslt_probe.dtypes import log_dtype, log_type, lt_types, output_type, short_dtype
+from cublaslt_probe.errors import error_text
 
 # The (A type, B type, compute type) combinations, as the log writes them, that the lt backend rebuilds
-_DTYPES = (("R_32F", "R_32F", "COMPUTE_32F"), ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"),
+_REPLAYABLE = (("R_32F", "R_32F", "COMPUTE_32F"), ("R_32F", "R_32F", "COMPUTE_32F_FAST_TF32"),
            ("R_16F", "R_16F", "COMPUTE_32F"), ("R_16BF", "R_16BF", "COMPUTE_32F"),
            ("R_8F_E4M3", "R_8F_E4M3", "COMPUTE_32F"), ("R_8F_E5M2", "R_8F_E4M3", "COMPUTE_32F"),
            ("R_8F_E4M3", "R_8F_E5M2", "COMPUTE_32F"))
@@ -29,9 +30,9 @@ def problem_from_record(rec) -> dict:
     if missing:
         raise NotReplayable(f"line {rec.line}: the log line lacks {', '.join(missing)} (truncated or older format)")
     key = (rec.a_type, rec.b_type, rec.compute_type)
-    if key not in _DTYPES:
+    if key not in _REPLAYABLE:
         raise NotReplayable(f"line {rec.line}: types A={rec.a_type} B={rec.b_type} compute={rec.compute_type} are not "
-                            f"among the replayable combinations ({', '.join('/'.join(k) for k in _DTYPES)})")
+                            f"among the replayable combinations ({', '.join('/'.join(k) for k in _REPLAYABLE)})")
     dt = log_dtype(*key)
     out = log_type(output_type(dt))
     if rec.c_type != out or (rec.d_type and rec.d_type != rec.c_type):
@@ -54,10 +55,10 @@ def problem_from_record(rec) -> dict:
 
 def replay(records, probe=None, reps: int = 10) -> list[dict]:
     """Replay trace records on the GPU. One result dict per record (error set when it could not run)."""
-    from cublaslt_probe.gpu import lt
     from cublaslt_probe.analysis.evidence import consistency, main_kernel
-    from cublaslt_probe.names import decode
+    from cublaslt_probe.gpu import lt
     from cublaslt_probe.gpu.probe import Probe
+    from cublaslt_probe.names import decode
     probe = probe or Probe(pipeline=False)  # GEMMs one at a time: no windows to overlap
     torch = probe.torch
     out = []
@@ -93,10 +94,11 @@ def replay(records, probe=None, reps: int = 10) -> list[dict]:
                 res["consistent_with_log"] = consistency(kn, rec)
                 if res["heuristic_today"]:
                     h = res["heuristic_today"]
-                    res["heuristic_agrees"] = (h["algo_id"] == rec.algo_id and (rec.tile is None or h["tile"] == rec.tile)
+                    res["heuristic_agrees"] = (h["algo_id"] == rec.algo_id
+                                               and (rec.tile is None or h["tile"] == rec.tile)
                                                and (rec.cluster is None or h["cluster"] == rec.cluster))
         except Exception as e:  # noqa: BLE001  a line that fails says why; the others still run
-            res["error"] = f"{type(e).__name__}: {e}"[:400]
+            res["error"] = error_text(e)
             torch.cuda.synchronize()
     return out
 

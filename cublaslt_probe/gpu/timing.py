@@ -254,7 +254,7 @@ class Timer:
         for _ in range(3):
             self.spin(5000)
             for i in range(n):
-                rec(events.starts[i], st); self.tiny(); rec(events.mids[i], st)  # noqa: E702
+                rec(events.starts[i], st); self.tiny(); rec(events.mids[i], st)  # noqa: E702  the timed sequence
                 self.tiny(); rec(events.ends[i], st)  # noqa: E702
             clock.wait(events.ends[-1])
             out.append(events.gap_us([clock.elapsed_us(a, b) for a, b in zip(events.starts, events.ends)]) / n)

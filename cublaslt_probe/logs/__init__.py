@@ -6,14 +6,33 @@ records into a table and into "which GEMMs, how often". See docs/logs.md.
 """
 from cublaslt_probe.logs._io import LogReadError
 from cublaslt_probe.logs.cublas import CublasCall, parse_cublas_log
-from cublaslt_probe.logs.parser import (build_record, flatten, load_log, load_logs, parse_line, parse_log,
-                                        parse_logs, parse_message, scan, without_pointers)
-from cublaslt_probe.logs.record import (FIELD_NAMES, KINDS, LEVELS, MASK_BITS, BadLine, LogRecord,
-                                        ParseStats, short_dtype)
+from cublaslt_probe.logs.parser import (
+    build_record,
+    flatten,
+    load_log,
+    load_logs,
+    parse_line,
+    parse_log,
+    parse_logs,
+    parse_message,
+    scan,
+    without_pointers,
+)
+from cublaslt_probe.logs.record import (
+    FIELD_NAMES,
+    KINDS,
+    LEVELS,
+    MASK_BITS,
+    BadLine,
+    LogRecord,
+    ParseStats,
+    short_dtype,
+)
 
 __all__ = ["parse_log", "parse_logs", "parse_line", "parse_message", "load_log", "load_logs",
            "parse_cublas_log", "records_to_frame", "summarize", "short_dtype", "scan", "flatten",
-           "build_record", "without_pointers", "LogRecord", "CublasCall", "ParseStats", "BadLine", "LogReadError", "FIELD_NAMES",
+           "build_record", "without_pointers", "LogRecord", "CublasCall", "ParseStats", "BadLine", "LogReadError",
+           "FIELD_NAMES",
            "KINDS", "LEVELS", "MASK_BITS"]
 
 

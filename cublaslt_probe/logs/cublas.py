@@ -16,9 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from cublaslt_probe.logs._io import READ_ERRORS, LogReadError, Source, describe_read_error, open_lines, \
-    source_name
-from cublaslt_probe.logs.record import ParseStats
+from cublaslt_probe.logs._io import READ_ERRORS, LogReadError, Source, describe_read_error, open_lines, source_name
+from cublaslt_probe.logs.record import ParseStats, op_letter
 
 _CALL = re.compile(r"I! cuBLAS \(v?([^)]*)\) function (.*?)(?: called)?:?\s*\Z")
 _ARG = re.compile(r"i!\s*(\w+): type=(.*?); val=(.*)\Z")
@@ -27,8 +26,6 @@ _INFO_PAIRS = re.compile(r"i!\s*(\w+=.*)\Z")
 _FUNC = re.compile(r"(\w+)\s*\(")
 _ENUM = re.compile(r"(.*?)\((-?\d+)\)\Z")
 _LT_LINE = re.compile(r"\[\d{4}-\d\d-\d\d [\d:.]+\]\[\w+\]\[\d+\]\[")
-_TRANS = {"CUBLAS_OP_N": "N", "CUBLAS_OP_T": "T", "CUBLAS_OP_C": "C", "CUBLAS_OP_HERMITAN": "C",
-          "CUBLAS_OP_CONJG": "CONJG"}
 
 
 @dataclass(slots=True)
@@ -87,8 +84,8 @@ class CublasCall:
     n = property(lambda self: self._int("n"))
     k = property(lambda self: self._int("k"))
     batch_count = property(lambda self: self._int("batchCount"))
-    op_a = property(lambda self: _TRANS.get(self.value("transa"), self.value("transa")))
-    op_b = property(lambda self: _TRANS.get(self.value("transb"), self.value("transb")))
+    op_a = property(lambda self: op_letter(self.value("transa")))
+    op_b = property(lambda self: op_letter(self.value("transb")))
     a_type = property(lambda self: self._type("Atype"))
     b_type = property(lambda self: self._type("Btype"))
     c_type = property(lambda self: self._type("Ctype"))

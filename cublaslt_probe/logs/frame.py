@@ -10,6 +10,7 @@ import pandas as pd
 
 from cublaslt_probe.logs.record import CATEGORY_COLUMNS, FIELD_NAMES, INT_COLUMNS, SUMMARY_KEYS, LogRecord
 
+
 def records_to_frame(records: Iterable[LogRecord]) -> pd.DataFrame:
     """One row per record, columns named as the record fields (see docs/logs.md).
 
@@ -36,7 +37,8 @@ def summarize(df: pd.DataFrame | Iterable[LogRecord]) -> pd.DataFrame:
     """Identical GEMMs (same function, types, transposes, m n k, batch, epilogue and algo) with counts.
 
     Columns: ``count``, ``share`` (fraction of all rows), the key columns, the torch view
-    (``torch_m``, ``torch_n``, ``torch_k``), ``known_issue`` (the config's, `logs.issues`), ``pids`` (distinct processes), ``first_file`` and
+    (``torch_m``, ``torch_n``, ``torch_k``), ``known_issue`` (the config's, `logs.issues`), ``pids`` (distinct
+    processes), ``first_file`` and
     ``first_line`` (where it first appears). Sorted by count, descending; ties in order of appearance.
     """
     if not isinstance(df, pd.DataFrame):  # records: counted as they stream by (flat memory)

@@ -22,9 +22,8 @@ import re
 from operator import attrgetter
 from typing import Iterable, Iterator
 
-from cublaslt_probe.logs._io import (READ_ERRORS, LogReadError, Source, describe_read_error, open_lines,
-                                     source_name)
-from cublaslt_probe.logs.record import FIELD_NAMES, LEVEL_TAGS, LEVELS, LogRecord, ParseStats
+from cublaslt_probe.logs._io import READ_ERRORS, LogReadError, Source, describe_read_error, open_lines, source_name
+from cublaslt_probe.logs.record import FIELD_NAMES, LEVEL_TAGS, LEVELS, LogRecord, ParseStats, op_letter
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +103,6 @@ def scan(body: str, offset: int = 0) -> list[tuple[str, object]]:
 # The body is flattened to (dotted key, value) pairs: "Adesc=[type=R_16BF rows=4096]" → ("Adesc.type",
 # "R_16BF"), ("Adesc.rows", "4096"); tables keyed by the dotted key say which field each pair fills.
 
-_TRANS = {"OP_N": "N", "OP_T": "T", "OP_C": "C", "CUBLAS_OP_N": "N", "CUBLAS_OP_T": "T",
-          "CUBLAS_OP_C": "C", "N": "N", "T": "T", "C": "C"}
-
-
 def _strip(prefix: str):
     n = len(prefix)
     return lambda v: v[n:] if v.startswith(prefix) else v
@@ -119,16 +114,12 @@ def _to_bool(v: str) -> bool:
     raise ValueError(v)
 
 
-def _trans(v: str) -> str:
-    return _TRANS.get(v, v)
-
-
 # dotted key → (field, converter)
 _FIELDS = {
     "computeDesc.computeType": ("compute_type", None),
     "computeDesc.scaleType": ("scale_type", None),
-    "computeDesc.transa": ("op_a", _trans),
-    "computeDesc.transb": ("op_b", _trans),
+    "computeDesc.transa": ("op_a", op_letter),
+    "computeDesc.transb": ("op_b", op_letter),
     "computeDesc.epilogue": ("epilogue", None),
     "algo.algoId": ("algo_id", int),
     "algo.tile": ("tile", _strip("MATMUL_TILE_")),
@@ -479,7 +470,7 @@ def _make_fast_constructor():
            "    self.extra = extra.copy()\n"
            "    return self\n")
     ns: dict = {"LogRecord": LogRecord}
-    exec(src, ns)  # noqa: S102 - code built from our own field names only
+    exec(src, ns)  # code built from our own field names only
     return ns["make"]
 
 

@@ -16,6 +16,15 @@ LEVELS = {"Error": 1, "Trace": 2, "Hints": 3, "Info": 4, "Api": 5}
 LEVEL_TAGS = {v: k for k, v in LEVELS.items()}
 MASK_BITS = {"Error": 1, "Trace": 2, "Hints": 4, "Info": 8, "Api": 16}
 KINDS = ("trace", "api", "info", "error", "hints")
+# A cublasOperation_t as the logs spell it (cuBLASLt ``OP_T``, cuBLAS ``CUBLAS_OP_T``, or the bare letter) -> the
+# op letter the records keep: N, T, C (HERMITAN is cuBLAS's other name for C), or CONJG (conjugate, no transpose).
+OP_LETTERS = {f"{prefix}{op}": letter for prefix in ("", "OP_", "CUBLAS_OP_")
+              for op, letter in (("N", "N"), ("T", "T"), ("C", "C"), ("HERMITAN", "C"), ("CONJG", "CONJG"))}
+
+
+def op_letter(v):
+    """The op letter (`OP_LETTERS`) of a logged transpose value; any other value comes back unchanged."""
+    return OP_LETTERS.get(v, v)
 
 
 @dataclass(slots=True)

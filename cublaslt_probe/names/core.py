@@ -5,7 +5,10 @@ import logging
 import re
 
 from cublaslt_probe.errors import UnknownKernelName
-from cublaslt_probe.names import nvjet as _nvjet  # noqa: I001  (import order = registry order)
+
+# The grammars register on import, and grammar_for tries them in that order.
+# isort: off
+from cublaslt_probe.names import nvjet as _nvjet
 from cublaslt_probe.names import xmma as _xmma
 from cublaslt_probe.names import cutlass as _cutlass
 from cublaslt_probe.names import helpers as _helpers
@@ -15,6 +18,7 @@ from cublaslt_probe.names.classify import classify as _classify
 from cublaslt_probe.names import tokens as T
 from cublaslt_probe.names.grammar import Grammar, grammar_for
 from cublaslt_probe.names.model import KernelName, make
+# isort: on
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +104,7 @@ def _demangle_itanium(s: str) -> str | None:
         return None
     try:
         out = str(ast)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  a tree it parsed but cannot print
         return None
     return out if out and out != s else None
 
@@ -156,7 +160,7 @@ def _decode_uncached(raw) -> KernelName:
             _sig.cudnn_engine(f, text)
         _classify(f)
         return make(text, **f)
-    except Exception:  # noqa: BLE001 - the contract: never raise; a bug here must not lose the name
+    except Exception:  # the contract: never raise; a bug here must not lose the name
         log.debug("decoder error on %r", text[:200], exc_info=True)
         f = _unknown(text.strip(), "bare", ("<decoder error>",))
         _classify(f)

@@ -25,8 +25,7 @@ only when it differs from the accumulator; the A (= B) type after it only when i
 from __future__ import annotations
 
 from cublaslt_probe.names import tokens as T
-from cublaslt_probe.names.grammar import (Grammar, flag_set, literal, pair, regex, register, table,
-                                          triple)
+from cublaslt_probe.names.grammar import Grammar, flag_set, literal, pair, regex, register, table, triple
 from cublaslt_probe.names.tokens import Meaning
 
 _ACC_FOR = {t.value: k for k, t in T.CUTLASS_ACC_LETTERS.items()}

@@ -19,13 +19,13 @@ import re
 from cublaslt_probe.names import tokens as T
 from cublaslt_probe.names.grammar import Grammar, Slot, register
 from cublaslt_probe.names.tokens import Meaning
+from cublaslt_probe.names.tree import CAST
 
 CUTLASS_WRAPPERS = frozenset({"cutlass::Kernel", "cutlass::Kernel2", "Kernel", "Kernel2", "cutlass::device_kernel",
                               "device_kernel"})
 HELPER_FAMILIES = frozenset({"gemv", "gemmSN", "splitk_reduce", "helper", "framework"})
 _ELLIPSIS = ("…", "...")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_CAST = re.compile(r"^\((?:int|bool|unsigned int|unsigned|long|unsigned long|long long|char|short)\)\s*")
 _EQ = re.compile(r"^(?:int|bool|unsigned int|unsigned|long|char|short)\s*=\s*")
 _ACTIVITY = re.compile(r"^(Memset|Memcpy)\b")
 
@@ -92,7 +92,7 @@ def _split_args(inner: str) -> tuple[str, ...]:
 
 def _norm_arg(a: str) -> str:
     a = a.strip()
-    m = _CAST.match(a) or _EQ.match(a)
+    m = CAST.match(a) or _EQ.match(a)
     if m:
         kind = m.group(0)
         a = a[m.end():].strip()

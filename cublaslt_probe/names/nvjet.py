@@ -13,8 +13,7 @@ Consumer Blackwell (sm120)::
 from __future__ import annotations
 
 from cublaslt_probe.names import tokens as T
-from cublaslt_probe.names.grammar import (Grammar, flag_set, literal, pair, regex, register, shape,
-                                          table)
+from cublaslt_probe.names.grammar import Grammar, flag_set, literal, pair, regex, register, shape, table
 from cublaslt_probe.names.tokens import Meaning, Tok
 
 _LETTER_FOR = {}

@@ -422,7 +422,8 @@ TRITON_OP_PHRASES: tuple[tuple[str, ...], ...] = tuple(tuple(p.split("_")) for p
     "select_scatter", "constant_pad_nd", "avg_pool2d", "max_pool2d_with_indices", "new_zeros", "new_ones",
     "full_like", "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "masked_fill",
     "where_self", "gelu_backward", "silu_backward", "threshold_backward", "sigmoid_backward",
-    "tanh_backward", "mm_t", "cutlass_scaled_mm", "clamp_min", "clamp_max", "var_mean", "arange", "_weight_norm_interface",
+    "tanh_backward", "mm_t", "cutlass_scaled_mm", "clamp_min", "clamp_max", "var_mean", "arange",
+    "_weight_norm_interface",
 ))
 # ...and their backward ops (native_dropout_backward, native_group_norm_backward, ...)
 TRITON_OP_PHRASES += tuple(p + ("backward",) for p in TRITON_OP_PHRASES if p[-1] != "backward")

@@ -18,8 +18,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_CAST = re.compile(r"\((?:int|bool|unsigned int|unsigned|long|unsigned long|long long|char|short|"
-                   r"unsigned char|signed char)\)\s*")
+# A C-style cast of an integral template argument, ``(int)3``, ``(bool)1``: read by `parse` and by
+# `names.helpers` when it normalises a template argument.
+CAST = re.compile(r"\((?:int|bool|unsigned int|unsigned|long|unsigned long|long long|char|short|"
+                  r"unsigned char|signed char)\)\s*")
 _INT_LIT = re.compile(r"^-?([0-9]+)(?:u|ul|l|ll|ull|U|UL|L)?$")
 _STATIC = re.compile(r"^(?:cute::)?(?:C<\s*(-?[0-9]+)\s*>|_([0-9]+))$")
 
@@ -59,7 +61,7 @@ class Tree:
 
 def parse(sig: str) -> Tree:
     """The template tree of the first function in a demangled signature (never raises)."""
-    s = _CAST.sub("", sig)
+    s = CAST.sub("", sig)
     truncated = False
     for e in ("…", "..."):
         if s.rstrip().endswith(e):

@@ -10,8 +10,7 @@
 from __future__ import annotations
 
 from cublaslt_probe.names import tokens as T
-from cublaslt_probe.names.grammar import (Grammar, flag_set, literal, regex, register, shape, table,
-                                          triple)
+from cublaslt_probe.names.grammar import Grammar, flag_set, literal, regex, register, shape, table, triple
 from cublaslt_probe.names.tokens import Meaning, Tok
 
 _DT = "|".join(sorted(T.XMMA_DTYPES, key=len, reverse=True))

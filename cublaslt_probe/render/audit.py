@@ -7,12 +7,18 @@ from typing import Any
 
 import pandas as pd
 
-from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
-from cublaslt_probe.analysis.audit.advice import (_cand_text, _label, _match_rows, advice_total, disproven, estimates,
-                                                  ranked)
+from cublaslt_probe.analysis.audit.advice import (
+    _cand_text,
+    _label,
+    _match_rows,
+    advice_total,
+    disproven,
+    estimates,
+    ranked,
+)
 from cublaslt_probe.analysis.audit.measured import checked
+from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
 from cublaslt_probe.vocab import FIGURE_FORMATS, figure
-
 
 # --------------------------------------------------------------------------- rendering
 TABLE_COLUMNS = ("share", "calls", "gpu_us", "module", "pass", "op", "dtype", "layout", "m", "n", "k", "groups",
@@ -313,6 +319,7 @@ def chain(r: dict, g: dict | None = None) -> list[str]:
 def _svg(fig) -> str:
     """The figure as inline SVG (the page stays one self-contained file)."""
     import io
+
     import matplotlib.pyplot as plt
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
@@ -326,6 +333,7 @@ def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, A
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from cublaslt_probe.analysis.trace import timeline_groups
     figs: dict[str, Any] = {}
     g = timeline_groups(a.timeline)

@@ -220,7 +220,7 @@ def consistency_summary(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     t.columns.name = None      # the crosstab's axis name would render as an empty header column
     cols = [c for c in ("key", "kernel_short", "algo_tile", "algo_stages", "algo_cluster", "algo_split_k",
                         "log_function") if c in d]
-    bad = d[d["consistent"].astype("boolean").fillna(True) == False][cols]  # noqa: E712
+    bad = d[d["consistent"].astype("boolean").fillna(True) == False][cols]  # noqa: E712  elementwise (pandas)
     return t, bad.reset_index(drop=True)
 
 

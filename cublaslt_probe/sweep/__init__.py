@@ -36,24 +36,83 @@ dataset), `numpy_executor` (the CPU executor of the `numpy` backend).
 """
 from __future__ import annotations
 
-from cublaslt_probe.vocab import PRESETS
-from cublaslt_probe.sweep.spec import (Cases, expand_axis, GROUPED, load_spec, NAMES, numpy_invalid, Plan,
-                                       plan_from_spec, SIZES)
-from cublaslt_probe.sweep.presets import (LLM_MODELS, llm_weights, moe_groups, MOE_MODELS, MOE_TOKENS, plan, preset,
-                                          TOKENS)
-from cublaslt_probe.sweep.slices import (cpu_slot, local_rank_device, parse_shard, SCHEDULER_VARS, shard,
-                                         shard_from_env, Slice, SLOT_VARS, WHOLE)
-from cublaslt_probe.sweep.runner import (build_dataset, FSYNC_S, out_base, part_path, Progress, raw_path, run,
-                                         run_meta, run_raw, run_raw_parts)
-from cublaslt_probe.sweep.claims import (BLOCK_WINDOWS, claim, claim_order, claimed_groups, CLAIMS_PER_WORKER,
-                                         fine_slices, run_claimed, unclaimed, wait_for_workers)
-from cublaslt_probe.sweep.parts import (BATCH_ROWS, builder_jobs, BUILDER_ROWS, BUILDERS_MAX, CHUNK_ROWS,
-                                        find_parts, HOST_PROCS_VARS, KeyIndex, Part, PART_PATTERNS, raw_env,
-                                        raw_keys, RowBuilders, write_dataset)
-from cublaslt_probe.sweep.merging import merge, Merged
+from cublaslt_probe.sweep.claims import (
+                                       BLOCK_WINDOWS,
+                                       CLAIMS_PER_WORKER,
+                                       claim,
+                                       claim_order,
+                                       claimed_groups,
+                                       fine_slices,
+                                       run_claimed,
+                                       unclaimed,
+                                       wait_for_workers,
+)
+from cublaslt_probe.sweep.merging import Merged, merge
 from cublaslt_probe.sweep.numpy_executor import NumpyExecutor
+from cublaslt_probe.sweep.parts import (
+                                       BATCH_ROWS,
+                                       BUILDER_ROWS,
+                                       BUILDERS_MAX,
+                                       CHUNK_ROWS,
+                                       HOST_PROCS_VARS,
+                                       PART_PATTERNS,
+                                       KeyIndex,
+                                       Part,
+                                       RowBuilders,
+                                       builder_jobs,
+                                       find_parts,
+                                       raw_env,
+                                       raw_keys,
+                                       write_dataset,
+)
+from cublaslt_probe.sweep.presets import (
+                                       LLM_MODELS,
+                                       MOE_MODELS,
+                                       MOE_TOKENS,
+                                       TOKENS,
+                                       llm_weights,
+                                       moe_groups,
+                                       plan,
+                                       preset,
+)
+from cublaslt_probe.sweep.runner import (
+                                       FSYNC_S,
+                                       Progress,
+                                       build_dataset,
+                                       out_base,
+                                       part_path,
+                                       raw_path,
+                                       run,
+                                       run_meta,
+                                       run_raw,
+                                       run_raw_parts,
+)
+from cublaslt_probe.sweep.slices import (
+                                       SCHEDULER_VARS,
+                                       SLOT_VARS,
+                                       WHOLE,
+                                       Slice,
+                                       cpu_slot,
+                                       local_rank_device,
+                                       parse_shard,
+                                       shard,
+                                       shard_from_env,
+)
+from cublaslt_probe.sweep.spec import (
+                                       GROUPED,
+                                       NAMES,
+                                       SIZES,
+                                       Cases,
+                                       Plan,
+                                       expand_axis,
+                                       load_spec,
+                                       numpy_invalid,
+                                       plan_from_spec,
+)
+from cublaslt_probe.vocab import PRESETS
 
-__all__ = ['PRESETS', 'Cases', 'expand_axis', 'GROUPED', 'load_spec', 'NAMES', 'numpy_invalid', 'Plan', 'plan_from_spec',
+__all__ = ['PRESETS', 'Cases', 'expand_axis', 'GROUPED', 'load_spec', 'NAMES', 'numpy_invalid', 'Plan',
+           'plan_from_spec',
            'SIZES', 'LLM_MODELS', 'llm_weights', 'moe_groups', 'MOE_MODELS', 'MOE_TOKENS', 'plan', 'preset',
            'TOKENS', 'cpu_slot', 'local_rank_device', 'parse_shard', 'SCHEDULER_VARS', 'shard', 'shard_from_env',
            'Slice', 'SLOT_VARS', 'WHOLE', 'build_dataset', 'FSYNC_S', 'out_base', 'part_path', 'Progress',

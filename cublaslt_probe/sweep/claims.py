@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import time
 
-from cublaslt_probe.vocab import WINDOW
-from cublaslt_probe.sweep.spec import Plan
-from cublaslt_probe.sweep.runner import run_raw_parts, part_path, raw_path, run, run_meta
+from cublaslt_probe.sweep.runner import part_path, raw_path, run_meta, run_raw_parts
 from cublaslt_probe.sweep.slices import Slice
-
+from cublaslt_probe.sweep.spec import Plan
+from cublaslt_probe.vocab import WINDOW
 
 # --- several workers on one host: fine slices handed out as they finish ----------------------------------------
 BLOCK_WINDOWS = 4          # `sweep --devices` cuts a plan into blocks of a quarter window (`fine_slices`) ...

@@ -7,12 +7,11 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from cublaslt_probe.vocab import ENV_MATCH
-from cublaslt_probe.sweep.parts import KeyIndex, Part, find_parts, write_dataset
-from cublaslt_probe.sweep.spec import plan_from_spec
-from cublaslt_probe.sweep.presets import plan
-from cublaslt_probe.sweep.slices import Slice
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.sweep.parts import KeyIndex, Part, find_parts, write_dataset
+from cublaslt_probe.sweep.slices import Slice
+from cublaslt_probe.sweep.spec import plan_from_spec
+from cublaslt_probe.vocab import ENV_MATCH
 
 log = logging.getLogger("cublaslt_probe.sweep")
 

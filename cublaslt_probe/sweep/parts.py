@@ -2,17 +2,20 @@
 kept by key, and the dataset rows built, in this process or by processes started fresh for a large file."""
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cublaslt_probe.streams import complete_lines, cut_note, open_text
-from cublaslt_probe.sweep.slices import Slice, WHOLE, _first_count, parse_shard, shard
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.streams import complete_lines, cut_note, open_text
+from cublaslt_probe.sweep.slices import WHOLE, Slice, _first_count, parse_shard
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("cublaslt_probe.sweep")
 
@@ -90,7 +93,7 @@ class KeyIndex:
     def __len__(self) -> int:
         return len(self.sorted)
 
-    def positions(self, keys: list) -> "np.ndarray":  # noqa: F821
+    def positions(self, keys: list) -> np.ndarray:
         """Position of each key; -1 for None, -2 for a key not in the list."""
         import numpy as np
         h = np.fromiter((0 if k is None else hash(k) for k in keys), dtype=np.int64, count=len(keys))
@@ -134,7 +137,7 @@ class Part:
             import pyarrow.parquet as pq
             try:
                 schema = pq.read_schema(path)
-            except Exception as e:  # noqa: BLE001  (pyarrow raises several kinds)
+            except Exception as e:  # pyarrow raises several kinds
                 raise ProbeError(f"{path} is not a raw file (.raw.jsonl) or a readable Parquet dataset: {e}") from e
             if "key" not in schema.names:
                 raise ProbeError(f"{path} is a Parquet file but not a sweep's dataset (no `key` column)")
@@ -176,7 +179,7 @@ class Part:
         _, last = np.unique(self.positions[rows][::-1], return_index=True)
         self.keep[rows[len(rows) - 1 - last]] = True
 
-    def gemms(self) -> "np.ndarray":  # noqa: F821
+    def gemms(self) -> np.ndarray:
         """Plan positions of the GEMMs this part holds (each once)."""
         return self.positions[self.keep]
 
@@ -210,7 +213,7 @@ def find_parts(inputs: list[str]) -> list[str]:
                 break
         by_base.setdefault(base, []).append(p)
     out = []
-    for base, ps in by_base.items():
+    for ps in by_base.values():
         pq_, raws = [p for p in ps if p.endswith(".parquet")], [p for p in ps if not p.endswith(".parquet")]
         if pq_ and raws:
             fresh = os.path.getmtime(pq_[0]) >= max(os.path.getmtime(r) for r in raws)
@@ -354,7 +357,8 @@ def _builder_init(cpus, parent: int) -> None:
 
 def _builder_imports() -> None:
     """Import what turns records into rows and writes them (pandas, pyarrow) and build the dataset schema once."""
-    import pyarrow.parquet  # noqa: F401
+    import pyarrow.parquet  # noqa: F401  (imported while the builder waits idle)
+
     from cublaslt_probe.analysis import dataset
     dataset.arrow_schema()
 
@@ -368,7 +372,8 @@ class RowBuilders:
 
     A row costs a fraction of a millisecond of host time (its log line parsed, its kernels decoded): seconds at
     the end of a large sweep, in the sweep's one process (docs/sweep.md gives the figures). Processes started
-    fresh at the end would spend longer importing pandas and pyarrow than they save; started before the probe (while it loads torch
+    fresh at the end would spend longer importing pandas and pyarrow than they save; started before the probe (while it
+    loads torch
     and cuBLASLt, and on every CPU, before it pins its thread) they wait, idle, for the sweep's end and then
     each take a range of `BUILDER_ROWS` records or more; `builder_jobs` says how many. Fresh processes
     (spawn): the sweep's process will hold a CUDA context, which must not be forked."""

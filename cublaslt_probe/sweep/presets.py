@@ -3,9 +3,8 @@ several token counts, as specs `plan_from_spec` expands; `plan` gives the plan o
 from __future__ import annotations
 
 from cublaslt_probe.errors import SpecError
-from cublaslt_probe.vocab import PRESETS
 from cublaslt_probe.sweep.spec import Plan, expand_axis, load_spec, plan_from_spec
-
+from cublaslt_probe.vocab import PRESETS
 
 # --- presets ----------------------------------------------------------------------------------------------
 # (name, hidden, intermediate, q+k+v out, vocab): projection shapes of open models, F.linear weights (N, K).
@@ -48,7 +47,8 @@ def moe_groups() -> list[dict]:
         base = {"backends": ["torch"], "layouts": ["NT"], "shapes": shapes, "groups": experts}
         out.append({**base, "ops": ["grouped_mm"], "dtypes": ["bf16"],
                     "group_sizes": ["uniform", {"seed": 0, "top_k": top}, {"zipf": 1.0}, "batched"]})
-        out.append({**base, "ops": ["scaled_grouped_mm"], "dtypes": ["fp8"], "group_sizes": [{"seed": 0, "top_k": top}]})
+        out.append({**base, "ops": ["scaled_grouped_mm"], "dtypes": ["fp8"],
+                    "group_sizes": [{"seed": 0, "top_k": top}]})
     return out
 
 
@@ -95,7 +95,8 @@ def preset(name: str) -> dict:
         g = {"m": ax, "n": ax, "k": [4096]}
         return {"name": "grid", "group": [
             {"backends": ["torch", "torch-lt", "lt"], "ops": ["mm"], "dtypes": ["bf16"], "layouts": ["NN", "NT"], **g},
-            {"backends": ["torch", "torch-lt", "lt"], "ops": ["mm"], "dtypes": ["fp16", "tf32"], "layouts": ["NT"], **g},
+            {"backends": ["torch", "torch-lt", "lt"], "ops": ["mm"], "dtypes": ["fp16", "tf32"], "layouts": ["NT"],
+             **g},
             {"backends": ["torch", "lt"], "ops": ["scaled_mm"], "dtypes": ["fp8"], "layouts": ["NT"], **g},
         ]}
     if name == "regret":  # heuristic candidates for the llm shapes: run with --candidates 32

@@ -9,11 +9,11 @@ import sys
 import time
 
 from cublaslt_probe.cases import Case
-from cublaslt_probe.vocab import ENV_MATCH, WINDOW
-from cublaslt_probe.sweep.parts import KeyIndex, Part, RowBuilders, raw_env, write_dataset
-from cublaslt_probe.sweep.spec import Cases, Plan
-from cublaslt_probe.sweep.slices import Slice
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.sweep.parts import KeyIndex, Part, RowBuilders, raw_env, write_dataset
+from cublaslt_probe.sweep.slices import Slice
+from cublaslt_probe.sweep.spec import Cases, Plan
+from cublaslt_probe.vocab import ENV_MATCH, WINDOW
 
 log = logging.getLogger("cublaslt_probe.sweep")
 

@@ -7,7 +7,6 @@ import itertools
 import json
 import logging
 import os
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -4,7 +4,8 @@ CPU only. Input: a capture run folder (`runfiles`: ``trace.json.gz``, ``cublaslt
 torch.profiler trace (with an optional cuBLASLt log). `audit(path)` returns an `Audit` whose ``rows`` hold one row
 per distinct GEMM (kernel + problem + module + pass; columns `AUDIT_SCHEMA`), with layers collapsed where they
 repeat (``model.layers.*.mlp.down_proj`` ×32); `advice(rows, measure)` turns saved GPU measurements into ranked
-advice; `cublaslt_probe.render.audit` draws them (text lines, table, HTML). docs/audit.md describes each column and rule.
+advice; `cublaslt_probe.render.audit` draws them (text lines, table, HTML). docs/audit.md describes each column and
+rule.
 
 The parts, each importing only the ones listed before it:
 - `schema`: the row's columns (`AUDIT_SCHEMA`), the jsonl key order, the `Audit` result, row helpers;
@@ -15,11 +16,37 @@ The parts, each importing only the ones listed before it:
 This module re-exports the names the CLI, scripts and tests import; what a person reads (text lines, the table,
 the chain of evidence, figures, the HTML page) is `cublaslt_probe.render.audit`.
 """
-from cublaslt_probe.analysis.audit.schema import AUDIT_COLUMNS, AUDIT_SCHEMA, FIXED_KEYS, Audit, jsonl_frame, row_label
-from cublaslt_probe.analysis.audit.attribute import (CAPTURE_FIELDS, CLOCK_SLACK_S, ENV_FIELDS, EVAL_PREFIX, GAP_US,
-                                                     GpuFacts, SEQ_SPAN, TZ_MAX_S, TZ_STEP_S, _log_dtype, collapse,
-                                                     gpu_rates, resolve)
-from cublaslt_probe.analysis.audit.judge import NEAR_FLOOR
+from cublaslt_probe.analysis.audit.advice import (
+    ADVICE_KEYS,
+    GROUPED_RISK,
+    GROUPED_WORDS,
+    MIN_GAIN,
+    PATH_WORDS,
+    AdviceItem,
+    advice,
+    advice_total,
+    pinned_line,
+)
+from cublaslt_probe.analysis.audit.attribute import (
+    CAPTURE_FIELDS,
+    CLOCK_SLACK_S,
+    ENV_FIELDS,
+    EVAL_PREFIX,
+    GAP_US,
+    SEQ_SPAN,
+    TZ_MAX_S,
+    TZ_STEP_S,
+    GpuFacts,
+    _log_dtype,
+    collapse,
+    gpu_rates,
+    resolve,
+)
 from cublaslt_probe.analysis.audit.core import audit
-from cublaslt_probe.analysis.audit.advice import (ADVICE_KEYS, AdviceItem, GROUPED_RISK, GROUPED_WORDS, MIN_GAIN,
-                                                  PATH_WORDS, advice, advice_total, pinned_line)
+from cublaslt_probe.analysis.audit.judge import NEAR_FLOOR
+from cublaslt_probe.analysis.audit.schema import AUDIT_COLUMNS, AUDIT_SCHEMA, FIXED_KEYS, Audit, jsonl_frame, row_label
+
+__all__ = ["ADVICE_KEYS", "GROUPED_RISK", "GROUPED_WORDS", "MIN_GAIN", "PATH_WORDS", "AdviceItem", "advice",
+           "advice_total", "pinned_line", "CAPTURE_FIELDS", "CLOCK_SLACK_S", "ENV_FIELDS", "EVAL_PREFIX", "GAP_US",
+           "SEQ_SPAN", "TZ_MAX_S", "TZ_STEP_S", "GpuFacts", "_log_dtype", "collapse", "gpu_rates", "resolve", "audit",
+           "NEAR_FLOOR", "AUDIT_COLUMNS", "AUDIT_SCHEMA", "FIXED_KEYS", "Audit", "jsonl_frame", "row_label"]

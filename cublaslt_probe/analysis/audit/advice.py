@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from cublaslt_probe.analysis.audit.schema import _na, row_label
 from cublaslt_probe.analysis.audit.judge import NEAR_FLOOR
+from cublaslt_probe.analysis.audit.schema import _na, row_label
 from cublaslt_probe.vocab import figure
-
 
 # --------------------------------------------------------------------------- advice from measurements
 MIN_GAIN = 0.03          # a measured alternative must beat the original by 3 % (above timing noise)
@@ -332,7 +331,7 @@ def _pad_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem
     for gk, whatif_ms in groups.items():
         module, old = gk[0], gk[1]
 
-        def holds(key):
+        def holds(key, old=old):
             return old in (key.get("m"), key.get("n"), key.get("k"))
         members = whatif_ms if module is None else [m for m in ms if m.module == module and holds(m.g.get("key") or {})]
         group_rows = [r for m in whatif_ms for r in m.rows] if module is None else [

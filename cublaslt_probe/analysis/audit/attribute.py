@@ -25,13 +25,12 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.dtypes import log_dtype
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.analysis.audit.schema import _na
 from cublaslt_probe.analysis.trace import PY_MODULE_PREFIX
 from cublaslt_probe.analysis.trace.ranges import contained, innermost, range_parents
-from cublaslt_probe.analysis.audit.schema import _na
+from cublaslt_probe.dtypes import log_dtype
+from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.vocab import gpu_peaks
-
 
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
 
@@ -602,7 +601,6 @@ def _place_by_gpu_time(L: pd.DataFrame, step: np.ndarray, unknown: np.ndarray, s
     ts = L["ts"].to_numpy()
     end = ts + L["dur"].to_numpy()
     dev = L["device"].to_numpy() if "device" in L.columns else np.zeros(len(L), dtype=np.int64)
-    s_ts, s_end = steps_r["ts"].to_numpy(), steps_r["end"].to_numpy()
     todo = unknown.copy()
     how: dict[str, int] = {}
 

@@ -13,13 +13,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cublaslt_probe.analysis.audit.attribute import (
+    _attribute,
+    _gpu_facts,
+    _in_steps,
+    _log_groups,
+    _read_env,
+    _split_ranges,
+    _trace_pids,
+    _trace_span,
+    _with_facts,
+    resolve,
+)
+from cublaslt_probe.analysis.audit.judge import _fold_helpers, _judges, _rows
+from cublaslt_probe.analysis.audit.schema import Audit
+from cublaslt_probe.analysis.graphs import GRAPH_OPS, compiled_module_ranges, read_compiled_gemms
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.runfiles import COMPILED_GEMMS_FILE
-from cublaslt_probe.analysis.graphs import GRAPH_OPS, compiled_module_ranges, read_compiled_gemms
-from cublaslt_probe.analysis.audit.schema import Audit
-from cublaslt_probe.analysis.audit.attribute import (_attribute, _gpu_facts, _in_steps, _log_groups, _read_env, _split_ranges,
-                                            _trace_pids, _trace_span, _with_facts, resolve)
-from cublaslt_probe.analysis.audit.judge import _fold_helpers, _judges, _rows
 
 
 # --------------------------------------------------------------------------- the audit
@@ -135,7 +145,7 @@ def _with_graphs(trace, det, L: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     or a graph is launched inside an op; else -1 for every launch, with no second read of the trace."""
     if ((L["op_row"].to_numpy() < 0) & (L["t_launch"].to_numpy() != L["ts"].to_numpy())).any() or \
             any(str(k[0]).startswith(GRAPH_OPS) for k in det.op_keys):   # a graph launched inside an op
-        from cublaslt_probe.analysis.graphs import join as join_graphs   # unlinked launches with a launch call
+        from cublaslt_probe.analysis.graphs import join as join_graphs  # unlinked launches with a launch call
         L, graph_notes = join_graphs(trace, det, L)
         notes += graph_notes
         return L

@@ -10,11 +10,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from cublaslt_probe.dtypes import element_bytes
-from cublaslt_probe.analysis.explain import gemm_bytes, roofline_floor
-from cublaslt_probe.analysis.audit.schema import AUDIT_COLUMNS, _coerce, _na
 from cublaslt_probe.analysis.audit.attribute import GpuFacts, _join_log, gpu_rates
-
+from cublaslt_probe.analysis.audit.schema import AUDIT_COLUMNS, _coerce, _na
+from cublaslt_probe.analysis.explain import gemm_bytes, roofline_floor
+from cublaslt_probe.dtypes import element_bytes
 
 NEAR_FLOOR = 1.10                              # within 10 % of the floor: nothing left to win
 

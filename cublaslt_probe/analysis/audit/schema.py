@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from cublaslt_probe.analysis.grouped import GROUPED_COLUMNS
-from cublaslt_probe.vocab import TILE_CLUSTER, decoded_columns
 from cublaslt_probe.analysis.trace import TRACE_SCHEMA
-
+from cublaslt_probe.vocab import TILE_CLUSTER, decoded_columns
 
 # column -> (pandas dtype, meaning): one row per (module pattern, pass, op record, kernel).
 AUDIT_SCHEMA: dict[str, tuple[str, str]] = {

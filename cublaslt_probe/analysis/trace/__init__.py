@@ -35,17 +35,33 @@ from __future__ import annotations
 import codecs
 import os
 
-from cublaslt_probe.errors import ProbeError
-from cublaslt_probe.streams import is_gzip
 from cublaslt_probe.analysis.trace.collect import read_chrome_trace
 from cublaslt_probe.analysis.trace.events import iter_chrome_events
 from cublaslt_probe.analysis.trace.nsys import read_nsys_sqlite
 from cublaslt_probe.analysis.trace.rows import by_kernel, op_key_json, problem_of
-from cublaslt_probe.analysis.trace.schema import (GEMM_OPS, GROUPED_OPS, PY_MODULE_PREFIX, RANGE_COLUMNS, RANGE_PREFIXES,
-                                         REDUCE_FAMILY, TRACE_COLUMNS, TRACE_SCHEMA, TraceDetail, TraceStats,
-                                         TraceSummary, classify)
-from cublaslt_probe.analysis.trace.timeline import (LIBRARY_NAMES, TIMELINE_SCHEMA, timeline_frame, timeline_groups,
-                                           timeline_sentence)
+from cublaslt_probe.analysis.trace.schema import (
+    GEMM_OPS,
+    GROUPED_OPS,
+    PY_MODULE_PREFIX,
+    RANGE_COLUMNS,
+    RANGE_PREFIXES,
+    REDUCE_FAMILY,
+    TRACE_COLUMNS,
+    TRACE_SCHEMA,
+    TraceDetail,
+    TraceStats,
+    TraceSummary,
+    classify,
+)
+from cublaslt_probe.analysis.trace.timeline import (
+    LIBRARY_NAMES,
+    TIMELINE_SCHEMA,
+    timeline_frame,
+    timeline_groups,
+    timeline_sentence,
+)
+from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.streams import is_gzip
 
 __all__ = ["GEMM_OPS", "GROUPED_OPS", "LIBRARY_NAMES", "PY_MODULE_PREFIX", "RANGE_COLUMNS", "RANGE_PREFIXES",
            "REDUCE_FAMILY", "TIMELINE_SCHEMA", "TRACE_COLUMNS", "TRACE_SCHEMA", "TraceDetail", "TraceStats",

@@ -21,13 +21,20 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.analysis.trace.events import iter_chrome_events
 from cublaslt_probe.analysis.trace.link import attach, gpu_range_owner, group, link, lookup_in
 from cublaslt_probe.analysis.trace.rows import finish, op_key_json
-from cublaslt_probe.analysis.trace.schema import (PY_MODULE_PREFIX, RANGE_COLUMNS, RANGE_PREFIXES, TraceDetail, TraceStats,
-                                         TraceSummary, kernel_kind)
+from cublaslt_probe.analysis.trace.schema import (
+    PY_MODULE_PREFIX,
+    RANGE_COLUMNS,
+    RANGE_PREFIXES,
+    TraceDetail,
+    TraceStats,
+    TraceSummary,
+    kernel_kind,
+)
 from cublaslt_probe.analysis.trace.timeline import families, timeline_frame
+from cublaslt_probe.errors import ProbeError
 
 log = logging.getLogger("cublaslt_probe.analysis.trace")
 

@@ -10,9 +10,9 @@ import os
 import re
 from typing import IO, Any, Iterator
 
+from cublaslt_probe.analysis.trace.schema import TraceStats
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.streams import Gunzip, open_binary
-from cublaslt_probe.analysis.trace.schema import TraceStats
 
 log = logging.getLogger("cublaslt_probe.analysis.trace")
 

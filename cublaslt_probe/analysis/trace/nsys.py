@@ -12,10 +12,10 @@ import time
 
 import pandas as pd
 
-from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.analysis.trace.rows import finish
 from cublaslt_probe.analysis.trace.schema import TraceStats, TraceSummary, kernel_kind
 from cublaslt_probe.analysis.trace.timeline import families, timeline_frame
+from cublaslt_probe.errors import ProbeError
 
 log = logging.getLogger("cublaslt_probe.analysis.trace")
 

@@ -8,9 +8,16 @@ from typing import Any
 
 import pandas as pd
 
+from cublaslt_probe.analysis.trace.schema import (
+    GEMM_OPS,
+    GROUPED_OPS,
+    REDUCE_FAMILY,
+    TRACE_COLUMNS,
+    TRACE_SCHEMA,
+    TraceStats,
+    classify,
+)
 from cublaslt_probe.dtypes import torch_dtype
-from cublaslt_probe.analysis.trace.schema import (GEMM_OPS, GROUPED_OPS, REDUCE_FAMILY, TRACE_COLUMNS, TRACE_SCHEMA,
-                                         TraceStats, classify)
 
 
 def _js(v) -> str | None:

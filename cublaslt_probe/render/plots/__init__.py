@@ -8,14 +8,29 @@
 Figures are built with `matplotlib.figure.Figure` (no pyplot), so importing this needs no GUI backend.
 See docs/plots.md.
 """
-from cublaslt_probe.render.plots.heuristic import heuristic_plot
-from cublaslt_probe.render.plots.maps import (REGRET_COLUMNS, diff_map, kernel_map, pathdiff_map, pathdiff_table,
-                                              regret_map, tflops_map)
-from cublaslt_probe.render.plots.select import (AXES, Selection, auto_axes, default_dataset, env_of, load,
-                                                require_columns, select)
-from cublaslt_probe.vocab import MEASURED_TFLOPS, peak_tflops
-from cublaslt_probe.render.plots.style import COLOR_FIELDS, config_labels, kernel_labels, peak_source
 from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.render.plots.heuristic import heuristic_plot
+from cublaslt_probe.render.plots.maps import (
+    REGRET_COLUMNS,
+    diff_map,
+    kernel_map,
+    pathdiff_map,
+    pathdiff_table,
+    regret_map,
+    tflops_map,
+)
+from cublaslt_probe.render.plots.select import (
+    AXES,
+    Selection,
+    auto_axes,
+    default_dataset,
+    env_of,
+    load,
+    require_columns,
+    select,
+)
+from cublaslt_probe.render.plots.style import COLOR_FIELDS, config_labels, kernel_labels, peak_source
+from cublaslt_probe.vocab import IMAGE_FORMATS, MEASURED_TFLOPS, peak_tflops
 
 __all__ = ["kernel_map", "tflops_map", "regret_map", "pathdiff_map", "pathdiff_table", "diff_map", "heuristic_plot",
            "select", "Selection", "auto_axes", "default_dataset", "load", "env_of", "require_columns", "AXES",
@@ -28,7 +43,7 @@ def save(fig, path, dpi: int = 120) -> str:
     import os
 
     ext = os.path.splitext(str(path))[1].lower().lstrip(".")
-    if ext not in ("png", "svg", "pdf"):
+    if ext not in IMAGE_FORMATS:
         raise ProbeError(f"cannot write {path}: give a file ending in .png, .svg or .pdf")
     fig.savefig(path, format=ext, dpi=dpi, bbox_inches="tight")
     return ext

@@ -15,10 +15,17 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from cublaslt_probe.errors import OptionError, ProbeError
+from cublaslt_probe.render.plots.select import (
+    AXIS_LABELS,
+    Selection,
+    axis_title,
+    fmt_value,
+    ordered,
+    require_columns,
+    select,
+)
+from cublaslt_probe.render.plots.style import COLOR_FIELDS, color_values, palette, peak_source, text_color, title_head
 from cublaslt_probe.vocab import peak_tflops
-from cublaslt_probe.render.plots.select import AXIS_LABELS, Selection, axis_title, fmt_value, ordered, require_columns, select
-from cublaslt_probe.render.plots.style import (COLOR_FIELDS, color_values, palette, peak_source,
-                                        text_color, title_head)
 
 MISSING_COLOR = "#f2f2f2"
 ERROR_COLOR = "#bdbdbd"
