@@ -179,6 +179,8 @@ def test_merge_of_two_separate_datasets_says_what_to_do(tmp_path):
      "Error: --map w.gif: `diff` writes .png, .svg or .pdf, not .gif: give --map a name ending in one of them"),
     (["audit", FIXTURES / "programs" / "odd_linear", "--html", "a.txt"],
      "Error: --html a.txt: `audit` writes .html, not .txt: give --html a name ending in it"),
+    (["audit", FIXTURES / "programs" / "odd_linear", "--pid", "12345"],
+     "Error: --pid 12345: no such process in this trace: it holds 454"),
 ])
 def test_option_misuse_exits_2(args, line, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

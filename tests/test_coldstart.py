@@ -212,8 +212,9 @@ def test_cli_renders_a_saved_run():
     (["cold-start"], "no program", 2),
     (["cold-start", "--from", "nope.json"], "cannot read nope.json", 1),
     (["cold-start", "--from", "x.json", "--", "python", "s.py"], "either --from", 2),
-    (["cold-start", "--envs", "cold,tepid", "--", "python", __file__], "unknown environment(s) tepid", 1),
-    (["cold-start", "--steps", "2", "--", "python", __file__], "at least 3", 1),
+    (["cold-start", "--envs", "cold,tepid", "--", "python", __file__], "unknown environment(s) tepid", 2),
+    (["cold-start", "--steps", "2", "--", "python", __file__], "at least 3", 2),
+    (["cold-start", "--repeat", "0", "--", "python", __file__], "--repeat", 2),
     (["cold-start", "--", "python", "missing_script.py"], "missing_script.py: no such script", 1),
 ])
 def test_cli_errors_are_one_line(args, msg, code):

@@ -24,7 +24,7 @@ from cublaslt_probe.analysis.trace import RANGE_PREFIXES, by_kernel, read_chrome
 from cublaslt_probe.analysis.trace import events as trace_events
 from cublaslt_probe.cli import main
 from cublaslt_probe.cli._common import sniff
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.errors import OptionError, ProbeError
 
 PROGRAMS = FIXTURES / "programs"
 LLAMA = PROGRAMS / "llama_prefill" / "trace.json.gz"      # record_function module and step ranges, pid 454
@@ -478,7 +478,7 @@ def test_for_process_keeps_the_unlinked_kernels_of_its_device(tmp_path):
     row = L[(L["device"] == 1) & (L["op_row"] < 0) & (L["kind"] == 1)]
     assert len(row) == 1 and row["pid"].iloc[0] == 2002       # the only process on device 1
     assert m.stats.no_process == 0
-    with pytest.raises(ProbeError, match="no process 7 in this trace"):
+    with pytest.raises(OptionError, match="--pid 7: no such process in this trace"):
         m.detail.for_process(7)
 
 

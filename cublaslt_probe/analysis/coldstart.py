@@ -49,7 +49,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from cublaslt_probe.errors import NoCudaDevice, ProbeError, error_text
+from cublaslt_probe.errors import NoCudaDevice, OptionError, ProbeError, error_text
 from cublaslt_probe.names.classes import AUTOTUNED
 from cublaslt_probe.streams import open_text
 
@@ -138,10 +138,10 @@ def env_names(env_set: str | None = None, envs: str | None = None) -> list[str]:
         names = [e.strip() for e in envs.split(",") if e.strip()]
         bad = [e for e in names if e not in ENVS]
         if bad:
-            raise ProbeError(f"--envs: unknown environment(s) {', '.join(bad)}; choose from {', '.join(ENVS)}")
+            raise OptionError(f"--envs: unknown environment(s) {', '.join(bad)}; choose from {', '.join(ENVS)}")
         return names
     if (env_set or "default") not in ENV_SETS:
-        raise ProbeError(f"--env-set {env_set}: choose one of {', '.join(ENV_SETS)}")
+        raise OptionError(f"--env-set {env_set}: choose one of {', '.join(ENV_SETS)}")
     return list(ENV_SETS[env_set or "default"])
 
 
@@ -195,9 +195,9 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
     cold run starts empty); the later rounds make only the runs `repeat_envs` keeps. ``binding`` says what was
     measured (`binding`)."""
     if steps < 3:
-        raise ProbeError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
+        raise OptionError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
     if repeat < 1:
-        raise ProbeError(f"--repeat {repeat}: give 1 or more rounds (3 shows the noise between runs)")
+        raise OptionError(f"--repeat {repeat}: give 1 or more rounds (3 shows the noise between runs)")
     args, desc = target_args(target)
     names = env_names(env_set, envs)
     import cublaslt_probe

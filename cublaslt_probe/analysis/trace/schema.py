@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from cublaslt_probe import runfiles
-from cublaslt_probe.errors import ProbeError
+from cublaslt_probe.errors import OptionError
 from cublaslt_probe.vocab import TILE_CLUSTER, decoded_columns
 
 REDUCE_FAMILY = "splitk_reduce"
@@ -200,7 +200,8 @@ class TraceDetail:
         L, ops, rng = self.launches, self.ops, self.ranges
         if pid not in set(ops["pid"].tolist()) | set(L["pid"].tolist()):
             known = sorted((set(ops["pid"].tolist()) | set(L["pid"].tolist())) - {-1})
-            raise ProbeError(f"no process {pid} in this trace: it holds {', '.join(map(str, known)) or 'none'}")
+            raise OptionError(f"--pid {pid}: no such process in this trace: it holds "
+                              f"{', '.join(map(str, known)) or 'none'}")
         devices = set(L.loc[L["pid"] == pid, "device"].tolist())
         keep_ops = (ops["pid"] == pid).to_numpy()
         new_row = np.cumsum(keep_ops) - 1
