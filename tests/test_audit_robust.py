@@ -444,7 +444,8 @@ def test_two_ranks_merged_step_is_both_ranks_step(tmp_path, base):
     assert one.rows.algo.isna().all() and any("another process's log is not joined" in n for n in one.notes)
     r = cli(run, "--pid", "455", "-f", "jsonl", "--top", "0")
     assert r.exit_code == 0 and len(r.output.strip().splitlines()) >= len(b.rows)
-    assert "no process 999" in cli(run, "--pid", "999").output
+    r = cli(run, "--pid", "999")
+    assert r.exit_code == 2 and "Error: --pid 999: no such process in this trace: it holds 454, 455" in r.output
 
 
 def test_two_ranks_each_keep_their_modules(tmp_path, base):
