@@ -41,6 +41,7 @@ import capture_programs as cp
 
 from cublaslt_probe.analysis.audit import audit
 from cublaslt_probe.analysis.audit.measured import stamp
+from cublaslt_probe.cli._common import clean
 from cublaslt_probe.gpu import measure as M
 from cublaslt_probe.gpu.prove import ROUNDS, prove_run
 from cublaslt_probe.gpu.recorder import capture
@@ -183,16 +184,6 @@ PROGRAMS = {"llama_vocab32001": prog_llama_vocab32001, "gpt2_train": prog_gpt2_t
             "decode_reduce_overhead": prog_decode_reduce_overhead}
 
 
-def _clean(v):
-    try:
-        import pandas as pd
-        if v is None or (not isinstance(v, (list, dict, str)) and pd.isna(v)):
-            return None
-    except (TypeError, ValueError):
-        pass
-    return v.item() if hasattr(v, "item") else v
-
-
 def run_one(name: str, out: str, rounds: int) -> dict:
     t0 = time.perf_counter()
     model, opt, step = PROGRAMS[name]()
@@ -208,7 +199,7 @@ def run_one(name: str, out: str, rounds: int) -> dict:
             with cap.step():
                 step()
     a = audit(folder)
-    gemms = [{k: _clean(v) for k, v in r.items()} for r in a.rows.head(6).to_dict("records")]
+    gemms = [{k: clean(v) for k, v in r.items()} for r in a.rows.head(6).to_dict("records")]
     tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
     meas = stamp(M.measure_gemms(gemms, allow_tf32=tf32), a, folder)     # as `audit --measure --save` writes it
     mpath = os.path.join(folder, "measure.json")

@@ -51,15 +51,14 @@ class _Refused(click.ClickException):
 
 
 def _from_measure(a, path: str, run: str) -> dict:
-    """The saved measurement `path` checked (`measured.check_measure`) and bound to audit `a`
-    (`measured.bind_measure`): its notes go to the audit's; another run's refused in one line (exit 2)."""
-    from cublaslt_probe.analysis.audit.measured import MeasureRefused, bind_measure, check_measure, read_measure
-    doc, notes = check_measure(read_measure(path), path, a.step_gpu_us * a.steps)
+    """The saved measurement `path` checked and bound to audit `a` (`measured.load_bound`): its notes go to the
+    audit's; another run's refused in one line (exit 2)."""
+    from cublaslt_probe.analysis.audit.measured import MeasureRefused, load_bound
     try:
-        doc, bound = bind_measure(doc, a, path, run)
+        doc, notes = load_bound(a, path, run)
     except MeasureRefused as e:
         raise _Refused(str(e)) from None
-    a.notes.extend(notes + bound)
+    a.notes.extend(notes)
     return doc
 
 

@@ -17,8 +17,6 @@ costs a few µs of host time per call more than torch's (the ctypes call), measu
 """
 from __future__ import annotations
 
-import ctypes
-
 from cublaslt_probe.errors import CaptureError
 
 TORCH_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
@@ -66,14 +64,9 @@ class PinnedLinear:
         module.forward = self.forward
 
     def _check(self) -> int:
-        """`cublasLtMatmulAlgoCheck` of the pinned algo on the problem: the workspace it needs (bytes)."""
+        """`lt.algo_check` of the pinned algo on the problem: the workspace it needs (bytes)."""
         from cublaslt_probe.gpu import lt
-        L = self.lib.lib
-        res = lt.cublasLtMatmulHeuristicResult_t()
-        L.cublasLtMatmulAlgoCheck.argtypes = [ctypes.c_void_p] * 6 + [
-            ctypes.POINTER(lt.cublasLtMatmulAlgo_t), ctypes.POINTER(lt.cublasLtMatmulHeuristicResult_t)]
-        st = L.cublasLtMatmulAlgoCheck(self.lib.handle, self.mm.op, self.mm.a, self.mm.b, self.mm.c, self.mm.c,
-                                       ctypes.byref(self.algo), ctypes.byref(res))
+        st, res = lt.algo_check(self.mm, self.algo)
         if st:
             self.mm.close()
             raise CaptureError(f"pin_linear: the algo is not valid for {self.problem.m}x{self.problem.n}x"

@@ -499,21 +499,18 @@ def prove_run(run, step, model, measure, *, optimizer=None, out=None, rounds: in
     written to `out` (default: ``proof.json`` in the run folder). Returns the proof."""
     import os
 
+    import torch
+
     from cublaslt_probe.analysis.audit import advice, audit
-    from cublaslt_probe.analysis.audit.measured import bind_measure, check_measure, read_measure, run_fingerprint
+    from cublaslt_probe.analysis.audit.measured import load_bound, run_fingerprint
     from cublaslt_probe.analysis.proof import write
     a = audit(run)
-    source = str(measure) if isinstance(measure, (str, os.PathLike)) else "the measurement"
-    doc = read_measure(source) if isinstance(measure, (str, os.PathLike)) else measure
-    doc, notes = check_measure(doc, source, a.step_gpu_us * a.steps)
-    meas, more = bind_measure(doc, a, source, str(run))
-    notes += more
+    meas, notes = load_bound(a, measure, str(run))
     items = advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)
     proof = prove(step, model, items, optimizer=optimizer, rounds=rounds, steps=steps, warmup=warmup,
                   progress=progress)
     proof["fingerprint"] = run_fingerprint(a, str(run))
     proof["notes"] = notes
-    import torch
     proof["env"] = {"gpu": torch.cuda.get_device_name(), "torch_version": torch.__version__,
                     "cuda_runtime": torch.version.cuda}
     path = out or os.path.join(str(run), "proof.json")

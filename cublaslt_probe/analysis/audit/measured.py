@@ -365,6 +365,18 @@ def bind_measure(doc: dict, a, source: str, run: str | None = None) -> tuple[dic
     return out, b.notes
 
 
+def load_bound(a, measure, run: str | None = None) -> tuple[dict, list[str]]:
+    """A saved measurement (a path, read by `read_measure`, or the dict itself) checked (`check_measure`, times
+    bounded by audit `a`'s GPU time) and bound to `a` (`bind_measure`): (the measurement, the notes).
+    MeasureRefused when it is another run's. The one route from a saved measurement to advice (`audit --from`,
+    `gpu.prove.prove_run`)."""
+    source = str(measure) if not isinstance(measure, dict) else "the measurement"
+    doc = measure if isinstance(measure, dict) else read_measure(source)
+    doc, notes = check_measure(doc, source, a.step_gpu_us * a.steps)
+    doc, bound = bind_measure(doc, a, source, run)
+    return doc, notes + bound
+
+
 def _other_sizes(g: dict, rows) -> str | None:
     """Why a measured grouped GEMM's group sizes are not those of the run's rows it matches, or None: the same
     problem routed otherwise (another run, recorded against assumed sizes) times otherwise."""
