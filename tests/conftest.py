@@ -1,8 +1,32 @@
+import gzip
+import json
 import pathlib
+import shutil
 
 import pytest
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+def copy_run(tmp_path, src, trace=None, env=None, log=None, name=None):
+    """A copy of the run folder `src` in tmp_path (named `name`, default src's): `trace(doc)` changes its trace's
+    JSON in place, `env(doc)` returns the env.json document to write (any JSON value), `log(text)` the log's
+    text. The mutations of real captures the robustness tests make."""
+    from cublaslt_probe import runfiles
+    dst = tmp_path / (name or pathlib.Path(src).name)
+    shutil.copytree(src, dst)
+    if trace is not None:
+        with gzip.open(dst / runfiles.TRACE_FILE, "rt") as f:
+            doc = json.load(f)
+        trace(doc)
+        with gzip.open(dst / runfiles.TRACE_FILE, "wt") as f:
+            json.dump(doc, f)
+    if env is not None:
+        doc = json.loads((dst / runfiles.ENV_FILE).read_text())
+        (dst / runfiles.ENV_FILE).write_text(json.dumps(env(doc)))
+    if log is not None:
+        (dst / runfiles.LOG_FILE).write_text(log((dst / runfiles.LOG_FILE).read_text()))
+    return dst
 
 
 def _gpu_reason():

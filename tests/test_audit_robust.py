@@ -8,12 +8,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import shutil
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
+from conftest import FIXTURES, copy_run
 
 from cublaslt_probe import runfiles
 from cublaslt_probe.analysis.audit import audit, collapse
@@ -26,22 +25,8 @@ NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 
 
 def run_copy(tmp_path, program: str, trace=None, env=None, log=None):
-    """A copy of the run folder `program` in tmp_path: `trace(doc)` changes the trace's JSON in place,
-    `env(doc)` returns the env.json document to write (any JSON value), `log(text)` the log's text."""
-    dst = tmp_path / program
-    shutil.copytree(PROGRAMS / program, dst)
-    if trace is not None:
-        with gzip.open(dst / runfiles.TRACE_FILE, "rt") as f:
-            doc = json.load(f)
-        trace(doc)
-        with gzip.open(dst / runfiles.TRACE_FILE, "wt") as f:
-            json.dump(doc, f)
-    if env is not None:
-        doc = json.loads((dst / runfiles.ENV_FILE).read_text())
-        (dst / runfiles.ENV_FILE).write_text(json.dumps(env(doc)))
-    if log is not None:
-        (dst / runfiles.LOG_FILE).write_text(log((dst / runfiles.LOG_FILE).read_text()))
-    return dst
+    """A copy of the captured program's run folder in tmp_path, changed as `conftest.copy_run` says."""
+    return copy_run(tmp_path, PROGRAMS / program, trace=trace, env=env, log=log)
 
 
 def cli(*args):

@@ -18,7 +18,7 @@ import shutil
 import pytest
 import trace_mutations as TM
 from click.testing import CliRunner
-from conftest import FIXTURES
+from conftest import FIXTURES, copy_run
 from test_audit_robust import same_rows
 
 from cublaslt_probe import runfiles
@@ -39,19 +39,6 @@ def base():
             cache[run] = audit(run)
         return cache[run]
     return get
-
-
-def copy_run(tmp_path, src, trace=None, name=None):
-    """A copy of the run folder `src` in tmp_path; `trace(doc)` changes its trace's JSON in place."""
-    dst = tmp_path / (name or src.name)
-    shutil.copytree(src, dst)
-    if trace is not None:
-        with gzip.open(dst / runfiles.TRACE_FILE, "rt") as f:
-            doc = json.load(f)
-        trace(doc)
-        with gzip.open(dst / runfiles.TRACE_FILE, "wt") as f:
-            json.dump(doc, f)
-    return dst
 
 
 def cli(*args):
