@@ -311,3 +311,58 @@ def test_the_balanced_routing_what_if_balances_without_reading_the_gpu_after_its
     assert torch.equal(counts, torch.bincount(want, minlength=E)) and scores.shape == (T, k)
     _, idx0, _ = r(x)
     assert not torch.equal(idx0.flatten(), want)                 # restored: the router's own choice again
+
+
+PROGRAM = '''
+import torch
+
+torch.manual_seed(0)
+with torch.device("cuda"):
+    model = torch.nn.Sequential(torch.nn.Linear(2048, 4095), torch.nn.ReLU(),
+                                torch.nn.Linear(4095, 2048, bias=False)).to(torch.bfloat16)
+x = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def step():
+    model(x).float().pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+'''
+
+
+def test_the_prove_command_proves_a_scripts_advice_and_audit_shows_it(torch, tmp_path):
+    """The user's route: a run captured from a script's program, its measurement saved by `audit --measure`,
+    then `cublaslt-probe prove RUN --from M -- SCRIPT.py` (the script loaded, not run as __main__) writes the
+    proof, and `audit --proof` shows the padding proven beside its prediction."""
+    import runpy
+
+    from click.testing import CliRunner
+
+    import cublaslt_probe
+    from cublaslt_probe.cli import main
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    ns = runpy.run_path(str(script))
+    for _ in range(3):
+        ns["step"]()
+    run = tmp_path / "run"
+    with cublaslt_probe.capture(run, model=ns["model"]) as cap:
+        for _ in range(2):
+            with cap.step():
+                ns["step"]()
+    meas, proof = tmp_path / "m.json", tmp_path / "p.json"
+    r = CliRunner().invoke(main, ["audit", str(run), "--measure", "--top-measure", "4", "--save", str(meas)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["prove", str(run), "--from", str(meas), "-o", str(proof), "--rounds", "3",
+                                  "--", str(script)])
+    assert r.exit_code == 0, r.output
+    assert proof.exists() and "prove 1/" in r.output
+    r = CliRunner().invoke(main, ["audit", str(run), "--from", str(meas), "--proof", str(proof)])
+    assert r.exit_code == 0, r.output
+    import re
+    lines = r.output.splitlines()
+    at = [i for i, ln in enumerate(lines) if "4095 → 4096" in ln]
+    assert at, r.output
+    said = " ".join(lines[i] + " " + (lines[i + 1] if i + 1 < len(lines) else "") for i in at)
+    assert re.search(r"(?<!un)proven ", said), said      # proven (saves, within noise or slower), not unproven
