@@ -54,7 +54,7 @@ def rates(cpus: list[int], seconds: float) -> list[float]:
 
 
 def main():
-    from cublaslt_probe.gpu.probe import cpu_cores
+    from cublaslt_probe.gpu.host import cpu_cores
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpus", default=None, help="CPUs to test (default: the probe cores of slots 0 and 1)")
     ap.add_argument("--seconds", type=float, default=0.3)

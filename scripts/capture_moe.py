@@ -119,7 +119,8 @@ def overhead(out: str, model, step) -> dict:
 
 def alternatives(out: str, info: dict) -> None:
     from cublaslt_probe.cases import Case, sizes_code
-    from cublaslt_probe.gpu.probe import Probe, time_grouped_alternatives
+    from cublaslt_probe.gpu.alternatives import time_grouped_alternatives
+    from cublaslt_probe.gpu.probe import Probe
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
     recorded = {}
     for name in ("qwen3_moe", "mixtral_train"):

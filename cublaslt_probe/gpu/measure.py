@@ -341,7 +341,7 @@ def measure_grouped(probe, g: dict) -> dict:
     ``group_summary`` (the sizes measured), ``implementations``, ``numerics`` and ``tolerance`` (the original
     dtype's; fp8's for the fp8 variant, ``tolerance_fp8``); or ``skipped`` with the reason."""
     from cublaslt_probe.analysis import candidates as cand
-    from cublaslt_probe.gpu.probe import time_grouped_alternatives
+    from cublaslt_probe.gpu.alternatives import time_grouped_alternatives
     c, why = grouped_case_of(g)
     if c is None:
         return {"skipped": why}
@@ -443,7 +443,7 @@ def graph_candidate_times(probe, c: Case, top: int, calls: int = GRAPH_CALLS, re
     """The heuristic's first `top` cuBLASLt candidates of `c` (as `probe.lt_candidates` asks for them: same
     problem, workspace and alignment, so the same ranks), each replayed from a CUDA graph (`_replayed_us`) on a
     stream of its own (the call is bound to the stream it was built on). Returns {rank: µs or None}."""
-    from cublaslt_probe.gpu.probe import CUBLAS_WORKSPACE, lt_problem
+    from cublaslt_probe.gpu.operands import CUBLAS_WORKSPACE, lt_problem
     torch = probe.torch
     out: dict[int, float | None] = {}
     side = torch.cuda.Stream()
@@ -868,7 +868,8 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
     """Measure the alternatives of each GEMM in `gemms` (dicts as `case_of` takes them, with any extra keys —
     `module`, `calls`, `kernel` — carried into the result). Returns {"env", "gemms": [...], "seconds"}."""
     from cublaslt_probe.analysis import candidates as cand
-    from cublaslt_probe.gpu.probe import Probe, lt_candidates
+    from cublaslt_probe.gpu.alternatives import lt_candidates
+    from cublaslt_probe.gpu.probe import Probe
     t_all = time.perf_counter()
     probe = probe or Probe(reps=reps, pipeline=False)  # GEMMs timed one at a time, no windows
     results = []
