@@ -105,6 +105,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
                               "(known_issues; null: none, or no logged algo)"),
 }
 COLUMNS = list(SCHEMA)
+# The raw record's fields (`raw_record.RawRecord`) no column reads: a grouped GEMM's groups (in its `key`), sizes
+# and their summary; the probe's own step times; where the heuristic was measured and what it refused; why the
+# candidates could not run; keys of other versions. `build_rows` reads every other field (tests/test_raw_record.py).
+RAW_NOT_READ = ("groups", "sizes", "group_sizes", "group_summary", "probe_ms", "candidates_error", "heuristic_where",
+                "heuristic_error", "extra")
 
 
 @dataclass
