@@ -1,6 +1,6 @@
-"""GPU tests of the probe's kernel capture (`cupti.Activity` under `kernel_capture.profile_kernels`): it names each kernel,
-memset and copy as torch.profiler names them, with the same GPU durations, and takes turns with torch.profiler in
-one process. Skipped with a reason without a GPU."""
+"""GPU tests of the probe's kernel capture (`cupti.Activity` under `kernel_capture.profile_kernels`): it names each
+kernel, memset and copy as torch.profiler names them, with the same GPU durations, and takes turns with
+torch.profiler in one process. Skipped with a reason without a GPU."""
 import statistics
 
 import pytest
