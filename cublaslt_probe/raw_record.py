@@ -4,8 +4,8 @@ and the reader's one route from the saved JSON of any version (`RawRecord.from_d
 Pure data, no GPU. The probe (`gpu/probe.py`) starts a record from its Case (`RawRecord.of_case`), fills it one
 phase at a time (the logged call, the timing, the kernels, the candidates, the heuristic) and returns it in its
 saved form (`to_dict`), the line the sweep writes to a raw file; the dataset (`analysis/dataset.build_rows`)
-reads it back through `from_dict`, which holds every default an older record needs. docs/dataset.md lists
-what the dataset reads of it.
+reads it back through `from_dict`, which holds every default an older record needs; `dataset.RAW_NOT_READ`
+names the fields no column reads.
 """
 from __future__ import annotations
 

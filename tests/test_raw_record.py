@@ -11,7 +11,7 @@ import pytest
 from cublaslt_probe.analysis import dataset
 from cublaslt_probe.cases import Case
 from cublaslt_probe.gpu.operands import Built
-from cublaslt_probe.gpu.probe import _fill_call, _fill_heuristic, _fill_kernels, _fill_timing
+from cublaslt_probe.gpu.probe import _fill_config, _fill_heuristic, _fill_kernels, _fill_timing
 from cublaslt_probe.gpu.timing import Timing
 from cublaslt_probe.raw_record import LINE_KIND, REQUIRED, RawRecord
 
@@ -63,7 +63,8 @@ def _phases(d: dict) -> RawRecord:
     tm = d.get("timing") or {}
     built = Built(None, (), d["lt_config"], d["lt_waves"], replay=tm.get("launch") == "replay",
                   replay_refused=tm.get("replay_refused"))
-    _fill_call(rec, d["log_lines"], built)
+    rec.log_lines = d["log_lines"]
+    _fill_config(rec, built)
     if d.get("error"):
         rec.error = d["error"]
         return rec

@@ -105,13 +105,15 @@ class ProbeOptions:
 
 
 # --- filling a raw record, one function per phase (the record starts as `RawRecord.of_case`) ------------------
-def _fill_call(rec: RawRecord, log_lines: list[str], b: Built) -> None:
-    """The logged call's lines, and the config of the algo the built call runs (lt backend)."""
-    rec.log_lines = log_lines
+# The logged call's lines are one field, set where the call is made (`_prepare`, `_prepare_stepwise`).
+def _fill_config(rec: RawRecord, b: Built) -> None:
+    """The config of the algo the built call runs and its waves (lt backend; None on the others)."""
     rec.lt_config, rec.lt_waves = b.lt_config, b.lt_waves
 
 
 def _fill_timing(rec: RawRecord, t: Timing, b: Built) -> None:
+    """The timing (`Timing`: median, samples, calls per sample, first call, GPU gap) and its evidence, with how
+    the timed calls were launched (`Built.launch`) and why not replayed when refused."""
     rec.time_us = t.median_us
     rec.time_us_reps = len(t.samples_us)
     rec.time_us_min = t.min_us
@@ -147,8 +149,6 @@ GROUPED_REPLAY = ("torch's grouped GEMM takes its prepare kernel's argument buff
                   "the fallback, one cuBLAS GEMM per group after reading the offsets on the host")
 
 
-
-
 def heavy_us(c: Case) -> float:
     """µs the arithmetic of `c` (2·m·n·k·batch) takes at the dense peak of its dtype on an H100/H200 SXM
     (`vocab.PEAKS`), whatever the GPU: a measure of how hard the GEMM drives the tensor cores, not a
@@ -161,8 +161,6 @@ def is_heavy(c: Case) -> bool:
     """Does `c` drive the tensor cores hard enough (`heavy_us` >= HEAVY_US) to run one step after another in the
     pipeline, behind the whole enqueue's spin (`timing_spin`)?"""
     return heavy_us(c) >= HEAVY_US
-
-
 
 
 def _nbytes(objs) -> int:
@@ -732,10 +730,11 @@ class Probe:
         return b, held + nbytes, finished
 
     def _prepare_stepwise(self, c: Case, b: Built, rec: RawRecord, ph: dict, t: float) -> tuple:
-        """One step after another: the warm-up of `c`, then one call that is both its logged call and its
-        estimating call (`_logged_estimate`), then its replay (`_replayed`); fills `rec` and the phase times
-        `ph`. Returns (the estimate: GPU µs, host µs of a call; the Built to time; the phase clock). Under the
-        flags of `c`: a retake of the GEMM in flight, while `_drain` waits for it, sets that GEMM's.
+        """One step after another (the pipeline's twin is `_prepare`): the warm-up of `c`, then one call that is
+        both its logged call and its estimating call (`_logged_estimate`), then its replay (`_replayed`); fills
+        `rec` and the phase times `ph`. Returns (the estimate: GPU µs, host µs of a call; the Built to time; the
+        phase clock). Under the flags of `c`: a retake of the GEMM in flight, while `_drain` waits for it, sets
+        that GEMM's.
 
         The host µs of a call (what the spin before a long GEMM's samples covers, `Timer.start`) is the lesser
         of the warm-up call's and the logged call's: the logged call's alone holds the logger's line, and the
@@ -746,10 +745,10 @@ class Probe:
             b.fn()
         warm_host = (time.perf_counter() - h) * 1e6 / max(WARM_CALLS, 1)
         t = _lap(ph, "build_warm", t)   # the warm-up's GPU time runs on behind the estimate's spin
-        log_lines, (once, logged_host) = self._logged_estimate(b.fn, self._key(c, b))
+        rec.log_lines, (once, logged_host) = self._logged_estimate(b.fn, self._key(c, b))
         t = _lap(ph, "log", t)
         b = self._replayed(c, b)
-        _fill_call(rec, log_lines, b)
+        _fill_config(rec, b)
         return (once, min(warm_host, logged_host)), b, t
 
     @staticmethod
@@ -765,12 +764,12 @@ class Probe:
         for _ in range(WARM_CALLS):
             b.fn()
         t = _lap(ph, "build_warm", t)
-        log_lines = self.logged_call(b.fn, sync=False)
+        rec.log_lines = self.logged_call(b.fn, sync=False)
         t = _lap(ph, "log", t)
         behind = self._inflight.pending if self._inflight is not None else None
         est = self.timer.queue_estimate(b.fn, self._key(c, b), behind=behind)   # the library's call sizes the plan
         b = self._replayed(c, b)
-        _fill_call(rec, log_lines, b)
+        _fill_config(rec, b)
         _lap(ph, "estimate", t)
         return est, b
 
