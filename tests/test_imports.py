@@ -135,7 +135,33 @@ def test_only_the_gpu_modules_import_torch_cupy_or_ctypes():
     bad += [f"{m}:{line} imports {t}" for m, p in MODULES.items() if m not in GPU_MODULES
             for t, line in _dynamic_imports(p) if t.split(".")[0] in GPU_LIBRARIES]
     assert bad == []
-    assert f"{GPU_PACKAGE}.probe" in GPU_MODULES     # the rule reads the package that exists
+    assert {f"{GPU_PACKAGE}.{m}" for m in ("probe", *PROBE_PARTS)} <= GPU_MODULES   # the rule reads what exists
+
+
+# The probe's parts (gpu/probe.py is the window scheduler over them).
+PROBE_PARTS = ("operands", "kernel_capture", "heuristic_helpers", "host", "alternatives")
+
+
+def _type_checking_lines(path: pathlib.Path) -> set[int]:
+    """The lines of the `if TYPE_CHECKING:` blocks of a module (imports for annotations only)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            out.update(range(node.lineno, node.end_lineno + 1))
+    return out
+
+
+def test_the_probes_parts_never_import_the_scheduler():
+    """operands, kernel_capture, heuristic_helpers, host and alternatives sit below gpu/probe.py: none imports it
+    to run (an annotation's import under `TYPE_CHECKING` aside), so the scheduler is the only module that
+    needs them all."""
+    bad = []
+    for part in PROBE_PARTS:
+        name = f"{GPU_PACKAGE}.{part}"
+        annotations = _type_checking_lines(MODULES[name])
+        bad += [f"{name}:{line}" for t, line, _ in IMPORTS[name]
+                if t == f"{GPU_PACKAGE}.probe" and line not in annotations]
+    assert bad == []
 
 
 def test_gpu_modules_import_on_a_cpu():
@@ -152,7 +178,7 @@ def test_no_import_circle_at_module_level():
 
 
 CPU_PACKAGES = [f"{ROOT}.{p}" for p in ("analysis", "render", "sweep", "names", "logs")] + \
-    [f"{ROOT}.{m}" for m in ("vocab", "dtypes", "cases", "runfiles", "streams", "errors")]
+    [f"{ROOT}.{m}" for m in ("vocab", "dtypes", "cases", "raw_record", "runfiles", "streams", "errors")]
 
 
 def test_the_cpu_side_never_reaches_into_gpu():
