@@ -3,7 +3,7 @@
     python -m cublaslt_probe.gpu.coldstart_child --steps N [--preinit] [--no-cupti] --func FILE_OR_MODULE:NAME
     python -m cublaslt_probe.gpu.coldstart_child --steps N [--preinit] [--no-cupti] --script SCRIPT [ARGS...]
 
-The parent (`cublaslt_probe.analysis.coldstart.run`) sets the environment (module loading, JIT and cache variables)
+The parent (`cublaslt_probe.gpu.coldstart.run`) sets the environment (module loading, JIT and cache variables)
 and reads the one JSON line this prints last. What is measured:
 
 - each step's wall time (the step, then `torch.cuda.synchronize()`) and host time (until the step returned);
@@ -30,10 +30,10 @@ XLA_FLAGS is set to the run's flags (`CUBLASLT_PROBE_XLA_FLAGS`, from the parent
 is known to accept them (`apply_xla_flags`).
 
 A step is either a callable (``--func``: called once; if it returns a callable, that was the setup and the
-returned callable is the step) or a script: one that marks its steps with
-``with cublaslt_probe.analysis.coldstart.cold_start_step():`` runs as ``__main__`` and its marked steps are measured;
-one that
-marks none but defines ``make_step()`` or ``step()`` at module level has that run ``--steps`` times.
+returned callable is the step) or a script: one that marks its steps with ``with cublaslt_probe.cold_start_step():``
+runs as ``__main__`` and its marked steps are measured (`coldstart_step`: the session is active while the script
+runs); one that marks none but defines ``make_step()`` or ``step()`` at module level has that run ``--steps``
+times. `Session` holds each stage of the program's life (`run_target`, `run_func`, `run_script`, `run_steps`).
 """
 from __future__ import annotations
 
@@ -51,10 +51,10 @@ import threading
 import time
 import traceback
 
+from cublaslt_probe.analysis.coldstart.envs import CACHE_VARS
 from cublaslt_probe.errors import error_text
+from cublaslt_probe.gpu import coldstart_step
 
-CACHE_VARS = ("CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH",
-              "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")
 # Shared libraries reported when they appear: compilers, JIT, CUDA libraries (other new libraries are not kept)
 WATCHED_LIBS = ("libnvrtc", "libnvJitLink", "libnvptxcompiler", "libnvidia-ptxjitcompiler", "libcudnn",
                 "libcublas", "libcupti", "libtriton", "libcuda", "libnvvm", "libcufft", "libcusparse",
@@ -324,7 +324,7 @@ def xla_autotune_summary(text: str) -> dict:
 class Session:
     """Per-step bookkeeping of one child process."""
 
-    def __init__(self, torch, steps: int, recorder=None, logger=None):
+    def __init__(self, torch, steps: int, recorder=None, logger=None, preinit: bool = False):
         self.torch = torch
         self.steps_wanted = steps
         self.rec = recorder
@@ -345,8 +345,9 @@ class Session:
         self._xla_autotune()  # what the dumps held before the program ran is not the program's
         self._open: tuple[str, int] | None = None
         self._t_host = 0
-        self.preinit_wanted = False
+        self.preinit_wanted = preinit
         self.preinit_result: dict | None = None
+        self.func_was_factory: bool | None = None  # --func: whether the function returned the step (a factory)
 
     # --- snapshots -------------------------------------------------------------------------------------
     def _mem_stats(self) -> dict:
@@ -489,15 +490,39 @@ class Session:
             self.lt_lines[name] = lines[:MAX_LOG_LINES]
 
     # --- steps -------------------------------------------------------------------------------------------
-    def start_step(self) -> None:
-        """Close the setup window, initialise the libraries apart if asked (once), open the next step."""
+    def open_setup(self) -> None:
+        """Open the setup window: what the program does before its first step (imports, building the model).
+        Nothing is synchronised: the program has not touched the GPU yet, and the window must not make the
+        CUDA context itself."""
+        self._open = ("setup", time.perf_counter_ns())
+
+    def close_setup(self) -> None:
+        """Close the setup window if it is still open (a script that marked no step, a factory's first call)."""
         if self._open is not None and self._open[0] == "setup":
             self.end()
+
+    def start_step(self) -> None:
+        """Close the setup window, initialise the libraries apart if asked (once), open the next step."""
+        self.close_setup()
         if self.preinit_wanted and self.preinit_result is None:
             self.begin("preinit")
             self.preinit_result = preinit(self.torch)
             self.end()
         self.begin(f"step{len(self.steps) + 1}")
+
+    def end_marked(self, error: str | None = None) -> None:
+        """Close the step a script marked (`coldstart_step.cold_start_step`), failed where `error` is given."""
+        if self._open is not None:
+            self.host_done()
+            self.end(ok=error is None, error=error)
+
+    def abort(self, error: str) -> None:
+        """Close the open window as failed with `error` (the program raised); a second error is not reported."""
+        if self._open is not None:
+            try:
+                self.end(ok=False, error=error)
+            except Exception:  # noqa: BLE001  the first error is the one reported
+                pass
 
     def run_steps(self, step) -> None:
         for _ in range(self.steps_wanted):
@@ -510,6 +535,78 @@ class Session:
                 self.end(ok=False, error=error_text(e))
                 raise
 
+    def run_func(self, fn) -> None:
+        """``--func``: the first call is step 1, unless it returns a callable: then that call was the setup (its
+        window, its log lines and counts renamed ``factory``) and the callable is the step, run `steps_wanted`
+        times; else the function is the step, run `steps_wanted` − 1 times more."""
+        self.start_step()
+        try:
+            ret = fn()
+            self.host_done()
+            self.end()
+        except Exception as e:
+            self.end(ok=False, error=error_text(e))
+            raise
+        self.func_was_factory = callable(ret)
+        if callable(ret):
+            w = self.steps.pop()
+            w["name"] = "factory"
+            if "step1" in self.lt_lines:
+                self.lt_lines["factory"] = self.lt_lines.pop("step1")
+            self.lt_counts["factory"] = self.lt_counts.pop("step1", 0)
+            self.run_steps(ret)
+        else:
+            self.steps_wanted -= 1
+            self.run_steps(fn)
+
+    def run_script(self, script: str, args: list[str]) -> None:
+        """``--script``: the script runs as ``__main__`` with `args`; the steps it marked
+        (`cublaslt_probe.cold_start_step`) are measured as it runs them. One that marked none but defines
+        ``make_step()`` (called once, in the setup window: it returns the step) or ``step()`` has that run
+        `steps_wanted` times."""
+        old = sys.argv
+        sys.argv = [script, *args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        try:
+            ns = runpy.run_path(script, run_name="__main__")
+        finally:
+            sys.argv = old
+        if self.steps:
+            self.close_setup()
+            return
+        maker, plain = ns.get("make_step"), ns.get("step")
+        if callable(maker):
+            step = maker()
+        elif callable(plain):
+            step = plain
+        else:
+            raise SystemExit(f"{script}: it marked no step (`with cublaslt_probe.cold_start_step():`) "
+                             "and defines neither make_step() nor step()")
+        self.run_steps(step)
+
+    def run_target(self, func: str | None, script: list[str] | None) -> None:
+        """The program of the child's arguments, from its setup window on (`run_func` or `run_script`)."""
+        self.open_setup()
+        if func:
+            self.run_func(load_callable(func))
+        elif script:
+            self.run_script(script[0], script[1:])
+        else:
+            raise SystemExit("give --func or --script")
+
+    def ok(self) -> bool:
+        """Whether the program ran steps and every one completed."""
+        return bool(self.steps) and all(w["ok"] for w in self.steps)
+
+    def record(self) -> dict:
+        """What the session measured, for the child's record: the preinit items (when asked), the windows, the
+        cuBLASLt log lines and counts per window."""
+        out: dict = {}
+        if self.preinit_result is not None:
+            out["preinit"] = self.preinit_result
+        out.update({"windows": self.windows, "lt_lines": self.lt_lines, "lt_counts": self.lt_counts})
+        return out
+
 
 def _by_ext(files: dict[str, int]) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -517,21 +614,6 @@ def _by_ext(files: dict[str, int]) -> dict[str, int]:
         ext = os.path.splitext(p)[1].lstrip(".") or "(none)"
         out[ext] = out.get(ext, 0) + 1
     return out
-
-
-# --- the active session, for scripts that mark their own steps -------------------------------------------------
-_ACTIVE: Session | None = None
-
-
-def marked_step_begin() -> None:
-    if _ACTIVE is not None:
-        _ACTIVE.start_step()
-
-
-def marked_step_end(error: str | None = None) -> None:
-    if _ACTIVE is not None and _ACTIVE._open is not None:
-        _ACTIVE.host_done()
-        _ACTIVE.end(ok=error is None, error=error)
 
 
 # --- preinit ---------------------------------------------------------------------------------------------------
@@ -670,20 +752,20 @@ def _no_paths(var: str, value: str) -> str:
     return re.sub(r"=/\S*/([^/\s]+)", r"=\1", value) if var == "XLA_FLAGS" else value
 
 
-# Long: the child's one life in the order it happens (hooks, torch's import, CUPTI, the log, the target's steps,
-# the record), each stage reading the state the ones before set up; it runs only on a GPU, where a split of it is
-# to be checked (tests/test_gpu_coldstart*.py).
-def main(argv: list[str] | None = None) -> dict:
-    """Run the target (`--func FILE_OR_MODULE:NAME` or `--script FILE ARGS`) for `--steps` steps, observed, and
-    return the record the parent reads (see the module docstring)."""
-    global _ACTIVE
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m cublaslt_probe.gpu.coldstart_child")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--preinit", action="store_true")
     ap.add_argument("--no-cupti", action="store_true")
     ap.add_argument("--func")
     ap.add_argument("--script", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def process_record() -> dict:
+    """The record's start: not ok yet, the process id, the XLA flags set (`apply_xla_flags`), the environment the
+    process sees of the variables a run controls (folders by their last part only), and how Python writes
+    bytecode and whether the kernel's delay accounting is on (what the process counters can show)."""
     xla = apply_xla_flags()
     res: dict = {"ok": False, "pid": os.getpid(), "xla_flags": xla,
                  "env_seen": {k: _no_paths(k, v) for k, v in sorted(os.environ.items())
@@ -696,108 +778,85 @@ def main(argv: list[str] | None = None) -> dict:
             res["process_info"]["task_delayacct"] = f.read().strip()
     except OSError:
         pass
+    return res
+
+
+def start_cupti(off: bool) -> tuple[object | None, dict]:
+    """The CUPTI recorder of module loads and driver calls, started (None where off or where it failed: the run
+    goes on without it, and its record says so), and what the record says of it."""
+    if off:
+        return None, {"off": True}
+    try:
+        from cublaslt_probe.gpu import cupti
+        rec = cupti.Recorder(kernel_names=os.environ.get("CUDA_MODULE_LOADING") != "EAGER")
+        t = time.perf_counter()
+        rec.start()
+        return rec, {"path": os.path.basename(rec.path), "start_s": time.perf_counter() - t,
+                     "watched": sorted(n for n, _ in rec.cbids.values())}
+    except Exception as e:  # noqa: BLE001  (the run goes on without CUPTI, and says so)
+        return None, {"error": error_text(e)}
+
+
+def start_lt_log() -> tuple[object | None, dict]:
+    """cuBLASLt's level-2 log, taken in this process (`lt.Logger`) from the library torch's import mapped (no GEMM
+    is run for it), and what the record says of it; None where the library is not mapped yet or failed."""
+    try:
+        from cublaslt_probe.gpu import lt
+        found = lt.loaded_libraries()
+        if not found:
+            return None, {"error": "libcublasLt not mapped before the first step; no log"}
+        lib = lt.LtLibrary(found[0])
+        logger = lt.Logger(lib)
+        logger.set_level(2)
+        return logger, {"library": os.path.basename(found[0]), "version": lib.version_str}
+    except Exception as e:  # noqa: BLE001
+        return None, {"error": error_text(e)}
+
+
+def device_record(torch) -> dict:
+    """The GPU and the versions (torch, CUDA, cuDNN) and whether cuDNN's benchmark mode was on; empty where torch
+    cannot say (the device facts are optional)."""
+    try:
+        p = torch.cuda.get_device_properties(0)
+        return {"device": {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "torch": torch.__version__,
+                           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()},
+                "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+    except Exception:  # noqa: BLE001  the device facts are optional
+        return {}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the target (`--func FILE_OR_MODULE:NAME` or `--script FILE ARGS`) for `--steps` steps, observed, and
+    return the record the parent reads (see the module docstring). The stages in the order the child lives them:
+    the record's start, the compile hooks, torch's import, CUPTI, the cuBLASLt log, the program in its `Session`
+    (active for the steps a script marks), then what each stage measured."""
+    a = _arguments(argv)
+    res = process_record()
     install_hooks()
     t = time.perf_counter()
     import torch
     res["import_torch_s"] = time.perf_counter() - t
     res["libraries_at_import"] = [b for b in mapped_libraries() if b.startswith(WATCHED_LIBS)]
-    rec = None
-    if not a.no_cupti:
-        try:
-            from cublaslt_probe.gpu import cupti
-            rec = cupti.Recorder(kernel_names=os.environ.get("CUDA_MODULE_LOADING") != "EAGER")
-            t = time.perf_counter()
-            rec.start()
-            res["cupti"] = {"path": os.path.basename(rec.path), "start_s": time.perf_counter() - t,
-                            "watched": sorted(n for n, _ in rec.cbids.values())}
-        except Exception as e:  # noqa: BLE001  (the run goes on without CUPTI, and says so)
-            res["cupti"] = {"error": error_text(e)}
-            rec = None
-    else:
-        res["cupti"] = {"off": True}
-    logger = None
+    rec, res["cupti"] = start_cupti(a.no_cupti)
+    logger, res["lt_log"] = start_lt_log()
+    s = Session(torch, a.steps, rec, logger, preinit=a.preinit)
+    failed = None
     try:
-        from cublaslt_probe.gpu import lt
-        found = lt.loaded_libraries()
-        if found:  # mapped by torch's import: take it without running a GEMM
-            lib = lt.LtLibrary(found[0])
-            logger = lt.Logger(lib)
-            logger.set_level(2)
-            res["lt_log"] = {"library": os.path.basename(found[0]), "version": lib.version_str}
-        else:
-            res["lt_log"] = {"error": "libcublasLt not mapped before the first step; no log"}
-    except Exception as e:  # noqa: BLE001
-        res["lt_log"] = {"error": error_text(e)}
-    s = Session(torch, a.steps, rec, logger)
-    s.preinit_wanted = a.preinit
-    _ACTIVE = s
-    try:
-        s._open = ("setup", time.perf_counter_ns())
-        step = None
-        if a.func:
-            fn = load_callable(a.func)
-            s.start_step()  # the first call is step 1, unless it returns the step (then it was the setup)
-            try:
-                ret = fn()
-                s.host_done()
-                s.end()
-            except Exception as e:
-                s.end(ok=False, error=error_text(e))
-                raise
-            res["func_was_factory"] = callable(ret)
-            if callable(ret):
-                w = s.steps.pop()
-                w["name"] = "factory"
-                if "step1" in s.lt_lines:
-                    s.lt_lines["factory"] = s.lt_lines.pop("step1")
-                s.lt_counts["factory"] = s.lt_counts.pop("step1", 0)
-                step = ret
-            else:
-                step = fn
-                s.steps_wanted -= 1
-        elif a.script:
-            script, *args = a.script
-            old = sys.argv
-            sys.argv = [script, *args]
-            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-            try:
-                ns = runpy.run_path(script, run_name="__main__")
-            finally:
-                sys.argv = old
-            if not s.steps:
-                maker, plain = ns.get("make_step"), ns.get("step")
-                if callable(maker):
-                    step = maker()
-                elif callable(plain):
-                    step = plain
-                else:
-                    raise SystemExit(f"{script}: it marked no step "
-                                     "(`with cublaslt_probe.analysis.coldstart.cold_start_step():`) "
-                                     "and defines neither make_step() nor step()")
-        else:
-            raise SystemExit("give --func or --script")
-        if step is not None:
-            s.run_steps(step)
-        elif s._open is not None and s._open[0] == "setup":
-            s.end()
-        res["ok"] = bool(s.steps) and all(w["ok"] for w in s.steps)
+        with coldstart_step.active(s):
+            s.run_target(a.func, a.script)
     except BaseException as e:  # noqa: BLE001  (everything measured so far is still reported)
-        if s._open is not None:
-            try:
-                s.end(ok=False, error=error_text(e))
-            except Exception:  # noqa: BLE001  the first error is the one reported
-                pass
-        res["error"] = error_text(e)
-        res["traceback"] = traceback.format_exc()[-2000:]
+        s.abort(error_text(e))
+        failed = {"error": error_text(e), "traceback": traceback.format_exc()[-2000:]}
     finally:
-        _ACTIVE = None
         if rec is not None:
             rec.stop()
-    if s.preinit_result is not None:
-        res["preinit"] = s.preinit_result
-    res["windows"] = s.windows
-    res["lt_lines"] = s.lt_lines
-    res["lt_counts"] = s.lt_counts
+    if s.func_was_factory is not None:
+        res["func_was_factory"] = s.func_was_factory
+    if failed:
+        res.update(failed)
+    else:
+        res["ok"] = s.ok()
+    res.update(s.record())
     res["jit_hooks"] = sorted(_HOOKED)
     if TIMERS.errors:
         res["jit_hook_errors"] = TIMERS.errors[:20]
@@ -805,13 +864,7 @@ def main(argv: list[str] | None = None) -> dict:
         res["modules"], res["driver_calls"] = _events(rec, s.windows)
         if rec.errors:
             res["cupti"]["callback_errors"] = rec.errors
-    try:
-        p = torch.cuda.get_device_properties(0)
-        res["device"] = {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "torch": torch.__version__,
-                         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
-        res["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-    except Exception:  # noqa: BLE001  the device facts are optional
-        pass
+    res.update(device_record(torch))
     if s.steps:
         walls = [w["wall_s"] for w in s.steps]
         res["steady_s"] = statistics.median(walls[2:]) if len(walls) > 2 else min(walls)
@@ -890,9 +943,7 @@ def _start(windows: list[dict], name: str) -> int:
 
 
 if __name__ == "__main__":
-    # run the module under its own name, so that `coldstart.cold_start_step` finds the active session there
-    from cublaslt_probe.gpu import coldstart_child as _self
-    out = _self.main()
+    out = main()
     sys.stdout.flush()
     print("\n" + json.dumps(out, default=str), flush=True)
     os._exit(0)  # no CUDA/CUPTI teardown: the parent has what it needs
