@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from cublaslt_probe.analysis.coldstart.breakdown import analyse, forced_jit
 from cublaslt_probe.analysis.coldstart.observed import observed_provenance
 from cublaslt_probe.analysis.coldstart.runs import (
+    Runs,
     compile_seconds,
     compute_cache_written,
     lt_calls_per_step,
@@ -273,3 +274,28 @@ def test_targets():
 def test_cold_start_step_is_a_no_op_outside_a_run():
     with cold_start_step():
         pass
+
+
+def test_runs_name_the_part_each_run_plays(raw):
+    """`Runs` names the run each term of the breakdown is read from (the baseline, the compile run, the explained
+    run, the warm step), on llama_eager's real runs and with runs taken away or failed as a damaged save has them;
+    the breakdown reads its evidence from the run so named."""
+    d = raw["llama_eager"]
+    runs = d["runs"]
+    r = Runs(runs)
+    assert (r.baseline_name, r.compile_name, r.explained_name, r.warm_step_name) == ("cold", "cold", "eager", "warm")
+    no_eager = {n: x for n, x in runs.items() if n != "eager"}
+    assert (Runs(no_eager).explained_name, Runs(no_eager).warm_step_name) == ("preinit", "warm")
+    causes = {c["cause"]: c for c in analyse({**d, "runs": no_eager})["components"]}
+    assert causes["heuristics"]["evidence"][0].startswith("preinit step 1: 16 cuBLASLt matmul calls")
+    assert causes["allocator"]["how"] == "CUPTI driver allocation calls (preinit)" and "module_loading" not in causes
+    failed = {n: ({**x, "ok": False} if n in ("cold", "warm") else x) for n, x in runs.items()}
+    f = Runs(failed)
+    assert (f.baseline_name, f.explained_name, f.warm_step_name) == ("preinit", "eager", "eager")
+    a = analyse({**d, "runs": failed})
+    assert a["baseline"] == "preinit" and [c["cause"] for c in a["components"]] == \
+        ["module_loading", "heuristics", "allocator"]        # no cold caches or initialisation without cold, warm
+    ptx = raw["ptx_only"]["runs"]
+    forced_only = Runs({n: ({**x, "ok": False} if n in ("cold", "warm") else x) for n, x in ptx.items()})
+    assert forced_only.ok("forcejit") and forced_only.baseline_name is None   # a what-if is never the baseline
+    assert Runs(raw["llama_eager"]["runs"]) == Runs(r)   # a mapping of the same runs, however it is wrapped
