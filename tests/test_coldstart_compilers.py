@@ -436,7 +436,7 @@ def test_xla_flags_keep_the_users_and_isolate_xla_caches(tmp_path):
 def test_the_child_times_a_module_imported_after_it_started():
     """The post-import hook wraps a watched entry point of a module imported later (a stdlib module stands in
     for a framework's here: the hook does not care which)."""
-    code = ("from cublaslt_probe.gpu import coldstart_child as c\n"
+    code = ("from cublaslt_probe.gpu import coldstart_hooks as c\n"
             "c.JIT_HOOKS['email.utils'] = [('formatdate', 'demo.format')]\n"
             "c.install_hooks()\n"
             "from email.utils import formatdate\n"
@@ -451,7 +451,7 @@ def test_the_child_times_a_module_imported_after_it_started():
 def test_xla_autotune_summary_of_a_real_log():
     r = load(COMP / "jax_run1.json.gz")
     xa = windows(r["runs"]["cold"])["step1"]["xla_autotune"]
-    from cublaslt_probe.gpu.coldstart_child import xla_autotune_summary
+    from cublaslt_probe.gpu.coldstart_hooks import xla_autotune_summary
     text = xa["autotune_logs"]["text"]
     assert len(text) == xa["autotune_logs"]["bytes"]  # kept whole
     assert xla_autotune_summary(text)["timed"] == 51

@@ -9,7 +9,6 @@ folders before and after each child, the evidence the analysis splits cold − w
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ from cublaslt_probe.analysis.coldstart.envs import (
 )
 from cublaslt_probe.analysis.coldstart.saved import SCHEMA
 from cublaslt_probe.errors import NoCudaDevice, OptionError, ProbeError
+from cublaslt_probe.gpu.coldstart_child import cache_files
 
 CONTROLLED = ("CUDA_MODULE_LOADING", "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE", "CUDA_CACHE_MAXSIZE",
               "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_PTX_JIT", "CUBLASLT_HEURISTICS_CACHE_CAPACITY",
@@ -48,16 +48,6 @@ XLA_DUMP_FLAGS = {"xla_gpu_dump_autotune_results_to": "autotune_results.txt",
 # XLA's own autotuning caches: isolated per run when the user's XLA_FLAGS turn one on
 XLA_CACHE_FLAGS = ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_experimental_autotuner_cache_dir",
                    "xla_gpu_kernel_cache_file")
-
-
-def _files(root: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            p = os.path.join(d, f)
-            with contextlib.suppress(OSError):
-                out[os.path.relpath(p, root)] = os.path.getsize(p)
-    return out
 
 
 def target_args(target) -> tuple[list[str], dict]:
@@ -108,7 +98,7 @@ def run(target, *, steps: int = 6, env_set: str = "default", envs: str | None = 
     this loop owns the order: it stops at the first child that could not use a GPU (`NoCudaDevice`) and, after the
     cold run of a named set, appends the runs `auto_envs` asks for. Each round has cache folders of its own (its
     cold run starts empty); the later rounds make only the runs `repeat_envs` keeps. ``binding`` says what was
-    measured (`binding`)."""
+    measured (`analysis.coldstart.binding.binding_of`)."""
     if steps < 3:
         raise OptionError(f"--steps {steps}: give at least 3 (step 1, step 2 and a steady state)")
     if repeat < 1:
@@ -172,7 +162,7 @@ def _run_env(spec: EnvSpec, cmd: list[str], root: str, pkg_root: str, timeout: f
     before = {}
     for var, d in dirs.items():
         os.makedirs(d, exist_ok=True)
-        before[var] = _files(d)
+        before[var] = cache_files(d)
     env = child_env(spec, dirs, root, pkg_root)
     t0 = time.perf_counter()
     try:
@@ -196,7 +186,7 @@ def _run_env(spec: EnvSpec, cmd: list[str], root: str, pkg_root: str, timeout: f
             rec["stderr_tail"] = stderr[-1500:]
     written = {}
     for var, d in dirs.items():
-        new = {p: s for p, s in _files(d).items() if p not in before[var]}
+        new = {p: s for p, s in cache_files(d).items() if p not in before[var]}
         written[var] = {"count": len(new), "bytes": sum(new.values())}
     rec["cache_written"] = written
     return rec
