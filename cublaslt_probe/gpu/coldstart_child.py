@@ -19,7 +19,8 @@ and reads the one JSON line this prints last. What is measured:
   their module is imported: CuPy's cached compile and its NVRTC call, Triton's `JITFunction.run`, `compile`,
   launcher build and module load, Numba's CUDA compile (NVVM, link), JAX's own compile events
   (`jax.monitoring`: tracing, lowering, XLA backend compile, persistent-cache hits); seconds and calls per window,
-  and the spans of the calls over 1 ms; with XLA, the autotuning results and logs XLA wrote (`CUBLASLT_PROBE_XLA_DUMP`) per window;
+  and the spans of the calls over 1 ms; with XLA, the autotuning results and logs XLA wrote
+  (`CUBLASLT_PROBE_XLA_DUMP`) per window;
 - with ``--preinit``: before the first step, the libraries are initialised one by one (CUDA context, cuBLAS
   handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN; CuPy's own cuBLAS handle,
   first GEMM and first reduction, JAX's backend and first transfer, Numba's context and first transfer, each when
