@@ -123,7 +123,7 @@ def analyse_round(result: dict, brief: bool = False) -> dict:
 DISAGREE = 1.5
 
 
-def failure_verdict(runs: dict) -> str:
+def failure_verdict(runs: Runs) -> str:
     """The verdict when no run completed its steps: where the program failed and with what error, and whether a
     timed compile route was the last thing the failed step ran (the error came out of that compile)."""
     errs, where, inside = [], [], []
@@ -149,7 +149,7 @@ def failure_verdict(runs: dict) -> str:
             "its traceback, fix it, then run cold-start again")
 
 
-def _run_table(runs: dict) -> list[dict]:
+def _run_table(runs: Runs) -> list[dict]:
     """One row per run: its environment, whether it completed, its step 1, step 2 and steady-state walls, and the
     first line of its error; the table shows every run, the failed ones too."""
     table = []
@@ -162,7 +162,7 @@ def _run_table(runs: dict) -> list[dict]:
     return table
 
 
-def cache_states(runs: dict) -> list[dict]:
+def cache_states(runs: Runs) -> list[dict]:
     """Per run: which isolated caches held files before it (warm) and which it wrote to, as one line each.
     Runs saved before the per-cache counts were kept say only whether the ComputeCache and the framework
     caches were warm."""
@@ -189,7 +189,7 @@ CACHE_NAME = {"CUDA_CACHE_PATH": "ComputeCache", "TORCHINDUCTOR_CACHE_DIR": "Ind
                "JAX_COMPILATION_CACHE_DIR": "JAX"}
 
 
-def overhead(runs: dict) -> tuple[float, float]:
+def overhead(runs: Runs) -> tuple[float, float]:
     """(wall time of all runs, the part outside the program's own windows: setup, factory, steps)."""
     total = sum(float(r.get("wall_s") or 0.0) for r in runs.values())
     own = sum(w["wall_s"] for r in runs.values() for w in r.get("windows", []) if w["name"] != "preinit")
@@ -202,9 +202,9 @@ def _what_if(runs: Runs) -> list[str]:
     nojit = runs.get("nojit")
     if nojit:
         if usable(nojit) and (nojit.get("env") or {}).get("compute_cache_warm"):
-            out.append(f"with CUDA_DISABLE_PTX_JIT=1 the program ran (step 1 {fmt_ms(step_walls(nojit)[0])}), "
-                       "but with a "
-                       "warm ComputeCache, which serves JIT output compiled earlier: not a test of the need for JIT")
+            out.append(f"with CUDA_DISABLE_PTX_JIT=1 the program ran (step 1 {fmt_ms(step_walls(nojit)[0])}), but "
+                       "with a warm ComputeCache, which serves JIT output compiled earlier: not a test of the need "
+                       "for JIT")
         elif usable(nojit):
             out.append(f"with CUDA_DISABLE_PTX_JIT=1 and an empty ComputeCache the program ran (step 1 "
                        f"{fmt_ms(step_walls(nojit)[0])}): it needs no PTX JIT")
@@ -260,7 +260,6 @@ def forced_jit(result: dict) -> dict | None:
     forced_warm = runs.get("forcejit_warm")
     if usable(forced_warm):
         ev.append(f"with its ComputeCache warm the forced run's step 1 took {fmt_ms(step_walls(forced_warm)[0])} "
-                  "and wrote "
-                  f"{compute_cache_written(forced_warm)} files: the cache did not spare the JIT")
+                  f"and wrote {compute_cache_written(forced_warm)} files: the cache did not spare the JIT")
     return {"ran": True, "detected": bool(cc.get("bytes") or loads or jitc), "seconds": forced_jit_seconds(result),
             "evidence": ev}

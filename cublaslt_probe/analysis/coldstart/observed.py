@@ -3,6 +3,8 @@
 applied to a kernel table of the same program (`apply_observed`, for `audit --coldstart` and `trace --coldstart`)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from cublaslt_probe.analysis.coldstart.routes import (
     JAX_BACKEND,
     JAX_TRACE,
@@ -31,7 +33,7 @@ from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.names.classes import AUTOTUNED
 
 
-def runtime_compilation(runs: dict) -> dict:
+def runtime_compilation(runs: Mapping[str, dict]) -> dict:
     """What the process was seen compiling (not forced runs): mechanisms with their evidence."""
     mech: dict[str, list[str]] = {}
     hints: list[str] = []
