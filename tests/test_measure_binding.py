@@ -59,7 +59,7 @@ def _advice_block(out: str) -> str:
 
 
 def _keys(doc):
-    return {gemm_key(g["key"]) for g in doc["gemms"]}
+    return {gemm_key(g.key) for g in doc.gemms}
 
 
 # ------------------------------------------------------------------------------------------ binding
@@ -70,7 +70,7 @@ def test_each_committed_measurement_binds_to_its_own_run_without_a_note(audits):
         a = audits[name]
         doc, notes = check_measure(_doc(name), str(path))
         bound, more = bind_measure(doc, a, str(path))
-        assert notes == [] and more == [] and len(bound["gemms"]) == len(_doc(name)["gemms"]), name
+        assert notes == [] and more == [] and len(bound.gemms) == len(_doc(name)["gemms"]), name
 
 
 def test_a_measurement_of_another_run_is_refused_or_applied_only_to_the_gemms_the_run_has(audits):
@@ -104,14 +104,9 @@ def test_a_measurement_of_another_run_is_refused_or_applied_only_to_the_gemms_th
             for k in shared - _keys(bound):
                 assert any("was measured with groups of" in x and key_name(k) in x for x in notes)
             run_labels = {x for it in advice(a.rows, bound, a.step_gpu_us) for x in it["gemms"]}
-            doc_labels = {lab for g in bound["gemms"] for lab in [_label_of(g)]}
+            doc_labels = {g.label for g in bound.gemms}
             assert run_labels <= doc_labels
     assert refused >= 40 and partial >= 4, (refused, partial)
-
-
-def _label_of(g):
-    from cublaslt_probe.analysis.audit.advice import _label
-    return _label(g["key"])
 
 
 def test_advice_reads_only_the_gemms_of_the_rows_it_is_given(audits):
@@ -426,9 +421,9 @@ def test_any_value_of_any_field_damaged_is_never_an_internal_error(audits, name)
         else:
             rec[k][j][kk] = bad
         items = advice(a.rows, doc, a.step_gpu_us, a.step_gpu_us * a.steps)
-        "\n".join(advice_lines(items) + grouped_lines(doc))
+        "\n".join(advice_lines(items) + grouped_lines(checked(doc)))
         r = a.rows.iloc[0].to_dict()
-        for g in checked(doc)["gemms"][:1]:
+        for g in checked(doc).gemms[:1]:
             chain(r, g)
         assert all(math.isfinite(it["saving_us"]) and 0 <= it["saving_us"] <= a.step_gpu_us for it in items), \
             (lst, k, kk, bad)
