@@ -59,7 +59,9 @@ def _advice_block(out: str) -> str:
 
 
 def _keys(doc):
-    return {gemm_key(g.key) for g in doc.gemms}
+    """The GEMM problems of a measurement: a saved file's dict or a checked `Measurement`."""
+    gemms = doc["gemms"] if isinstance(doc, dict) else doc.gemms
+    return {gemm_key(g["key"] if isinstance(g, dict) else g.key) for g in gemms}
 
 
 # ------------------------------------------------------------------------------------------ binding
@@ -141,6 +143,31 @@ def test_a_fingerprinted_measurement_names_its_run_when_refused(audits, tmp_path
     own = _cli(PAIRS["llama_decode"][0], p)
     plain = _cli(*PAIRS["llama_decode"])
     assert own.exit_code == 0 and own.stdout == plain.stdout
+
+
+def test_a_saved_measurement_carries_its_schema_version_and_older_files_read_unchanged(audits, tmp_path):
+    """`stamp` (what `--save` writes) puts ``schema_version``; every committed measurement (none has one: version
+    1 without a fingerprint, 2 with ``schema``) reads into a `Measurement` with all its records; a version past
+    this tool's is refused in one line naming the file."""
+    from cublaslt_probe.analysis.audit.measurement import SCHEMA_VERSION
+    doc = stamp(_doc("llama_decode"), audits["llama_decode"], str(PAIRS["llama_decode"][0]))
+    assert doc["schema_version"] == SCHEMA_VERSION and "schema" not in doc
+    assert check_measure(doc)[0].schema_version == SCHEMA_VERSION
+    for name, (_run, path) in PAIRS.items():
+        raw = _doc(name)
+        assert "schema_version" not in raw
+        m, notes = check_measure(raw, str(path))
+        assert m.schema_version == raw.get("schema", 1) and notes == [], name
+        assert [g.key for g in m.gemms] == [r["key"] for r in raw["gemms"]], name
+        for g, r in zip(m.gemms, raw["gemms"]):
+            assert g.original_us == r.get("original_us") and g.module == r.get("module"), name
+            for part in ("paths", "whatifs", "candidates", "grouped"):
+                assert len(getattr(g, part)) == len(r.get(part) or []), (name, part)
+        assert len(m.experts or []) == len(raw.get("experts") or []), name
+    p = _write(tmp_path, {**doc, "schema_version": SCHEMA_VERSION + 1})
+    r = _cli(PAIRS["llama_decode"][0], p)
+    assert r.exit_code != 0 and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    assert str(p) in r.output and "upgrade cublaslt-probe" in r.output
 
 
 @pytest.mark.parametrize("field,value,words", [

@@ -71,7 +71,7 @@ def _with_proof(a, items: list[dict], path: str) -> list[dict]:
         notes += bind_proof(proof, a, path)
     except ProofRefused as e:
         raise _Refused(str(e)) from None
-    a.notes.extend(notes + list(proof.get("notes") or []))
+    a.notes.extend(notes + proof.notes)
     return apply(items, proof)
 
 

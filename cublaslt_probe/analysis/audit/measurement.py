@@ -5,8 +5,8 @@ The file is JSON: ``schema_version`` (`SCHEMA_VERSION`; a file without one is re
 ``schema`` 2 for the files stamped with a fingerprint before the version had its name, 1 before fingerprints),
 ``env``, ``fingerprint``, ``gemms`` (one record per measured GEMM) and ``experts`` (one per experts module
 rebuilt whole). `Measurement.from_checked` builds the types from a document `measured.check_measure` has checked
-(every value the readers use is of its type, or absent); the saved record stays beside each type (``raw``) so
-that what is written again (`as_dict`) is what was read. The values a page shows and the rules would otherwise
+(every value the readers use is of its type, or absent); the saved record stays beside each type (``raw``: what
+a binding keeps and TunableOp's writer reads). The values a page shows and the rules would otherwise
 recompute when drawing are computed here, once: a GEMM's ``label``, a candidate's ``algo_text``, each
 alternative's ``kernel_label`` (its decoded label), ``kernel_short`` and ``main_short``.
 """
@@ -303,11 +303,6 @@ class Measurement:
         if experts is not None:
             raw["experts"] = [e.raw for e in experts]
         return Measurement(gemms, experts, self.env, self.fingerprint, self.schema_version, raw)
-
-    def as_dict(self) -> dict:
-        """The measurement as its file holds it (the records as read, the version of this tool)."""
-        out = {k: v for k, v in self.raw.items() if k not in ("schema", "schema_version")}
-        return {"schema_version": SCHEMA_VERSION, **out}
 
     def graph_note(self) -> str | None:
         """The line that says which measured GEMMs were timed replayed from a CUDA graph; None when none was."""
