@@ -440,7 +440,7 @@ def test_html_chain_per_gemm(audits):
     a, m = audits["gpt2_train"], checked(_measure("gpt2_train"))
     r = a.rows.to_dict("records")[0]
     (g,) = [g for g in m.gemms if (g.key["m"], g.key["n"], g.key["k"]) == (r["m"], r["n"], r["k"])]
-    lines = chain(r, g)
+    lines = chain(r, g, labels=a.kernel_labels)
     assert "m=50257 n=768 k=4096" in lines[0] and "the kernel agrees" in lines[1]
     assert any(x.startswith("alignment fallback: A ld=50257") for x in lines)
     assert lines[-1].startswith(f"measured: original {g.original_us:,.1f} µs")

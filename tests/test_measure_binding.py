@@ -451,7 +451,7 @@ def test_any_value_of_any_field_damaged_is_never_an_internal_error(audits, name)
         "\n".join(advice_lines(items) + grouped_lines(checked(doc)))
         r = a.rows.iloc[0].to_dict()
         for g in checked(doc).gemms[:1]:
-            chain(r, g)
+            chain(r, g, labels=a.kernel_labels)
         assert all(math.isfinite(it["saving_us"]) and 0 <= it["saving_us"] <= a.step_gpu_us for it in items), \
             (lst, k, kk, bad)
 

@@ -22,15 +22,6 @@ TABLE_COLUMNS = ("share", "calls", "gpu_us", "module", "pass", "op", "dtype", "l
                  "family", "provenance", "kernel_short", "algo", "pct_peak", "floor_ratio", "waves", "flags")
 
 
-def kernel_label(name) -> str:
-    """A kernel name as a page or a line shows it: whole when short, its decoded label when it is a
-    mangled or templated name of hundreds of characters (`KernelName.label`)."""
-    if _na(name):
-        return ""
-    from cublaslt_probe.names import decode
-    return decode(str(name)).label()
-
-
 def html_cell(col: str, v) -> str:
     """A measurement's value as a table cell: figures rounded as everywhere else (`vocab.figure`; times
     in µs to 0.1), yes/no for booleans, nothing for a missing value (a kernel arrives as its label)."""
@@ -259,8 +250,9 @@ def grouped_lines(measure: Measurement | None) -> list[str]:
     return out
 
 
-def chain(r: dict, g: GemmMeasurement | None = None) -> list[str]:
-    """The evidence for one row, in order (explain's chain, from the trace, the log and the measurement)."""
+def chain(r: dict, g: GemmMeasurement | None = None, *, labels: dict[str, str]) -> list[str]:
+    """The evidence for one row, in order (explain's chain, from the trace, the log and the measurement);
+    `labels`: the audit's kernel labels (`Audit.kernel_labels`)."""
     def v(x, fmt=""):
         return "?" if _na(x) else format(x, fmt)
     out = [f"op {r['op']} in {row_label(r)} ({r['pass'] or 'no module'}): inputs {r['input_dims'] or 'not recorded'}, "
@@ -275,7 +267,8 @@ def chain(r: dict, g: GemmMeasurement | None = None) -> list[str]:
                                                          bool(r["log_consistent"]), "has nothing to compare")
         out.append(f"cuBLASLt log: {r['log_function']} chose {r['algo']}, workspace {v(r['workspace_bytes'])} B; "
                    f"the kernel {agree}")
-    out.append(f"kernel ({r['provenance']}, {r['family']}): {kernel_label(r['kernel'])}; decoded {r['kernel_short']}"
+    name = "" if _na(r["kernel"]) else str(r["kernel"])
+    out.append(f"kernel ({r['provenance']}, {r['family']}): {labels.get(name, name)}; decoded {r['kernel_short']}"
                + (f", problem shape {r['problem_shape']}" if not _na(r["problem_shape"]) else ""))
     def fig(name):
         return figure(name, None if _na(r[name]) else r[name]) or "?"
@@ -429,7 +422,7 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: Measurement 
         g = by_row.get(i)
         parts.append(f"<details{' open' if i < 3 else ''}><summary><b>{e(row_label(r))}</b> {e(str(r['pass'] or ''))} "
                      f"{e(str(r['op']))} {r['m']}×{r['n']}×{r['k']}: {r['gpu_us']:,.1f} µs/step</summary><ol>"
-                     + "".join(f"<li>{e(x)}</li>" for x in chain(r, g)) + "</ol>")
+                     + "".join(f"<li>{e(x)}</li>" for x in chain(r, g, labels=a.kernel_labels)) + "</ol>")
         if g and g.grouped:
             for title, body, notes in grouped_tables(Measurement([g])):
                 parts.append(f"<h4>{e(title)}</h4><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in GROUPED_TABLE)
