@@ -131,9 +131,9 @@ def test_a_damaged_recording_line_is_skipped_and_named(tmp_path):
 def test_measure_rebuilds_the_grouped_gemms_it_can():
     """The forward and data-gradient rows become probe Cases with the recorded sizes along m, the weight
     gradient's (offsets along k) a split-k Case with the same sizes along k; an unrecorded row gets equal sizes."""
+    from cublaslt_probe.analysis.audit.plan import grouped_case_of
     from cublaslt_probe.cases import grouped_alternatives
     from cublaslt_probe.cli._common import clean
-    from cublaslt_probe.analysis.audit.plan import grouped_case_of
     sizes = read_group_sizes(MOE / "mixtral_train")[0]["sizes"]
     rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(audit(MOE / "mixtral_train")).to_dict("records")]
     for r in rows:
@@ -284,8 +284,8 @@ def test_from_renders_the_variants_table_and_the_advice(tmp_path, name):
 def test_the_experts_module_is_rebuilt_from_its_grouped_rows(name, want):
     """The experts' whole call is rebuilt from the audit: gate+up and down paired, the recorded sizes, the
     routing's top-k from the router GEMM beside the module (model.layers.*.mlp.gate, n = experts)."""
-    from cublaslt_probe.cli._common import clean
     from cublaslt_probe.analysis.audit.plan import experts_problem
+    from cublaslt_probe.cli._common import clean
     a = audit(MOE / name)
     rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(a).to_dict("records")]
     prob, why = experts_problem(rows)
