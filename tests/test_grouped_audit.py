@@ -275,6 +275,26 @@ def test_from_renders_the_variants_table_and_the_advice(tmp_path, name):
     assert "original (experts_implementation grouped_mm)" in page and "group sizes (recorded)" in page
 
 
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral_train"])
+def test_the_page_names_cutlass_kernels_by_their_decoded_label_not_the_mangled_name(name):
+    """The grouped GEMMs' CUTLASS kernels have mangled names of ~1,300 characters: the variants' table shows
+    each timed variant's kernel decoded (tile · stages · cluster, from the measurement as read), and the
+    evidence chain the row's label (`Audit.kernel_labels`, decoded once by `audit`), never the mangled name."""
+    from cublaslt_probe.analysis.audit.measured import checked
+    from cublaslt_probe.render.audit import chain, grouped_tables
+    a = audit(MOE / name)
+    tables = grouped_tables(checked(_measure(name)))
+    assert tables
+    for _title, body, _notes in tables:
+        for row in body:
+            if row[2] != "not run":
+                assert row[-1] and "_ZN" not in row[-1] and " · " in row[-1], row
+    r = _grouped(a).iloc[0].to_dict()
+    (line,) = [x for x in chain(r, labels=a.kernel_labels) if x.startswith("kernel (")]
+    assert r["kernel"].startswith("_ZN") and r["kernel"] not in line and a.kernel_labels[r["kernel"]] in line
+    assert len(line) < 400
+
+
 @pytest.mark.parametrize("name, want", [
     ("qwen3_moe", {"experts": 128, "hidden": 2048, "inter": 768, "rows": 16384, "top_k": 8, "tokens": 2048,
                    "train": False, "top_k_source": "router"}),

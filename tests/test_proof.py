@@ -169,3 +169,17 @@ def test_a_damaged_proof_keeps_its_good_items_and_names_the_bad_one(tmp_path):
     assert "note: proof.json: item 1 skipped: proven_us 'fast' is not a finite number" in r.output
     assert "(102 % of the prediction)" in r.output and "pin candidate #1" in r.output
     assert "(105 % of the prediction)" not in r.output
+
+
+@pytest.mark.parametrize("name", ["llama_vocab32001", "gpt2_train", "titan_moe_train", "mixtral_train"])
+def test_every_proven_item_joins_the_advice_its_saved_measurement_makes(name):
+    """A proof joins the advice on each item's text (`apply`): the advice made again from the committed
+    measurement names every item the prover proved in the same words (a pin's algo as the log writes it,
+    ``... splitK 4``), so none of the proof is lost."""
+    from cublaslt_probe.analysis.audit import advice, audit
+    from cublaslt_probe.analysis.audit.measured import load_bound
+    a = audit(PROOFS / name)
+    meas, _ = load_bound(a, str(PROOFS / name / "measure.json"), str(PROOFS / name))
+    whats = {it["what"] for it in advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)}
+    proof, _ = P.load(PROOFS / name / "proof.json")
+    assert proof.items and {it.what for it in proof.items} <= whats, {it.what for it in proof.items} - whats
