@@ -120,7 +120,7 @@ class Program:
     def fp8_weights(self, cached: bool):
         """A projection's e4m3 weights and scales: quantized once (`cached`: frozen or inference weights) or
         every call (training)."""
-        from cublaslt_probe.gpu.measure import quant_weight
+        from cublaslt_probe.gpu.experts import quant_weight
         torch = self.torch
 
         def get(w):
@@ -131,7 +131,7 @@ class Program:
         return get
 
     def patches(self, variant: str) -> list[tuple[object, object]]:
-        from cublaslt_probe.gpu.measure import experts_forward
+        from cublaslt_probe.gpu.experts import experts_forward
         if variant == "balanced":
             return [(r, types.MethodType(  # d: each router's own scores dtype, bound as its method is made
                 lambda s, h, d=self.scores_dtype[id(r)]: balanced_router(s, h, scores_dtype=d), r))  # noqa: B008

@@ -247,7 +247,8 @@ def test_advice_text_has_no_nan_or_negative_number(name, tmp_path):
 def test_whatif_plot_ticks_are_integers_that_do_not_touch(name, audits):
     """The what-if curves are drawn against the elements added: short integer ticks, well apart, whatever
     the padded value (GPT-2's 50257 → 50304 wrote 5-digit labels almost touching; 4095 → 4096 wrote 4095.2)."""
-    fig = figures(audits[name], _measure(name))["whatifs"]
+    from cublaslt_probe.analysis.audit.measured import checked
+    fig = figures(audits[name], checked(_measure(name)))["whatifs"]
     fig.set_dpi(100)
     fig.canvas.draw()
     r = fig.canvas.get_renderer()

@@ -435,14 +435,15 @@ def test_html_chain_per_gemm(audits):
     """The page's per-GEMM chain: shapes from the op, the logged algo agreeing with the kernel, the roofline,
     the alignment fallback and the measured regret, for the GPT-2 vocabulary GEMM."""
     from cublaslt_probe.analysis.audit import advice
+    from cublaslt_probe.analysis.audit.measured import checked
     from cublaslt_probe.render.audit import chain
-    a, m = audits["gpt2_train"], _measure("gpt2_train")
+    a, m = audits["gpt2_train"], checked(_measure("gpt2_train"))
     r = a.rows.to_dict("records")[0]
-    (g,) = [g for g in m["gemms"] if (g["key"]["m"], g["key"]["n"], g["key"]["k"]) == (r["m"], r["n"], r["k"])]
-    lines = chain(r, g)
+    (g,) = [g for g in m.gemms if (g.key["m"], g.key["n"], g.key["k"]) == (r["m"], r["n"], r["k"])]
+    lines = chain(r, g, labels=a.kernel_labels)
     assert "m=50257 n=768 k=4096" in lines[0] and "the kernel agrees" in lines[1]
     assert any(x.startswith("alignment fallback: A ld=50257") for x in lines)
-    assert lines[-1].startswith(f"measured: original {g['original_us']:,.1f} µs")
+    assert lines[-1].startswith(f"measured: original {g.original_us:,.1f} µs")
     page = render_html(a, advice(a.rows, m, a.step_gpu_us), m)
     assert page.count("<details") == min(12, len(a.rows)) and "heuristic regret" in page
 

@@ -68,8 +68,9 @@ def test_capture_audit_measure_end_to_end(tmp_path):
     meas = json.loads(save.read_text())
     assert len(meas["gemms"]) == 3
     # bound to the run it measured: its GEMM problems, GPU and libraries (tests/test_measure_binding.py)
-    from cublaslt_probe.analysis.audit.measured import MEASURE_SCHEMA, run_fingerprint
-    assert meas["schema"] == MEASURE_SCHEMA and meas["fingerprint"]["gemms"] == run_fingerprint(a)["gemms"]
+    from cublaslt_probe.analysis.audit.measured import run_fingerprint
+    from cublaslt_probe.analysis.audit.measurement import SCHEMA_VERSION
+    assert meas["schema_version"] == SCHEMA_VERSION and meas["fingerprint"]["gemms"] == run_fingerprint(a)["gemms"]
     assert meas["fingerprint"]["env"]["gpu"] == meas["env"]["gpu"]
     measured = [g for g in meas["gemms"] if "original_us" in g]
     assert measured, meas["gemms"]

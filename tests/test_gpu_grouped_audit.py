@@ -85,7 +85,7 @@ def test_the_weight_gradients_rows_are_measured_with_their_sizes_along_k(probe):
 def test_every_experts_variant_gives_the_originals_output_and_gradients(probe):
     """`experts_forward`: each variant's output and, under autograd, the gradients of the weights and the input
     match transformers' grouped_mm forward written out (fp8 within fp8's tolerance), all finite."""
-    from cublaslt_probe.gpu.measure import experts_forward, quant_weight, route
+    from cublaslt_probe.gpu.experts import experts_forward, quant_weight, route
     torch = probe.torch
     E, H, II, T, k = 8, 256, 128, 64, 2
     gen = torch.Generator(device="cuda").manual_seed(1)

@@ -131,9 +131,9 @@ def test_a_damaged_recording_line_is_skipped_and_named(tmp_path):
 def test_measure_rebuilds_the_grouped_gemms_it_can():
     """The forward and data-gradient rows become probe Cases with the recorded sizes along m, the weight
     gradient's (offsets along k) a split-k Case with the same sizes along k; an unrecorded row gets equal sizes."""
+    from cublaslt_probe.analysis.audit.plan import grouped_case_of
     from cublaslt_probe.cases import grouped_alternatives
     from cublaslt_probe.cli._common import clean
-    from cublaslt_probe.gpu.measure import grouped_case_of
     sizes = read_group_sizes(MOE / "mixtral_train")[0]["sizes"]
     rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(audit(MOE / "mixtral_train")).to_dict("records")]
     for r in rows:
@@ -275,6 +275,26 @@ def test_from_renders_the_variants_table_and_the_advice(tmp_path, name):
     assert "original (experts_implementation grouped_mm)" in page and "group sizes (recorded)" in page
 
 
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral_train"])
+def test_the_page_names_cutlass_kernels_by_their_decoded_label_not_the_mangled_name(name):
+    """The grouped GEMMs' CUTLASS kernels have mangled names of ~1,300 characters: the variants' table shows
+    each timed variant's kernel decoded (tile · stages · cluster, from the measurement as read), and the
+    evidence chain the row's label (`Audit.kernel_labels`, decoded once by `audit`), never the mangled name."""
+    from cublaslt_probe.analysis.audit.measured import checked
+    from cublaslt_probe.render.audit import chain, grouped_tables
+    a = audit(MOE / name)
+    tables = grouped_tables(checked(_measure(name)))
+    assert tables
+    for _title, body, _notes in tables:
+        for row in body:
+            if row[2] != "not run":
+                assert row[-1] and "_ZN" not in row[-1] and " · " in row[-1], row
+    r = _grouped(a).iloc[0].to_dict()
+    (line,) = [x for x in chain(r, labels=a.kernel_labels) if x.startswith("kernel (")]
+    assert r["kernel"].startswith("_ZN") and r["kernel"] not in line and a.kernel_labels[r["kernel"]] in line
+    assert len(line) < 400
+
+
 @pytest.mark.parametrize("name, want", [
     ("qwen3_moe", {"experts": 128, "hidden": 2048, "inter": 768, "rows": 16384, "top_k": 8, "tokens": 2048,
                    "train": False, "top_k_source": "router"}),
@@ -284,8 +304,8 @@ def test_from_renders_the_variants_table_and_the_advice(tmp_path, name):
 def test_the_experts_module_is_rebuilt_from_its_grouped_rows(name, want):
     """The experts' whole call is rebuilt from the audit: gate+up and down paired, the recorded sizes, the
     routing's top-k from the router GEMM beside the module (model.layers.*.mlp.gate, n = experts)."""
+    from cublaslt_probe.analysis.audit.plan import experts_problem
     from cublaslt_probe.cli._common import clean
-    from cublaslt_probe.gpu.measure import experts_problem
     a = audit(MOE / name)
     rows = [{k: clean(v) for k, v in r.items()} for r in _grouped(a).to_dict("records")]
     prob, why = experts_problem(rows)

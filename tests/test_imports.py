@@ -288,3 +288,30 @@ def test_the_step_marker_imports_on_any_machine():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=PACKAGE.parent, check=True)
     assert done.stdout.split() == ["False", start]
+
+
+# The GPU modules that time with CUDA events of their own, beside `gpu/timing.py`: prove's A/B rounds (its step
+# loop is the proof's method, docs/prove.md). Every other timing loop lives in gpu/timing.py.
+EVENT_TIMERS = {f"{GPU_PACKAGE}.timing", f"{GPU_PACKAGE}.prove"}
+
+
+def test_every_timing_loop_is_in_gpu_timing():
+    """No GPU module but `EVENT_TIMERS` reads an event's elapsed time (`elapsed_time`, torch's; the driver's
+    `elapsed_us` is the clock `timing.Timer` reads through): a new loop goes to gpu/timing.py, saying the evidence
+    it gives."""
+    bad = []
+    for m in sorted(GPU_MODULES - EVENT_TIMERS):
+        tree = ast.parse(MODULES[m].read_text(), str(MODULES[m]))
+        bad += [f"{m}:{n.lineno}" for n in ast.walk(tree)
+                if isinstance(n, ast.Attribute) and n.attr == "elapsed_time"]
+    assert bad == []
+
+
+def test_what_audit_measure_measures_is_planned_on_the_cpu():
+    """The plan of `audit --measure` (cases, what-ifs, the experts problem) and the typed measurement import no
+    GPU code at all, not even in a function, and gpu.measure takes its plan from there."""
+    for m in ("analysis.audit.plan", "analysis.audit.measurement"):
+        targets = {t for t, _, _ in IMPORTS[f"{ROOT}.{m}"]}
+        assert not any(t == GPU_PACKAGE or t.startswith(GPU_PACKAGE + ".") or t.split(".")[0] in GPU_LIBRARIES
+                       for t in targets), (m, targets)
+    assert f"{ROOT}.analysis.audit.plan" in {t for t, _, top in IMPORTS[f"{GPU_PACKAGE}.measure"] if top}

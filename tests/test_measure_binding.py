@@ -59,7 +59,9 @@ def _advice_block(out: str) -> str:
 
 
 def _keys(doc):
-    return {gemm_key(g["key"]) for g in doc["gemms"]}
+    """The GEMM problems of a measurement: a saved file's dict or a checked `Measurement`."""
+    gemms = doc["gemms"] if isinstance(doc, dict) else doc.gemms
+    return {gemm_key(g["key"] if isinstance(g, dict) else g.key) for g in gemms}
 
 
 # ------------------------------------------------------------------------------------------ binding
@@ -70,7 +72,7 @@ def test_each_committed_measurement_binds_to_its_own_run_without_a_note(audits):
         a = audits[name]
         doc, notes = check_measure(_doc(name), str(path))
         bound, more = bind_measure(doc, a, str(path))
-        assert notes == [] and more == [] and len(bound["gemms"]) == len(_doc(name)["gemms"]), name
+        assert notes == [] and more == [] and len(bound.gemms) == len(_doc(name)["gemms"]), name
 
 
 def test_a_measurement_of_another_run_is_refused_or_applied_only_to_the_gemms_the_run_has(audits):
@@ -104,14 +106,9 @@ def test_a_measurement_of_another_run_is_refused_or_applied_only_to_the_gemms_th
             for k in shared - _keys(bound):
                 assert any("was measured with groups of" in x and key_name(k) in x for x in notes)
             run_labels = {x for it in advice(a.rows, bound, a.step_gpu_us) for x in it["gemms"]}
-            doc_labels = {lab for g in bound["gemms"] for lab in [_label_of(g)]}
+            doc_labels = {g.label for g in bound.gemms}
             assert run_labels <= doc_labels
     assert refused >= 40 and partial >= 4, (refused, partial)
-
-
-def _label_of(g):
-    from cublaslt_probe.analysis.audit.advice import _label
-    return _label(g["key"])
 
 
 def test_advice_reads_only_the_gemms_of_the_rows_it_is_given(audits):
@@ -146,6 +143,33 @@ def test_a_fingerprinted_measurement_names_its_run_when_refused(audits, tmp_path
     own = _cli(PAIRS["llama_decode"][0], p)
     plain = _cli(*PAIRS["llama_decode"])
     assert own.exit_code == 0 and own.stdout == plain.stdout
+
+
+def test_a_saved_measurement_carries_its_schema_version_and_older_files_read_unchanged(audits, tmp_path):
+    """`stamp` (what `--save` writes) puts ``schema_version``; every committed measurement (none has one: version
+    1 without a fingerprint, 2 with ``schema``) reads into a `Measurement` with all its records; a version past
+    this tool's is refused in one line naming the file."""
+    from cublaslt_probe.analysis.audit.measurement import SCHEMA_VERSION
+    doc = stamp(_doc("llama_decode"), audits["llama_decode"], str(PAIRS["llama_decode"][0]))
+    assert doc["schema_version"] == SCHEMA_VERSION and "schema" not in doc
+    assert check_measure(doc)[0].schema_version == SCHEMA_VERSION
+    stamped = {p.parent.name: p for p in sorted((FIXTURES / "proofs").glob("*/measure.json"))}   # schema 2
+    assert stamped
+    for name, path in [(n, p) for n, (_r, p) in PAIRS.items()] + list(stamped.items()):
+        raw = json.loads(path.read_text())
+        assert "schema_version" not in raw
+        m, notes = check_measure(raw, str(path))
+        assert m.schema_version == raw.get("schema", 1) and notes == [], name
+        assert [g.key for g in m.gemms] == [r["key"] for r in raw["gemms"]], name
+        for g, r in zip(m.gemms, raw["gemms"]):
+            assert g.original_us == r.get("original_us") and g.module == r.get("module"), name
+            for part in ("paths", "whatifs", "candidates", "grouped"):
+                assert len(getattr(g, part)) == len(r.get(part) or []), (name, part)
+        assert len(m.experts or []) == len(raw.get("experts") or []), name
+    p = _write(tmp_path, {**doc, "schema_version": SCHEMA_VERSION + 1})
+    r = _cli(PAIRS["llama_decode"][0], p)
+    assert r.exit_code != 0 and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    assert str(p) in r.output and "upgrade cublaslt-probe" in r.output
 
 
 @pytest.mark.parametrize("field,value,words", [
@@ -426,10 +450,10 @@ def test_any_value_of_any_field_damaged_is_never_an_internal_error(audits, name)
         else:
             rec[k][j][kk] = bad
         items = advice(a.rows, doc, a.step_gpu_us, a.step_gpu_us * a.steps)
-        "\n".join(advice_lines(items) + grouped_lines(doc))
+        "\n".join(advice_lines(items) + grouped_lines(checked(doc)))
         r = a.rows.iloc[0].to_dict()
-        for g in checked(doc)["gemms"][:1]:
-            chain(r, g)
+        for g in checked(doc).gemms[:1]:
+            chain(r, g, labels=a.kernel_labels)
         assert all(math.isfinite(it["saving_us"]) and 0 <= it["saving_us"] <= a.step_gpu_us for it in items), \
             (lst, k, kk, bad)
 

@@ -52,10 +52,27 @@ def test_a_proof_file_round_trips_and_bad_items_are_skipped_with_a_note_naming_t
     # nan is not JSON: write the damaged file the way another writer would
     p.write_text(json.dumps({"schema": P.PROOF_SCHEMA, "version": 1, "items": [GOOD, *bad]}))
     d, notes = P.load(p)
-    assert d["items"] == [GOOD]
+    assert [it.raw for it in d.items] == [GOOD]
     assert len(notes) == len(bad) and all(n.startswith("proof.json: item ") for n in notes)
     assert "not a finite number" in notes[0] and "[low, high]" in notes[1] and "status" in notes[2]
     assert "larger than the steps" in notes[4]
+
+
+def test_a_proof_is_written_with_its_schema_version_and_a_version_1_file_still_reads(tmp_path):
+    """`write` puts ``schema_version`` (`PROOF_VERSION`) in the file, whatever version the dict carried; the
+    committed proofs (version 1, under ``version``) read as they are; a version past this tool's is refused."""
+    p = _proof(tmp_path, [GOOD], version=1, fingerprint={"gemms": []})
+    doc = json.loads(p.read_text())
+    assert doc["schema_version"] == P.PROOF_VERSION and "version" not in doc
+    d, notes = P.load(p)
+    assert d.schema_version == P.PROOF_VERSION and d.fingerprint == {"gemms": []} and notes == []
+    for run in sorted((FIXTURES / "proofs").iterdir()):
+        if (run / "proof.json").exists():
+            old, notes = P.load(run / "proof.json")
+            assert old.schema_version == 1 and old.items and notes == [], run
+    p.write_text(json.dumps({**doc, "schema_version": P.PROOF_VERSION + 1}))
+    with pytest.raises(ProbeError, match="upgrade"):
+        P.load(p)
 
 
 def test_a_file_that_is_not_a_proof_is_one_line_naming_it(tmp_path):
@@ -78,7 +95,7 @@ def test_proven_items_rank_by_their_proven_saving_and_one_proven_slower_is_not_r
     proof = {"items": [{**GOOD, "what": "a", "proven_us": -8000.0, "spread_us": [-8100.0, -7900.0]},
                        {**GOOD, "what": "b", "proven_us": 450.0, "spread_us": [440.0, 460.0]},
                        {"what": "d", "status": "unproven", "why": "no applier"}]}
-    out = P.apply(items, proof)
+    out = P.apply(items, P.Proof.from_checked(proof))
     assert [x["what"] for x in ranked(out)] == ["b", "d"]
     assert out[0]["proof"]["verdict"] == "saves" and out[0]["proof"]["ratio"] == pytest.approx(0.9)
     assert out[0]["excludes"] == [3]            # b excluded a, which moved from item 1 to item 3
@@ -188,3 +205,18 @@ def test_a_proof_whose_applier_cost_is_impossible_drops_that_item_with_a_note(tm
     assert r.exit_code == 0, r.output
     assert "note: proof.json: item 0 skipped: applier_cost" in r.output
     assert "less the applier's own copies" not in r.output
+
+
+@pytest.mark.parametrize("name", ["llama_vocab32001", "gpt2_train", "titan_moe_train", "mixtral_train",
+                                  "decode_reduce_overhead"])
+def test_every_proven_item_joins_the_advice_its_saved_measurement_makes(name):
+    """A proof joins the advice on each item's text (`apply`): the advice made again from the committed
+    measurement names every item the prover proved in the same words (a pin's algo as the log writes it,
+    ``... splitK 4``), so none of the proof is lost."""
+    from cublaslt_probe.analysis.audit import advice, audit
+    from cublaslt_probe.analysis.audit.measured import load_bound
+    a = audit(PROOFS / name)
+    meas, _ = load_bound(a, str(PROOFS / name / "measure.json"), str(PROOFS / name))
+    whats = {it["what"] for it in advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)}
+    proof, _ = P.load(PROOFS / name / "proof.json")
+    assert proof.items and {it.what for it in proof.items} <= whats, {it.what for it in proof.items} - whats

@@ -4,9 +4,10 @@ A proof is made on the GPU (`gpu.prove.prove`): each item the tool can apply to 
 and off in alternating rounds (original, variant, original, ...), each block after a warm-up, each step timed
 with CUDA events; the same rounds with nothing switched (original against original) give the noise floor. This
 module holds what needs no GPU: the statistics of the rounds (`summarize`), the verdict rule (`verdict`), the
-file's schema (`PROOF_SCHEMA`, `PROOF_VERSION`), its writer and its validating reader (`write`, `load`), its
-binding to the run it proves (`bind_proof`, `binding`'s rule), and its join to the advice (`apply`), which
-re-ranks: proven items by their proven saving; an item proven slower or within noise is not ranked.
+file's schema (`PROOF_SCHEMA`, ``schema_version`` `PROOF_VERSION`; version 1 files wrote ``version``), its writer
+and its validating reader (`write`; `load`, into the types `Proof` and `ProofItem`), its binding to the run it
+proves (`bind_proof`, `binding`'s rule), and its join to the advice (`apply`), which re-ranks: proven items by
+their proven saving; an item proven slower or within noise is not ranked.
 
 Statistics: a round gives one saving, the original block's median step minus the variant block's (µs, positive
 when the variant is faster); the proven saving is the median over rounds, its spread the rounds' interquartile
@@ -18,13 +19,69 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cublaslt_probe.errors import ProbeError
 
 PROOF_SCHEMA = "cublaslt-probe proof"
-PROOF_VERSION = 1
+PROOF_VERSION = 2       # 1: the version under ``version``; 2: ``schema_version``
 STATUSES = ("proven", "unproven", "failed")
+
+
+@dataclass(frozen=True)
+class ProofItem:
+    """One advice item's proof (`gpu.prove`): its ``what`` (the advice item's text it joins on), ``kind``,
+    ``status`` (proven | unproven | failed), the prediction, and, proven, the saving per step with its spread
+    (µs, [q25, q75]), the two blocks' step medians, the noise floor and the rounds; unproven, ``why`` (and
+    ``what_if`` where a what-if stood in for a change). ``raw``: the record as saved."""
+
+    what: str
+    status: str
+    kind: str | None = None
+    predicted_us: float | None = None
+    proven_us: float | None = None
+    spread_us: tuple[float, float] | None = None
+    noise_us: float | None = None
+    rounds: int | None = None
+    why: str | None = None
+    applier_cost_us: float = 0.0    # the applier's own copies per step (`gpu.prove.applier_cost`), 0 where none
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_checked(cls, it: dict) -> ProofItem:
+        sp = it.get("spread_us")
+        return cls(it["what"], it["status"], it.get("kind"), it.get("predicted_us"), it.get("proven_us"),
+                   tuple(sp) if isinstance(sp, list) else None, it.get("noise_us"), it.get("rounds"),
+                   it.get("why"), float((it.get("applier_cost") or {}).get("us") or 0.0), dict(it))
+
+
+@dataclass(frozen=True)
+class Proof:
+    """A proof file read and checked (`load`): its usable ``items``, the ``fingerprint`` of the run it proves
+    (None: made before proofs carried one), the ``env`` it was proven in, the prover's ``notes``, the
+    ``schema_version`` it was written with. ``raw``: the file's other fields (noise, cost, restored)."""
+
+    items: list[ProofItem]
+    fingerprint: dict | None = None
+    env: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    schema_version: int = PROOF_VERSION
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_checked(cls, d: dict, items: list[dict] | None = None) -> Proof:
+        """The proof of document `d` whose `items` (``d["items"]`` when None) are checked (`_check_item`)."""
+        fp = d.get("fingerprint")
+        return cls([ProofItem.from_checked(it) for it in (d.get("items") or [] if items is None else items)],
+                   fp if isinstance(fp, dict) else None, d.get("env") if isinstance(d.get("env"), dict) else {},
+                   [n for n in d.get("notes") or [] if isinstance(n, str)] if isinstance(d.get("notes"), list)
+                   else [], _version(d) or PROOF_VERSION, dict(d))
+
+
+def _version(d: dict):
+    """The schema version a proof document says (``schema_version``, version 1's ``version``), as written."""
+    return d.get("schema_version", d.get("version"))
 
 
 def _q(xs: list[float], p: float) -> float:
@@ -65,8 +122,9 @@ def verdict(proven_us: float, spread_us: list[float], noise_us: float | None) ->
 
 
 def write(path: str | Path, proof: dict) -> None:
-    """Writes a proof (the dict `gpu.prove.prove` returns) as JSON, with the schema and version."""
-    out = {"schema": PROOF_SCHEMA, "version": PROOF_VERSION, **proof}
+    """Writes a proof (the dict `gpu.prove.prove` returns) as JSON, with the schema and its version."""
+    out = {"schema": PROOF_SCHEMA, "schema_version": PROOF_VERSION,
+           **{k: v for k, v in proof.items() if k not in ("schema", "schema_version", "version")}}
     Path(path).write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
 
 
@@ -104,8 +162,8 @@ def _check_item(it, i: int) -> str | None:
     return None
 
 
-def load(path: str | Path) -> tuple[dict, list[str]]:
-    """Reads a proof file (gzip or plain JSON) and validates it: returns (proof, notes). A file that is not a
+def load(path: str | Path) -> tuple[Proof, list[str]]:
+    """Reads a proof file (gzip or plain JSON) and validates it: returns (`Proof`, notes). A file that is not a
     proof raises ProbeError in one line naming it; an item that cannot be used is dropped with a note naming
     the file and its index, never the whole proof refused."""
     from cublaslt_probe.streams import open_text
@@ -119,9 +177,9 @@ def load(path: str | Path) -> tuple[dict, list[str]]:
     if not isinstance(d, dict) or d.get("schema") != PROOF_SCHEMA:
         raise ProbeError(f"{p}: not a proof (no schema {PROOF_SCHEMA!r}): give a file written by "
                          "cublaslt_probe.prove(..., out=FILE)")
-    if not isinstance(d.get("version"), int) or d["version"] > PROOF_VERSION:
-        raise ProbeError(f"{p}: proof version {d.get('version')!r}; this tool reads up to {PROOF_VERSION}: "
-                         "upgrade cublaslt-probe")
+    v = _version(d)
+    if not isinstance(v, int) or isinstance(v, bool) or v > PROOF_VERSION:
+        raise ProbeError(f"{p}: proof version {v!r}; this tool reads up to {PROOF_VERSION}: upgrade cublaslt-probe")
     items = d.get("items")
     if not isinstance(items, list):
         raise ProbeError(f"{p}: no 'items' list: not a proof written by cublaslt_probe.prove")
@@ -132,18 +190,18 @@ def load(path: str | Path) -> tuple[dict, list[str]]:
             notes.append(f"{p.name}: item {i} skipped: {why}")
         else:
             kept.append(it)
-    return {**d, "items": kept}, notes
+    return Proof.from_checked(d, kept), notes
 
 
-def bind_proof(proof: dict, a, source: str) -> list[str]:
+def bind_proof(proof: Proof, a, source: str) -> list[str]:
     """Binds a loaded proof to audit `a` by `binding`'s rule (the fingerprint the proof carries: the run's
     GEMM problems, GPU, library versions): ProofRefused in one line when it is another run's (its GEMM problems
     are not this run's, or another GPU or library); notes otherwise (a proof without a fingerprint is bound by
     nothing and says so)."""
     from cublaslt_probe.analysis.audit.measured import row_keys, run_fingerprint
     from cublaslt_probe.binding import describe, env_differences, names
-    fp = proof.get("fingerprint")
-    if not isinstance(fp, dict) or not isinstance(fp.get("gemms"), list):
+    fp = proof.fingerprint
+    if fp is None or not isinstance(fp.get("gemms"), list):
         return [f"{source}: the proof names no run (no fingerprint): shown as it is, not checked against this run"]
     mine = run_fingerprint(a)
     diffs = env_differences(fp.get("env"), mine["env"])
@@ -164,7 +222,7 @@ class ProofRefused(ProbeError):
     """A proof that is not this run's: a usage error (exit 2)."""
 
 
-def apply(items: list[dict], proof: dict | None) -> list[dict]:
+def apply(items: list[dict], proof: Proof | None) -> list[dict]:
     """The advice (`analysis.audit.advice`'s items) with its proof: each item with a record of the same ``what``
     gets ``proof`` (the record, its ``verdict`` and ``ratio`` = proven / predicted, the prediction less the
     applier's own copies where the proof measured them: ``applier_cost``, `gpu.prove.applier_cost`); an item
@@ -173,20 +231,20 @@ def apply(items: list[dict], proof: dict | None) -> list[dict]:
     the new order."""
     if not proof:
         return items
-    by_what = {r["what"]: r for r in proof.get("items", [])}
+    by_what = {r.what: r for r in proof.items}
     out = []
     for it in items:
         x = dict(it)
         r = by_what.get(it.get("what"))
         if r is not None:
-            pred = (it.get("saving_us") or 0.0) - ((r.get("applier_cost") or {}).get("us") or 0.0)
-            x["proof"] = dict(r)
-            if r.get("status") == "proven":
-                v = verdict(r["proven_us"], r["spread_us"], r.get("noise_us"))
-                x["proof"].update(verdict=v, ratio=(r["proven_us"] / pred if pred > 0 else None))
+            pred = (it.get("saving_us") or 0.0) - r.applier_cost_us
+            x["proof"] = dict(r.raw)
+            if r.status == "proven":
+                v = verdict(r.proven_us, list(r.spread_us), r.noise_us)
+                x["proof"].update(verdict=v, ratio=(r.proven_us / pred if pred > 0 else None))
                 if v != "saves":
-                    x["disproven"] = (f"proven {v} in the program's step: {r['proven_us']:,.1f} µs/step "
-                                      f"[{r['spread_us'][0]:,.1f}, {r['spread_us'][1]:,.1f}]")
+                    x["disproven"] = (f"proven {v} in the program's step: {r.proven_us:,.1f} µs/step "
+                                      f"[{r.spread_us[0]:,.1f}, {r.spread_us[1]:,.1f}]")
         out.append(x)
 
     def best(x):

@@ -29,7 +29,7 @@ FORMATS = _ROWS + ("html",)
 _RIGHT = {"share", "calls", "gpu_us", "m", "n", "k", "groups", "pct_peak", "floor_ratio", "waves"}
 
 
-def audit_table(a, rows, total: int, items: list | None, meas: dict | None = None) -> str:
+def audit_table(a, rows, total: int, items: list | None, meas=None) -> str:
     from cublaslt_probe.render.audit import TABLE_COLUMNS, advice_lines, grouped_lines, summary_lines, table_rows
     head = "\n".join(summary_lines(a)) + "\n"
     if not len(a.rows):
@@ -51,7 +51,7 @@ class _Refused(click.ClickException):
     exit_code = EXIT_USAGE
 
 
-def _from_measure(a, path: str, run: str) -> dict:
+def _from_measure(a, path: str, run: str):
     """The saved measurement `path` checked and bound to audit `a` (`measured.load_bound`): its notes go to the
     audit's; another run's refused in one line (exit 2)."""
     from cublaslt_probe.analysis.audit.measured import MeasureRefused, load_bound
@@ -72,7 +72,7 @@ def _with_proof(a, items: list[dict], path: str) -> list[dict]:
         notes += bind_proof(proof, a, path)
     except ProofRefused as e:
         raise _Refused(str(e)) from None
-    a.notes.extend(notes + list(proof.get("notes") or []))
+    a.notes.extend(notes + proof.notes)
     return apply(items, proof)
 
 
@@ -152,22 +152,24 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
     if from_path:
         meas = _from_measure(a, from_path, run)
     elif measure:
-        from cublaslt_probe.analysis.audit.measured import stamp
+        from cublaslt_probe.analysis.audit.measured import check_measure, stamp
+        from cublaslt_probe.analysis.audit.plan import require
         from cublaslt_probe.gpu import measure as M
         gemms = [{k: clean(v) for k, v in r.items()} for r in a.rows.head(top_measure).to_dict("records")]
-        M.require(gemms)
+        require(gemms)
         tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
-        meas = stamp(M.measure_gemms(gemms, allow_tf32=tf32), a, run)   # bound to this run (--from checks it)
+        doc = stamp(M.measure_gemms(gemms, allow_tf32=tf32), a, run)   # bound to this run (--from checks it)
         if save_path:
-            write_text(save_path, json.dumps(meas, indent=1, default=str) + "\n")
-            click.echo(f"wrote measurements of {len(meas['gemms'])} GEMMs to {save_path}", err=True)
+            write_text(save_path, json.dumps(doc, indent=1, default=str) + "\n")
+            click.echo(f"wrote measurements of {len(doc['gemms'])} GEMMs to {save_path}", err=True)
+        meas, notes = check_measure(doc, "the measurement", a.step_gpu_us * a.steps)
+        a.notes.extend(notes)
     items = None
     if meas is not None:
-        from cublaslt_probe.gpu.measure import graph_note
-        if graph_note(meas):
-            a.notes.append(graph_note(meas))
+        if meas.graph_note():
+            a.notes.append(meas.graph_note())
         from cublaslt_probe.binding import env_differences
-        diffs = [] if from_path else env_differences(meas.get("env"), {**a.env, "gpu": a.gpu or a.env.get("gpu")})
+        diffs = [] if from_path else env_differences(meas.env, {**a.env, "gpu": a.gpu or a.env.get("gpu")})
         if diffs:
             a.notes.append(f"measured with {'; '.join(diffs)}: a measurement of another GPU or library does not "
                            "hold for this run: advice is not shown")
@@ -187,7 +189,7 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         if items is None:
             raise click.UsageError("--tunableop-out writes the pinned algos: add --measure or --from")
         from cublaslt_probe import tunableop
-        t = tunableop.write(tunableop_path, items, meas.get("env") or {}, meas.get("gemms") or [])
+        t = tunableop.write(tunableop_path, items, meas.env, [g.raw for g in meas.gemms])
         tv = t.torch_version or "unknown"
         click.echo(f"wrote {len(t.rows)} TunableOp rows to {tunableop_path} (torch >= 2.14 reads them; this run's "
                    f"torch {tv} {'reads them too' if tunableop.reads_rows(tv) else 'cannot'})", err=True)

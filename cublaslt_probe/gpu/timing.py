@@ -420,3 +420,64 @@ class Timer:
             if flush is None and done(starts[i]):
                 behind += 1  # the GPU was already in this batch: it may have waited for the host inside it
         return clock.host_us() - h, behind
+
+
+# --------------------------------------------------------------------------- whole calls and graph replays
+# Two loops beside `Timer` for what it does not time: a CUDA graph's replay and a whole call of a program's module.
+# Both read torch's CUDA events (each record and read is cheap next to what they bracket), and each says the
+# evidence it gives.
+
+def replayed_us(torch, fn, stream, calls: int, reps: int) -> float:
+    """The median µs per call of `fn` (a zero-argument launch on `stream`, warmed up) replayed from a CUDA graph
+    that holds `calls` calls of it: the CUDA-event span of each of `reps` replays divided by `calls`. Evidence: a
+    time per call with no launch in it (a graph replay launches once), as a program's graph runs its GEMMs; the
+    events bracket the whole replay, so a GEMM's time is the replay's over `calls`, idle between kernels
+    included."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for _ in range(calls):
+            fn()
+    try:
+        g.replay()
+        per = []
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            g.replay()
+            e1.record()
+            e1.synchronize()
+            per.append(e0.elapsed_time(e1) * 1e3 / calls)
+        return round(statistics.median(per), 3)
+    finally:
+        del g
+
+
+class CallSpan:
+    """The CUDA-event span of one whole call from a synchronised start (`span_us(fn)`): the GPU's time from the
+    first event to the last, host launches and host synchronisations inside the call included (the GPU waits
+    for them), nothing queued before it. Evidence: what one call of a module costs when nothing else hides its
+    launches (the upper bound of its cost inside a step); `rounds` runs several calls in alternating order so
+    that a drift of the GPU's clocks falls on all of them alike."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def span_us(self, fn) -> float:
+        """µs of one call of `fn` (a zero-argument callable), from a synchronised start."""
+        self.torch.cuda.synchronize()
+        self.start.record()
+        fn()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e3
+
+    def rounds(self, make, names: list[str], rounds: int) -> dict[str, list[float]]:
+        """`rounds` rounds that time each of `names` once (`make(name)`: the zero-argument call to time, made
+        fresh each time), in order, the order reversed every other round: name -> its spans (µs)."""
+        out: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            for n in (names if r % 2 == 0 else names[::-1]):
+                out[n].append(self.span_us(make(n)))
+        return out

@@ -1,5 +1,9 @@
 """The audit drawn for a person: summary and stall lines, the GEMM table, advice and grouped-variant lines, the
 chain of evidence per GEMM, matplotlib figures and the self-contained HTML page. CPU only.
+
+Formats only: the measurement arrives typed and checked (`analysis.audit.measurement.Measurement`, with each
+GEMM's label, each candidate's algo text and each kernel's decoded label and short form), the advice as items,
+the rows a measured GEMM stands for from `analysis.audit.measured.measured_rows`.
 """
 from __future__ import annotations
 
@@ -7,16 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from cublaslt_probe.analysis.audit.advice import (
-    _cand_text,
-    _label,
-    _match_rows,
-    advice_total,
-    disproven,
-    estimates,
-    ranked,
-)
-from cublaslt_probe.analysis.audit.measured import checked
+from cublaslt_probe.analysis.audit.advice import advice_total, disproven, estimates, ranked
+from cublaslt_probe.analysis.audit.measured import measured_rows
+from cublaslt_probe.analysis.audit.measurement import GemmMeasurement, Measurement
 from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
 from cublaslt_probe.vocab import FIGURE_FORMATS, figure
 
@@ -25,24 +22,13 @@ TABLE_COLUMNS = ("share", "calls", "gpu_us", "module", "pass", "op", "dtype", "l
                  "family", "provenance", "kernel_short", "algo", "pct_peak", "floor_ratio", "waves", "flags")
 
 
-def kernel_label(name) -> str:
-    """A kernel name as a page or a line shows it: whole when short, its decoded label when it is a
-    mangled or templated name of hundreds of characters (`KernelName.label`)."""
-    if _na(name):
-        return ""
-    from cublaslt_probe.names import decode
-    return decode(str(name)).label()
-
-
 def html_cell(col: str, v) -> str:
     """A measurement's value as a table cell: figures rounded as everywhere else (`vocab.figure`; times
-    in µs to 0.1), yes/no for booleans, kernel names as `kernel_label`, nothing for a missing value."""
+    in µs to 0.1), yes/no for booleans, nothing for a missing value (a kernel arrives as its label)."""
     if v is None or (isinstance(v, float) and v != v):
         return ""
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if col == "kernel":
-        return kernel_label(v)
     if isinstance(v, float):
         return figure(col, v) if col in FIGURE_FORMATS else f"{v:,.1f}" if col.endswith("_us") else f"{v:.3g}"
     return str(v)
@@ -219,47 +205,43 @@ def advice_lines(items: list[dict]) -> list[str]:
     return out + [f"- {q}" for q in quiet]
 
 
+HEADS = {"algo_text": "algo", "kernel_label": "kernel"}    # a measurement's field -> its column on the page
 GROUPED_TABLE = ("variant", "rows", "µs", "vs original", "numerics", "kernel")
 
 
-def grouped_tables(measure: dict | None) -> list[tuple[str, list[list[str]], list[str]]]:
+def grouped_tables(measure: Measurement | None) -> list[tuple[str, list[list[str]], list[str]]]:
     """For each measured grouped GEMM: a title (the GEMM, its module and sizes, recorded or assumed), one row
     per variant (`GROUPED_TABLE`: rows computed, µs, change against the original, max rel. error against it,
     the main kernel; transformers' experts implementations named beside the variant that runs as they do),
     and a line for each variant not run, saying why."""
-    from cublaslt_probe.analysis.evidence import main_kernel
-    from cublaslt_probe.names import decode
     out = []
-    for g in (checked(measure) or {}).get("gemms") or []:
-        vs = g.get("grouped")
+    for g in measure.gemms if measure is not None else []:
+        vs = g.grouped
         if not vs:
             continue
-        s = g.get("group_summary") or {}
-        impl = {v: k for k, v in (g.get("implementations") or {}).items()}
-        title = (f"{_label(g.get('key') or {})}" + (f" ({g['module']}" + (f" {g['pass']}" if g.get("pass") else "")
-                                                   + ")" if g.get("module") else "")
+        s = g.group_summary or {}
+        impl = {v: k for k, v in g.implementations.items()}
+        title = (f"{g.label}" + (f" ({g.module}" + (f" {g.pass_}" if g.pass_ else "") + ")" if g.module else "")
                  + f": {s.get('groups')} groups of {s.get('min')}–{s.get('max')} rows (mean {s.get('mean')}, "
                  f"{s.get('unaligned')} not a multiple of 8, max/mean {s.get('imbalance')}), sizes "
-                 f"{g.get('sizes_source') or 'recorded'}")
-        base = vs[0].get("time_us")
+                 f"{g.sizes_source or 'recorded'}")
+        base = vs[0].time_us
         body = []
         for v in vs:
-            t = v.get("time_us")
-            num = (g.get("numerics") or {}).get(v["variant"])
-            k = main_kernel(v.get("kernels")) if v.get("kernels") else None
-            name = v["variant"] + (f" (experts_implementation {impl[v['variant']]})" if v["variant"] in impl else "")
-            body.append([name, f"{v['rows']:,}" if v.get("rows") is not None else "",
+            t = v.time_us
+            num = g.numerics.get(v.variant)
+            name = v.variant + (f" (experts_implementation {impl[v.variant]})" if v.variant in impl else "")
+            body.append([name, f"{v.rows:,}" if v.rows is not None else "",
                          f"{t:,.1f}" if t else "not run",
-                         f"{100 * (t - base) / base:+.1f} %" if t and base and v["variant"] != "original" else "",
-                         "" if num is None else f"{num:.2g}",
-                         (decode(k).short or k[:40]) if k else ""])
-        notes = [f"{v['variant']} not run: {v.get('not_run') or v.get('error')}" for v in vs
-                 if not v.get("time_us") and (v.get("not_run") or v.get("error"))]
+                         f"{100 * (t - base) / base:+.1f} %" if t and base and v.variant != "original" else "",
+                         "" if num is None else f"{num:.2g}", v.main_short])
+        notes = [f"{v.variant} not run: {v.not_run or v.error}" for v in vs
+                 if not v.time_us and (v.not_run or v.error)]
         out.append((title, body, notes))
     return out
 
 
-def grouped_lines(measure: dict | None) -> list[str]:
+def grouped_lines(measure: Measurement | None) -> list[str]:
     """`grouped_tables` as text."""
     from cublaslt_probe.render.text import render_table
     out = []
@@ -269,8 +251,9 @@ def grouped_lines(measure: dict | None) -> list[str]:
     return out
 
 
-def chain(r: dict, g: dict | None = None) -> list[str]:
-    """The evidence for one row, in order (explain's chain, from the trace, the log and the measurement)."""
+def chain(r: dict, g: GemmMeasurement | None = None, *, labels: dict[str, str]) -> list[str]:
+    """The evidence for one row, in order (explain's chain, from the trace, the log and the measurement);
+    `labels`: the audit's kernel labels (`Audit.kernel_labels`)."""
     def v(x, fmt=""):
         return "?" if _na(x) else format(x, fmt)
     out = [f"op {r['op']} in {row_label(r)} ({r['pass'] or 'no module'}): inputs {r['input_dims'] or 'not recorded'}, "
@@ -285,7 +268,8 @@ def chain(r: dict, g: dict | None = None) -> list[str]:
                                                          bool(r["log_consistent"]), "has nothing to compare")
         out.append(f"cuBLASLt log: {r['log_function']} chose {r['algo']}, workspace {v(r['workspace_bytes'])} B; "
                    f"the kernel {agree}")
-    out.append(f"kernel ({r['provenance']}, {r['family']}): {kernel_label(r['kernel'])}; decoded {r['kernel_short']}"
+    name = "" if _na(r["kernel"]) else str(r["kernel"])
+    out.append(f"kernel ({r['provenance']}, {r['family']}): {labels.get(name, name)}; decoded {r['kernel_short']}"
                + (f", problem shape {r['problem_shape']}" if not _na(r["problem_shape"]) else ""))
     def fig(name):
         return figure(name, None if _na(r[name]) else r[name]) or "?"
@@ -304,15 +288,15 @@ def chain(r: dict, g: dict | None = None) -> list[str]:
     elif not _na(r["misaligned"]):
         out.append(f"misaligned leading dimension: {r['misaligned']} (the kernel is not a fallback)")
     if g is not None:
-        if g.get("skipped") or g.get("error"):
-            out.append(f"not measured: {g.get('skipped') or g.get('error')}")
-        elif g.get("grouped"):
-            out.append(f"measured: original {v(g.get('original_us'), ',.1f')} µs with the {g.get('sizes_source')} "
-                       "group sizes; " + ", ".join(f"{x['variant']} {x['time_us']:,.1f}" for x in g["grouped"][1:]
-                                                   if x.get("time_us")) + " µs")
+        if g.skipped or g.error:
+            out.append(f"not measured: {g.skipped or g.error}")
+        elif g.grouped:
+            out.append(f"measured: original {v(g.original_us, ',.1f')} µs with the {g.sizes_source} "
+                       "group sizes; " + ", ".join(f"{x.variant} {x.time_us:,.1f}" for x in g.grouped[1:]
+                                                   if x.time_us) + " µs")
         else:
-            reg = g.get("regret") or {}
-            out.append(f"measured: original {v(g.get('original_us'), ',.1f')} µs on its path; heuristic regret "
+            reg = g.regret or {}
+            out.append(f"measured: original {v(g.original_us, ',.1f')} µs on its path; heuristic regret "
                        f"{v(reg.get('regret_pct'), '.1f')} % (best candidate #{v(reg.get('best_rank'))})")
     return out
 
@@ -329,7 +313,7 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]
 
 
-def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, Any]:
+def figures(a: Audit, measure: Measurement | None = None, top: int = 20) -> dict[str, Any]:
     """matplotlib Figures of the audit: GPU time by class, share and % of peak per GEMM, what-if curves."""
     import matplotlib
     matplotlib.use("Agg")
@@ -358,21 +342,21 @@ def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, A
         ax2.set_xlim(0, 100)
         ax2.set_title("% of peak per GEMM")
         figs["gemms"] = fig
-    curves = [g for g in (checked(measure) or {}).get("gemms") or [] if g.get("whatifs") and g.get("original_us")][:4]
+    curves = [g for g in (measure.gemms if measure is not None else []) if g.whatifs and g.original_us][:4]
     if curves:
         # against the elements added (0: the original), so that every dim shares an axis and its ticks stay
         # short integers however large the padded value is
         from matplotlib.ticker import MaxNLocator
         fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3), squeeze=False, layout="constrained")
         for ax, g in zip(axes[0], curves):
-            k = g.get("key") or {}
+            k = g.key
             for dim in ("m", "n", "k"):
-                pts = sorted((w["value"], w["time_us"]) for w in g["whatifs"]
-                             if w.get("dim") == dim and w.get("time_us") and k.get(dim) is not None)
+                pts = sorted((w.value, w.time_us) for w in g.whatifs
+                             if w.dim == dim and w.time_us and k.get(dim) is not None)
                 if pts:
-                    ax.plot([0] + [p[0] - k[dim] for p in pts], [g["original_us"]] + [p[1] for p in pts], "o-",
+                    ax.plot([0] + [p[0] - k[dim] for p in pts], [g.original_us] + [p[1] for p in pts], "o-",
                             label=f"pad {dim} from {k[dim]}")
-            ax.axhline(g["original_us"], color="grey", lw=0.8)
+            ax.axhline(g.original_us, color="grey", lw=0.8)
             ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
             ax.set_title(f"{k.get('m')}×{k.get('n')}×{k.get('k')} {k.get('dtype')}", fontsize=9)
             ax.set_xlabel("elements added")
@@ -382,13 +366,12 @@ def figures(a: Audit, measure: dict | None = None, top: int = 20) -> dict[str, A
     return figs
 
 
-def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None = None,
+def render_html(a: Audit, items: list[dict] | None = None, measure: Measurement | None = None,
                 detail_rows: int = 12) -> str:
     """A self-contained HTML page: summary, GPU time by class, the advice, the GEMM table, figures (inline
     SVG), and for the largest GEMMs the chain of evidence (`chain`) with their measurements when given."""
     import html as H
     e = H.escape
-    measure = checked(measure)
     figs = {k: _svg(f) for k, f in figures(a, measure).items()}
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>cublaslt-probe audit</title><style>"
              "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px}"
@@ -435,30 +418,28 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: dict | None 
     parts.append("<h2>Per GEMM</h2>")
     if "whatifs" in figs:
         parts.append(figs["whatifs"])
-    by_row: dict[int, dict] = {}
-    for g in (measure or {}).get("gemms") or []:
-        for i in _match_rows(a.rows, g).index:
-            by_row.setdefault(int(i), g)
+    by_row = measured_rows(a.rows, measure)
     for i, r in enumerate(a.rows.head(detail_rows).to_dict("records")):
         g = by_row.get(i)
         parts.append(f"<details{' open' if i < 3 else ''}><summary><b>{e(row_label(r))}</b> {e(str(r['pass'] or ''))} "
                      f"{e(str(r['op']))} {r['m']}×{r['n']}×{r['k']}: {r['gpu_us']:,.1f} µs/step</summary><ol>"
-                     + "".join(f"<li>{e(x)}</li>" for x in chain(r, g)) + "</ol>")
-        if g and g.get("grouped"):
-            for title, body, notes in grouped_tables({"gemms": [g]}):
+                     + "".join(f"<li>{e(x)}</li>" for x in chain(r, g, labels=a.kernel_labels)) + "</ol>")
+        if g and g.grouped:
+            for title, body, notes in grouped_tables(Measurement([g])):
                 parts.append(f"<h4>{e(title)}</h4><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in GROUPED_TABLE)
                              + "</tr>" + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
                                                  for row in body) + "</table>"
                              + "".join(f"<p>{e(x)}</p>" for x in notes))
-        if g and not (g.get("skipped") or g.get("error")):
-            for name, cols in (("candidates", ("rank", "algo", "kernel", "time_us", "ok_numerics")),
-                               ("paths", ("path", "workspace", "kernel", "time_us")),
-                               ("whatifs", ("dim", "value", "multiple", "kernel", "time_us"))):
-                recs = [{**x, "algo": _cand_text(x)} if name == "candidates" else x for x in g.get(name) or []]
+        if g and not (g.skipped or g.error):
+            for name, cols in (("candidates", ("rank", "algo_text", "kernel_label", "time_us", "ok_numerics")),
+                               ("paths", ("path", "workspace", "kernel_label", "time_us")),
+                               ("whatifs", ("dim", "value", "multiple", "kernel_label", "time_us"))):
+                recs = getattr(g, name)
                 if recs:
-                    parts.append(f"<h4>{name}</h4><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
-                                 + "".join("<tr>" + "".join(f"<td>{e(html_cell(c, x.get(c)))}</td>" for c in cols)
-                                           + "</tr>" for x in recs) + "</table>")
+                    parts.append(f"<h4>{name}</h4><table><tr>" + "".join(f"<th>{HEADS.get(c, c)}</th>" for c in cols)
+                                 + "</tr>" + "".join("<tr>" + "".join(f"<td>{e(html_cell(c, getattr(x, c)))}</td>"
+                                                                      for c in cols) + "</tr>" for x in recs)
+                                 + "</table>")
         parts.append("</details>")
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -12,7 +12,10 @@ The parts, each importing only the ones listed before it:
 - `attribute`: the run's files and env, GPU facts, steps, modules and passes, the cuBLASLt log join;
 - `judge`: one row per distinct GEMM, judged against its GPU's roofline;
 - `core`: `audit()` itself and its notes on what could not be shown;
-- `advice`: `AdviceItem`s from saved measurements, one rule per kind (pin, path, pad, grouped).
+- `plan`: what `audit --measure` measures (cases, what-ifs, the experts problem), decided on the CPU;
+- `measurement`: the saved measurement as types (`Measurement`, with its ``schema_version``);
+- `measured`: a saved measurement read, checked into a `Measurement` and bound to the run audited;
+- `advice`: `AdviceItem`s from a `Measurement`, one rule per kind (pin, path, pad, grouped).
 This module re-exports the names the CLI, scripts and tests import; what a person reads (text lines, the table,
 the chain of evidence, figures, the HTML page) is `cublaslt_probe.render.audit`.
 """

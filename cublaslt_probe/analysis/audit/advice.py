@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from cublaslt_probe.analysis.audit.judge import NEAR_FLOOR
+from cublaslt_probe.analysis.audit.measured import check_measure, match_rows
+from cublaslt_probe.analysis.audit.measurement import Candidate, ExpertsMeasurement, GemmMeasurement, Measurement
 from cublaslt_probe.analysis.audit.schema import _na, row_label
 from cublaslt_probe.vocab import figure
 
@@ -23,28 +25,9 @@ ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", 
                 "excludes", "estimate", "change")
 
 
-def _match_rows(rows: pd.DataFrame, g: dict) -> pd.DataFrame:
-    """The audit rows a measured GEMM stands for: the same problem (`binding.gemm_key`: the key a saved
-    measurement is bound to its run by), and the same module and pass when the measurement names them."""
-    from cublaslt_probe.analysis.audit.measured import row_keys
-    from cublaslt_probe.binding import gemm_key
-    if rows.empty:
-        return rows
-    want = gemm_key(g.get("key") if isinstance(g.get("key"), dict) else {})
-    if want is None:
-        return rows.iloc[:0]
-    hit = [k == want for k in row_keys(rows)]
-    out = rows[hit]
-    for col in ("module", "pass"):
-        v = g.get(col)
-        if v is not None and (out[col] == v).any():
-            out = out[out[col] == v]
-    return out
-
-
-def _numerics_risk(g: dict, label: str) -> str:
-    num = (g.get("numerics") or {}).get(label)
-    tol = g.get("tolerance")
+def _numerics_risk(g: GemmMeasurement, label: str) -> str:
+    num = g.numerics.get(label)
+    tol = g.tolerance
     if num is None:
         return "numerics not compared"
     if tol is not None and num > tol:
@@ -52,10 +35,11 @@ def _numerics_risk(g: dict, label: str) -> str:
     return f"numerics agree (max rel. error {num:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
 
 
-def pinned_line(g: dict, c: dict) -> str | None:
-    """The measured GEMM's own cuBLASLt log line with candidate `c`'s algo in place of the logged one: a
+def pinned_line(g: GemmMeasurement, cand: Candidate) -> str | None:
+    """The measured GEMM's own cuBLASLt log line with candidate `cand`'s algo in place of the logged one: a
     line `cublaslt-probe replay` rebuilds and runs with that algo pinned. None without a logged line."""
-    line = (g.get("original") or {}).get("log_line")
+    line = g.original.log_line if g.original else None
+    c = cand.raw
     if not line or "algo=[" not in line or c.get("algo_id") is None:
         return None
     algo = [f"algoId={c['algo_id']}"]
@@ -77,17 +61,6 @@ def pinned_line(g: dict, c: dict) -> str | None:
                   count=1)
 
 
-def _cand_text(c: dict) -> str:
-    """A heuristic candidate as the log writes an algo: ``algo 66 tile 128x64 stages 64xAUTO cluster 1x2x1``."""
-    parts = [f"algo {c['algo_id']}"] if c.get("algo_id") is not None else []
-    for k in ("tile", "stages", "cluster"):
-        if c.get(k):
-            parts.append(f"{k} {c[k]}")
-    if (c.get("split_k") or 1) > 1:
-        parts.append(f"splitK {c['split_k']}")
-    return " ".join(parts) or str(c.get("kernel") or "")
-
-
 @dataclass
 class _Measured:
     """One measured GEMM as the advice reads it: the audit rows it stands for, its calls per step and its GPU
@@ -95,7 +68,7 @@ class _Measured:
     took (``path``: torch | torch-lt)."""
 
     i: int
-    g: dict
+    g: GemmMeasurement
     label: str
     module: str | None
     rows: list[int]
@@ -170,11 +143,6 @@ def _quiet(what: str, kind: str, module, evidence: str = "", gemms: list[str] | 
     return AdviceItem(kind, what, module, 0.0, evidence, "", gemms or [])
 
 
-def _label(key: dict) -> str:
-    return (f"{key.get('op')} {key.get('dtype')} {key.get('layout')} {key.get('m')}×{key.get('n')}×{key.get('k')}"
-            + (f" ×{key['batch']}" if (key.get("batch") or 1) > 1 else ""))
-
-
 def _row_gemm(r: dict) -> str:
     """An audit row as advice names it: ``transformer.h.*.mlp.c_fc ×12 fwd aten::addmm 4096×3072×768``."""
     def v(x):
@@ -199,33 +167,32 @@ def _not_measured(rows: pd.DataFrame, idx: list[int], what: str, limit: int = 8)
             "after the change is unknown")
 
 
-def _measured_gemms(rows: pd.DataFrame, measure: dict) -> tuple[list[_Measured], list[AdviceItem]]:
+def _measured_gemms(rows: pd.DataFrame, measure: Measurement) -> tuple[list[_Measured], list[AdviceItem]]:
     """The GEMMs measured with a time that stand for rows of this run, and a quiet item for each that was not
     measured (grouped, an error). Calls per step and the time a change can save come from the run's rows,
     never from the measurement; a row two records stand for is counted by the first (a measurement without
     module names matching rows another record names)."""
     from cublaslt_probe.analysis.evidence import path_of
     out, quiet, claimed = [], [], set()
-    for i, g in enumerate(measure.get("gemms") or []):
-        key = g.get("key") or {}
-        matched = _match_rows(rows, g)
+    for i, g in enumerate(measure.gemms):
+        matched = match_rows(rows, g)
         matched = matched[[int(x) not in claimed for x in matched.index]] if len(matched) else matched
         if not len(matched):          # not a GEMM of this run (`measured.bind_measure` names those)
             continue
-        module = g.get("module") if g.get("module") is not None else (
+        module = g.module if g.module is not None else (
             matched["module"].iloc[0] if not pd.isna(matched["module"].iloc[0]) else None)
-        label = _label(key)
-        if g.get("skipped") or g.get("error"):
+        label = g.label
+        if g.skipped or g.error:
             quiet.append(_quiet(f"{label}{f' ({module})' if module else ''}: not measured — "
-                                f"{g.get('skipped') or g.get('error')}", "not_measured", module, gemms=[label]))
+                                f"{g.skipped or g.error}", "not_measured", module, gemms=[label]))
             continue
-        if not g.get("original_us"):
+        if not g.original_us:
             continue
         claimed |= {int(x) for x in matched.index}
-        case = str(g.get("case") or "").split("|")[0]
-        path = case if case in ("torch", "torch-lt") else path_of(g.get("log_function"))
+        case = str(g.case or "").split("|")[0]
+        path = case if case in ("torch", "torch-lt") else path_of(g.log_function)
         out.append(_Measured(i, g, label, module, [int(x) for x in matched.index], float(matched["calls"].sum()),
-                             float(g["original_us"]), path, float(matched["gpu_us"].sum())))
+                             float(g.original_us), path, float(matched["gpu_us"].sum())))
     return out, quiet
 
 
@@ -233,23 +200,23 @@ def _pin_items(ms: list[_Measured]) -> list[AdviceItem]:
     """Pin the fastest correct heuristic candidate of one GEMM when it beats the original by `MIN_GAIN`."""
     out = []
     for m in ms:
-        cands = [c for c in m.g.get("candidates") or [] if c.get("time_us") and c.get("ok_numerics") is not False]
+        cands = [c for c in m.g.candidates if c.time_us and c.ok_numerics is not False]
         if not cands:
             continue
-        c = min(cands, key=lambda c: c["time_us"])
-        if not (c["time_us"] < m.orig * (1 - MIN_GAIN) and c.get("rank", 0) != 0):
+        c = min(cands, key=lambda c: c.time_us)
+        if not (c.time_us < m.orig * (1 - MIN_GAIN) and c.rank != 0):
             continue
-        c0 = next((x for x in cands if x.get("rank") == 0), None)
+        c0 = next((x for x in cands if x.rank == 0), None)
         out.append(AdviceItem(
-            "pin", f"pin candidate #{c['rank']} ({_cand_text(c)}) for {m.module or m.label}", m.module,
-            m.saved(c["time_us"])[0],
-            f"{m.label}: original {m.orig:.1f} µs, candidate #{c['rank']} {c['time_us']:.1f} µs"
-            + (f", #0 {c0['time_us']:.1f} µs" if c0 else "") + f"; × {m.calls:g} calls/step",
-            "numerics checked against candidate #0" if c.get("ok_numerics") else
+            "pin", f"pin candidate #{c.rank} ({c.algo_text}) for {m.module or m.label}", m.module,
+            m.saved(c.time_us)[0],
+            f"{m.label}: original {m.orig:.1f} µs, candidate #{c.rank} {c.time_us:.1f} µs"
+            + (f", #0 {c0.time_us:.1f} µs" if c0 else "") + f"; × {m.calls:g} calls/step",
+            "numerics checked against candidate #0" if c.ok_numerics else
             "numerics not checked; needs the algo pinned through cuBLASLt (replay)",
             [m.label], m.ids, frozenset({m.i}), replay=pinned_line(m.g, c),
-            change={"algo": {k: c.get(k) for k in PIN_KEYS}, "kernel": c.get("kernel"), "key": m.g.get("key"),
-                    "pass": m.g.get("pass")}))
+            change={"algo": {k: c.raw.get(k) for k in PIN_KEYS}, "kernel": c.kernel, "key": m.g.raw.get("key"),
+                    "pass": m.g.pass_}))
     return out
 
 
@@ -277,12 +244,12 @@ def _switch_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceI
         for m in ms:
             if m.path is None or m.path == target:
                 continue
-            p = next((p for p in m.g.get("paths") or [] if p.get("path") == target and p.get("time_us")), None)
+            p = next((p for p in m.g.paths if p.path == target and p.time_us), None)
             if p is not None:
                 done.append((m, p))
-        if not any(p["time_us"] < m.orig * (1 - MIN_GAIN) for m, p in done):
+        if not any(p.time_us < m.orig * (1 - MIN_GAIN) for m, p in done):
             continue
-        changes = [m.change(target, p["time_us"], p.get("kernel")) for m, p in done]
+        changes = [m.change(target, p.time_us, p.kernel) for m, p in done]
         net = sum(d for d, _ in changes)
         base = sum(m.orig * m.calls for m, _ in done)
         seen = {r for m, _ in done for r in m.rows}
@@ -299,7 +266,7 @@ def _switch_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceI
                                    f"{-net:,.1f} µs/step slower") + (f"; {ev_un}" if ev_un else "") + "; no advice",
                                 "no_gain", None, gemms=[m.label for m, _ in done]))
             continue
-        ws = max((p.get("workspace") or 0 for _, p in done), default=0)
+        ws = max((p.workspace or 0 for _, p in done), default=0)
         risk = list(dict.fromkeys(_numerics_risk(m.g, f"path:{target}") for m, _ in done))
         items.append(AdviceItem(
             kind, f"run on {words}", None, net,
@@ -320,10 +287,10 @@ def _pad_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem
     in its evidence. A GEMM without a module is padded on its own."""
     groups: dict[tuple, list[_Measured]] = {}
     for m in ms:
-        key = m.g.get("key") or {}
-        for w in m.g.get("whatifs") or []:
-            old = key.get(w.get("dim"))
-            if w.get("time_us") and old is not None:
+        key = m.g.key
+        for w in m.g.whatifs:
+            old = key.get(w.dim)
+            if w.time_us and old is not None:
                 gk = (m.module, old) if m.module else (None, old, m.i)
                 if m not in groups.setdefault(gk, []):
                     groups[gk].append(m)
@@ -333,25 +300,23 @@ def _pad_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem
 
         def holds(key, old=old):
             return old in (key.get("m"), key.get("n"), key.get("k"))
-        members = whatif_ms if module is None else [m for m in ms if m.module == module and holds(m.g.get("key") or {})]
+        members = whatif_ms if module is None else [m for m in ms if m.module == module and holds(m.g.key)]
         group_rows = [r for m in whatif_ms for r in m.rows] if module is None else [
             int(i) for i, r in zip(rows.index, rows.to_dict("records"))
             if not _na(r["module"]) and r["module"] == module
             and any(not _na(r[d]) and int(r[d]) == old for d in ("m", "n", "k"))]
-        values = sorted({w["value"] for m in whatif_ms for w in m.g.get("whatifs") or []
-                         if w.get("time_us") and (m.g.get("key") or {}).get(w.get("dim")) == old})
+        values = sorted({w.value for m in whatif_ms for w in m.g.whatifs
+                         if w.time_us and m.g.key.get(w.dim) == old})
         res = {}
         for v in values:
             done, beat = [], False
             for m in members:
-                key = m.g.get("key") or {}
-                ws = [w for w in m.g.get("whatifs") or [] if w.get("value") == v and w.get("time_us")
-                      and key.get(w.get("dim")) == old]
+                key = m.g.key
+                ws = [w for w in m.g.whatifs if w.value == v and w.time_us and key.get(w.dim) == old]
                 if ws:
-                    w = max(ws, key=lambda w: w["time_us"])
-                    done.append((m, w, *m.change(f"{w['dim']}={v}", w["time_us"], w.get("kernel"),
-                                                 named=module is None)))
-                    beat |= any(x["time_us"] < m.orig * (1 - MIN_GAIN) for x in ws)
+                    w = max(ws, key=lambda w: w.time_us)
+                    done.append((m, w, *m.change(f"{w.dim}={v}", w.time_us, w.kernel, named=module is None)))
+                    beat |= any(x.time_us < m.orig * (1 - MIN_GAIN) for x in ws)
             net = sum(d for _, _, d, _ in done)
             res[v] = {"done": done, "net": net, "beat": beat,
                       "ok": net > MIN_GAIN * sum(m.orig * m.calls for m, *_ in done)}
@@ -377,9 +342,9 @@ def _pad_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceItem
         also = [f"{v} saves {res[v]['net']:,.1f} µs/step" if res[v]["net"] > 0 else
                 f"{v} is {-res[v]['net']:,.1f} µs/step slower" for v in values if v != pick]
         risk = list(dict.fromkeys(
-            _numerics_risk(m.g, f"{w['dim']}={pick}") + f"; {w['dim']} grows by {pick - old} (more work and "
+            _numerics_risk(m.g, f"{w.dim}={pick}") + f"; {w.dim} grows by {pick - old} (more work and "
             "memory; slice the result back)" for m, w, _, _ in r["done"]))
-        mult = r["done"][0][1].get("multiple") or 1
+        mult = r["done"][0][1].multiple or 1
         items.append(AdviceItem(
             "pad", f"pad {'the vocabulary ' if vocab else ''}{old} → {pick} (a multiple of {mult}){in_mod}", module,
             r["net"], "; ".join(e for *_, e in r["done"]) + (f"; also measured: {', '.join(also)}" if also else "")
@@ -443,18 +408,11 @@ WHOLE_RISK = {
 }
 
 
-def _whole(ex: dict) -> tuple[float | None, dict[str, float]]:
-    """(original µs per call, {variant: µs per call}) of a `measure.measure_experts` entry."""
-    t = {v["variant"]: float(v["time_us"]) for v in ex.get("variants") or []
-         if isinstance(v, dict) and isinstance(v.get("time_us"), (int, float)) and v["time_us"] > 0}
-    return t.get("original"), t
-
-
-def _whole_numerics(ex: dict, name: str) -> str:
+def _whole_numerics(ex: ExpertsMeasurement, name: str) -> str:
     if name == "balanced":
         return "numerics not compared (another routing)"
-    x = (ex.get("numerics") or {}).get(name)
-    tol = ex.get("tolerance_fp8" if name == "fp8" else "tolerance")
+    x = ex.numerics.get(name)
+    tol = ex.tolerance_fp8 if name == "fp8" else ex.tolerance
     if x is None:
         return "numerics not compared"
     if tol is not None and x > tol:
@@ -462,20 +420,9 @@ def _whole_numerics(ex: dict, name: str) -> str:
     return f"numerics of the experts' output agree (max rel. error {x:.2g}" + (f" ≤ {tol:.2g})" if tol else ")")
 
 
-def _variant(m: _Measured, name: str) -> dict | None:
-    return next((v for v in m.g.get("grouped") or [] if v.get("variant") == name and v.get("time_us")), None)
-
-
-def _short_kernel(k) -> str | None:
-    """A kernel as advice names it: its decoded short form (a CUTLASS template's mangled name is pages long)."""
-    from cublaslt_probe.names import decode
-    return (decode(k).short or k) if isinstance(k, str) and k else None
-
-
 def _grouped_numerics(done: list, name: str) -> str:
     """One line for the numerics of variant `name` over the GEMMs measured with it (the worst of them)."""
-    tol_key = "tolerance_fp8" if name == "fp8" else "tolerance"
-    got = [((m.g.get("numerics") or {}).get(name), m.g.get(tol_key)) for m, *_ in done]
+    got = [(m.g.numerics.get(name), m.g.tolerance_fp8 if name == "fp8" else m.g.tolerance) for m, *_ in done]
     if any(x is None for x, _ in got):
         return "numerics not compared" + ("" if name == "balanced" else " for every GEMM")
     worst, tol = max(got, key=lambda xt: xt[0])
@@ -484,7 +431,7 @@ def _grouped_numerics(done: list, name: str) -> str:
     return f"numerics agree (max rel. error {worst:.2g}" + (f" ≤ {tol:.2g})" if tol is not None else ")")
 
 
-def _grouped_items(rows: pd.DataFrame, ms: list[_Measured], experts: list[dict] | None = None
+def _grouped_items(rows: pd.DataFrame, ms: list[_Measured], experts: list[ExpertsMeasurement] | None = None
                    ) -> tuple[list[AdviceItem], list[AdviceItem]]:
     """Advice for grouped GEMMs (`measure.measure_grouped`). The experts of one module share their routing:
     padding the groups, balancing the router, another experts implementation or fp8 changes every grouped
@@ -511,31 +458,29 @@ def _grouped_modules(ms: list[_Measured]) -> dict[tuple, list[_Measured]]:
     alone (keyed by its index)."""
     by_mod: dict[tuple, list[_Measured]] = {}
     for m in ms:
-        if m.g.get("grouped"):
-            gk = (m.module, (m.g.get("key") or {}).get("groups")) if m.module else (None, m.i)
+        if m.g.grouped:
+            gk = (m.module, m.g.key.get("groups")) if m.module else (None, m.i)
             by_mod.setdefault(gk, []).append(m)
     return by_mod
 
 
-def _module_grouped_items(rows: pd.DataFrame, members: list[_Measured], module, experts: list[dict] | None
+def _module_grouped_items(rows: pd.DataFrame, members: list[_Measured], module,
+                          experts: list[ExpertsMeasurement] | None
                           ) -> tuple[list[AdviceItem], list[AdviceItem]]:
     """`_grouped_items` for the grouped GEMMs `members` of one module (None: one GEMM of no module): the items
     and quiet lines of the whole call (`_whole_items`) where `experts` measured it, else of the GEMMs' own
     nets. The module's rows that a variant changes are its audit rows with the same groups and the members'."""
-    groups = (members[0].g.get("key") or {}).get("groups")
+    groups = members[0].g.key.get("groups")
     in_mod = f" in {module}" if module else f" of {members[0].label}"
     mod_rows = {int(i) for i, r in zip(rows.index, rows.to_dict("records"))
                 if module and not _na(r["module"]) and r["module"] == module and not _na(r["groups"])
                 and int(r["groups"]) == int(groups or 0)} | {r for m in members for r in m.rows}
-    assumed = any(m.g.get("sizes_source") == "assumed" for m in members)
+    assumed = any(m.g.sizes_source == "assumed" for m in members)
     tag = " [group sizes assumed equal: none recorded]" if assumed else ""
     touches = frozenset().union(*(m.ids for m in members)) | frozenset(("row", r) for r in mod_rows)
-    names = list(dict.fromkeys(v["variant"] for m in members for v in m.g.get("grouped") or []
-                               if v["variant"] != "original"))
+    names = list(dict.fromkeys(v.variant for m in members for v in m.g.grouped if v.variant != "original"))
     res = {n: _grouped_net(members, module, n) for n in names}
-    ex = next((e for e in experts or [] if isinstance(e, dict) and e.get("module") == module
-               and e.get("groups") == groups
-               and _whole(e)[0]), None)
+    ex = next((e for e in experts or [] if e.module == module and e.groups == groups and e.times()[0]), None)
     if ex is not None:
         return _whole_items(rows, ex, res, members, module, groups, in_mod, tag, touches, mod_rows)
     pays, quiet = _paying_variants(names, res, module, in_mod, tag)
@@ -553,8 +498,8 @@ def _grouped_net(members: list[_Measured], module, name: str) -> dict:
     """Variant `name` over the grouped GEMMs `members`: ``done`` (each GEMM measured with it: the GEMM, the
     variant, its saving per step and its evidence), ``net`` (the savings' sum, with their sign) and ``ok``
     (the net beats the GEMMs' original time per step by `MIN_GAIN`). A GEMM of no module names itself."""
-    done = [(m, v, *m.change(name, v["time_us"], _short_kernel(v.get("kernel")), named=module is None))
-            for m in members for v in [_variant(m, name)] if v]
+    done = [(m, v, *m.change(name, v.time_us, v.kernel_short, named=module is None))
+            for m in members for v in [m.g.variant(name)] if v]
     base = sum(m.orig * m.calls for m, *_ in done)
     net = sum(d for *_, d, _ in done)
     return {"done": done, "net": net, "ok": bool(done) and net > MIN_GAIN * base}
@@ -594,7 +539,7 @@ def _grouped_item(rows: pd.DataFrame, name: str, res: dict, pads: list[str], mod
         what = GROUPED_WORDS.get(name, "{name}{in_mod}").format(groups=groups, in_mod=in_mod, name=name)
         risk, also = GROUPED_RISK.get(name, ""), []
         if name == "bmm_padded":
-            risk += f"; {done[0][1]['rows'] - done[0][0].g['grouped'][0]['rows']:,} padding rows per call"
+            risk += f"; {done[0][1].rows - done[0][0].g.grouped[0].rows:,} padding rows per call"
     return AdviceItem(
         "grouped", what + tag, module, net,
         "; ".join(e for *_, e in done) + (f"; also measured: {', '.join(also)}" if also else "")
@@ -612,9 +557,9 @@ def _pad_words(name: str, done: list, res: dict, pads: list[str], in_mod: str) -
     mult = int(name[3:])
     what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
     m0, v0 = done[0][0], done[0][1]
-    rows0 = m0.g["grouped"][0]["rows"]
-    extra = v0["rows"] - rows0
-    k0 = m0.g.get("key") or {}
+    rows0 = m0.g.grouped[0].rows
+    extra = v0.rows - rows0
+    k0 = m0.g.key
     mib = extra * ((k0.get("k") or 0) + (k0.get("n") or 0)) * 2 / 2**20
     risk = (f"{extra:,} zero rows per call ({100 * extra / max(1, rows0):.1f} % more rows: about "
             f"{mib:,.1f} MiB more input and output in {m0.label}); the experts' forward must place each "
@@ -631,13 +576,13 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
     """`_grouped_items` for a module whose experts were measured whole (`ex`): items saved per step by the
     whole call, the GEMMs' net (`res`) as evidence; quiet lines for the variants whose GEMMs pay and whose
     call does not, or for none paying."""
-    base, t = _whole(ex)
+    base, t = ex.times()
     # calls per step from the run: the module's forward grouped rows (one per experts call), never the file's
     fwd = [float(rows.loc[r, "calls"]) for r in sorted(mod_rows) if rows.loc[r, "pass"] == "fwd"
            and not _na(rows.loc[r, "calls"])]
     calls = max(fwd) if fwd else max(m.calls for m in members)
-    scope = ex.get("scope") or "forward"
-    prob = ex.get("problem") or {}
+    scope = ex.scope or "forward"
+    prob = ex.problem
     net = {n: (base - x) * calls for n, x in t.items() if n != "original"}
     pays = [n for n in net if net[n] > MIN_GAIN * base * calls]
     pads = [n for n in net if n.startswith("pad")]
@@ -649,7 +594,7 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
     tokens = prob.get("tokens")
     how = (f"the experts' whole {scope}{in_mod} rebuilt ({prob.get('experts')} experts, "
            f"{f'{tokens:,}' if isinstance(tokens, int) else '?'} tokens × top-{prob.get('top_k')} "
-           f"[top-k {prob.get('top_k_source')}], the {ex.get('sizes_source')} "
+           f"[top-k {prob.get('top_k_source')}], the {ex.sizes_source} "
            f"sizes) and timed as one call of the program: gathers, padding, host synchronisations and GEMMs")
     not_meas = ("not measured: the rest of the step and how much of this call's launch time the GPU hides "
                 "behind other work (the call was timed alone, from a synchronised start)")
@@ -661,8 +606,8 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
         if name.startswith("pad"):
             mult = int(name[3:])
             what = f"pad each expert's token count to a multiple of {mult}{in_mod}"
-            mv = next(((m, v) for m in members for v in [_variant(m, name)] if v), None)
-            extra = (mv[1]["rows"] - mv[0].g["grouped"][0]["rows"]) if mv else None
+            mv = next(((m, v) for m in members for v in [m.g.variant(name)] if v), None)
+            extra = (mv[1].rows - mv[0].g.grouped[0].rows) if mv else None
             risk = ((f"{extra:,} zero rows per call; " if extra else "") + "the experts' forward must place each "
                     f"expert's rows at a multiple of {mult} (offsets of the padded sizes) and gather the real rows "
                     "back; the zero rows through the gate and the GEMMs are in the time measured")
@@ -699,7 +644,7 @@ def _whole_items(rows, ex: dict, res: dict, members: list[_Measured], module, gr
     return items, quiet
 
 
-def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None,
+def advice(rows: pd.DataFrame, measure: Measurement | dict, step_gpu_us: float | None = None,
            trace_gpu_us: float | None = None) -> list[dict]:
     """Ranked advice from saved measurements (`measure.measure_gemms`' result) against the audit rows.
 
@@ -713,18 +658,16 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None,
     change restructures a layer (`ESTIMATE_NEEDS`; None for a ranked item).
     Ranked items come first, largest saving first; then the estimates (not ranked; largest GEMM saving first);
     then the GEMMs with no advice (near their floor, or faster alone with a change that does not pay over every
-    GEMM it moves) and those not measured. Every value read is checked first (`measured.check_measure`; no
-    time longer than `trace_gpu_us`, the audited steps' GPU time, when given), calls per step come from the
-    run's rows, and no item saves more than the step's GPU time."""
-    from cublaslt_probe.analysis.audit.measured import check_measure
+    GEMM it moves) and those not measured. Every value read is checked first (a dict by `measured.check_measure`,
+    no time longer than `trace_gpu_us`, the audited steps' GPU time, when given; a `Measurement` is checked
+    already), calls per step come from the run's rows, and no item saves more than the step's GPU time."""
     measure = check_measure(measure, limit_us=trace_gpu_us)[0]
     step = step_gpu_us or (float(rows["gpu_us"].sum() / rows["share"].sum()) if len(rows) and rows["share"].sum()
                            else None)
     ms, not_measured = _measured_gemms(rows, measure)
     switch, switch_quiet = _switch_items(rows, ms)
     pads, pad_quiet = _pad_items(rows, ms)
-    ex = measure.get("experts")
-    grouped, grouped_quiet = _grouped_items(rows, ms, ex if isinstance(ex, list) else None)
+    grouped, grouped_quiet = _grouped_items(rows, ms, measure.experts)
     found = _pin_items(ms) + switch + pads + grouped
     for x in found:
         if step and x.saving_us > step:
@@ -744,11 +687,11 @@ def advice(rows: pd.DataFrame, measure: dict, step_gpu_us: float | None = None,
         ran = pd.Series([rows.loc[r, "floor_ratio"] for r in m.rows], dtype="float64").dropna()
         ratio = float(ran.iloc[0]) if len(ran) else (
             m.orig / float(floor.iloc[0]) if len(floor) and float(floor.iloc[0]) > 0 else None)
-        key = m.g.get("key") or {}
-        alone = [f"{p['path']} {p['time_us']:.1f} µs" for p in m.g.get("paths") or [] if p.get("time_us") and
-                 p["time_us"] < m.orig * (1 - MIN_GAIN)] + [
-            f"{w['dim']}={w['value']} {w['time_us']:.1f} µs" for w in m.g.get("whatifs") or [] if w.get("time_us")
-            and w["time_us"] < m.orig * (1 - MIN_GAIN) and key.get(w.get("dim")) is not None]
+        key = m.g.key
+        alone = [f"{p.path} {p.time_us:.1f} µs" for p in m.g.paths if p.time_us and
+                 p.time_us < m.orig * (1 - MIN_GAIN)] + [
+            f"{w.dim}={w.value} {w.time_us:.1f} µs" for w in m.g.whatifs if w.time_us
+            and w.time_us < m.orig * (1 - MIN_GAIN) and key.get(w.dim) is not None]
         at = (f"at {figure('floor_ratio', ratio)}× its floor ({100 / ratio:.0f} % of the roofline)" if ratio
               is not None
               else "floor unknown")

@@ -26,7 +26,7 @@ from cublaslt_probe.analysis.audit.attribute import (
     resolve,
 )
 from cublaslt_probe.analysis.audit.judge import _fold_helpers, _judges, _rows
-from cublaslt_probe.analysis.audit.schema import Audit
+from cublaslt_probe.analysis.audit.schema import Audit, kernel_labels
 from cublaslt_probe.analysis.graphs import GRAPH_OPS, compiled_module_ranges, read_compiled_gemms
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.runfiles import COMPILED_GEMMS_FILE
@@ -96,7 +96,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
                  gpu=facts.name, attribution=attribution, notes=notes,
                  sources={k: str(v) for k, v in files.items() if v is not None},
                  stalls=host_stalls(replace(det, launches=L), steps), observed=observed, partial=partial,
-                 warning=warning)
+                 warning=warning, kernel_labels=kernel_labels(df["kernel"].tolist()))
 
 
 def _known_issue_notes(df: pd.DataFrame) -> list[str]:

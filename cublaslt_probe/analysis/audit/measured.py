@@ -1,6 +1,7 @@
 """A saved measurement (`audit --measure --save`) read back for `audit --from`: the reader (`read_measure`, gzip
-or not), the check of every value the advice and the page read (`check_measure`), and the binding to the run
-audited (`bind_measure`, by `cublaslt_probe.binding`'s rule). CPU only.
+or not), the check of every value the advice and the page read (`check_measure`, which returns the typed
+`measurement.Measurement`), and the binding to the run audited (`bind_measure`, by `cublaslt_probe.binding`'s
+rule, on the typed measurement). CPU only.
 
 The check keeps what `measure.measure_gemms` writes and skips, with a note naming the file and the record
 (``gemms[3]``, ``gemms[3].paths[1]``, ``experts[0]``), any record whose values are of another type or make no
@@ -12,10 +13,16 @@ counted once. Calls per step are never read from the file: the advice takes them
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 
+from cublaslt_probe.analysis.audit.measurement import (
+    SCHEMA_VERSION,
+    ExpertsMeasurement,
+    GemmMeasurement,
+    Measurement,
+    schema_version,
+)
 from cublaslt_probe.analysis.audit.schema import _na
 from cublaslt_probe.binding import (
     GEMM_KEY,
@@ -28,7 +35,6 @@ from cublaslt_probe.binding import (
 )
 from cublaslt_probe.errors import ProbeError
 
-MEASURE_SCHEMA = 2      # 1: no fingerprint (before measurements carried one); 2: ``fingerprint`` and ``schema``
 SLOWER_LIMIT = 100      # an alternative's or a whole call's time may reach this many times the trace's GPU time
 NOTES_SHOWN = 6         # skipped records named one a line; the rest counted in one more line
 FIX = "measure this run: `cublaslt-probe audit RUN --measure --save FILE` on its GPU"
@@ -52,6 +58,10 @@ def read_measure(path: str) -> dict:
         raise ProbeError(f"{path}: not a JSON measurement file ({str(e)[:120]}); give {what}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("gemms"), list):
         raise ProbeError(f"{path}: no 'gemms' list: not a measurement; give {what}")
+    try:
+        schema_version(doc)
+    except ProbeError as e:
+        raise ProbeError(f"{path}: {e}") from None
     return doc
 
 
@@ -72,9 +82,10 @@ def run_fingerprint(a, source: str | None = None) -> dict:
 
 
 def stamp(measure: dict, a, source: str | None = None) -> dict:
-    """`measure` (`measure.measure_gemms`' result) with the schema and the fingerprint of the run it measured,
-    audit `a` of `source`: what `audit --measure` keeps and `--save` writes."""
-    return {"schema": MEASURE_SCHEMA, "fingerprint": run_fingerprint(a, source), **measure}
+    """`measure` (`measure.measure_gemms`' result) with the schema version (`measurement.SCHEMA_VERSION`) and the
+    fingerprint of the run it measured, audit `a` of `source`: what `audit --measure` keeps and `--save`
+    writes."""
+    return {"schema_version": SCHEMA_VERSION, "fingerprint": run_fingerprint(a, source), **measure}
 
 
 # --------------------------------------------------------------------------- value checks
@@ -301,9 +312,12 @@ def _checked_once(records, name: str, dup: list[str], check, ident) -> list[dict
 
 
 def check_measure(doc: dict, source: str = "the measurement", limit_us: float | None = None
-                  ) -> tuple[dict, list[str]]:
-    """`doc` with every record the advice and the page read checked (module docstring), and the notes naming
-    `source` and each record skipped or counted once. `limit_us`: the trace's GPU time (None: no bound)."""
+                  ) -> tuple[Measurement, list[str]]:
+    """`doc` with every record the advice and the page read checked (module docstring), as a `Measurement`, and
+    the notes naming `source` and each record skipped or counted once. `limit_us`: the trace's GPU time (None:
+    no bound). A `Measurement` given is one already checked: returned as it is."""
+    if isinstance(doc, Measurement):
+        return doc, []
     notes: list[str] = []
     limit_us = limit_us or None
     out = {k: v for k, v in doc.items() if k not in ("gemms", "experts")} if isinstance(doc, dict) else {}
@@ -322,50 +336,49 @@ def check_measure(doc: dict, source: str = "the measurement", limit_us: float | 
     if dup:
         notes.append(f"{source}: {len(dup)} records repeat earlier ones ({', '.join(dup[:4])}"
                      + (", …" if len(dup) > 4 else "") + "): each counted once")
-    return out, notes
+    return Measurement.from_checked(out), notes
 
 
-def checked(doc: dict | None) -> dict | None:
-    """`check_measure`'s document alone (the page and the advice read only checked values)."""
+def checked(doc: dict | Measurement | None) -> Measurement | None:
+    """`check_measure`'s measurement alone (the page and the advice read only checked values)."""
     return None if doc is None else check_measure(doc)[0]
 
 
-def bind_measure(doc: dict, a, source: str, run: str | None = None) -> tuple[dict, list[str]]:
+def bind_measure(doc: Measurement, a, source: str, run: str | None = None) -> tuple[Measurement, list[str]]:
     """A checked measurement (`check_measure`) bound to audit `a` (`binding.bind`): the GEMM records of
     problems the run has, and the notes; MeasureRefused (one line) when it is another run's, GPU's or
     library's."""
     fix = FIX.replace("RUN", run or "RUN")
-    measured = [gemm_key(g["key"]) for g in doc["gemms"]]
+    measured = [gemm_key(g.key) for g in doc.gemms]
     run_keys = set(row_keys(a.rows))
-    fp = doc.get("fingerprint") if isinstance(doc.get("fingerprint"), dict) else None
-    b = bind(source, measured, doc.get("env"), fp, run_keys,
+    b = bind(source, measured, doc.env, doc.fingerprint, run_keys,
              {**(a.env or {}), "gpu": a.gpu or (a.env or {}).get("gpu")}, run_identity(a.env), fix)
     if b.refused:
         raise MeasureRefused(b.refused)
-    out = copy.copy(doc)
-    out["gemms"] = []
-    for i, (g, k) in enumerate(zip(doc["gemms"], measured)):
+    gemms = []
+    for i, (g, k) in enumerate(zip(doc.gemms, measured)):
         if k not in b.common:
             continue
         other = _other_sizes(g, a.rows)
         if other:
             b.notes.append(f"{source}: gemms[{i}] ({key_name(k)}) {other}: left out")
             continue
-        out["gemms"].append(g)
-    if isinstance(doc.get("experts"), list):
-        out["experts"], why = [], []
-        for j, e in enumerate(doc["experts"]):
-            miss = "skipped" not in e and _experts_mismatch(e, a.rows)
+        gemms.append(g)
+    experts = None
+    if doc.experts is not None:
+        experts, why = [], []
+        for j, e in enumerate(doc.experts):
+            miss = e.skipped is None and _experts_mismatch(e, a.rows)
             if miss:
-                why.append(f"experts[{j}] ({e.get('module')}, {e.get('scope')}): {miss}")
+                why.append(f"experts[{j}] ({e.module}, {e.scope}): {miss}")
             else:
-                out["experts"].append(e)
+                experts.append(e)
         if why:
             b.notes.append(f"{source}: {'; '.join(why)}: not this run's experts call, left out")
-    return out, b.notes
+    return doc.with_records(gemms, experts), b.notes
 
 
-def load_bound(a, measure, run: str | None = None) -> tuple[dict, list[str]]:
+def load_bound(a, measure, run: str | None = None) -> tuple[Measurement, list[str]]:
     """A saved measurement (a path, read by `read_measure`, or the dict itself) checked (`check_measure`, times
     bounded by audit `a`'s GPU time) and bound to `a` (`bind_measure`): (the measurement, the notes).
     MeasureRefused when it is another run's. The one route from a saved measurement to advice (`audit --from`,
@@ -377,40 +390,65 @@ def load_bound(a, measure, run: str | None = None) -> tuple[dict, list[str]]:
     return doc, notes + bound
 
 
-def _other_sizes(g: dict, rows) -> str | None:
+def match_rows(rows, g: GemmMeasurement):
+    """The audit rows a measured GEMM stands for: the same problem (`binding.gemm_key`: the key a saved
+    measurement is bound to its run by), and the same module and pass when the measurement names them."""
+    if rows.empty:
+        return rows
+    want = gemm_key(g.key if isinstance(g.key, dict) else {})
+    if want is None:
+        return rows.iloc[:0]
+    hit = [k == want for k in row_keys(rows)]
+    out = rows[hit]
+    for col, v in (("module", g.module), ("pass", g.pass_)):
+        if v is not None and (out[col] == v).any():
+            out = out[out[col] == v]
+    return out
+
+
+def measured_rows(rows, measure: Measurement | None) -> dict[int, GemmMeasurement]:
+    """Audit row index -> the measured GEMM that stands for it (`match_rows`; the first where two do): what a page
+    shows beside each row."""
+    out: dict[int, GemmMeasurement] = {}
+    for g in measure.gemms if measure is not None else []:
+        for i in match_rows(rows, g).index:
+            out.setdefault(int(i), g)
+    return out
+
+
+def _other_sizes(g: GemmMeasurement, rows) -> str | None:
     """Why a measured grouped GEMM's group sizes are not those of the run's rows it matches, or None: the same
     problem routed otherwise (another run, recorded against assumed sizes) times otherwise."""
-    from cublaslt_probe.analysis.audit.advice import _match_rows
-    s = g.get("group_summary")
+    s = g.group_summary
     if not isinstance(s, dict) or "min" not in s or "max" not in s:
         return None
-    for r in _match_rows(rows, g).to_dict("records"):
+    for r in match_rows(rows, g).to_dict("records"):
         lo, hi, src = r.get("group_min"), r.get("group_max"), r.get("sizes_source")
         if _na(lo) or _na(hi):
             continue
-        if (int(lo), int(hi)) != (s["min"], s["max"]) or (not _na(src) and g.get("sizes_source")
-                                                          and src != g["sizes_source"]):
-            return (f"was measured with groups of {s['min']}–{s['max']} rows ({g.get('sizes_source')}), this "
+        if (int(lo), int(hi)) != (s["min"], s["max"]) or (not _na(src) and g.sizes_source
+                                                          and src != g.sizes_source):
+            return (f"was measured with groups of {s['min']}–{s['max']} rows ({g.sizes_source}), this "
                     f"run's are {int(lo)}–{int(hi)} ({src})")
     return None
 
 
-def _experts_mismatch(e: dict, rows) -> str | None:
+def _experts_mismatch(e: ExpertsMeasurement, rows) -> str | None:
     """Why a measured experts call (`measure.measure_experts`) is not the call the run makes, or None: the run
     must have the module's forward grouped GEMM with those groups, rows and hidden size, and backward rows
     exactly when the call was timed forward and backward (an inference run is not a training step)."""
-    prob = e.get("problem") or {}
-    mod = rows[(rows["module"] == e.get("module")).fillna(False)] if len(rows) else rows
+    prob = e.problem
+    mod = rows[(rows["module"] == e.module).fillna(False)] if len(rows) else rows
     if not len(mod):
         return "the run has no such module"
     fwd = [r for r in mod.to_dict("records") if r.get("pass") == "fwd" and not _na(r.get("groups"))
-           and int(r["groups"]) == e.get("groups")
+           and int(r["groups"]) == e.groups
            and (prob.get("rows") is None or (not _na(r.get("m")) and int(r["m"]) == prob["rows"]))
            and (prob.get("hidden") is None or (not _na(r.get("k")) and int(r["k"]) == prob["hidden"]))]
     if not fwd:
-        return (f"the run's module has no forward grouped GEMM of {e.get('groups')} groups, {prob.get('rows')} rows "
+        return (f"the run's module has no forward grouped GEMM of {e.groups} groups, {prob.get('rows')} rows "
                 f"and hidden size {prob.get('hidden')}")
     train = bool((mod["pass"] == "bwd").fillna(False).any())
-    if (e.get("scope") == "forward and backward") != train:
-        return f"timed {e.get('scope')}, and the run's module {'has' if train else 'has no'} backward rows"
+    if (e.scope == "forward and backward") != train:
+        return f"timed {e.scope}, and the run's module {'has' if train else 'has no'} backward rows"
     return None

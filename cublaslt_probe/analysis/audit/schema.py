@@ -114,6 +114,8 @@ class Audit:
     partial: bool = False                 # the trace was damaged (cut off, malformed events, durations lost)
     warning: str | None = None            # the steps hold under half of the trace's GEMM time: how much is left
                                           # out and how to count it (the audit's first line)
+    kernel_labels: dict[str, str] = field(default_factory=dict)   # each row's kernel as pages show it
+                                          # (`kernel_labels`)
 
     @property
     def attributed_share(self) -> float:
@@ -121,6 +123,13 @@ class Audit:
         if not self.gemm_gpu_us:
             return 0.0
         return float(self.rows.loc[self.rows["module"].notna(), "gpu_us"].sum() / self.gemm_gpu_us)
+
+
+def kernel_labels(names) -> dict[str, str]:
+    """Each kernel name of `names` as a page or a line shows it: whole when short, its decoded label when it is
+    a mangled or templated name of hundreds of characters (`KernelName.label`)."""
+    from cublaslt_probe.names import decode
+    return {str(n): decode(str(n)).label() for n in dict.fromkeys(names) if not _na(n)}
 
 
 def _coerce(df: pd.DataFrame) -> pd.DataFrame:
