@@ -157,6 +157,7 @@ class ProbeOptions:
     mem_budget: int = 24 << 30      # bytes of operands a window keeps alive before it is cut
     candidates: int = 0             # lt backend: also run the heuristic's top N candidates (0: none)
     candidate_reps: int = 5         # timing samples per candidate
+    space_s: float = 0.0            # lt backend: also search the whole algo space within this many s (0: no)
     pipeline: bool = True           # prepare each GEMM while the GPU times the one before (False: one step after
                                     # another); with a large plan the heuristic is timed in a companion process
     cpu_slot: int | None = None     # pin the probe, its companion and its prewarm thread to three physical cores
@@ -176,6 +177,8 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
+        if isinstance(self.space_s, bool) or not isinstance(self.space_s, (int, float)) or not self.space_s >= 0:
+            raise OptionError(f"probe option space_s={self.space_s!r}: expected a number of seconds >= 0")
         for name in (f.name for f in dataclasses.fields(self) if f.type in ("bool", bool)):   # every switch
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
@@ -1488,6 +1491,13 @@ class Probe:
         built.append((f.rec, f.case, f.built))
         if self.options.candidates and f.case.backend == "lt":
             self._add_candidates(f.case, f.rec, f.phases, time.perf_counter())
+        if self.options.space_s and f.case.backend == "lt":
+            from cublaslt_probe.gpu import space
+            try:
+                f.rec["space"] = space.search(self, f.case, budget_s=self.options.space_s)
+            except Exception as e:  # noqa: BLE001  the GEMM's own measurement stands
+                f.rec["space"] = {"error": error_text(e)}
+                self.torch.cuda.synchronize()
 
     def _add_candidates(self, c: Case, rec: dict, ph: dict, t: float) -> None:
         from cublaslt_probe.analysis.candidates import compact
@@ -1529,10 +1539,14 @@ class _Window:
 
 # --- heuristic candidates -------------------------------------------------------------------------------------
 def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = CUBLAS_WORKSPACE,
-                  alignment: int = 16, reps: int = 10) -> list[dict]:
+                  alignment: int = 16, reps: int = 10, trust_rounds: int = 5) -> list[dict]:
     """Every candidate cuBLASLt's heuristic returns for Case `c` (its cuBLAS view), each run: config,
     waves, workspace, the kernels it launched (CUPTI), median time (events, same method as the probe),
-    and its max relative difference to candidate 0's output."""
+    its max relative difference to candidate 0's output and its numerics against a float64 reference
+    (`gpu.numerics`: numerics_ok, error_ratio). Candidate 0's row holds the regret's trust model
+    (`gpu.space.trust_candidates`: the pick and the fastest correct candidates in `trust_rounds` interleaved
+    rounds) under `trust`."""
+    from cublaslt_probe.gpu import numerics, space
     torch = probe.torch
     why = invalid_reason(Case("lt", c.op, c.dtype, c.layout, c.m, c.n, c.k, c.batch))
     if why:
@@ -1543,6 +1557,7 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
         res = g.heuristic(top)
         heur_us = (time.perf_counter() - t0) * 1e6
         ref = None
+        ref64, absprod = numerics.reference(torch, g.p, g.A, g.B)
         ran = []
         for rank, r in enumerate(res):
             row = {"rank": rank, **probe.lib.algo_config(r.algo), "waves": float(r.wavesCount),
@@ -1558,6 +1573,9 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
                     ref = y.clone()
                 row["max_rel_diff_vs_0"] = max_rel_diff(y, ref)
                 row["nan"] = bool(torch.isnan(y).any().item())
+                num = numerics.check(torch, g.p, g.C, ref64, absprod, split_k=row.get("split_k") or 1,
+                                     reduction_in_output_type=row.get("reduction_scheme") == "OUTPUT_TYPE")
+                row["numerics_ok"], row["error_ratio"] = num["numerics_ok"], num["error_ratio"]
                 t = probe.time_gpu(fn, reps)
                 row["time_us"], row["time_us_min"] = t.median_us, t.min_us
                 ran.append((row, fn))
@@ -1568,6 +1586,8 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
         if ran and ran[0][0]["rank"] == 0:
             # time #0 again after the others: the spread between its two medians is the noise band's evidence
             ran[0][0]["time_us_repeat"] = probe.time_gpu(ran[0][1], reps).median_us
+            if trust_rounds:
+                ran[0][0]["trust"] = space.trust_candidates(probe, ran, c.dtype, trust_rounds)
         if ran:
             for (row, _), kernels in zip(ran, probe.profile([fn for _, fn in ran])):
                 row["kernels"] = [n for n, _ in kernels]
