@@ -2,7 +2,7 @@
 its whole algo space searched (`sweep --space`), then nvMatmulHeuristics' columns beside them.
 
     # on the GPU machine (repo root, PYTHONPATH=.): the sweep, under a hard deadline
-    python3 scripts/capture_space_atlas.py capture OUTDIR [--budget-s 1.2] [--tokens 1,16,128] [--deadline-s 200]
+    python3 scripts/capture_space_atlas.py capture OUTDIR [--budget-s 1.2] [--tokens 16,128,1] [--deadline-s 200]
     # anywhere (CPU; the nvidia-matmul-heuristics wheel): the atlas from the raw records
     python3 scripts/capture_space_atlas.py finish OUTDIR/h200_space.raw.jsonl[.gz] -o data/h200_space.parquet
 
@@ -46,8 +46,9 @@ def capture(args) -> int:
         print(f"deadline {args.deadline_s} s: the sweep was stopped; its raw records hold the finished windows",
               flush=True)
     with open(os.path.join(args.outdir, "env.txt"), "w") as f:
+        versions = "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
         for c in (["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv"],
-                  [sys.executable, "-c", "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"]):
+                  [sys.executable, "-c", versions]):
             try:
                 f.write(subprocess.run(c, capture_output=True, text=True, timeout=60).stdout)
             except (OSError, subprocess.TimeoutExpired) as e:
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("capture")
     c.add_argument("outdir")
     c.add_argument("--budget-s", type=float, default=1.2)
-    c.add_argument("--tokens", default="1,16,128")
+    c.add_argument("--tokens", default="16,128,1")
     c.add_argument("--window", type=int, default=4)
     c.add_argument("--deadline-s", type=float, default=200.0)
     f = sub.add_parser("finish")
