@@ -1405,6 +1405,8 @@ class Probe:
             return False
         if not pipeline and self.options.candidates and c.backend == "lt":
             self._add_candidates(c, rec, ph, t)
+        if not pipeline and self.options.space_s and c.backend == "lt":
+            self._add_space(c, rec)
         return True
 
     def _build(self, c: Case, built: list, held: int) -> tuple[Built, int, float]:
@@ -1492,12 +1494,16 @@ class Probe:
         if self.options.candidates and f.case.backend == "lt":
             self._add_candidates(f.case, f.rec, f.phases, time.perf_counter())
         if self.options.space_s and f.case.backend == "lt":
-            from cublaslt_probe.gpu import space
-            try:
-                f.rec["space"] = space.search(self, f.case, budget_s=self.options.space_s)
-            except Exception as e:  # noqa: BLE001  the GEMM's own measurement stands
-                f.rec["space"] = {"error": error_text(e)}
-                self.torch.cuda.synchronize()
+            self._add_space(f.case, f.rec)
+
+    def _add_space(self, c: Case, rec: dict) -> None:
+        """The whole algo space of lt-backend `c` (`gpu.space.search`) into its record's `space`."""
+        from cublaslt_probe.gpu import space
+        try:
+            rec["space"] = space.search(self, c, budget_s=self.options.space_s)
+        except Exception as e:  # noqa: BLE001  the GEMM's own measurement stands
+            rec["space"] = {"error": error_text(e)}
+            self.torch.cuda.synchronize()
 
     def _add_candidates(self, c: Case, rec: dict, ph: dict, t: float) -> None:
         from cublaslt_probe.analysis.candidates import compact

@@ -142,7 +142,7 @@ def measure(lib, torch, p, algo_id: int, *, budget_s: float = 60.0, sample_bases
 
 # --- the whole space of one GEMM, timed (`candidates --space`, `sweep --space`) ---------------------------------
 BUDGET_S = 2.0          # wall-clock seconds of one GEMM's search (enumeration of its types excepted)
-ENUM_BUDGET_S = 20.0    # seconds of AlgoCheck for the split-K-1 configs of one type signature (once per process)
+ENUM_BUDGET_S = 12.0    # seconds of AlgoCheck for the split-K-1 configs of one type signature (once per process)
 SCREEN_SHARE = 0.7      # of the budget: the distinct kernels are screened until then ...
 VARIANT_SHARE = 0.85    # ... the leaders' variants (custom options, swizzles, split-K) until then
 LEADERS = 6             # kernels whose variants are timed
@@ -194,8 +194,9 @@ def enumerate_bases(lib, mm, p, budget_s: float = ENUM_BUDGET_S, seed: int = 0) 
     a larger product is checked in two steps: every (tile, stages, custom, swizzle) with the algo's default
     cluster, then every cluster shape of the valid ones (a config valid only with a non-default cluster whose
     default-cluster twin is refused is not seen: `stats["by_algo"]` says which algos were enumerated so).
-    Each algo's checks run in a shuffled order within its share of `budget_s` (its share of all combinations;
-    NVJET_ALGO first, with half the budget at least); what the budget cut short is in `stats["by_algo"]`."""
+    The algos are checked smallest first, each in a shuffled order within its share of what is left of
+    `budget_s` (its share of the checks left; NVJET_ALGO half of it at least); what the budget cut short is in
+    `stats["by_algo"]`."""
     from cublaslt_probe.gpu import lt
     t0 = time.time()
     rng = random.Random(seed)
@@ -217,7 +218,11 @@ def enumerate_bases(lib, mm, p, budget_s: float = ENUM_BUDGET_S, seed: int = 0) 
                 for co in range((caps.get("CUSTOM_OPTION_MAX") or 0) + 1)
                 for sw in range((caps.get("CTA_SWIZZLING_SUPPORT") or 0) + 1)]
         per_algo.append((a, base, rest, clusters))
-    left = sum(len(r) * len(c) for _, _, r, c in per_algo)
+    def need(x):   # the checks an algo's first step takes: its product, or its default-cluster product
+        n = len(x[2]) * len(x[3])
+        return n if n <= FULL_PRODUCT else len(x[2])
+    per_algo.sort(key=need)   # the small algos first (each needs milliseconds), the largest products last
+    left = sum(need(x) for x in per_algo)
     by_algo = {}
 
     def check(a, base, b):
@@ -227,12 +232,14 @@ def enumerate_bases(lib, mm, p, budget_s: float = ENUM_BUDGET_S, seed: int = 0) 
         st, res = lt.algo_check(mm, algo)
         return st == 0 and res.workspaceSize <= p.workspace_bytes
 
-    per_algo.sort(key=lambda x: x[0] != NVJET_ALGO)   # the algo the heuristic picks on Hopper first, ...
-    for a, base, rest, clusters in per_algo:
+    for x in per_algo:
+        a, base, rest, clusters = x
         n = len(rest) * len(clusters)
-        share = n / max(1, left)
-        allot = max(0.0, budget_s - (time.time() - t0)) * (max(0.5, share) if a == NVJET_ALGO else share)
-        left -= n
+        share = need(x) / max(1, left)
+        remaining = max(0.0, budget_s - (time.time() - t0))
+        allot = remaining * (max(0.5, share) if a == NVJET_ALGO else share)
+        allot = min(remaining, max(allot, need(x) * 50e-6))   # 50 µs a check: a small algo is checked whole
+        left -= need(x)
         ta, checked, found = time.time(), 0, []
         full = n <= FULL_PRODUCT
         if full:
@@ -281,7 +288,8 @@ def groups_of(sig: Signature) -> dict:
 def name_kernels(probe, sig: Signature, p, budget_s: float = 0.75 * ENUM_BUDGET_S, chunk: int = 512) -> None:
     """The kernel the first base of each (algo, tile, stages, cluster) group launches, read with CUPTI on a
     NAMING_PROBLEM³ problem of `p`'s types (a cheap run of each); configs that do not run there keep no name.
-    Fills `sig.kernel`."""
+    NVJET_ALGO's groups are not run: each launches a kernel of its own (docs/space.md: 3,807 groups, 3,807
+    names on the H200), and naming them costs seconds. Fills `sig.kernel`."""
     from dataclasses import replace
 
     from cublaslt_probe.analysis.evidence import main_kernel
@@ -289,7 +297,7 @@ def name_kernels(probe, sig: Signature, p, budget_s: float = 0.75 * ENUM_BUDGET_
     torch, lib = probe.torch, probe.lib
     t0 = time.time()
     small = replace(p, m=NAMING_PROBLEM, n=NAMING_PROBLEM, k=NAMING_PROBLEM, lda=None, ldb=None, ldc=None)
-    firsts = [g[0] for g in groups_of(sig).values()]
+    firsts = [g[0] for g in groups_of(sig).values() if g[0][0] != NVJET_ALGO]
     inits: dict = {}
     with probe.lt_gemm(small) as g:
         for i in range(0, len(firsts), chunk):
@@ -413,25 +421,60 @@ def _cfg(lib, b: tuple, split_k: int = 1, reduction: int | None = None) -> dict:
             "reduction_scheme": None if reduction is None else names("reduction_scheme", reduction)}
 
 
+SCREEN_GPU_US = 50_000.0   # GPU µs one screening chunk may take (its size: at most SCREEN_CHUNK configs)
+SCREEN_CHUNK = 64
+_EVENTS: list = []         # (start, end) event pairs the screening records again (one process, one clock)
+
+
+def first_samples(timer, fns: list) -> list[tuple[float, bool]]:
+    """One sample of each launch of `fns` (each run once before: its kernel loaded), by the probe's timing method
+    for a batch of different calls: the calls queued back to back, each between two events, behind one GPU spin
+    covering the host's whole enqueue time (`timing.enqueue_spin`, the host's µs per call learnt under the
+    key "lt|screen"), one wait at the end. Returns (µs, behind) per call: `behind` when the GPU had reached
+    the call's start event by the time the host had queued it (the sample may hold a launch gap: the caller
+    samples it again). The events are kept for the next batch."""
+    from cublaslt_probe.gpu.timing import HOST_US_GUESS, enqueue_spin
+    clock = timer.clock
+    while len(_EVENTS) < len(fns):
+        _EVENTS.append((clock.event(), clock.event()))
+    host = timer.host_us.get("lt|screen", HOST_US_GUESS)
+    st, rec, done = timer.stream(), clock.record, clock.done
+    behind = []
+    with timer.quiet():
+        timer.spin(enqueue_spin(host, len(fns), 1))
+        h = clock.host_us()
+        for (s, e), fn in zip(_EVENTS, fns):
+            bad = rec(s, st); fn(); bad = rec(e, st) or bad  # noqa: E702  the timed sequence
+            if bad:
+                raise clock.error(bad, "cuEventRecord")
+            behind.append(done(s))
+        timer.host_us["lt|screen"] = (clock.host_us() - h) / max(1, len(fns))
+    if fns:
+        clock.wait(_EVENTS[len(fns) - 1][1])
+    return [(clock.elapsed_us(s, e), b) for (s, e), b in zip(_EVENTS, behind)]
+
+
 def search(probe, c, *, budget_s: float = BUDGET_S, top: int = 8, workspace_bytes: int | None = None,
            alignment: int = 16, prune_ratio: float | None = None, rounds: int = ROUNDS,
            enum_budget_s: float = ENUM_BUDGET_S, seed: int = 0) -> dict:
     """The whole space of lt-backend Case `c` (its cuBLAS view), timed under `budget_s` (docs/space.md):
 
     1. the valid split-K-1 configs of its types (`signature_of`: enumerated and named once per process);
-    2. the heuristic's top-`top` candidates, each run, checked and timed (`probe.time_gpu`, SAMPLES samples);
-    3. one config per distinct kernel, in `analysis.space.screen_order`: each checked on this shape, run once
-       (its module loaded), its first sample taken (`Timer.estimate`); one far behind the best first sample
-       so far is pruned (`analysis.space.prunes`), the others checked (numerics) and timed — until
-       SCREEN_SHARE of the budget;
-    4. the LEADERS fastest correct kernels' variants: their other custom options and swizzles, and every
-       split-K number in SPLITS with each reduction scheme the algo allows, until VARIANT_SHARE;
+    2. the heuristic's top-`top` candidates: each run, its first sample taken, its numerics checked and timed
+       (`probe.time_gpu`, SAMPLES samples);
+    3. one config per distinct kernel, in `analysis.space.screen_order`, in chunks: each checked on this shape
+       (`cublasLtMatmulAlgoCheck`), run once (its kernel loaded), its first sample taken (`first_samples`);
+       one far behind the best first sample so far is pruned (`analysis.space.prunes`), the others checked
+       (numerics) and timed — until SCREEN_SHARE of the budget;
+    4. the LEADERS fastest correct kernels' variants (their other custom options and swizzles, and every
+       split-K number in SPLITS with each reduction scheme the algo allows) the same way, until VARIANT_SHARE;
     5. the finalists (the pick, the best of the top-N, the FINALISTS fastest correct) timed in `rounds`
        interleaved rounds, the pick first and last in each (`analysis.space.trust`), and their kernels read
        with CUPTI.
 
     Every config timed beyond its first sample has its numerics checked (`gpu.numerics`): a wrong one is
-    counted and kept in `wrong`, never a leader, finalist or best. Returns the `space` record."""
+    counted and kept in `wrong`, never a leader, finalist or best. `seconds` holds where the time went
+    (AlgoCheck, first samples, numerics, full timings, rounds). Returns the `space` record."""
     from cublaslt_probe.analysis import space as rules
     from cublaslt_probe.analysis.evidence import main_kernel
     from cublaslt_probe.gpu import lt, numerics
@@ -444,6 +487,7 @@ def search(probe, c, *, budget_s: float = BUDGET_S, top: int = 8, workspace_byte
                              "interleaved), then the leaders' custom/swizzle/split-K variants; pruned after one "
                              f"sample when > {ratio} x best + {rules.PRUNE_SLACK_US} µs"}
     stages: dict = {}
+    secs = dict.fromkeys(("check", "first", "numerics", "full", "rounds"), 0.0)
     with probe.lt_gemm(p) as g:
         t_sig = time.time()
         sig = signature_of(probe, g, p, enum_budget_s)
@@ -454,106 +498,131 @@ def search(probe, c, *, budget_s: float = BUDGET_S, top: int = 8, workspace_byte
         timed: dict = {}      # config key -> row
         wrong: list = []
         best_first = [None]
-        counts = {"timed": 0, "pruned": 0, "wrong": 0, "refused": 0, "failed": 0}
+        counts = {"timed": 0, "pruned": 0, "wrong": 0, "refused": 0, "failed": 0, "resampled": 0}
 
         def algo_of(b, split_k=1, reduction=None):
+            t = time.perf_counter()
             if b[0] not in inits:
                 inits[b[0]] = lt.init_algo(lib, p, b[0])
             algo = forced_algo(lib, p, b, split_k, reduction, inits[b[0]])
-            if algo is None:
-                return None
-            st, res = lt.algo_check(g.mm, algo)
-            return algo if st == 0 and res.workspaceSize <= p.workspace_bytes else None
+            ok = algo is not None
+            if ok:
+                st, res = lt.algo_check(g.mm, algo)
+                ok = st == 0 and res.workspaceSize <= p.workspace_bytes
+            secs["check"] += time.perf_counter() - t
+            return algo if ok else None
 
-        def run(key, algo, cfg, rank=None, prune=True):
-            """Time one config (first sample, then numerics and SAMPLES samples unless pruned)."""
-            if key in timed:
-                return timed[key]
-            row = {**cfg, "rank": rank, "base": key[:6]}
-            fn = g.call(algo)
-            try:
-                fn()   # loads its module: the first sample is the kernel's, not the loader's
-                first, _ = probe.timer.estimate(fn, "lt|space")
-            except Exception as e:  # noqa: BLE001
-                counts["failed"] += 1
-                torch.cuda.synchronize()
-                row["error"] = str(e)[:160]
-                timed[key] = row
-                return row
+        def finish(key, algo, cfg, rank, prune, fn, first):
+            row = {**cfg, "rank": rank, "base": key[:6], "first_us": first}
             counts["timed"] += 1
-            row["first_us"] = first
+            timed[key] = row
             if prune and rules.prunes(first, best_first[0], ratio):
                 counts["pruned"] += 1
                 row["pruned"] = True
-                timed[key] = row
-                return row
+                return
+            t = time.perf_counter()
             red_out = cfg.get("reduction_scheme") not in (None, "NONE", "COMPUTE_TYPE")
             num = numerics.run_config(torch, g, algo, ref, absprod, split_k=cfg.get("split_k") or 1,
                                       reduction_in_output_type=red_out)
             row.update(numerics_ok=num["numerics_ok"], error_ratio=num["error_ratio"])
+            t2 = time.perf_counter()
             row["time_us"] = probe.time_gpu(fn, SAMPLES, "lt|space").median_us
             row["fn"] = fn
+            secs["numerics"] += t2 - t
+            secs["full"] += time.perf_counter() - t2
             if not num["numerics_ok"]:
                 counts["wrong"] += 1
                 wrong.append(row)
             elif best_first[0] is None or first < best_first[0]:
                 best_first[0] = first
-            timed[key] = row
-            return row
+
+        def screen(items):
+            """Items (key, algo, cfg, rank, prune): run, first-sampled together, then pruned or timed."""
+            t = time.perf_counter()
+            ran = []
+            for it in items:
+                if it[0] in timed:
+                    continue
+                fn = g.call(it[1])
+                try:
+                    fn()   # loads its kernel: the first sample is the kernel's, not the loader's
+                except Exception as e:  # noqa: BLE001
+                    counts["failed"] += 1
+                    timed[it[0]] = {**it[2], "rank": it[3], "error": str(e)[:160]}
+                    continue
+                ran.append((it, fn))
+            samples = first_samples(probe.timer, [fn for _, fn in ran])
+            again = [i for i, (_, behind) in enumerate(samples) if behind]
+            if again:   # a launch gap may be in them: once more, behind a spin sized by the host's speed now
+                counts["resampled"] += len(again)
+                for i, got in zip(again, first_samples(probe.timer, [ran[i][1] for i in again])):
+                    samples[i] = got
+            secs["first"] += time.perf_counter() - t
+            for (it, fn), (us, _) in zip(ran, samples):
+                finish(*it, fn, us)
 
         # 2. the heuristic's candidates
         res = g.heuristic(top)
-        topn = []
+        items = []
         pick_key = None
         for rank, r in enumerate(res):
             cfg = lib.read_algo_config(r.algo)
             key = (cfg["algo_id"], cfg["tile_enum"], cfg["stages_enum"], cfg["cluster_enum"], cfg["custom_option"],
                    cfg["cta_swizzling"], cfg["split_k"] or 1,
                    cfg["reduction_scheme_enum"] if (cfg["split_k"] or 1) > 1 else None)
-            c2 = {k: cfg[k] for k in ("algo_id", "tile", "stages", "cluster", "custom_option", "cta_swizzling",
-                                      "split_k", "reduction_scheme")}
-            row = run(key, _copy(r.algo), c2, rank, prune=False)
-            topn.append(row)
+            items.append((key, _copy(r.algo), {k: cfg[k] for k in ("algo_id", "tile", "stages", "cluster",
+                                                                   "custom_option", "cta_swizzling", "split_k",
+                                                                   "reduction_scheme")}, rank, False))
             if rank == 0:
                 pick_key = key
+        screen(items)
+        topn = [timed[it[0]] for it in items if it[0] in timed]
+        pick = timed.get(pick_key)
         stages["topn"] = round(time.time() - t0, 3)
+        ref_us = (pick or {}).get("first_us") or 10.0
+        chunk = max(8, min(SCREEN_CHUNK, int(SCREEN_GPU_US / ref_us)))
         # 3. one config per distinct kernel
         reps, groups = representatives(sig)
         sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
         order = rules.screen_order([_cfg(lib, b) for b in reps], p.m, p.n, sms)
         screened = 0
-        for i in order:
+        for at in range(0, len(order), chunk):
             if time.time() - t0 > SCREEN_SHARE * budget_s:
                 break
-            b = reps[i]
-            algo = algo_of(b)
-            screened += 1
-            if algo is None:
-                counts["refused"] += 1
-                continue
-            run(b + (1, None), algo, _cfg(lib, b))
+            items = []
+            for i in order[at:at + chunk]:
+                b = reps[i]
+                algo = algo_of(b)
+                screened += 1
+                if algo is None:
+                    counts["refused"] += 1
+                    continue
+                items.append((b + (1, None), algo, _cfg(lib, b), None, True))
+            screen(items)
         stages["screen"] = round(time.time() - t0, 3)
         # 4. the leaders' variants
         good = sorted((r for r in timed.values() if r.get("numerics_ok") and r.get("time_us")),
                       key=lambda r: r["time_us"])
         leaders = []
         for r in good:
-            b = r["base"]
-            if b[:4] not in {x[:4] for x in leaders}:
-                leaders.append(b)
+            if r["base"][:4] not in {x[:4] for x in leaders}:
+                leaders.append(r["base"])
             if len(leaders) >= LEADERS:
                 break
-        variants = 0
+        cands = []
         for b in leaders:
             caps = sig.caps.get(b[0], {})
-            cands = [(v, 1, None) for v in groups.get(b[:4], [])]
+            cands += [(v, 1, None) for v in groups.get(b[:4], [])]
             if caps.get("SPLITK_SUPPORT"):
                 mask = caps.get("REDUCTION_SCHEME_MASK") or 0
                 schemes = [1 << i for i in range(8) if mask >> i & 1] or [None]
                 cands += [(b, s, red) for s in SPLITS for red in schemes]
-            for v, s, red in cands:
-                if time.time() - t0 > VARIANT_SHARE * budget_s:
-                    break
+        variants = 0
+        for at in range(0, len(cands), chunk):
+            if time.time() - t0 > VARIANT_SHARE * budget_s:
+                break
+            items = []
+            for v, s, red in cands[at:at + chunk]:
                 if v + (s, red) in timed:
                     continue
                 algo = algo_of(v, s, red)
@@ -561,12 +630,13 @@ def search(probe, c, *, budget_s: float = BUDGET_S, top: int = 8, workspace_byte
                     counts["refused"] += 1
                     continue
                 variants += 1
-                run(v + (s, red), algo, _cfg(lib, v, s, red))
+                items.append((v + (s, red), algo, _cfg(lib, v, s, red), None, True))
+            screen(items)
         stages["variants"] = round(time.time() - t0, 3)
         # 5. the finalists in interleaved rounds
+        t = time.perf_counter()
         good = sorted((r for r in timed.values() if r.get("numerics_ok") and r.get("time_us")),
                       key=lambda r: r["time_us"])
-        pick = timed.get(pick_key)
         fin: dict = {}
         if pick is not None and pick.get("fn") is not None:
             fin["pick"] = pick
@@ -594,6 +664,7 @@ def search(probe, c, *, budget_s: float = BUDGET_S, top: int = 8, workspace_byte
         if fin:
             for r, ks in zip(fin.values(), probe.profile([r["fn"] for r in fin.values()])):
                 r["kernel"] = main_kernel([n for n, _ in ks])
+        secs["rounds"] = time.perf_counter() - t
         stages["finalists"] = round(time.time() - t0, 3)
         # split-K share of the valid configs (a sample of the bases): the space's size on this shape
         sample = random.Random(seed).sample(sig.bases, min(40, len(sig.bases)))
@@ -610,18 +681,18 @@ def search(probe, c, *, budget_s: float = BUDGET_S, top: int = 8, workspace_byte
     winner = fin.get(tr.get("winner")) if tr.get("winner") else None
     rec.update({
         "signature": {k: sig.stats.get(k) for k in ("algo_ids", "combinations", "checked", "valid", "seconds",
-                                                    "named", "distinct_kernels", "naming_seconds", "naming_stopped")},
+                                                    "named", "distinct_kernels", "naming_seconds", "naming_stopped",
+                                                    "from_cache")},
         "counts": counts, "split_k_per_config": mean_split, "stage_s": stages,
+        "seconds": {k: round(v, 4) for k, v in secs.items()},
         "elapsed_s": round(time.time() - t0, 3),
-        "pick": slim(pick), "pick_in_space": None if pick_key is None else
-        (pick_key[:6] in set(sig.bases)),
+        "pick": slim(pick), "pick_in_space": None if pick_key is None else (pick_key[:6] in set(sig.bases)),
         "topn_best": None if tb is None else {**slim(tb), "name": "pick" if tb is pick else "topn_best"},
         "space_best": None if winner is None else {**slim(winner), "name": tr["winner"]},
         "finalists": {nm: slim(r) for nm, r in fin.items()}, "trust": tr,
         "leaders": [slim(r) for r in good[:10]], "wrong": [slim(r) for r in wrong[:20]],
     })
     return rec
-
 
 
 def trust_candidates(probe, ran: list, dtype: str, rounds: int = ROUNDS) -> dict | None:
