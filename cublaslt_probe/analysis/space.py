@@ -190,7 +190,8 @@ def summary(df) -> dict:
         raise SchemaError("this dataset has no space columns: sweep with `--space SECONDS` (docs/space.md)")
     d = df[df["space_regret"].notna()]
     if d.empty:
-        raise SchemaError("no row of this dataset has a timed space")
+        raise SchemaError("no row of this dataset has a searched space: sweep lt-backend GEMMs with "
+                          "`--space SECONDS` (docs/space.md)")
     r = d["space_regret"].astype(float) * 100
     lab = d["space_regret_label"].astype("string")
     loss = r[lab == "loss"]

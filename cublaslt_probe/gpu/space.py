@@ -238,7 +238,7 @@ def enumerate_bases(lib, mm, p, budget_s: float = ENUM_BUDGET_S, seed: int = 0) 
         share = need(x) / max(1, left)
         remaining = max(0.0, budget_s - (time.time() - t0))
         allot = remaining * (max(0.5, share) if a == NVJET_ALGO else share)
-        allot = min(remaining, max(allot, need(x) * 50e-6))   # 50 µs a check: a small algo is checked whole
+        allot = min(remaining, max(allot, need(x) * 200e-6))   # 200 µs a check: a small algo is checked whole
         left -= need(x)
         ta, checked, found = time.time(), 0, []
         full = n <= FULL_PRODUCT
