@@ -64,6 +64,14 @@ def test_trust_a_winner_that_flips_is_no_loss():
     assert r["label"] == "within noise"
 
 
+def test_trust_finalists_trading_places_do_not_make_a_loss_noise():
+    # two alternatives 10 % faster than the pick in every round, each the fastest in turn
+    rounds = [{"pick": 10.0, "pick#2": 10.05, "space_1": 9.0 + d, "space_2": 9.05 - d} for d in (0, .1, 0, .1, 0)]
+    r = sm.trust(rounds, "pick", ["space_1", "space_2"])
+    assert r["leader_changes"] == pytest.approx(0.4) and r["flip_rate"] == 0.0
+    assert r["label"] == "loss" and r["regret_pct"] > 9
+
+
 def test_trust_pick_is_best_and_a_wrong_pick_never_wins():
     rounds = _rounds([9.0] * 5, [9.0] * 5, [10.0] * 5)
     assert sm.trust(rounds, "pick", ["space_1"])["label"] == "pick is best"

@@ -68,13 +68,16 @@ def test_every_label_follows_the_trust_rule(atlas):
         assert r.space_noise_pct >= sm.NOISE_FLOOR_PCT
 
 
-def test_the_trust_model_recomputed_from_the_recorded_rounds(raw):
+def test_the_trust_model_recomputed_from_the_recorded_rounds(raw, atlas):
+    """The rounds a capture recorded give back its winner, regret and noise floor; the label is the current
+    rule's (`record_trust`), which the atlas's column holds."""
+    labels = atlas.set_index("key")["space_regret_label"]
     for r in raw:
         tr = r["space"]["trust"]
-        names = [n for n in r["space"]["finalists"] if n != "pick"]
-        again = sm.trust(tr["times"], "pick", names, pick_ok=r["space"]["pick"]["numerics_ok"])
-        assert {k: again[k] for k in ("winner", "label", "regret_pct", "noise_pct", "flip_rate")} == \
-            {k: tr[k] for k in ("winner", "label", "regret_pct", "noise_pct", "flip_rate")}
+        again = sm.record_trust(r["space"])
+        assert {k: again[k] for k in ("winner", "regret_pct", "noise_pct", "medians")} == \
+            {k: tr[k] for k in ("winner", "regret_pct", "noise_pct", "medians")}
+        assert labels[r["key"]] == again["label"]
 
 
 def test_a_pick_that_failed_its_numerics_is_never_the_best(raw):

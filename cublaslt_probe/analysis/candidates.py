@@ -60,6 +60,9 @@ def regret(cands: list[dict], dtype: str) -> dict:
     if rep:
         out["noise_pct"] = abs(t0 / rep - 1) * 100
     tr = ok[0].get("trust")
+    if tr and tr.get("times"):   # the rule applied now to the recorded rounds (analysis.space.trust)
+        from cublaslt_probe.analysis.space import trust
+        tr = trust(tr["times"], "pick", [nm for nm in tr["times"][0] if nm not in ("pick", "pick#2")])
     if tr and tr.get("winner"):
         win = ok[0] if tr["winner"] == "pick" else next(
             (c for c in ok if f"#{c['rank']}" == tr["winner"]), None)

@@ -85,12 +85,15 @@ def trust(rounds: list[dict], pick: str, contenders: list[str], pick_ok: bool = 
     - `noise_pct`: the noise floor, the largest |pick/pick#2 − 1| over the rounds, at least NOISE_FLOOR_PCT;
     - `regret_pct`: median over the rounds of pick / winner − 1, the pick's time a round the mean of its two
       (0 when the pick wins);
-    - `flip_rate`: the share of rounds whose fastest finalist is not the `winner`;
+    - `flip_rate`: the winner's flip rate: the share of rounds in which the winner did not beat the pick (the
+      pick's mean of two at most the winner's time) — the comparison the regret claims, flipped;
+    - `leader_changes`: the share of rounds whose fastest finalist is not the `winner` (finalists near each
+      other trade places without making the pick any faster);
     - `label`: "pick is best" (the pick wins), "within noise" (regret ≤ noise floor, or the winner flips in
       more than FLIP_LIMIT of the rounds), else "loss". Pure."""
     rounds = [r for r in rounds if r.get(pick) and r.get(pick + "#2")]
     out = {"rounds": len(rounds), "medians": {}, "winner": None, "noise_pct": None, "regret_pct": None,
-           "flip_rate": None, "label": None}
+           "flip_rate": None, "leader_changes": None, "label": None}
     if not rounds:
         return out
     names = list(dict.fromkeys([pick, *contenders]))
@@ -106,9 +109,11 @@ def trust(rounds: list[dict], pick: str, contenders: list[str], pick_ok: bool = 
     noise = max(abs(r[pick] / r[pick + "#2"] - 1) * 100 for r in rounds)
     per_round = [(r[pick] + r[pick + "#2"]) / 2 / r[winner] - 1 for r in rounds if r.get(winner)]
     regret = 0.0 if winner == pick else statistics.median(per_round) * 100
-    flips = sum(1 for r in rounds if min((nm for nm in eligible if r.get(nm)), key=lambda nm: r[nm]) != winner)
+    changes = sum(1 for r in rounds if min((nm for nm in eligible if r.get(nm)), key=lambda nm: r[nm]) != winner)
+    held = [r for r in rounds if r.get(winner)]
+    flips = 0 if winner == pick else sum(1 for r in held if (r[pick] + r[pick + "#2"]) / 2 <= r[winner])
     out.update(medians=med, winner=winner, noise_pct=max(noise, NOISE_FLOOR_PCT), regret_pct=regret,
-               flip_rate=flips / len(rounds))
+               flip_rate=flips / max(1, len(held)), leader_changes=changes / len(rounds))
     if winner == pick:
         out["label"] = "pick is best"
     elif regret <= out["noise_pct"] or out["flip_rate"] > FLIP_LIMIT:
@@ -126,7 +131,8 @@ SCHEMA = {
     "space_regret_label": ("string", "loss, within noise (regret within the pick-vs-itself noise floor or the "
                                      "winner flips across rounds) or pick is best"),
     "space_noise_pct": ("float64", "largest |pick/pick - 1| of the pick timed twice a round, % (at least 0.5)"),
-    "space_flip_rate": ("float64", "share of rounds whose fastest finalist is not the overall winner"),
+    "space_flip_rate": ("float64", "the winner's flip rate: share of rounds in which the space's best did not "
+                                   "beat the pick"),
     "space_best_config": ("string", "algo id, tile, stages, cluster, custom option, swizzle, split-K, reduction "
                                     "of the space's best"),
     "space_best_kernel": ("string", "kernel the space's best launched (CUPTI)"),
@@ -154,14 +160,27 @@ def config_text(c: dict | None) -> str | None:
     return " ".join(parts)
 
 
+def record_trust(sp: dict) -> dict:
+    """The trust model of a `space` record, computed from its recorded rounds (`trust`: the one rule, whatever
+    rule the capture applied); the recorded `trust` when it holds no rounds."""
+    tr = sp.get("trust") or {}
+    fin = sp.get("finalists") or {}
+    if not tr.get("times") or "pick" not in fin:
+        return tr
+    return trust(tr["times"], "pick", [nm for nm in fin if nm != "pick"],
+                 pick_ok=(sp.get("pick") or {}).get("numerics_ok") is not False)
+
+
 def columns(sp: dict | None) -> dict:
-    """The `SCHEMA` columns of one raw record's `space` field (all null when it has none or it failed)."""
+    """The `SCHEMA` columns of one raw record's `space` field (all null when it has none or it failed); the
+    regret, its label and the space's best from `record_trust`."""
     out = dict.fromkeys(SCHEMA)
     if not sp or sp.get("error"):
         return out
-    tr = sp.get("trust") or {}
+    tr = record_trust(sp)
     med = tr.get("medians") or {}
-    best = sp.get("space_best") or {}
+    fin = sp.get("finalists") or {}
+    best = fin.get(tr.get("winner")) or sp.get("space_best") or {}
     topn = sp.get("topn_best") or {}
     pick = sp.get("pick") or {}
     cnt = sp.get("counts") or {}
