@@ -1,4 +1,10 @@
-"""How large one algo's config space is for one problem (a measurement, not a sweep).
+"""The algo space beyond the heuristic: its size for one algo (`measure`) and the whole space of a GEMM, searched
+and timed (`search`: `candidates --space`, `sweep --space`; its rules in `analysis.space`, docs/space.md).
+
+`search(probe, case)`: every valid config of every algo id of the types (`signature_of`, once per process or
+from $CUBLASLT_PROBE_SPACE_CACHE), the heuristic's top-N, then one config per distinct kernel and the leaders'
+variants, first-sampled in batches (`first_samples`) and pruned, the survivors checked against a float64
+reference and timed by the probe, the finalists in interleaved rounds (the trust model).
 
 `measure(lib, torch, p, algo_id)`: the algo's capabilities (`lt.algo_caps`: tile, stages and cluster ids,
 split-K support, reduction schemes, swizzling, custom options), then `cublasLtMatmulAlgoCheck` over every
