@@ -92,3 +92,26 @@ def test_columns_of_no_space_are_null():
                                        (4096, 4096, 14336, "large down"), (1024, 6144, 4096, "mid up")])
 def test_shape_class(m, n, k, cls):
     assert sm.shape_class(m, n, k) == cls
+
+
+def test_space_options_are_checked_before_any_gpu_work(tmp_path):
+    from click.testing import CliRunner
+
+    from cublaslt_probe.cli import main
+    r = CliRunner().invoke(main, ["sweep", "--preset", "llm", "--backends", "lt", "--space", "-1",
+                                  "-o", str(tmp_path / "x.parquet")])
+    assert r.exit_code == 2 and "--space" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["candidates", "--m", "16", "--n", "4096", "--k", "4096", "--space", "0"])
+    assert r.exit_code == 2 and "--space" in r.output
+    r = CliRunner().invoke(main, ["sweep", "--preset", "llm", "--backends", "lt", "--space", "0.5", "--dry-run",
+                                  "-o", str(tmp_path / "x.parquet")])
+    assert r.exit_code == 0, r.output
+
+
+def test_probe_option_space_s_is_checked():
+    from cublaslt_probe.errors import OptionError
+    from cublaslt_probe.gpu.probe import ProbeOptions
+    assert ProbeOptions(space_s=1.5).space_s == 1.5
+    for bad in (-1.0, True, "2"):
+        with pytest.raises(OptionError, match="space_s"):
+            ProbeOptions(space_s=bad)
