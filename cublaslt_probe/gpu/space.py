@@ -429,7 +429,7 @@ def _cfg(lib, b: tuple, split_k: int = 1, reduction: int | None = None) -> dict:
 
 SCREEN_GPU_US = 50_000.0   # GPU µs one screening chunk may take (its size: at most SCREEN_CHUNK configs)
 SCREEN_CHUNK = 64
-_EVENTS: list = []         # (start, end) event pairs the screening records again (one process, one clock)
+_EVENTS: dict = {}         # id(clock) -> the (start, end) event pairs the screening records again
 
 
 def first_samples(timer, fns: list) -> list[tuple[float, bool]]:
@@ -441,23 +441,24 @@ def first_samples(timer, fns: list) -> list[tuple[float, bool]]:
     samples it again). The events are kept for the next batch."""
     from cublaslt_probe.gpu.timing import HOST_US_GUESS, enqueue_spin
     clock = timer.clock
-    while len(_EVENTS) < len(fns):
-        _EVENTS.append((clock.event(), clock.event()))
+    events = _EVENTS.setdefault(id(clock), [])
+    while len(events) < len(fns):
+        events.append((clock.event(), clock.event()))
     host = timer.host_us.get("lt|screen", HOST_US_GUESS)
     st, rec, done = timer.stream(), clock.record, clock.done
     behind = []
     with timer.quiet():
         timer.spin(enqueue_spin(host, len(fns), 1))
         h = clock.host_us()
-        for (s, e), fn in zip(_EVENTS, fns):
+        for (s, e), fn in zip(events, fns):
             bad = rec(s, st); fn(); bad = rec(e, st) or bad  # noqa: E702  the timed sequence
             if bad:
                 raise clock.error(bad, "cuEventRecord")
             behind.append(done(s))
         timer.host_us["lt|screen"] = (clock.host_us() - h) / max(1, len(fns))
     if fns:
-        clock.wait(_EVENTS[len(fns) - 1][1])
-    return [(clock.elapsed_us(s, e), b) for (s, e), b in zip(_EVENTS, behind)]
+        clock.wait(events[len(fns) - 1][1])
+    return [(clock.elapsed_us(s, e), b) for (s, e), b in zip(events, behind)]
 
 
 def search(probe, c, *, budget_s: float = BUDGET_S, top: int = 8, workspace_bytes: int | None = None,
