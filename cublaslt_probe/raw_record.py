@@ -70,6 +70,7 @@ class RawRecord:
     heuristic_shared: int | None = None  # the heuristic measurement: records sharing it, where it was made
     heuristic_where: str | None = None
     heuristic_error: str | None = None
+    space: dict | None = None        # lt backend under `space_s`: the whole algo space's search (`gpu.space`)
     # read, never written by the probe
     env: dict = field(default_factory=dict)     # `RECORD_ENV` keys found on the record
     extra: dict = field(default_factory=dict)   # keys of other versions, kept as read

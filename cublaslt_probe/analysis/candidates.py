@@ -8,6 +8,10 @@ and times it. Here: the table, the regret arithmetic and the headline over a dat
 - noise band: #0 is timed twice (before and after the others); |t₁/t₂ − 1| over all problems measures how
   far two medians of the *same* kernel drift. The band is the 95th percentile of that spread (at least
   0.5 %): a regret inside the band is not evidence that another candidate is faster.
+- trust (a record's candidate #0 `trust`, `gpu.space.trust_candidates`): the pick and the two fastest usable
+  candidates timed in interleaved rounds; the regret, the winner, the noise floor and the label are then
+  `analysis.space.trust`'s, and a regret within noise is labelled so (`regret_label`), never a loss.
+- a candidate whose output fails the float64 reference check (`numerics_ok` false) is never usable.
 """
 from __future__ import annotations
 
@@ -36,13 +40,14 @@ def tolerance(dtype: str) -> float:
 def usable(c: dict, dtype: str) -> bool:
     d = c.get("max_rel_diff_vs_0")
     return (not c.get("error") and c.get("time_us") is not None and c["time_us"] > 0
-            and (d is None or d <= tolerance(dtype)))
+            and (d is None or d <= tolerance(dtype)) and c.get("numerics_ok") is not False)
 
 
 def regret(cands: list[dict], dtype: str) -> dict:
     """Regret fields of one problem from its candidate rows (rank order)."""
     out = {"n_candidates": len(cands), "regret_pct": None, "best_rank": None, "best_kernel": None,
-           "best_time_us": None, "pick_time_us": None, "noise_pct": None}
+           "best_time_us": None, "pick_time_us": None, "noise_pct": None, "regret_label": None,
+           "flip_rate": None}
     ok = [c for c in cands if usable(c, dtype)]
     if not ok or ok[0]["rank"] != 0:
         return out
@@ -54,6 +59,19 @@ def regret(cands: list[dict], dtype: str) -> dict:
     rep = ok[0].get("time_us_repeat")
     if rep:
         out["noise_pct"] = abs(t0 / rep - 1) * 100
+    tr = ok[0].get("trust")
+    if tr and tr.get("times"):   # the rule applied now to the recorded rounds (analysis.space.trust)
+        from cublaslt_probe.analysis.space import trust
+        tr = trust(tr["times"], "pick", [nm for nm in tr["times"][0] if nm not in ("pick", "pick#2")])
+    if tr and tr.get("winner"):
+        win = ok[0] if tr["winner"] == "pick" else next(
+            (c for c in ok if f"#{c['rank']}" == tr["winner"]), None)
+        if win is not None:
+            med = tr["medians"]
+            out.update({"regret_pct": tr["regret_pct"], "best_rank": win["rank"],
+                        "best_kernel": main_kernel(win.get("kernels")) or win.get("kernel"),
+                        "best_time_us": med[tr["winner"]], "pick_time_us": med["pick"],
+                        "noise_pct": tr["noise_pct"], "regret_label": tr["label"], "flip_rate": tr["flip_rate"]})
     return out
 
 
@@ -79,6 +97,9 @@ def summary(df) -> dict:
            "pick_strictly_fastest": float((d["best_rank"] == 0).mean()),
            "median_regret_pct": float(r.median()), "mean_regret_pct": float(r.mean()),
            "worst_regret_pct": float(r.max())}
+    if "regret_label" in d.columns and d["regret_label"].notna().any():   # the trust model's verdicts
+        lab = d["regret_label"].dropna().astype(str)
+        out["labels"] = {k: int((lab == k).sum()) for k in ("loss", "within noise", "pick is best")}
     w = d.loc[r.idxmax()]
     out["worst"] = {"key": w["key"], "pick": w.get("kernel"), "best": w["best_kernel"],
                     "best_rank": int(w["best_rank"])}
@@ -95,7 +116,7 @@ def summary(df) -> dict:
 # against #0, kernels and error.
 CANDIDATE_KEYS = ("rank", "algo_id", "tile", "stages", "cluster", "split_k", "reduction_scheme", "custom_option",
                   "cta_swizzling", "inner_shape", "waves", "workspace_bytes", "time_us", "time_us_min",
-                  "time_us_repeat", "max_rel_diff_vs_0", "kernels", "error")
+                  "time_us_repeat", "max_rel_diff_vs_0", "numerics_ok", "error_ratio", "trust", "kernels", "error")
 
 
 def compact(row: dict) -> dict:

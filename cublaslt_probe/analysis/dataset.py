@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from cublaslt_probe.analysis.evidence import consistency, log_matches_case, main_kernel, trace_record
+from cublaslt_probe.analysis.space import SCHEMA as SPACE_SCHEMA
+from cublaslt_probe.analysis.space import columns as space_columns
 from cublaslt_probe.errors import ProbeError, SchemaError
 from cublaslt_probe.raw_record import REQUIRED, RawRecord
 from cublaslt_probe.streams import complete_lines, cut_note, open_text
@@ -95,6 +97,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "best_rank": ("Int64", "rank of the fastest candidate (0 = the heuristic's pick)"),
     "best_kernel": ("string", "main kernel of the fastest candidate"),
     "noise_pct": ("float64", "|t1/t2 - 1| of two medians of candidate #0 (the noise evidence), in %"),
+    "regret_label": ("string", "loss, within noise or pick is best: the regret's trust model (interleaved rounds "
+                               "of the pick and the fastest candidates; null in captures before it)"),
     "candidates": ("string", "JSON list of the candidates: config, waves, time, kernel"),
     "log_matches_case": ("boolean", "the logged call is the one asked for: compute type matches fp32/tf32 and the "
                                     "function the backend's path (null: no log line)"),
@@ -103,6 +107,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "known_issue": ("string", "the cuBLAS release-note bugs the logged algo config (with the kernel that ran) meets or "
                               "can meet on the row's cuBLAS and compute capability, and the fixing version "
                               "(known_issues; null: none, or no logged algo)"),
+    **SPACE_SCHEMA,   # sweep --space (analysis.space)
 }
 COLUMNS = list(SCHEMA)
 # The raw record's fields (`raw_record.RawRecord`) no column reads: a grouped GEMM's groups (in its `key`), sizes
@@ -415,7 +420,10 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
             reg = cm.regret(r.candidates, r.dtype)
             row.update({"n_candidates": reg["n_candidates"], "regret_pct": reg["regret_pct"],
                         "best_rank": reg["best_rank"], "best_kernel": reg["best_kernel"],
-                        "noise_pct": reg["noise_pct"], "candidates": cm.to_json(r.candidates)})
+                        "noise_pct": reg["noise_pct"], "regret_label": reg["regret_label"],
+                        "candidates": cm.to_json(r.candidates)})
+        if r.space:
+            row.update(space_columns(r.space))
         yield row
 
 
@@ -566,6 +574,10 @@ def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
     df.attrs["env"] = json.loads(meta.get(b"cublaslt_probe.env", b"{}"))
     if "known_issue" not in df.columns and "algo_id" in df.columns:   # written before the column: derived
         df["known_issue"] = known_issue_column(df, df.attrs["env"].get("cc"))
+    for col, (dt, _) in [*SPACE_SCHEMA.items(), ("regret_label", SCHEMA["regret_label"])]:   # written before
+        # these columns: null
+        if col not in df.columns:
+            df[col] = pd.Series([None] * len(df), index=df.index, dtype="object").astype(dt)
     return df
 
 

@@ -109,9 +109,14 @@ def _save(obj, path):
 @output_option(FEW_ROWS_FORMATS)
 @click.option("--save", type=click.Path(dir_okay=False), help="also write the raw candidates (JSON)")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), help="render a saved file (no GPU)")
+@click.option("--space", "space_s", type=click.FloatRange(min=0, min_open=True), is_flag=False, flag_value=2.0,
+              default=None, metavar="[SECONDS]",
+              help="also search the whole algo space: every valid config of every algo id, timed within SECONDS "
+                   "(2 when given alone) after the types' one-time enumeration (docs/space.md)")
 def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment, reps, flush_l2, fmt, output, save,
-                   from_path):
-    """The heuristic's candidates for one GEMM, each run and timed; the pick and the fastest marked."""
+                   from_path, space_s):
+    """The heuristic's candidates for one GEMM, each run and timed; the pick and the fastest marked. With --space,
+    the whole space beside them: its best config, the pick's regret against it and whether that is noise."""
     from cublaslt_probe.analysis import candidates as cm
     fmt = out_format(fmt, output, FEW_ROWS_FORMATS)
     check_save(save)
@@ -127,23 +132,29 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
                  "timing": f"CUDA events, median of {reps} samples, " +
                            ("L2 flushed" if flush_l2 else "L2 warm (back-to-back batches behind one GPU spin)"),
                  "candidates": rows}
+        if space_s:
+            from cublaslt_probe.gpu import space as gspace
+            saved["space"] = gspace.search(probe, c, budget_s=space_s, top=top, workspace_bytes=workspace,
+                                           alignment=alignment)
         _save(saved, save)
     c = saved["case"]
     df = cm.table(saved["candidates"], m=c["m"], n=c["n"], k=c["k"], batch=c.get("batch", 1), dtype=c["dtype"])
     reg = cm.regret(saved["candidates"], c["dtype"])
+    sp = saved.get("space")
     if fmt in ("csv", "jsonl"):
         write_frame(df, fmt, output)
         if output and output != "-":
             click.echo(f"wrote {output}", err=True)
     elif fmt == "json":
-        write_result(output, json.dumps({"case": c, "regret": reg, "candidates": df.to_dict(orient="records")},
-                                        default=str))
+        extra = {"space": sp, "space_columns": space_columns(sp)} if sp else {}
+        write_result(output, json.dumps({"case": c, "regret": reg, "candidates": df.to_dict(orient="records"),
+                                         **extra}, default=str))
     else:
         env = saved.get("env", {})
         header = (f"{c['dtype']} {c['layout']} M={c['m']} N={c['n']} K={c['k']} on {env.get('gpu')} "
                   f"(cuBLASLt {env.get('cublaslt_version')}); workspace {saved.get('workspace_bytes')} B, alignment "
                   f"{saved.get('alignment')} B; {saved.get('timing')}")
-        write_result(output, _candidates_text(df, reg, header))
+        write_result(output, _candidates_text(df, reg, header) + (_space_text(sp) if sp else ""))
 
 
 def _candidates_text(df, reg: dict, header: str) -> str:
@@ -161,11 +172,52 @@ def _candidates_text(df, reg: dict, header: str) -> str:
     if reg.get("regret_pct") is not None:
         tail = (f"regret = time(#0) / time(best) - 1 = {reg['pick_time_us']:.2f} / {reg['best_time_us']:.2f} - 1 "
                 f"= {reg['regret_pct']:+.1f} %  (best is #{reg['best_rank']})")
-        if reg.get("noise_pct") is not None:
+        if reg.get("regret_label"):
+            tail += (f"\ntrust: {reg['regret_label']} (the pick and the fastest candidates in interleaved rounds: "
+                     f"noise floor {reg['noise_pct']:.1f} % from the pick against itself, the winner flips in "
+                     f"{reg['flip_rate']:.0%} of the rounds)")
+        elif reg.get("noise_pct") is not None:
             tail += f"\n#0 timed twice: the two medians differ by {reg['noise_pct']:.1f} % (noise)"
     else:
         tail = "regret: not computable (candidate #0 did not run)"
     return f"{header}\n\n{table}\n{tail}"
+
+
+def space_columns(sp: dict) -> dict:
+    from cublaslt_probe.analysis import space as sm
+    return sm.columns(sp)
+
+
+def _space_text(sp: dict) -> str:
+    """The space section of `candidates --space`: what was enumerated, timed and pruned, the best configs, the
+    regret and its trust label."""
+    from cublaslt_probe.analysis import space as sm
+    col = sm.columns(sp)
+    cnt, sig, tr = sp.get("counts") or {}, sp.get("signature") or {}, sp.get("trust") or {}
+    lines = ["", f"whole space ({sp.get('strategy')}; budget {sp.get('budget_s')} s, took {sp.get('elapsed_s')} s):",
+             f"  types enumerated once: {sig.get('valid')} valid split-K-1 configs of {sig.get('checked')} checked "
+             f"({sig.get('combinations')} combinations, {len(sig.get('algo_ids') or [])} algo ids), "
+             f"{sig.get('distinct_kernels')} distinct kernels",
+             f"  this shape: ~{cnt.get('valid')} valid configs with split-K; {cnt.get('screened')} of "
+             f"{cnt.get('kernels')} kernels screened, {cnt.get('variants')} variants of the leaders; "
+             f"{cnt.get('timed')} timed, {cnt.get('pruned')} pruned after one sample, {cnt.get('wrong')} wrong "
+             f"answers, {cnt.get('refused')} refused by AlgoCheck on this shape"]
+    rows = []
+    for nm, r in (sp.get("finalists") or {}).items():
+        rows.append([nm, sm.config_text(r), r.get("kernel") or "", cell((tr.get("medians") or {}).get(nm), ".2f"),
+                     "yes" if r.get("numerics_ok") else "NO"])
+    if rows:
+        lines.append(render_table(["finalist", "config", "kernel", "µs (rounds)", "ok"], rows, {"µs (rounds)"},
+                                  caps={"kernel": 48}, rule=False))
+    if col["space_regret"] is not None:
+        lines.append(f"space regret = pick / space best - 1 = {col['space_regret'] * 100:+.1f} % "
+                     f"({tr.get('label')}: noise floor {tr.get('noise_pct'):.1f} %, winner flips in "
+                     f"{tr.get('flip_rate'):.0%} of {tr.get('rounds')} interleaved rounds)")
+    else:
+        lines.append("space regret: not computable (the pick did not run)")
+    if not col["numerics_ok"] and col["numerics_ok"] is not None:
+        lines.append("the heuristic's pick computed a WRONG answer (numerics check against a float64 reference)")
+    return "\n".join(lines)
 
 
 @click.command("first-call")

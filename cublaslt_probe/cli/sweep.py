@@ -24,6 +24,9 @@ from cublaslt_probe.vocab import BACKENDS, PRESETS, TEST_BACKENDS, WINDOW
 @click.option("--retry-errors", is_flag=True, help="With --resume: run again the GEMMs that ended as error rows.")
 @click.option("--candidates", default=0, show_default=True,
               help="For lt-backend GEMMs: also run the heuristic's top N candidates (regret columns).")
+@click.option("--space", "space_s", default=0.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS",
+              help="For lt-backend GEMMs: also search the whole algo space, SECONDS per GEMM after the types' "
+                   "one-time enumeration (space_* columns; docs/space.md). 0: no.")
 @click.option("--shard", default=None, metavar="I/N|auto",
               help="Run only slice I of N (1-based: every N-th GEMM from the I-th), written to "
                    "OUT.part-IIII-of-NNNN.parquet; `auto` takes the slice from a Slurm job array, torchrun or a "
@@ -49,8 +52,8 @@ from cublaslt_probe.vocab import BACKENDS, PRESETS, TEST_BACKENDS, WINDOW
               help="(--devices worker) the fine slices the plan is cut into.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, hidden=True,
               help="(--devices worker) how many workers share the claims.")
-def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates, shard, shard_count, devices,
-              window, reps, heuristic_reps, flush_l2, dry_run, no_progress, claims, slices, workers):
+def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates, space_s, shard, shard_count,
+              devices, window, reps, heuristic_reps, flush_l2, dry_run, no_progress, claims, slices, workers):
     """Run GEMMs over shapes × dtypes × layouts × ops × backends; write one row per GEMM.
 
     Needs an NVIDIA GPU (torch; cupy for the cupy backend).
@@ -86,7 +89,7 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
                              "drop --devices, each process takes the GPU of its local rank")
         args = (["--preset", preset] if preset else ["--spec", spec_path]) + [
             "--window", str(window), "--reps", str(reps), "--heuristic-reps", str(heuristic_reps),
-            "--candidates", str(candidates)]
+            "--candidates", str(candidates), "--space", str(space_s)]
         args += (["--backends", backends] if backends else []) + (["--resume"] if resume else []) + \
             (["--retry-errors"] if retry_errors else []) + (["--flush-l2"] if flush_l2 else [])
         return _multi_device(devices, out, args, sl, len(cases), window)
@@ -105,15 +108,16 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
             builders = sweep.RowBuilders()
         try:
             executor = Probe(reps=reps, flush_l2=flush_l2, candidates=candidates, heuristic_reps=heuristic_reps,
-                             cpu_slot=sweep.cpu_slot(), plan=len(cases))
+                             cpu_slot=sweep.cpu_slot(), plan=len(cases), space_s=float(space_s))
         except BaseException:
             if builders is not None:
                 builders.close()
             raise
     if claims:
         return _worker(plan, sl or sweep.WHOLE, slices or 1, claims, workers, out, executor, resume, window,
-                       candidates=candidates, flush_l2=flush_l2)
-    meta = sweep.run_meta(plan, sl, candidates=candidates, flush_l2=flush_l2)
+                       candidates=candidates, flush_l2=flush_l2, **({"space_s": space_s} if space_s else {}))
+    meta = sweep.run_meta(plan, sl, candidates=candidates, flush_l2=flush_l2,
+                          **({"space_s": space_s} if space_s else {}))
     try:
         df = sweep.run(cases, target, executor, resume=resume, window=window, progress=not no_progress, meta=meta,
                        retry_errors=retry_errors, builders=builders)

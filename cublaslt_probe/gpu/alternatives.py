@@ -16,10 +16,14 @@ if TYPE_CHECKING:
 
 # --- heuristic candidates -------------------------------------------------------------------------------------
 def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = CUBLAS_WORKSPACE,
-                  alignment: int = 16, reps: int = 10) -> list[dict]:
+                  alignment: int = 16, reps: int = 10, trust_rounds: int = 5) -> list[dict]:
     """Every candidate cuBLASLt's heuristic returns for Case `c` (its cuBLAS view), each run: config,
     waves, workspace, the kernels it launched (CUPTI), median time (events, same method as the probe),
-    and its max relative difference to candidate 0's output."""
+    its max relative difference to candidate 0's output and its numerics against a float64 reference
+    (`gpu.numerics`: numerics_ok, error_ratio). Candidate 0's row holds the regret's trust model
+    (`gpu.space.trust_candidates`: the pick and the fastest correct candidates in `trust_rounds` interleaved
+    rounds) under `trust`."""
+    from cublaslt_probe.gpu import numerics, space
     torch = probe.torch
     why = invalid_reason(Case("lt", c.op, c.dtype, c.layout, c.m, c.n, c.k, c.batch))
     if why:
@@ -30,6 +34,7 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
         res = g.heuristic(top)
         heur_us = (time.perf_counter() - t0) * 1e6
         ref = None
+        ref64, absprod = numerics.reference(torch, g.p, g.A, g.B)
         ran = []
         for rank, r in enumerate(res):
             row = {"rank": rank, **probe.lib.algo_config(r.algo), "waves": float(r.wavesCount),
@@ -45,6 +50,9 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
                     ref = y.clone()
                 row["max_rel_diff_vs_0"] = max_rel_diff(y, ref)
                 row["nan"] = bool(torch.isnan(y).any().item())
+                num = numerics.check(torch, g.p, g.C, ref64, absprod, split_k=row.get("split_k") or 1,
+                                     reduction_in_output_type=row.get("reduction_scheme") == "OUTPUT_TYPE")
+                row["numerics_ok"], row["error_ratio"] = num["numerics_ok"], num["error_ratio"]
                 t = probe.time_gpu(fn, reps)
                 row["time_us"], row["time_us_min"] = t.median_us, t.min_us
                 ran.append((row, fn))
@@ -55,6 +63,8 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
         if ran and ran[0][0]["rank"] == 0:
             # time #0 again after the others: the spread between its two medians is the noise band's evidence
             ran[0][0]["time_us_repeat"] = probe.time_gpu(ran[0][1], reps).median_us
+            if trust_rounds:
+                ran[0][0]["trust"] = space.trust_candidates(probe, ran, c.dtype, trust_rounds)
         if ran:
             for (row, _), kernels in zip(ran, probe.profile([fn for _, fn in ran])):
                 row["kernels"] = [n for n, _ in kernels]

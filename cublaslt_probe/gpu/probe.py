@@ -80,6 +80,7 @@ class ProbeOptions:
     mem_budget: int = 24 << 30      # bytes of operands a window keeps alive before it is cut
     candidates: int = 0             # lt backend: also run the heuristic's top N candidates (0: none)
     candidate_reps: int = 5         # timing samples per candidate
+    space_s: float = 0.0            # lt backend: also search the whole algo space within this many s (0: no)
     pipeline: bool = True           # prepare each GEMM while the GPU times the one before (False: one step after
                                     # another); with a large plan the heuristic is timed in a companion process
     cpu_slot: int | None = None     # pin the probe, its companion and its prewarm thread to three physical cores
@@ -99,6 +100,8 @@ class ProbeOptions:
                 raise OptionError(f"probe option {name}={v!r}: expected an integer >= {least}")
         if isinstance(self.budget_ms, bool) or not isinstance(self.budget_ms, (int, float)) or not self.budget_ms > 0:
             raise OptionError(f"probe option budget_ms={self.budget_ms!r}: expected a number of ms > 0")
+        if isinstance(self.space_s, bool) or not isinstance(self.space_s, (int, float)) or not self.space_s >= 0:
+            raise OptionError(f"probe option space_s={self.space_s!r}: expected a number of seconds >= 0")
         for name in (f.name for f in dataclasses.fields(self) if f.type in ("bool", bool)):   # every switch
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"probe option {name}={getattr(self, name)!r}: expected True or False")
@@ -708,6 +711,8 @@ class Probe:
             return False
         if not pipeline and self.options.candidates and c.backend == "lt":
             self._add_candidates(c, rec, ph, t)
+        if not pipeline and self.options.space_s and c.backend == "lt":
+            self._add_space(c, rec)
         return True
 
     def _build(self, c: Case, built: list, held: int) -> tuple[Built, int, float]:
@@ -795,6 +800,17 @@ class Probe:
         built.append((f.rec, f.case, f.built))
         if self.options.candidates and f.case.backend == "lt":
             self._add_candidates(f.case, f.rec, f.phases, time.perf_counter())
+        if self.options.space_s and f.case.backend == "lt":
+            self._add_space(f.case, f.rec)
+
+    def _add_space(self, c: Case, rec: RawRecord) -> None:
+        """The whole algo space of lt-backend `c` (`gpu.space.search`) into its record's `space`."""
+        from cublaslt_probe.gpu import space
+        try:
+            rec.space = space.search(self, c, budget_s=self.options.space_s)
+        except Exception as e:  # noqa: BLE001  the GEMM's own measurement stands
+            rec.space = {"error": error_text(e)}
+            self.torch.cuda.synchronize()
 
     def _add_candidates(self, c: Case, rec: RawRecord, ph: dict, t: float) -> None:
         from cublaslt_probe.analysis.candidates import compact

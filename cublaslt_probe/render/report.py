@@ -14,6 +14,7 @@ import base64
 import html
 import io
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 SECTIONS = [("environment", "Environment"), ("coverage", "Coverage"), ("maps", "Shape → kernel maps"),
             ("paths", "Path differences"), ("top-kernels", "Top kernels by share"), ("cliffs", "Cliffs"),
-            ("heuristic", "Heuristic overhead"), ("consistency", "Consistency between log and kernel")]
+            ("heuristic", "Heuristic overhead"), ("consistency", "Consistency between log and kernel"),
+            ("space", "The whole algo space")]
 GROUP_KEYS = ["backend", "op", "dtype", "layout"]
 
 
@@ -360,7 +362,8 @@ def analyse(df: pd.DataFrame, *, backend: str | None = None, max_cliffs: int = 4
     a.sections = {"environment": {"env": env}, "coverage": _coverage_section(df, backends),
                   "maps": _maps_section(df, ctx, backend, env), "paths": _paths_section(df, ctx),
                   "top-kernels": _top_kernels_section(df), "cliffs": _cliffs_section(df, max_cliffs),
-                  "heuristic": _heuristic_section(df, ctx), "consistency": _consistency_section(df)}
+                  "heuristic": _heuristic_section(df, ctx), "consistency": _consistency_section(df),
+                  "space": space_section(df)}
     return a
 
 
@@ -451,6 +454,53 @@ def _heuristic_section(df: pd.DataFrame, ctx: dict) -> dict:
                        for dt, lay, op in map_groups(df[df["regret_pct"].notna()])]
         out["regret"] = {"table": rs, "figures": regret_figs}
         out["figures"] += regret_figs
+    return out
+
+
+REGRET_BINS = [0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, math.inf]
+
+
+def space_section(df: pd.DataFrame) -> dict:
+    """The whole-space section (datasets swept with `--space`): the headline (`analysis.space.summary`), the
+    regret distribution by label (bins of %), the shape classes worst first (`analysis.space.by_class`), the
+    largest losses, and nvMatmulHeuristics against the pick and the space's best where its columns are there
+    (scripts/capture_space_atlas.py adds them). {"present": False} without space columns."""
+    from cublaslt_probe.analysis import space as sm
+    if "space_regret" not in df.columns or df["space_regret"].isna().all():
+        return {"present": False}
+    d = df[df["space_regret"].notna()].copy()
+    d["regret %"] = d["space_regret"].astype(float) * 100
+    cut = pd.cut(d["regret %"], REGRET_BINS, right=False,
+                 labels=[f"[{a:g}, {b:g})" for a, b in zip(REGRET_BINS, REGRET_BINS[1:])])
+    dist = (d.assign(bin=cut, label=d["space_regret_label"].astype(str))
+            .pivot_table(index="bin", columns="label", values="key", aggfunc="size", fill_value=0, observed=False)
+            .reset_index().rename(columns={"bin": "regret %"}))
+    worst = d.sort_values("regret %", ascending=False).head(15)
+    worst = pd.DataFrame({"GEMM (m×n×k)": [f"{a}×{b}×{c}" for a, b, c in zip(worst["m"], worst["n"], worst["k"])],
+                          "pick": worst["kernel"].astype(str), "pick µs": worst["space_pick_us"].round(2),
+                          "space best": worst["space_best_config"].astype(str),
+                          "best kernel": worst["space_best_kernel"].astype(str),
+                          "best µs": worst["space_best_us"].round(2), "regret %": worst["regret %"].round(1),
+                          "label": worst["space_regret_label"].astype(str),
+                          "noise %": worst["space_noise_pct"].round(1),
+                          "in top-N": worst["space_best_in_topn"]})
+    out = {"present": True, "summary": sm.summary(df), "dist": dist, "classes": sm.by_class(df), "worst": worst,
+           "nvmmh": None}
+    if "nvmmh_us" in d.columns and d["nvmmh_us"].notna().any():
+        def pct(s):
+            s = s.dropna()
+            return round(100 * float(s.astype(bool).mean()), 1) if len(s) else None
+
+        def med_abs(s):
+            s = s.dropna().astype(float).abs()
+            return round(float(s.median()), 3) if len(s) else None
+        out["nvmmh"] = pd.DataFrame([{
+            "GEMMs": int(d["nvmmh_us"].notna().sum()),
+            "top-1 tile = pick's %": pct(d["nvmmh_agrees"]) if "nvmmh_agrees" in d else None,
+            "top-1 tile = space best's %": pct(d["nvmmh_space_agrees"]) if "nvmmh_space_agrees" in d else None,
+            "median |ln(pred / pick µs)|": med_abs(d["nvmmh_log_err"]) if "nvmmh_log_err" in d else None,
+            "median |ln(pred / space best µs)|": med_abs(d["nvmmh_space_log_err"])
+            if "nvmmh_space_log_err" in d else None}])
     return out
 
 
@@ -616,6 +666,29 @@ def _render_heuristic(s: dict, draw) -> str:
     return out
 
 
+def _render_space(s: dict, draw) -> str:
+    if not s["present"]:
+        return ('<p class="note">The dataset has no whole-space search: sweep with <code>--space SECONDS</code> '
+                "(docs/space.md).</p>")
+    sm = s["summary"]
+    r, lab = sm["regret_pct"], sm["labels"]
+    out = [f"<p>For {sm['gemms']} GEMMs the whole algo space was searched (every valid config of every algo id; "
+           f"median {sm['configs_valid_median']:,.0f} valid configs per GEMM; {sm['timed']:,} configs timed, "
+           f"{sm['pruned']:,} of them pruned after one sample). The heuristic's pick against the space's best "
+           f"correct config, both timed in interleaved rounds: regret median {r['p50']:.1f} %, p90 {r['p90']:.1f} %, "
+           f"worst {r['max']:.1f} %. <b>{lab['loss']}</b> losses beyond noise, {lab['within noise']} within noise, "
+           f"{lab['pick is best']} where the pick is the best. The space's best is outside the heuristic's top-N "
+           f"on {sm['best_outside_topn']} GEMMs. Wrong answers: {sm['wrong_configs']} configs timed, "
+           f"{sm['wrong_picks']} heuristic picks.</p>",
+           "<h3>Regret distribution</h3>", _table(s["dist"]),
+           "<h3>Shape classes, worst first</h3>", _table(s["classes"]),
+           "<h3>The largest regrets</h3>", _table(s["worst"])]
+    if s["nvmmh"] is not None:
+        out += ["<h3>nvMatmulHeuristics</h3><p>Its top-1 config (CUTLASS 3 target) against cuBLASLt's pick and "
+                "the space's best: CTA-tile agreement and the error of its predicted time.</p>", _table(s["nvmmh"])]
+    return "".join(out)
+
+
 def _render_consistency(s: dict, draw) -> str:
     if s["error"]:
         out = _error(s["error"])
@@ -631,7 +704,7 @@ def _render_consistency(s: dict, draw) -> str:
 
 _RENDER = {"environment": _render_environment, "coverage": _render_coverage, "maps": _render_maps,
            "paths": _render_paths, "top-kernels": _render_top_kernels, "cliffs": _render_cliffs,
-           "heuristic": _render_heuristic, "consistency": _render_consistency}
+           "heuristic": _render_heuristic, "consistency": _render_consistency, "space": _render_space}
 # The sections whose rendering is a progress step of its own (besides one step per figure).
 _STEP_SECTIONS = {"environment": "environment and coverage", "top-kernels": "top kernels", "cliffs": "cliffs",
                   "heuristic": "heuristic overhead", "consistency": "consistency"}

@@ -1,0 +1,171 @@
+"""The H200 space atlas (data/h200_space.parquet, its raw records) and `candidates --space` on real captures:
+the schema, the columns as the raw records give them, the trust labels' rules, numerics gating, the report page."""
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from cublaslt_probe.analysis import dataset
+from cublaslt_probe.analysis import space as sm
+from cublaslt_probe.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+ATLAS = ROOT / "data" / "h200_space.parquet"
+RAW = ROOT / "data" / "h200_space.raw.jsonl.gz"
+CAND = ROOT / "tests" / "fixtures" / "evidence" / "candidates_space_bf16_16x4096x4096.json"
+
+
+@pytest.fixture(scope="module")
+def atlas():
+    return dataset.read_parquet(ATLAS)
+
+
+@pytest.fixture(scope="module")
+def raw():
+    with gzip.open(RAW, "rt") as f:
+        return [r for r in map(json.loads, f) if "key" in r]
+
+
+def test_the_atlas_has_the_schema_and_every_gemm_searched(atlas):
+    dataset.validate(atlas)
+    assert len(atlas) == 48 and atlas["error"].isna().all()
+    assert atlas["space_regret"].notna().all() and atlas["space_regret_label"].isin(sm.LABELS).all()
+    assert (atlas["space_timed"] >= atlas["space_pruned"]).all() and (atlas["space_timed"] > 0).all()
+    assert atlas["numerics_ok"].all() and atlas["pick_in_space"].all()
+    for c in ("nvmmh_us", "nvmmh_agrees", "nvmmh_log_err", "nvmmh_space_agrees", "nvmmh_space_log_err"):
+        assert atlas[c].notna().sum() == 48, c
+
+
+def test_the_atlas_columns_are_what_the_raw_records_say(atlas, raw):
+    by_key = atlas.set_index("key")
+    assert len(raw) == len(atlas)
+    for r in raw:
+        want = sm.columns(r["space"])
+        row = by_key.loc[r["key"]]
+        for col, v in want.items():
+            got = row[col]
+            if v is None:
+                assert pd.isna(got), (r["key"], col)
+            elif isinstance(v, float):
+                assert got == pytest.approx(v), (r["key"], col)
+            else:
+                assert got == v, (r["key"], col)
+
+
+def test_every_label_follows_the_trust_rule(atlas):
+    for r in atlas.itertuples():
+        pct = r.space_regret * 100
+        if r.space_regret_label == "pick is best":
+            assert pct == 0 and r.space_best_us == r.space_pick_us
+        elif r.space_regret_label == "loss":
+            assert pct > r.space_noise_pct and r.space_flip_rate <= sm.FLIP_LIMIT
+        else:
+            assert pct <= r.space_noise_pct or r.space_flip_rate > sm.FLIP_LIMIT
+        assert r.space_noise_pct >= sm.NOISE_FLOOR_PCT
+
+
+def test_the_trust_model_recomputed_from_the_recorded_rounds(raw, atlas):
+    """The rounds a capture recorded give back its winner, regret and noise floor; the label is the current
+    rule's (`record_trust`), which the atlas's column holds."""
+    labels = atlas.set_index("key")["space_regret_label"]
+    for r in raw:
+        tr = r["space"]["trust"]
+        again = sm.record_trust(r["space"])
+        assert {k: again[k] for k in ("winner", "regret_pct", "noise_pct", "medians")} == \
+            {k: tr[k] for k in ("winner", "regret_pct", "noise_pct", "medians")}
+        assert labels[r["key"]] == again["label"]
+
+
+def test_a_pick_that_failed_its_numerics_is_never_the_best(raw):
+    """Mutation of real records: the pick's output marked wrong. Its rounds stay, but the space's best is
+    another finalist, the regret is no loss of the pick's, and `numerics_ok` is false."""
+    changed = 0
+    for r in raw:
+        sp = copy.deepcopy(r["space"])
+        names = [n for n in sp["finalists"] if n != "pick"]
+        if not names:
+            continue
+        sp["pick"]["numerics_ok"] = False
+        tr = sm.trust(sp["trust"]["times"], "pick", names, pick_ok=False)
+        assert tr["winner"] != "pick" and tr["label"] != "pick is best"
+        sp["trust"] = tr
+        col = sm.columns(sp)
+        assert col["numerics_ok"] is False and col["space_best_us"] == tr["medians"][tr["winner"]]
+        changed += 1
+    assert changed >= 40
+
+
+def test_a_failed_search_leaves_the_row_s_space_columns_null(raw):
+    """Mutation of a real record: its search failed. The row keeps the GEMM's own measurement; every space
+    column is null."""
+    rec = copy.deepcopy(raw[0])
+    rec["space"] = {"error": "CaptureError: cublasLtMatmulAlgoCheck returned cublasStatus 15"}
+    df = dataset.build([rec], {})
+    assert df["time_us"].iloc[0] > 0
+    assert all(pd.isna(df[c].iloc[0]) for c in sm.SCHEMA)
+
+
+def test_summary_and_classes_of_the_atlas(atlas):
+    s = sm.summary(atlas)
+    assert s["gemms"] == 48 and sum(s["labels"].values()) == 48
+    assert s["labels"]["loss"] == int((atlas["space_regret_label"] == "loss").sum())
+    assert s["regret_pct"]["max"] == pytest.approx(100 * atlas["space_regret"].max())
+    assert s["best_outside_topn"] == int((atlas["space_best_in_topn"] == False).sum())  # noqa: E712
+    cls = sm.by_class(atlas)
+    assert cls["gemms"].sum() == 48 and list(cls["worst_regret_pct"]) == sorted(cls["worst_regret_pct"], reverse=True)
+
+
+def test_summary_refuses_a_dataset_without_space(tmp_path):
+    df = dataset.read_parquet(ROOT / "data" / "h200_regret.parquet")
+    from cublaslt_probe.errors import SchemaError
+    with pytest.raises(SchemaError, match="--space"):
+        sm.summary(df)
+
+
+def test_the_report_page_has_the_space_section(atlas, tmp_path):
+    from cublaslt_probe.render import report
+    page = report.build_report(atlas, tmp_path / "r.html", dpi=30).read_text(encoding="utf-8")
+    s = sm.summary(atlas)
+    assert 'id="space"' in page and "The whole algo space" in page
+    assert f"<b>{s['labels']['loss']}</b> losses beyond noise" in page
+    assert "nvMatmulHeuristics" in page and "Shape classes, worst first" in page
+
+
+def test_candidates_space_renders_from_a_saved_capture():
+    r = CliRunner().invoke(main, ["candidates", "--from", str(CAND)])
+    assert r.exit_code == 0, r.output
+    sp = json.loads(CAND.read_text())["space"]
+    col = sm.columns(sp)
+    assert "whole space (" in r.output and "trust: pick is best" in r.output
+    assert f"space regret = pick / space best - 1 = {col['space_regret'] * 100:+.1f} % (loss" in r.output
+    assert "space_1   66 256x16 64xAUTO 4x1x1 c1 s0 k4 COMPUTE_TYPE" in r.output
+    j = CliRunner().invoke(main, ["candidates", "--from", str(CAND), "-f", "json"])
+    got = json.loads(j.output)
+    assert got["space_columns"]["space_regret_label"] == "loss" and got["regret"]["regret_label"] == "pick is best"
+
+
+def test_a_wrong_candidate_is_never_the_fastest():
+    """Mutation of the real capture: candidate #3 made the fastest by far, but its output marked wrong
+    (`numerics_ok` false, as `lt_candidates` records it against the float64 reference): the regret ignores it."""
+    from cublaslt_probe.analysis import candidates as cm
+    cands = copy.deepcopy(json.loads(CAND.read_text())["candidates"])
+    for c in cands:
+        c.pop("trust", None)
+    cands[3]["time_us"] = 1.0
+    assert cm.regret(cands, "bf16")["best_rank"] == 3
+    cands[3]["numerics_ok"] = False
+    reg = cm.regret(cands, "bf16")
+    assert reg["best_rank"] != 3 and reg["best_time_us"] > 1.0
+
+
+def test_the_candidates_regret_is_the_trust_model_s():
+    from cublaslt_probe.analysis import candidates as cm
+    cands = json.loads(CAND.read_text())["candidates"]
+    tr = cands[0]["trust"]
+    reg = cm.regret(cands, "bf16")
+    assert reg["regret_label"] == tr["label"] == "pick is best" and reg["best_rank"] == 0
+    assert reg["noise_pct"] == tr["noise_pct"] and reg["pick_time_us"] == tr["medians"]["pick"]
