@@ -23,9 +23,10 @@ ADVICE_KEYS = ("what", "kind", "module", "saving_us", "saving_pct", "evidence", 
                 "excludes", "estimate", "change")
 
 
-def _match_rows(rows: pd.DataFrame, g: dict) -> pd.DataFrame:
+def _match_rows(rows: pd.DataFrame, g: dict, keys: list | None = None) -> pd.DataFrame:
     """The audit rows a measured GEMM stands for: the same problem (`binding.gemm_key`: the key a saved
-    measurement is bound to its run by), and the same module and pass when the measurement names them."""
+    measurement is bound to its run by), and the same module and pass when the measurement names them.
+    `keys`: the rows' `measured.row_keys`, when the caller matches many GEMMs against the same rows."""
     from cublaslt_probe.analysis.audit.measured import row_keys
     from cublaslt_probe.binding import gemm_key
     if rows.empty:
@@ -33,13 +34,22 @@ def _match_rows(rows: pd.DataFrame, g: dict) -> pd.DataFrame:
     want = gemm_key(g.get("key") if isinstance(g.get("key"), dict) else {})
     if want is None:
         return rows.iloc[:0]
-    hit = [k == want for k in row_keys(rows)]
-    out = rows[hit]
+    at = [i for i, k in enumerate(row_keys(rows) if keys is None else keys) if k == want]
     for col in ("module", "pass"):
         v = g.get(col)
-        if v is not None and (out[col] == v).any():
-            out = out[out[col] == v]
-    return out
+        if v is not None and at:
+            vals = rows[col].to_numpy()
+            same = [i for i in at if _equal(vals[i], v)]
+            at = same or at
+    return rows.iloc[at]
+
+
+def _equal(x, v) -> bool:
+    """``x == v`` for a cell and a value read from a file; a missing cell or an incomparable value is unequal."""
+    try:
+        return bool(x == v)
+    except (TypeError, ValueError):
+        return False
 
 
 def _numerics_risk(g: dict, label: str) -> str:
@@ -204,11 +214,13 @@ def _measured_gemms(rows: pd.DataFrame, measure: dict) -> tuple[list[_Measured],
     measured (grouped, an error). Calls per step and the time a change can save come from the run's rows,
     never from the measurement; a row two records stand for is counted by the first (a measurement without
     module names matching rows another record names)."""
+    from cublaslt_probe.analysis.audit.measured import row_keys
     from cublaslt_probe.analysis.evidence import path_of
     out, quiet, claimed = [], [], set()
+    keys, narrow = row_keys(rows), rows[["module", "pass", "calls", "gpu_us"]]   # once for all the GEMMs
     for i, g in enumerate(measure.get("gemms") or []):
         key = g.get("key") or {}
-        matched = _match_rows(rows, g)
+        matched = _match_rows(narrow, g, keys)
         matched = matched[[int(x) not in claimed for x in matched.index]] if len(matched) else matched
         if not len(matched):          # not a GEMM of this run (`measured.bind_measure` names those)
             continue

@@ -59,8 +59,8 @@ def row_keys(rows) -> list[tuple | None]:
     """The `binding.gemm_key` of each audit row, in order (pandas' missing values as None)."""
     if not len(rows):
         return []
-    return [gemm_key({c: (None if _na(v) else v) for c, v in zip(GEMM_KEY, r)})
-            for r in rows[list(GEMM_KEY)].itertuples(index=False)]
+    cols = [rows[c].tolist() for c in GEMM_KEY]       # column by column: no copy of the rows
+    return [gemm_key({c: (None if _na(v) else v) for c, v in zip(GEMM_KEY, r)}) for r in zip(*cols)]
 
 
 def run_fingerprint(a, source: str | None = None) -> dict:
