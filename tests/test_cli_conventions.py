@@ -128,9 +128,16 @@ def test_format_and_suffix_must_agree(tmp_path):
 
 
 def test_report_writes_the_page_where_a_html_is_given(tmp_path):
-    grid = DATA / "h200_grid.parquet"
+    """-o X.html writes the page X.html (its folder made), not a folder X.html/ with an index.html: on a slice
+    of the shipped grid (the small bf16 shapes), as the choice of the output depends on -o alone."""
+    from cublaslt_probe.analysis.dataset import write_parquet
+    from cublaslt_probe.render import plots
+    grid = plots.load(DATA / "h200_grid.parquet")
+    data = tmp_path / "slice.parquet"
+    write_parquet(grid[(grid["m"] <= 32) & (grid["n"] <= 32) & (grid["dtype"] == "bf16")].reset_index(drop=True),
+                  data, grid.attrs["env"])
     out = tmp_path / "sub" / "r.html"
-    r = run("report", grid, "-o", out, "--dpi", "20", "--quiet")
+    r = run("report", data, "-o", out, "--dpi", "20", "--quiet")
     assert r.exit_code == 0, r.output
     assert out.is_file() and not (out / "index.html").exists()
     assert out.read_text(encoding="utf-8").startswith("<!doctype html>")
