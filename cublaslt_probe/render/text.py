@@ -46,7 +46,8 @@ def line_width() -> int | None:
 
 _NBSP = "\u00a0"   # textwrap breaks at ASCII whitespace only: a figure and its unit stay on one line
 _UNIT = re.compile(r"(?<=\d) (?=(?:µs|ms|s|%|ns|GB|MB|B)\b|%)")
-_MARKER = re.compile(r"( *)(\d+\. |[-*] |[a-z][a-z ()-]*: )?")
+_GAP = re.compile(r"(?<=\S) {2,}(?=\S)")   # two of them make a table's row: columns apart by 2+ spaces
+_MARKER = re.compile(r"( *)(\d+\. +|[-*] +|[a-z][a-z ()-]*: +)?")
 
 
 def wrap(text: str, width: int | None | str = "terminal") -> str:
@@ -54,16 +55,17 @@ def wrap(text: str, width: int | None | str = "terminal") -> str:
     (default `line_width()`: the terminal's when the output goes there; None: unchanged). A continuation line
     is indented under the text after the line's own indent and marker (``1. ``, ``- ``, ``evidence: ``), or two
     spaces in from the indent when that leaves under half the width. A word longer than the width (a kernel
-    name) stays whole on a line of its own, so it can still be copied."""
+    name) stays whole on a line of its own, so it can still be copied. A line with two gaps of two spaces or
+    more after its marker is a table's row: it is left whole (`Table` fits its own rows)."""
     width = line_width() if width == "terminal" else width
     if not width:
         return text
     out = []
     for line in text.split("\n"):
-        if len(line) <= width:
+        m = _MARKER.match(line)
+        if len(line) <= width or len(_GAP.findall(line, m.end())) >= 2:
             out.append(line)
             continue
-        m = _MARKER.match(line)
         hang = len(m.group(0)) if m.group(2) and len(m.group(0)) <= width // 2 else len(m.group(1)) + 2
         out += [x.replace(_NBSP, " ") for x in textwrap.wrap(
             _UNIT.sub(_NBSP, line), width, subsequent_indent=" " * hang, break_long_words=False,
