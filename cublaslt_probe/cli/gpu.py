@@ -156,7 +156,7 @@ def _candidates_text(df, reg: dict, header: str) -> str:
         rows.append([cell(r.rank), cell(r.algo_id), cell(r.tile), cell(r.stages), cell(r.cluster), cell(r.split_k),
                      f"{kn.family} {kn.short}".strip() if kn else "", cell(r.time_us, ".2f") or "-",
                      cell(r.tflops, ".1f") or "-", ok, r.mark or ""])
-    table = render_table(["#", "algo", "tile", "stages", "cluster", "splitK", "kernel", "µs", "TFLOP/s", "ok", ""],
+    table = render_table(["#", "algo", "tile", "stages", "cluster", "splitK", "kernel", "µs", "TFLOP/s", "ok", "note"],
                          rows, {"µs", "TFLOP/s"}, caps={"kernel": 44}, rule=False)
     if reg.get("regret_pct") is not None:
         tail = (f"regret = time(#0) / time(best) - 1 = {reg['pick_time_us']:.2f} / {reg['best_time_us']:.2f} - 1 "
