@@ -29,7 +29,7 @@ def main() -> None:
 
     from cublaslt_probe.cases import Case
     from cublaslt_probe.gpu.cupti import activity
-    from cublaslt_probe.gpu.probe import Builder
+    from cublaslt_probe.gpu.operands import Builder
     b = Builder()
     res = {}
     for key in CASES:

@@ -132,7 +132,8 @@ def threshold_child(out: str) -> None:
     for the decode preset's first 256 GEMMs' questions."""
     from cublaslt_probe import sweep
     from cublaslt_probe.gpu import lt
-    from cublaslt_probe.gpu.probe import HeuristicCompanion, Probe, heuristic_groups
+    from cublaslt_probe.gpu.heuristic_helpers import HeuristicCompanion, heuristic_groups
+    from cublaslt_probe.gpu.probe import Probe
     t = time.perf_counter()
     comp = HeuristicCompanion()
     comp.wait_ready()

@@ -5,7 +5,7 @@ GPU machine; docs/sweep.md, "Several GPUs").
     python3 benchmarks/bench_host_cores.py [--cpus 31,28] [--seconds 0.3]
 
 Two `--devices` workers each ran their host phases 10-20 % slower than one worker alone, on a virtual machine
-whose sysfs says one thread per core. For each CPU of --cpus (default: the probe cores `probe.cpu_cores` gives
+whose sysfs says one thread per core. For each CPU of --cpus (default: the probe cores `host.cpu_cores` gives
 slots 0 and 1), a busy Python loop pinned to it counts iterations for --seconds:
   alone        with every other CPU idle (three times, spread over the run);
   beside CPU d with a second loop on d, for every other CPU d: a rate well under the one alone says d shares
@@ -54,7 +54,7 @@ def rates(cpus: list[int], seconds: float) -> list[float]:
 
 
 def main():
-    from cublaslt_probe.gpu.probe import cpu_cores
+    from cublaslt_probe.gpu.host import cpu_cores
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpus", default=None, help="CPUs to test (default: the probe cores of slots 0 and 1)")
     ap.add_argument("--seconds", type=float, default=0.3)

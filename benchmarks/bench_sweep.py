@@ -129,7 +129,7 @@ def main():
     a = ap.parse_args()
     from cublaslt_probe import sweep
     from cublaslt_probe.analysis import dataset  # noqa: F401  (pandas imported at start-up, not in the timed sweep)
-    from cublaslt_probe.gpu import probe as probe_mod
+    from cublaslt_probe.gpu.operands import Builder
     from cublaslt_probe.gpu.probe import Probe, ProbeOptions
     t_init = time.time()
     builders = None if a.no_builders else sweep.RowBuilders()   # started before the probe, as `sweep` does
@@ -245,7 +245,7 @@ def main():
     if a.check:
         import torch
         import triton.testing
-        b = probe_mod.Builder(probe.lib)
+        b = Builder(probe.lib)
         devs, gdevs, rdevs, drift = [], [], [], []
         for c in [c for c in cases if c.backend != "cupy"][:: max(1, len(cases) // a.check)][:a.check]:
             row = df[df.key == c.key].iloc[0]

@@ -289,7 +289,7 @@ def grouped_alternatives(c: Case) -> dict[str, Case]:
     - "bmm_padded": every group padded to the largest one, as one batched GEMM (`torch.bmm`, groups x max rows;
       for `split_k` groups x m x n products of the largest group's k);
     - "fp8": the same sizes through `scaled_grouped_mm` (for bf16 and fp16 2-D x 3-D GEMMs of layout NT).
-    One GEMM per group (a loop of `torch.mm`) is not a Case: `probe.time_grouped_alternatives` times it."""
+    One GEMM per group (a loop of `torch.mm`) is not a Case: `alternatives.time_grouped_alternatives` times it."""
     if not c.grouped or c.sizes == "batched":
         raise ValueError(f"{c.key}: alternatives are for a 2-D x 3-D or a split-k grouped GEMM")
     sizes = c.group_sizes()

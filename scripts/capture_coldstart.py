@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 scripts/capture_coldstart.py --out OUT [--only NAME,...] [--steps 6] [--budget 240]
 
 Each program below is a step factory (`make_*`: builds the program, returns its step) that
-`cublaslt_probe.analysis.coldstart.run` runs in fresh child processes, one per environment; the raw result goes to
+`cublaslt_probe.gpu.coldstart.run` runs in fresh child processes, one per environment; the raw result goes to
 OUT/NAME.json (what `cold-start --from` reads). Programs run in the order listed, each only if the time spent so
 far is under --budget seconds; OUT/summary.json says what ran.
 
@@ -181,7 +181,9 @@ PROGRAMS = {  # name: (factory, runs), in the order they run
 
 
 def main():
-    from cublaslt_probe.analysis import coldstart
+    from cublaslt_probe.analysis.coldstart.breakdown import analyse
+    from cublaslt_probe.gpu.coldstart import run
+    from cublaslt_probe.render.coldstart import render
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
@@ -199,8 +201,8 @@ def main():
             continue
         factory, env_set = PROGRAMS[name]
         t = time.perf_counter()
-        raw = coldstart.run(f"{os.path.abspath(__file__)}:{factory}", steps=a.steps, env_set=env_set,
-                            timeout=a.timeout, label=name, log=lambda m, n=name: print(n, m, flush=True), repeat=1)
+        raw = run(f"{os.path.abspath(__file__)}:{factory}", steps=a.steps, env_set=env_set,
+                  timeout=a.timeout, label=name, log=lambda m, n=name: print(n, m, flush=True), repeat=1)
         raw["command"] = f"scripts/capture_coldstart.py --only {name} --steps {a.steps}"
         raw["target"]["spec"] = f"scripts/capture_coldstart.py:{factory}"
         with open(os.path.join(a.out, f"{name}.json"), "w") as f:
@@ -209,7 +211,7 @@ def main():
                          "ok": {k: bool(r.get("ok")) for k, r in raw["runs"].items()}}
         print(name, json.dumps(summary[name]), flush=True)
         try:
-            print(coldstart.render(coldstart.analyse(raw)), flush=True)
+            print(render(analyse(raw)), flush=True)
         except Exception as e:  # noqa: BLE001  (the raw file is what matters; the analysis is re-run on the CPU)
             print(f"{name}: analysis failed: {type(e).__name__}: {e}", flush=True)
     summary["triton_cubin"] = save_triton_cubin(os.path.join(a.out, "triton_add.cubin"))

@@ -86,7 +86,7 @@ def part_explain(out, probe):
 
 def part_candidates(out, probe):
     from cublaslt_probe.cases import Case
-    from cublaslt_probe.gpu.probe import lt_candidates
+    from cublaslt_probe.gpu.alternatives import lt_candidates
     for c in [Case("lt", "mm", "bf16", "NT", 256, 4096, 4096), Case("lt", "scaled_mm", "fp8", "NT", 2048, 4096, 4096)]:
         t0 = time.time()
         rows = lt_candidates(probe, c, top=32, reps=10)

@@ -89,7 +89,7 @@ CAND_PROBLEMS = [  # torch view
 
 
 def part_candidates(out, probe):
-    from cublaslt_probe.gpu.probe import lt_candidates
+    from cublaslt_probe.gpu.alternatives import lt_candidates
     t0 = time.time()
     n = 0
     with open(os.path.join(out, "nvjet_configs.jsonl"), "w") as f:

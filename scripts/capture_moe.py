@@ -8,7 +8,7 @@ Writes, under OUT:
   a Mixtral-8x7B-shaped MoE layer stack (1 layer, 8 experts, top 2) training step (forward and backward) at
   1 x 2048 tokens, and a Qwen3-MoE-30B-A3B-shaped one (1 layer, 128 experts, top 8) forward at 1 x 2048 tokens,
   built from configs with random weights, experts through `torch._grouped_mm`;
-- alternatives.json: `probe.time_grouped_alternatives` for the Qwen3-MoE gate+up GEMM (16,384 routed rows,
+- alternatives.json: `alternatives.time_grouped_alternatives` for the Qwen3-MoE gate+up GEMM (16,384 routed rows,
   2048 -> 1536, 128 experts) with random top-8 routing, skewed (zipf 1) and the sizes the captured Qwen3 step's
   router gave, and the Mixtral gate+up GEMM (4,096 rows, 4096 -> 28672, 8 experts) with its captured sizes;
 - overhead.json: the recording's cost, A/B in one process: captures of the Mixtral step with and without
@@ -119,7 +119,8 @@ def overhead(out: str, model, step) -> dict:
 
 def alternatives(out: str, info: dict) -> None:
     from cublaslt_probe.cases import Case, sizes_code
-    from cublaslt_probe.gpu.probe import Probe, time_grouped_alternatives
+    from cublaslt_probe.gpu.alternatives import time_grouped_alternatives
+    from cublaslt_probe.gpu.probe import Probe
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
     recorded = {}
     for name in ("qwen3_moe", "mixtral_train"):

@@ -123,7 +123,8 @@ def main(argv=None) -> int:
 
     from cublaslt_probe import known_issues as KI
     from cublaslt_probe.gpu import lt, numerics
-    from cublaslt_probe.gpu.probe import LtGemm, profile_kernels
+    from cublaslt_probe.gpu.kernel_capture import profile_kernels
+    from cublaslt_probe.gpu.operands import LtGemm
     t_start = time.time()
     lib = lt.LtLibrary()
     marker = torch.zeros(1, dtype=torch.int8, device="cuda")

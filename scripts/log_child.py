@@ -19,7 +19,7 @@ def main():
 
     from cublaslt_probe.cases import Case
     from cublaslt_probe.gpu import lt
-    from cublaslt_probe.gpu.probe import Builder
+    from cublaslt_probe.gpu.operands import Builder
     cases = [Case.from_key(k) for k in open(sys.argv[1]).read().split("\n") if k.strip()]
     b = Builder(None)
     with open(sys.argv[2], "w") as out:

@@ -10,10 +10,29 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis import coldstart
+from cublaslt_probe.analysis.coldstart.breakdown import analyse, forced_jit
+from cublaslt_probe.analysis.coldstart.observed import observed_provenance
+from cublaslt_probe.analysis.coldstart.runs import (
+    Runs,
+    compile_seconds,
+    compute_cache_written,
+    lt_calls_per_step,
+    new_files,
+    new_problems,
+    ptx_loads,
+    steady,
+    step_hosts,
+    step_walls,
+    usable,
+    windows,
+)
+from cublaslt_probe.analysis.coldstart.saved import load
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.gpu import cupti
+from cublaslt_probe.gpu.coldstart import target_args
+from cublaslt_probe.gpu.coldstart_step import cold_start_step
+from cublaslt_probe.render.coldstart import render
 
 FIX = Path(__file__).parent / "fixtures" / "coldstart"
 PROGRAMS = ("llama_eager", "compiled_mlp", "fp8_linear", "ptx_module", "sdpa_cudnn", "ptx_only")
@@ -21,12 +40,12 @@ PROGRAMS = ("llama_eager", "compiled_mlp", "fp8_linear", "ptx_module", "sdpa_cud
 
 @pytest.fixture(scope="module")
 def raw():
-    return {name: coldstart.load(FIX / f"{name}.json.gz") for name in PROGRAMS}
+    return {name: load(FIX / f"{name}.json.gz") for name in PROGRAMS}
 
 
 @pytest.fixture(scope="module")
 def analysed(raw):
-    return {name: coldstart.analyse(r) for name, r in raw.items()}
+    return {name: analyse(r) for name, r in raw.items()}
 
 
 def _cause(a, cause):
@@ -37,7 +56,7 @@ def _cause(a, cause):
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_breakdown_adds_up_to_the_excess_of_step_one(raw, analysed, name):
     a = analysed[name]
-    walls = coldstart.step_walls(raw[name]["runs"]["cold"])
+    walls = step_walls(raw[name]["runs"]["cold"])
     assert a["step1_s"] == walls[0]
     assert len(walls) == 6 and a["steady_s"] == statistics.median(walls[2:])
     assert a["excess_s"] == pytest.approx(walls[0] - a["steady_s"], abs=1e-12)
@@ -45,7 +64,7 @@ def test_breakdown_adds_up_to_the_excess_of_step_one(raw, analysed, name):
     assert total == pytest.approx(a["excess_s"], abs=1e-9)
     assert all(c["seconds"] >= 0 for c in a["components"])
     assert abs(a["unexplained_pct"]) < 15  # the target on these programs
-    text = coldstart.render(a)
+    text = render(a)
     # the residual as a person reads it: no negative number; causes that over-explain the excess are said so
     label = "unexplained" if a["unexplained_s"] >= 0 else "causes beyond the excess (noise between the runs)"
     line = next(x for x in text.splitlines() if x.strip().startswith(label))
@@ -57,7 +76,7 @@ def test_breakdown_adds_up_to_the_excess_of_step_one(raw, analysed, name):
 
 def test_telescoping_differences_are_the_measured_step_ones(raw, analysed):
     runs = raw["llama_eager"]["runs"]
-    s1 = {n: coldstart.step_walls(r)[0] for n, r in runs.items() if coldstart.usable(r)}
+    s1 = {n: step_walls(r)[0] for n, r in runs.items() if usable(r)}
     a = analysed["llama_eager"]
     assert _cause(a, "ptx_jit")["seconds"] == pytest.approx(s1["cold"] - s1["warm"])
     assert _cause(a, "initialisation")["seconds"] == pytest.approx(s1["warm"] - s1["preinit"])
@@ -79,39 +98,39 @@ def test_compiled_program_is_runtime_compilation_and_a_warm_cache_removes_it(raw
     assert comp["seconds"] > 2.0  # cold − warm step 1, less the autotuning a warm cache also skips
     assert _cause(a, "autotuning")["seconds"] == pytest.approx(0.121921 - 0.00243, abs=1e-6)
     runs = raw["compiled_mlp"]["runs"]
-    cold1, warm1 = coldstart.windows(runs["cold"])["step1"], coldstart.windows(runs["warm"])["step1"]
+    cold1, warm1 = windows(runs["cold"])["step1"], windows(runs["warm"])["step1"]
     assert len(cold1["triton_kernels"]) == 3 and "triton_kernels" not in warm1
-    assert coldstart.new_files(warm1, "TRITON_CACHE_DIR") == {}
-    assert coldstart.compile_seconds(cold1) > 3 * coldstart.compile_seconds(warm1)
-    assert "runtime compilation observed" in coldstart.render(a)
+    assert new_files(warm1, "TRITON_CACHE_DIR") == {}
+    assert compile_seconds(cold1) > 3 * compile_seconds(warm1)
+    assert "runtime compilation observed" in render(a)
 
 
 def test_ptx_module_is_runtime_compilation_by_the_driver(raw, analysed):
     a = analysed["ptx_module"]
     assert a["compilation"]["observed"] and set(a["compilation"]["mechanisms"]) == {"ptx-jit"}
-    loads = coldstart.ptx_loads(raw["ptx_module"]["runs"]["cold"])
+    loads = ptx_loads(raw["ptx_module"]["runs"]["cold"])
     assert [c["name"] for c in loads] == ["cuModuleLoadData"] and loads[0]["seconds"] > 0.5
-    assert coldstart.compute_cache_written(raw["ptx_module"]["runs"]["cold"]) == 2
+    assert compute_cache_written(raw["ptx_module"]["runs"]["cold"]) == 2
     assert _cause(a, "ptx_jit")["seconds"] > 0.6
     # a warm ComputeCache served the JIT output: a hint, not a compilation
     assert any("warm ComputeCache" in h for h in a["compilation"]["hints"])
 
 
 def test_forced_ptx_jit_is_detected_and_timed(raw, analysed):
-    fj = coldstart.forced_jit(raw["ptx_only"])
+    fj = forced_jit(raw["ptx_only"])
     runs = raw["ptx_only"]["runs"]
     assert fj["ran"] and fj["detected"]
-    s1 = {n: coldstart.step_walls(r)[0] for n, r in runs.items() if coldstart.usable(r)}
+    s1 = {n: step_walls(r)[0] for n, r in runs.items() if usable(r)}
     assert fj["seconds"] == pytest.approx(s1["forcejit"] - s1["warm"])
     assert fj["seconds"] > 0.4
     # the forced run with its ComputeCache warm compiled again and wrote nothing: the cache does not spare it
-    assert s1["forcejit_warm"] > 0.4 and coldstart.compute_cache_written(runs["forcejit_warm"]) == 0
+    assert s1["forcejit_warm"] > 0.4 and compute_cache_written(runs["forcejit_warm"]) == 0
     # with JIT disabled and an empty cache the PTX cannot load (CUDA_ERROR_JIT_COMPILATION_DISABLED)
     assert not runs["nojit"]["ok"] and "error 223" in runs["nojit"]["error"]
     assert any("it needs PTX JIT" in w for w in analysed["ptx_only"]["what_if"])
     assert any("failed (CUDA error 223)" in h for h in analysed["ptx_only"]["compilation"]["hints"])
     # torch programs cannot run forced at all: their kernels carry no PTX for this GPU
-    fl = coldstart.forced_jit(raw["llama_eager"])
+    fl = forced_jit(raw["llama_eager"])
     assert fl["ran"] is False and "no kernel image" in fl["error"]
 
 
@@ -137,31 +156,31 @@ def test_eager_llama_jit_compiles_cudnn_ptx(raw, analysed):
     mech = a["compilation"]["mechanisms"]
     assert set(mech) == {"ptx-jit"}
     assert any("libnvidia-ptxjitcompiler" in e for e in mech["ptx-jit"])
-    prov = coldstart.observed_provenance(raw["llama_eager"])
+    prov = observed_provenance(raw["llama_eager"])
     assert set(prov) == {"nopCudnnHardwareDetection"} and prov["nopCudnnHardwareDetection"]["mechanism"] == "ptx-jit"
     assert any("CUDA_FORCE_PTX_JIT=1 the program failed" in w and "no kernel image" in w for w in a["what_if"])
 
 
 def test_heuristic_misses_are_new_problems_times_the_measured_miss(raw, analysed):
     runs = raw["llama_eager"]["runs"]
-    newp, lines = coldstart.new_problems(runs["eager"])
+    newp, lines = new_problems(runs["eager"])
     assert (newp, lines) == (6, 16)
-    calls = coldstart.lt_calls_per_step(runs["preinit"])
-    miss = (coldstart.steady(coldstart.step_hosts(runs["nocache"])) -
-            coldstart.steady(coldstart.step_hosts(runs["preinit"]))) / calls
+    calls = lt_calls_per_step(runs["preinit"])
+    miss = (steady(step_hosts(runs["nocache"])) -
+            steady(step_hosts(runs["preinit"]))) / calls
     assert _cause(analysed["llama_eager"], "heuristics")["seconds"] == pytest.approx(newp * miss)
     assert 50e-6 < miss < 400e-6  # REFERENCE: a bf16 miss is ~150 µs
 
 
 # --- provenance ---------------------------------------------------------------------------------------------------
 def test_observed_provenance_names_triton_and_ptx_kernels(raw):
-    prov = coldstart.observed_provenance(raw["compiled_mlp"])
+    prov = observed_provenance(raw["compiled_mlp"])
     assert set(prov) == {"triton_poi_fused_add_2", "triton_poi_fused_gelu_1", "triton_red_fused_native_layer_norm_0"}
     assert all(v == {**v, "provenance": "runtime-compiled", "mechanism": "triton", "evidence": "observed"}
                for v in prov.values())
-    ptx = coldstart.observed_provenance(raw["ptx_module"])
+    ptx = observed_provenance(raw["ptx_module"])
     assert set(ptx) == {f"coldstart_ptx_{i}" for i in range(48)}
-    assert coldstart.observed_provenance(raw["fp8_linear"]) == {}
+    assert observed_provenance(raw["fp8_linear"]) == {}
 
 
 # --- the CUPTI layer's pure parts, on real bytes ------------------------------------------------------------------
@@ -240,18 +259,43 @@ def test_a_file_that_is_not_a_result(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"a": 1}')
     with pytest.raises(ProbeError, match="not a cold-start result"):
-        coldstart.load(p)
+        load(p)
 
 
 def test_targets():
     with pytest.raises(ProbeError, match="module level"):
-        coldstart.target_args(lambda: None)
-    args, desc = coldstart.target_args(coldstart.cold_start_step)
-    assert args == ["--func", "cublaslt_probe.analysis.coldstart:cold_start_step"] and desc["kind"] == "func"
-    args, _ = coldstart.target_args(["python", __file__, "--x"])
+        target_args(lambda: None)
+    args, desc = target_args(cold_start_step)
+    assert args == ["--func", "cublaslt_probe.gpu.coldstart_step:cold_start_step"] and desc["kind"] == "func"
+    args, _ = target_args(["python", __file__, "--x"])
     assert args[0] == "--script" and args[-1] == "--x"
 
 
 def test_cold_start_step_is_a_no_op_outside_a_run():
-    with coldstart.cold_start_step():
+    with cold_start_step():
         pass
+
+
+def test_runs_name_the_part_each_run_plays(raw):
+    """`Runs` names the run each term of the breakdown is read from (the baseline, the compile run, the explained
+    run, the warm step), on llama_eager's real runs and with runs taken away or failed as a damaged save has them;
+    the breakdown reads its evidence from the run so named."""
+    d = raw["llama_eager"]
+    runs = d["runs"]
+    r = Runs(runs)
+    assert (r.baseline_name, r.compile_name, r.explained_name, r.warm_step_name) == ("cold", "cold", "eager", "warm")
+    no_eager = {n: x for n, x in runs.items() if n != "eager"}
+    assert (Runs(no_eager).explained_name, Runs(no_eager).warm_step_name) == ("preinit", "warm")
+    causes = {c["cause"]: c for c in analyse({**d, "runs": no_eager})["components"]}
+    assert causes["heuristics"]["evidence"][0].startswith("preinit step 1: 16 cuBLASLt matmul calls")
+    assert causes["allocator"]["how"] == "CUPTI driver allocation calls (preinit)" and "module_loading" not in causes
+    failed = {n: ({**x, "ok": False} if n in ("cold", "warm") else x) for n, x in runs.items()}
+    f = Runs(failed)
+    assert (f.baseline_name, f.explained_name, f.warm_step_name) == ("preinit", "eager", "eager")
+    a = analyse({**d, "runs": failed})
+    assert a["baseline"] == "preinit" and [c["cause"] for c in a["components"]] == \
+        ["module_loading", "heuristics", "allocator"]        # no cold caches or initialisation without cold, warm
+    ptx = raw["ptx_only"]["runs"]
+    forced_only = Runs({n: ({**x, "ok": False} if n in ("cold", "warm") else x) for n, x in ptx.items()})
+    assert forced_only.ok("forcejit") and forced_only.baseline_name is None   # a what-if is never the baseline
+    assert Runs(raw["llama_eager"]["runs"]) == Runs(r)   # a mapping of the same runs, however it is wrapped

@@ -15,8 +15,46 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis import coldstart
+from cublaslt_probe.analysis.coldstart.breakdown import CACHE_NAME, analyse
+from cublaslt_probe.analysis.coldstart.envs import (
+    AUTO_ENVS,
+    ENV_SETS,
+    ENVS,
+    FRAMEWORK_VARS,
+    STORAGE_READ_MIN,
+    auto_envs,
+    env_names,
+)
+from cublaslt_probe.analysis.coldstart.observed import observed_provenance, shipped_by
+from cublaslt_probe.analysis.coldstart.routes import (
+    JAX_BACKEND,
+    autotuned_instructions,
+    chosen_backends,
+    jit_calls,
+    jit_seconds,
+    triton_direct_warm,
+    triton_route,
+    xla_autotune_seconds,
+    xla_candidates_timed,
+    xla_compiled,
+    xla_hits,
+    xla_seconds,
+)
+from cublaslt_probe.analysis.coldstart.runs import (
+    Runs,
+    autotune_seconds,
+    compile_seconds,
+    steady,
+    step_walls,
+    step_windows,
+    storage_read,
+    windows,
+)
+from cublaslt_probe.analysis.coldstart.saved import load
 from cublaslt_probe.cli import main
+from cublaslt_probe.gpu.coldstart import child_env, xla_flags
+from cublaslt_probe.names.classes import AUTOTUNED
+from cublaslt_probe.render.coldstart import render
 
 FIX = Path(__file__).parent / "fixtures" / "coldstart"
 COMP = FIX / "compilers"
@@ -32,12 +70,12 @@ NAMED = {"cupy": ("nvrtc-cupy", "NVRTC (CuPy)", {"nvrtc_cupy", "nvrtc_cupy_warm"
 
 @pytest.fixture(scope="module")
 def raw():
-    return {(p, k): coldstart.load(COMP / f"{p}_run{k}.json.gz") for p in PROGRAMS for k in (1, 2)}
+    return {(p, k): load(COMP / f"{p}_run{k}.json.gz") for p in PROGRAMS for k in (1, 2)}
 
 
 @pytest.fixture(scope="module")
 def analysed(raw):
-    return {key: coldstart.analyse(r) for key, r in raw.items()}
+    return {key: analyse(r) for key, r in raw.items()}
 
 
 def _cause(a, cause):
@@ -64,25 +102,25 @@ def test_no_torch_compile_wording_without_its_timers(raw, analysed, prog):
     for k in (1, 2):
         r = raw[(prog, k)]
         assert not any(w.get("compile_s") for run in r["runs"].values() for w in run.get("windows", []))
-        assert "torch.compile" not in coldstart.render(analysed[(prog, k)])
+        assert "torch.compile" not in render(analysed[(prog, k)])
 
 
 def test_a_triton_run_without_torch_compile_timers_is_not_called_torch_compile():
     """The torch.compile capture with torch.compile's timers and Inductor's files taken out (what a plain Triton
     program saved before the entry points were timed looks like): the cubins are Triton's, no caller is named."""
-    r = copy.deepcopy(coldstart.load(FIX / "compiled_mlp.json.gz"))
+    r = copy.deepcopy(load(FIX / "compiled_mlp.json.gz"))
     for run in r["runs"].values():
         for w in run["windows"]:
             w.pop("compile_s", None)
-    assert coldstart.triton_route(r["runs"]["cold"]) == "triton"  # Inductor's files alone say torch.compile
+    assert triton_route(r["runs"]["cold"]) == "triton"  # Inductor's files alone say torch.compile
     for run in r["runs"].values():
         run["cache_written"].pop("TORCHINDUCTOR_CACHE_DIR", None)
         for w in run["windows"]:
             w.pop("compile_s", None)
             w.get("new_files", {}).pop("TORCHINDUCTOR_CACHE_DIR", None)
-    a = coldstart.analyse(r)
+    a = analyse(r)
     assert "triton-jit" in a["compilation"]["mechanisms"] and "triton" not in a["compilation"]["mechanisms"]
-    assert "torch.compile" not in coldstart.render(a)
+    assert "torch.compile" not in render(a)
     assert "Triton (caller not observed)" in a["compilation"]["verdict"]
 
 
@@ -91,11 +129,11 @@ def test_a_triton_run_without_torch_compile_timers_is_not_called_torch_compile()
 @pytest.mark.parametrize("k", (1, 2))
 def test_causes_and_unexplained_add_up_exactly(raw, analysed, prog, k):
     a = analysed[(prog, k)]
-    walls = coldstart.step_walls(raw[(prog, k)]["runs"]["cold"])
-    assert a["excess_s"] == pytest.approx(walls[0] - coldstart.steady(walls), abs=1e-12)
+    walls = step_walls(raw[(prog, k)]["runs"]["cold"])
+    assert a["excess_s"] == pytest.approx(walls[0] - steady(walls), abs=1e-12)
     assert sum(c["seconds"] for c in a["components"]) + a["unexplained_s"] == pytest.approx(a["excess_s"], abs=1e-9)
     assert all(c["seconds"] >= 0 for c in a["components"])
-    text = coldstart.render(a)
+    text = render(a)
     assert f"{abs(a['unexplained_s']) * 1e3:.1f}" in text and "nan" not in text
     assert ("causes beyond the excess" in text) == (a["unexplained_s"] < 0)
 
@@ -126,30 +164,30 @@ def test_first_reads_from_storage_are_timed_apart_and_the_rest_repeats(raw, anal
     first reads, round 1's excess is round 2's within 10 % (measured: 0.6 % to 7.6 %)."""
     r1, r2 = raw[(prog, 1)], raw[(prog, 2)]
     a1, a2 = analysed[(prog, 1)], analysed[(prog, 2)]
-    cold1, again1 = (coldstart.windows(r1["runs"][n])["step1"] for n in ("cold", "cold_again"))
-    assert coldstart.storage_read(cold1) >= 20 * 2**20 and coldstart.storage_read(again1) == 0
-    assert "cold_again" in coldstart.auto_envs(r1["runs"]["cold"]) and r1["envs"][-1] == "cold_again"
+    cold1, again1 = (windows(r1["runs"][n])["step1"] for n in ("cold", "cold_again"))
+    assert storage_read(cold1) >= 20 * 2**20 and storage_read(again1) == 0
+    assert "cold_again" in auto_envs(r1["runs"]["cold"]) and r1["envs"][-1] == "cold_again"
     assert not any(r1["runs"]["cold_again"]["env"]["caches_before"].values())
     fc = _cause(a1, "file_cache")
-    assert fc["measured_s"] == pytest.approx(coldstart.step_walls(r1["runs"]["cold"])[0]
-                                             - coldstart.step_walls(r1["runs"]["cold_again"])[0])
-    assert any(f"{coldstart.storage_read(cold1) / 2**20:.1f} MiB read from storage" in e for e in fc["evidence"])
-    assert "first reads of files from storage" in coldstart.render(a1)
-    assert coldstart.storage_read(coldstart.windows(r2["runs"]["cold"])["step1"]) < coldstart.STORAGE_READ_MIN
+    assert fc["measured_s"] == pytest.approx(step_walls(r1["runs"]["cold"])[0]
+                                             - step_walls(r1["runs"]["cold_again"])[0])
+    assert any(f"{storage_read(cold1) / 2**20:.1f} MiB read from storage" in e for e in fc["evidence"])
+    assert "first reads of files from storage" in render(a1)
+    assert storage_read(windows(r2["runs"]["cold"])["step1"]) < STORAGE_READ_MIN
     assert "cold_again" not in r2["runs"] and _cause(a2, "file_cache") is None
-    assert "cold_again" not in coldstart.auto_envs(r2["runs"]["cold"])
+    assert "cold_again" not in auto_envs(r2["runs"]["cold"])
     assert abs((a1["excess_s"] - fc["seconds"]) - a2["excess_s"]) < 0.10 * a2["excess_s"]
 
 
 def test_reads_from_storage_without_a_cold_again_run_are_said_not_separated():
     """The plain Triton program on a freshly started machine, captured before cold_again existed: cold − warm
     holds the first reads (365 MiB), and the analysis says so instead of calling them compilation silently."""
-    r = coldstart.load(COMP / "triton_reads_unseparated.json.gz")
-    a = coldstart.analyse(r)
+    r = load(COMP / "triton_reads_unseparated.json.gz")
+    a = analyse(r)
     assert "cold_again" not in r["runs"] and _cause(a, "file_cache") is None
     assert any(e.startswith("the cold run's step 1 read 365.1 MiB from storage") and "not separated" in e
                for e in a["evidence"])
-    assert coldstart.auto_envs(r["runs"]["cold"]) == ["cold_again"]
+    assert auto_envs(r["runs"]["cold"]) == ["cold_again"]
 
 
 def test_every_window_keeps_the_process_accounting(raw):
@@ -161,7 +199,7 @@ def test_every_window_keeps_the_process_accounting(raw):
                         "rchar"} <= set(p), (run["env"]["what"], w["name"])
                 assert p["cpu_s"] >= 0 and p["read_bytes"] == p["inblock_bytes"]  # the same bytes, two counters
     # Triton's C modules are built by the host compiler, a subprocess: its CPU time is the children's
-    c1 = coldstart.windows(raw[("triton", 2)]["runs"]["cold"])["step1"]["process"]
+    c1 = windows(raw[("triton", 2)]["runs"]["cold"])["step1"]["process"]
     assert c1["children_cpu_s"] > 0.3
 
 
@@ -180,12 +218,12 @@ def test_the_childs_process_counters_see_cpu_and_subprocesses():
                                       ("jax", "JAX_COMPILATION_CACHE_DIR"), ("torch_compile", "TRITON_CACHE_DIR")])
 def test_every_cache_is_empty_for_the_cold_run_and_warm_after(raw, analysed, prog, var):
     runs = raw[(prog, 1)]["runs"]
-    assert set(runs["cold"]["env"]["caches_before"]) == {"CUDA_CACHE_PATH", *coldstart.FRAMEWORK_VARS}
+    assert set(runs["cold"]["env"]["caches_before"]) == {"CUDA_CACHE_PATH", *FRAMEWORK_VARS}
     assert not any(runs["cold"]["env"]["caches_before"].values())
     wrote = runs["cold"]["cache_written"][var]["count"]
     assert wrote > 0 and runs["warm"]["env"]["caches_before"][var] == wrote
     lines = {c["run"]: c["line"] for c in analysed[(prog, 1)]["caches"]}
-    assert lines["cold"].startswith("all empty") and f"{coldstart._CACHE_NAME[var]} {wrote}" in lines["warm"]
+    assert lines["cold"].startswith("all empty") and f"{CACHE_NAME[var]} {wrote}" in lines["warm"]
 
 
 def test_cupy_warm_run_compiles_nothing_and_loads_from_its_cache(raw, analysed):
@@ -193,14 +231,14 @@ def test_cupy_warm_run_compiles_nothing_and_loads_from_its_cache(raw, analysed):
         runs = raw[("cupy", k)]["runs"]
         # the cold-cache cause is measured in the run with empty caches whose files the OS cache held (cold_again
         # where the cold run read from storage: round 1)
-        c1, w1 = coldstart.windows(coldstart.compile_run(runs))["step1"], coldstart.windows(runs["warm"])["step1"]
-        assert coldstart.jit_calls(c1, "cupy.nvrtc") == 2 and coldstart.jit_calls(w1, "cupy.nvrtc") == 0
-        assert coldstart.jit_calls(w1, "cupy.compile") == 2
+        c1, w1 = windows(Runs(runs).compile_run)["step1"], windows(runs["warm"])["step1"]
+        assert jit_calls(c1, "cupy.nvrtc") == 2 and jit_calls(w1, "cupy.nvrtc") == 0
+        assert jit_calls(w1, "cupy.compile") == 2
         a = analysed[("cupy", k)]
         assert _cause(a, "nvrtc_cupy")["seconds"] == pytest.approx(
-            coldstart.jit_seconds(c1, "cupy.compile") - coldstart.jit_seconds(w1, "cupy.compile"))
+            jit_seconds(c1, "cupy.compile") - jit_seconds(w1, "cupy.compile"))
         # the warm cache's lookup and load, measured in the warm run (LAZY, like the cold run)
-        assert _cause(a, "nvrtc_cupy_warm")["seconds"] == pytest.approx(coldstart.jit_seconds(w1, "cupy.compile"))
+        assert _cause(a, "nvrtc_cupy_warm")["seconds"] == pytest.approx(jit_seconds(w1, "cupy.compile"))
         assert any("took 2 kernels from its cache" in h for h in a["compilation"]["hints"])
 
 
@@ -221,26 +259,26 @@ def test_cupy_library_initialisation_is_observed_and_named(raw, analysed):
                  if c.get("preinit_item") == "cupy_first_reduction" and c["what"] == "load"]
         assert loads and any("cupy_first_reduction 1" in e for e in init["evidence"])
         # with CuPy initialised first, step 1 is nearly steady
-        assert coldstart.step_walls(runs["preinit"])[0] < 0.02
-    torch_only = coldstart.analyse(coldstart.load(COMP / "triton_run1.json.gz"))
+        assert step_walls(runs["preinit"])[0] < 0.02
+    torch_only = analyse(load(COMP / "triton_run1.json.gz"))
     assert "CuPy" not in _cause(torch_only, "initialisation")["label"]
 
 
 def test_triton_warm_cost_is_its_launch_path_beyond_steady_launches(raw, analysed):
     R = raw[("triton", 1)]["runs"]["warm"]
-    r1 = coldstart.windows(R)["step1"]
-    per = [coldstart.jit_seconds(w, "triton.run") / coldstart.jit_calls(w, "triton.run")
-           for w in coldstart._step_windows(R)[2:]]
-    extra, each = coldstart.triton_direct_warm(R, r1)
+    r1 = windows(R)["step1"]
+    per = [jit_seconds(w, "triton.run") / jit_calls(w, "triton.run")
+           for w in step_windows(R)[2:]]
+    extra, each = triton_direct_warm(R, r1)
     assert each == pytest.approx(sorted(per)[len(per) // 2] if len(per) % 2 else
                                  (sorted(per)[len(per) // 2 - 1] + sorted(per)[len(per) // 2]) / 2)
-    assert extra == pytest.approx(coldstart.jit_seconds(r1, "triton.run")
-                                  - coldstart.jit_calls(r1, "triton.run") * each)
+    assert extra == pytest.approx(jit_seconds(r1, "triton.run")
+                                  - jit_calls(r1, "triton.run") * each)
     assert _cause(analysed[("triton", 1)], "triton_direct_warm")["seconds"] == pytest.approx(extra)
     # the cold run built Triton's C modules with the host compiler; the warm run took them from the cache
-    cold1 = coldstart.windows(raw[("triton", 1)]["runs"]["cold"])["step1"]
-    assert coldstart.jit_calls(cold1, "triton.build") == 2
-    assert coldstart.jit_calls(coldstart.windows(raw[("triton", 1)]["runs"]["warm"])["step1"], "triton.build") == 0
+    cold1 = windows(raw[("triton", 1)]["runs"]["cold"])["step1"]
+    assert jit_calls(cold1, "triton.build") == 2
+    assert jit_calls(windows(raw[("triton", 1)]["runs"]["warm"])["step1"], "triton.build") == 0
 
 
 # --- XLA: compile and GEMM autotuning ---------------------------------------------------------------------------------
@@ -249,20 +287,20 @@ def test_xla_autotuning_is_timed_by_the_noautotune_run(raw, analysed):
         r = raw[("jax", k)]
         runs = r["runs"]
         assert "noautotune" in r["envs"] and runs["noautotune"]["env"]["XLA xla_gpu_autotune_level"] == "0"
-        cold1 = coldstart.windows(coldstart.compile_run(runs))["step1"]
-        no1 = coldstart.windows(runs["noautotune"])["step1"]
-        tune = coldstart.xla_autotune_seconds(runs)
-        assert tune == pytest.approx(coldstart.jit_seconds(cold1, coldstart.JAX_BACKEND)
-                                     - coldstart.jit_seconds(no1, coldstart.JAX_BACKEND))
+        cold1 = windows(Runs(runs).compile_run)["step1"]
+        no1 = windows(runs["noautotune"])["step1"]
+        tune = xla_autotune_seconds(Runs(runs))
+        assert tune == pytest.approx(jit_seconds(cold1, JAX_BACKEND)
+                                     - jit_seconds(no1, JAX_BACKEND))
         assert tune > 0.5  # 0.80 and 0.85 s of the 1.27 s compile on the H200
-        assert coldstart.xla_candidates_timed(cold1) == 51 and coldstart.xla_candidates_timed(no1) == 0
+        assert xla_candidates_timed(cold1) == 51 and xla_candidates_timed(no1) == 0
         a = analysed[("jax", k)]
         assert "xla-autotune" in a["compilation"]["mechanisms"]
         assert "XLA GEMM autotuning" in a["compilation"]["verdict"]
         assert _cause(a, "xla_autotuning")["seconds"] <= tune + 1e-12
         # without autotuning the step is 20 times slower: what the timed candidates bought
-        assert coldstart.steady(coldstart.step_walls(runs["noautotune"])) > \
-            10 * coldstart.steady(coldstart.step_walls(runs["cold"]))
+        assert steady(step_walls(runs["noautotune"])) > \
+            10 * steady(step_walls(runs["cold"]))
 
 
 def test_jax_warm_runs_load_the_executable_from_the_persistent_cache(raw, analysed):
@@ -273,18 +311,18 @@ def test_jax_warm_runs_load_the_executable_from_the_persistent_cache(raw, analys
         wrote = runs["cold"]["cache_written"]["JAX_COMPILATION_CACHE_DIR"]["count"]
         assert wrote > 0
         for name in ("warm", "preinit", "eager", "nocache"):
-            w1 = coldstart.windows(runs[name])["step1"]
+            w1 = windows(runs[name])["step1"]
             assert runs[name]["env"]["caches_before"]["JAX_COMPILATION_CACHE_DIR"] == wrote
-            assert coldstart.xla_hits(w1) == 1 and not coldstart.xla_compiled(w1)
-            assert coldstart.xla_candidates_timed(w1) == 0
+            assert xla_hits(w1) == 1 and not xla_compiled(w1)
+            assert xla_candidates_timed(w1) == 0
             assert runs[name]["xla_flags"] == {"set": True, "jaxlib": "0.11.2"}
         a = analysed[("jax", k)]
         assert _cause(a, "xla_compile_warm") is None and _cause(a, "xla_autotuning_warm") is None
         assert _cause(a, "xla_warm")["seconds"] == pytest.approx(
-            coldstart.xla_seconds(coldstart.windows(runs["warm"])["step1"]))
+            xla_seconds(windows(runs["warm"])["step1"]))
         assert any("served from JAX's persistent cache" in h for h in a["compilation"]["hints"])
-        assert coldstart.auto_envs(runs["cold"]) == ["noautotune", "cold_again"][:3 - k]
-    assert coldstart.auto_envs(raw[("cupy", 2)]["runs"]["cold"]) == []
+        assert auto_envs(runs["cold"]) == ["noautotune", "cold_again"][:3 - k]
+    assert auto_envs(raw[("cupy", 2)]["runs"]["cold"]) == []
 
 
 # --- Numba: compiled in every run (no disk cache without cache=True) --------------------------------------------------
@@ -292,9 +330,9 @@ def test_numba_compile_is_observed_and_measured_where_it_happens(raw, analysed):
     for k in (1, 2):
         runs = raw[("numba", k)]["runs"]
         for r in runs.values():
-            w1 = coldstart.windows(r)["step1"]
-            assert r["ok"] and coldstart.jit_calls(w1, "numba.compile") == 1
-            assert coldstart.jit_calls(w1, "numba.nvvm") == 2 and coldstart.jit_calls(w1, "numba.link") == 1
+            w1 = windows(r)["step1"]
+            assert r["ok"] and jit_calls(w1, "numba.compile") == 1
+            assert jit_calls(w1, "numba.nvvm") == 2 and jit_calls(w1, "numba.link") == 1
             assert not r["cache_written"]["NUMBA_CACHE_DIR"]["count"]  # the kernel has no cache=True
         a = analysed[("numba", k)]
         assert a["compilation"]["verdict"].startswith("runtime compilation observed: Numba")
@@ -302,7 +340,7 @@ def test_numba_compile_is_observed_and_measured_where_it_happens(raw, analysed):
         assert warm["label"] == "Numba, compiled again (no disk cache)"
         # measured in the warm run, and at most what the cold run's step 1 spent compiling (it compiled there too)
         assert warm["seconds"] == pytest.approx(min(
-            coldstart.jit_seconds(coldstart.windows(runs[n])["step1"], "numba.compile") for n in ("warm", "cold")))
+            jit_seconds(windows(runs[n])["step1"], "numba.compile") for n in ("warm", "cold")))
         # the compile varies from run to run by more than any difference between runs measures (483 to 798 ms
         # in these captures): the differences after cold − warm are taken with it out, so none holds its noise
         mod = _cause(a, "module_loading")
@@ -311,7 +349,7 @@ def test_numba_compile_is_observed_and_measured_where_it_happens(raw, analysed):
 
 # --- provenance from observation --------------------------------------------------------------------------------------
 def test_provenance_names_the_route_that_made_each_kernel(raw):
-    prov = {p: coldstart.observed_provenance(raw[(p, 1)]) for p in PROGRAMS}
+    prov = {p: observed_provenance(raw[(p, 1)]) for p in PROGRAMS}
     assert {k: (v["provenance"], v["mechanism"]) for k, v in prov["cupy"].items()} == {
         "coldstart_gelu": ("runtime-compiled", "nvrtc-cupy"),
         "coldstart_scale_shift": ("runtime-compiled", "nvrtc-cupy")}
@@ -323,20 +361,20 @@ def test_provenance_names_the_route_that_made_each_kernel(raw):
 
 def test_xla_gemm_fusions_are_autotuned_not_library_selected(raw, analysed):
     for k in (1, 2):
-        prov = coldstart.observed_provenance(raw[("jax", k)])
+        prov = observed_provenance(raw[("jax", k)])
         fusions = {n: v for n, v in prov.items() if n.startswith("gemm_fusion")}
         assert set(fusions) == {"gemm_fusion_dot_general_2", "gemm_fusion_dot_general_3"}
         for v in fusions.values():
-            assert v["provenance"] == coldstart.AUTOTUNED and v["mechanism"] == "xla"
+            assert v["provenance"] == AUTOTUNED and v["mechanism"] == "xla"
             assert "candidate modules" in v["how"] and "timed 51 candidates" in v["how"]
         # cuBLASLt's own kernels, loaded by cuBLASLt while XLA's autotuner timed them: chosen by timing, loaded,
         # never runtime-compiled (the load call's caller is the evidence)
         lib = {n: v for n, v in prov.items() if n not in fusions}
         assert len(lib) == 16 and all(n.startswith("nvjet_sm90_") for n in lib)
         for v in lib.values():
-            assert v["provenance"] == coldstart.AUTOTUNED and v["mechanism"] == "xla"
+            assert v["provenance"] == AUTOTUNED and v["mechanism"] == "xla"
             assert v["how"].startswith("a kernel libcublasLt.so.13 ships, which it loaded (not compiled)")
-        text = coldstart.render(analysed[("jax", k)])
+        text = render(analysed[("jax", k)])
         assert "gemm_fusion_dot_general_2: autotuned" in text and "runtime-compiled" not in text
 
 
@@ -346,13 +384,13 @@ def test_a_module_is_the_librarys_own_only_when_the_library_loaded_it(raw):
     for m in recs:
         by.setdefault(m.get("caller"), set()).update(k[:11] for k in m.get("kernels") or [])
     assert by == {"libcublasLt.so.13": {"nvjet_sm90_"}, "xla_cuda_plugin.so": {"gemm_fusion", "loop_multip"}}
-    assert coldstart.shipped_by({"caller": "libcublasLt.so.13"}) == "libcublasLt.so.13"
-    assert coldstart.shipped_by({"caller": "xla_cuda_plugin.so"}) is None
-    assert coldstart.shipped_by({"caller": "libcudnn_engines_runtime_compiled.so.9"}) is None
-    assert coldstart.shipped_by({}) is None  # recorded before the caller was kept
+    assert shipped_by({"caller": "libcublasLt.so.13"}) == "libcublasLt.so.13"
+    assert shipped_by({"caller": "xla_cuda_plugin.so"}) is None
+    assert shipped_by({"caller": "libcudnn_engines_runtime_compiled.so.9"}) is None
+    assert shipped_by({}) is None  # recorded before the caller was kept
     # Numba's module: loaded lazily (made at its first use) from the cubin Numba made, by Numba's CUDA bindings
     n = [m for m in raw[("numba", 1)]["runs"]["cold"]["modules"]["step1"]["records"] if m.get("loaded_by")]
-    assert n and all(m["loaded_by"].endswith("(made at its first use)") and not coldstart.shipped_by(m) for m in n)
+    assert n and all(m["loaded_by"].endswith("(made at its first use)") and not shipped_by(m) for m in n)
 
 
 # --- inputs: old runs, a failed program -------------------------------------------------------------------------------
@@ -375,16 +413,16 @@ def test_a_program_that_fails_at_its_first_compile_is_reported_as_its_own_error(
             "own error, not a cold-start cost") in res.output
     assert "Traceback" not in res.output
     # runs that failed with different errors keep the plain verdict
-    r = copy.deepcopy(coldstart.load(COMP / "numba_failed.json.gz"))
+    r = copy.deepcopy(load(COMP / "numba_failed.json.gz"))
     r["runs"]["warm"]["error"] = "RuntimeError: something else"
-    assert coldstart.analyse(r)["verdict"] == "no run completed its steps: see the errors in the table"
+    assert analyse(r)["verdict"] == "no run completed its steps: see the errors in the table"
 
 
 # --- the child's pieces that need no GPU ------------------------------------------------------------------------------
 def test_xla_flags_keep_the_users_and_isolate_xla_caches(tmp_path):
     user = "--xla_gpu_enable_triton_gemm=false --xla_gpu_dump_autotune_logs_to=/elsewhere/l.txt " \
            "--xla_gpu_per_fusion_autotune_cache_dir=/home/me/.xla"
-    got = coldstart.xla_flags(user, str(tmp_path / "d"), str(tmp_path / "c"), {"xla_gpu_autotune_level": "0"})
+    got = xla_flags(user, str(tmp_path / "d"), str(tmp_path / "c"), {"xla_gpu_autotune_level": "0"})
     flags = dict(f.lstrip("-").split("=", 1) for f in got.split())
     assert flags["xla_gpu_enable_triton_gemm"] == "false"
     assert flags["xla_gpu_dump_autotune_logs_to"] == str(tmp_path / "d" / "autotune_logs.txt")
@@ -392,13 +430,13 @@ def test_xla_flags_keep_the_users_and_isolate_xla_caches(tmp_path):
         str(tmp_path / "c" / "xla_gpu_per_fusion_autotune_cache_dir")
     assert flags["xla_gpu_autotune_level"] == "0" and len(got.split()) == 5
     # the same flags for every run: JAX's persistent cache keys its entries on them
-    assert got == coldstart.xla_flags(user, str(tmp_path / "d"), str(tmp_path / "c"), {"xla_gpu_autotune_level": "0"})
+    assert got == xla_flags(user, str(tmp_path / "d"), str(tmp_path / "c"), {"xla_gpu_autotune_level": "0"})
 
 
 def test_the_child_times_a_module_imported_after_it_started():
     """The post-import hook wraps a watched entry point of a module imported later (a stdlib module stands in
     for a framework's here: the hook does not care which)."""
-    code = ("from cublaslt_probe.gpu import coldstart_child as c\n"
+    code = ("from cublaslt_probe.gpu import coldstart_hooks as c\n"
             "c.JIT_HOOKS['email.utils'] = [('formatdate', 'demo.format')]\n"
             "c.install_hooks()\n"
             "from email.utils import formatdate\n"
@@ -411,14 +449,14 @@ def test_the_child_times_a_module_imported_after_it_started():
 
 
 def test_xla_autotune_summary_of_a_real_log():
-    r = coldstart.load(COMP / "jax_run1.json.gz")
-    xa = coldstart.windows(r["runs"]["cold"])["step1"]["xla_autotune"]
-    from cublaslt_probe.gpu.coldstart_child import xla_autotune_summary
+    r = load(COMP / "jax_run1.json.gz")
+    xa = windows(r["runs"]["cold"])["step1"]["xla_autotune"]
+    from cublaslt_probe.gpu.coldstart_hooks import xla_autotune_summary
     text = xa["autotune_logs"]["text"]
     assert len(text) == xa["autotune_logs"]["bytes"]  # kept whole
     assert xla_autotune_summary(text)["timed"] == 51
-    assert coldstart.autotuned_instructions(xa) == 2
-    assert json.dumps(coldstart._chosen(xa))
+    assert autotuned_instructions(xa) == 2
+    assert json.dumps(chosen_backends(xa))
 
 
 def test_xla_flags_reach_only_a_jaxlib_known_to_accept_them(tmp_path, monkeypatch):
@@ -426,9 +464,9 @@ def test_xla_flags_reach_only_a_jaxlib_known_to_accept_them(tmp_path, monkeypatc
     XLA_FLAGS as they are; the child sets XLA_FLAGS only where its jaxlib is one whose XLA accepts every flag (XLA
     aborts on a flag it does not know), so a program without JAX, or with an older jaxlib, runs as the user set it."""
     from cublaslt_probe.gpu import coldstart_child as child
-    spec = coldstart.ENVS["noautotune"]
+    spec = ENVS["noautotune"]
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")
-    env = coldstart._child_env(spec, {}, str(tmp_path), str(tmp_path))
+    env = child_env(spec, {}, str(tmp_path), str(tmp_path))
     assert env["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=false"
     ours = env["CUBLASLT_PROBE_XLA_FLAGS"].split()
     assert "--xla_gpu_autotune_level=0" in ours and "--xla_gpu_enable_triton_gemm=false" in ours
@@ -463,14 +501,14 @@ def test_torch_compile_warm_compilation_is_measured_where_the_differences_start(
     (with them left in: −2.3 % and −7.9 %)."""
     for k in (1, 2):
         runs, a = raw[("torch_compile", k)]["runs"], analysed[("torch_compile", k)]
-        w1 = coldstart.windows(runs["warm"])["step1"]
+        w1 = windows(runs["warm"])["step1"]
         warm = _cause(a, "runtime_compilation_warm")
-        assert warm["seconds"] == pytest.approx(coldstart.compile_seconds(w1) - coldstart.autotune_seconds(w1))
+        assert warm["seconds"] == pytest.approx(compile_seconds(w1) - autotune_seconds(w1))
         init = _cause(a, "initialisation")
-        p1 = coldstart.windows(runs["preinit"])["step1"]
+        p1 = windows(runs["preinit"])["step1"]
         assert init["measured_s"] == pytest.approx(
-            (coldstart.step_walls(runs["warm"])[0] - coldstart.compile_seconds(w1))
-            - (coldstart.step_walls(runs["preinit"])[0] - coldstart.compile_seconds(p1)))
+            (step_walls(runs["warm"])[0] - compile_seconds(w1))
+            - (step_walls(runs["preinit"])[0] - compile_seconds(p1)))
         assert 0.05 < init["seconds"] < 0.15
         assert abs(a["unexplained_pct"]) < 3
 
@@ -482,22 +520,22 @@ def test_a_frameworks_own_initialisation_is_started_apart_in_the_preinit_run(pro
     """Steps that are their program's first use of JAX or Numba: the preinit run starts the framework apart, each
     item timed (JAX's backend 58.4 ms, Numba's context 1.1 ms: on the primary context torch made), and the
     initialisation cause names it; the breakdown leaves under 2 % unexplained."""
-    r = coldstart.load(COMP / f"{prog}_run1.json.gz")
+    r = load(COMP / f"{prog}_run1.json.gz")
     pre = r["runs"]["preinit"]["preinit"]
     assert all(isinstance(pre[k], float) and pre[k] > 0 for k in items), pre
-    a = coldstart.analyse(r)
+    a = analyse(r)
     init = _cause(a, "initialisation")
     assert label in init["label"] and any(f"{items[0]} " in e for e in init["evidence"])
     assert abs(a["unexplained_pct"]) < 2
     # the other programs' preinit runs start only the frameworks they imported
     assert not any(k.startswith(("jax_", "numba_")) for k in
-                   coldstart.load(COMP / "cupy_run2.json.gz")["runs"]["preinit"]["preinit"])
+                   load(COMP / "cupy_run2.json.gz")["runs"]["preinit"]["preinit"])
 
 
 def test_a_saved_run_with_values_of_another_type_is_the_files_error(tmp_path):
     """A window's process accounting, or a module's caller, of another type than `--save` writes: one line that
     names the file and says what to give, exit 1, no traceback."""
-    base = coldstart.load(COMP / "jax_run1.json.gz")
+    base = load(COMP / "jax_run1.json.gz")
     for name, edit in (("process", lambda r: [w.__setitem__("process", "lots") for run in r["runs"].values()
                                               for w in run["windows"]]),
                        ("caller", lambda r: [m.__setitem__("caller", 5) for run in r["runs"].values()
@@ -515,6 +553,6 @@ def test_a_saved_run_with_values_of_another_type_is_the_files_error(tmp_path):
 def test_the_named_run_sets_leave_the_added_runs_to_what_the_cold_run_observed():
     """noautotune and cold_again are added after the cold run when it observed what they separate; no named set
     runs them unasked."""
-    for name in coldstart.ENV_SETS:
-        assert not {"noautotune", "cold_again"} & set(coldstart.env_names(name)), name
-    assert set(coldstart.AUTO_ENVS) == {"noautotune", "cold_again"} <= set(coldstart.ENVS)
+    for name in ENV_SETS:
+        assert not {"noautotune", "cold_again"} & set(env_names(name)), name
+    assert set(AUTO_ENVS) == {"noautotune", "cold_again"} <= set(ENVS)

@@ -14,8 +14,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cublaslt_probe.analysis import coldstart
+from cublaslt_probe.analysis.coldstart.binding import NotThisRun, check_bound
+from cublaslt_probe.analysis.coldstart.breakdown import analyse, analyse_round
+from cublaslt_probe.analysis.coldstart.causes import iqr, miss_time
+from cublaslt_probe.analysis.coldstart.envs import STORAGE_READ_MIN, repeat_envs
+from cublaslt_probe.analysis.coldstart.observed import observed_provenance
+from cublaslt_probe.analysis.coldstart.rounds import median_runs, rounds_of, spread, within_noise
+from cublaslt_probe.analysis.coldstart.runs import step_walls, storage_read, windows
+from cublaslt_probe.analysis.coldstart.saved import load
 from cublaslt_probe.cli import main
+from cublaslt_probe.render.coldstart import render
 
 FIX = Path(__file__).parent / "fixtures"
 CS = FIX / "coldstart"
@@ -127,7 +135,7 @@ def test_a_damaged_run_is_skipped_with_a_note_naming_file_run_and_field(mutation
     d = _raw(REPEAT["cupy"])
     mutate(d)
     path = _write(tmp_path, d)
-    got = coldstart.load(str(path))
+    got = load(str(path))
     assert "warm" not in got["runs"] and "cold" in got["runs"]
     assert len(got["load_notes"]) == 1
     note = got["load_notes"][0]
@@ -137,7 +145,7 @@ def test_a_damaged_run_is_skipped_with_a_note_naming_file_run_and_field(mutation
     assert f"note: {path}: run warm skipped" in r.output
     _clean_output(r.output, mutation)
     # the other rounds' warm runs carry the breakdown: the median warm run comes from them
-    a = coldstart.analyse(got)
+    a = analyse(got)
     assert a["rounds"]["chosen"]["warm"] in (2, 3)
 
 
@@ -145,13 +153,13 @@ def test_a_damaged_run_of_a_later_round_is_skipped_and_named_by_round(tmp_path):
     d = _raw(REPEAT["cupy"])
     _bad_later_round(d)
     path = _write(tmp_path, d)
-    got = coldstart.load(str(path))
+    got = load(str(path))
     assert len(got["load_notes"]) == 1 and re.fullmatch(
         re.escape(f"{path}: run warm (round 2) skipped: windows[") + r"\d+" + re.escape(
             "] (step1).wall_s is -inf, not a finite number (a value `cold-start --save` does not write); the "
             "breakdown uses the other runs"), got["load_notes"][0])
     assert "warm" in got["runs"] and "warm" not in got["repeats"][0] and "warm" in got["repeats"][1]
-    _clean_output(coldstart.render(coldstart.analyse(got)), "later round")
+    _clean_output(render(analyse(got)), "later round")
 
 
 REFUSED = {
@@ -200,29 +208,29 @@ def test_causes_that_disagree_with_the_excess_show_no_share_beyond_100_percent(t
 
 @pytest.mark.parametrize("save", SAVES, ids=lambda p: p.name)
 def test_every_real_save_loads_whole_and_shows_no_negative_miss_time(save):
-    got = coldstart.load(str(save))
+    got = load(str(save))
     assert got["load_notes"] == []
-    a = coldstart.analyse(got)
+    a = analyse(got)
     h = next((c for c in a["components"] if c["cause"] == "heuristics"), None)
     if h is not None:
         assert h["seconds"] >= 0
         assert not any(re.search(r"miss time -\d", e) for e in h["evidence"])
     if a.get("baseline"):
-        _clean_output(coldstart.render(a), save.name)
+        _clean_output(render(a), save.name)
 
 
 def test_a_miss_time_below_the_steady_steps_noise_counts_zero_and_says_so():
     """CuPy's round 2 (compilers/): host time per steady step 8 µs shorter with the heuristics cache off, in steps
     that vary by 45 µs (interquartile range): not a negative miss time, a miss the runs cannot resolve."""
-    a = coldstart.analyse(coldstart.load(str(CS / "compilers" / "cupy_run2.json.gz")))
+    a = analyse(load(str(CS / "compilers" / "cupy_run2.json.gz")))
     h = next(c for c in a["components"] if c["cause"] == "heuristics")
     assert h["seconds"] == 0.0
     assert any("miss time not resolved" in e and "(-8 µs per call) is within that" in e for e in h["evidence"])
-    runs = a and coldstart.load(str(CS / "compilers" / "cupy_run2.json.gz"))["runs"]
-    m = coldstart.miss_time(runs["preinit"], runs["nocache"])
+    runs = a and load(str(CS / "compilers" / "cupy_run2.json.gz"))["runs"]
+    m = miss_time(runs["preinit"], runs["nocache"])
     assert m["measured_s"] < 0 < m["noise_s"] and m["within_noise"]
     # a resolved one keeps its size: Llama's 16 calls per step, 132 µs each
-    b = coldstart.analyse(coldstart.load(str(CS / "llama_eager.json.gz")))
+    b = analyse(load(str(CS / "llama_eager.json.gz")))
     hb = next(c for c in b["components"] if c["cause"] == "heuristics")
     assert hb["seconds"] > 0 and any("miss time 132 µs per call" in e for e in hb["evidence"])
 
@@ -254,53 +262,53 @@ def test_the_own_programs_save_is_accepted_and_an_older_save_says_what_binds_it(
 def test_a_save_of_another_gpu_or_by_name_another_program_is_refused(tmp_path):
     d = _raw(REPEAT["cupy"])
     d["binding"]["gpu"] = "NVIDIA A100-SXM4-80GB"
-    with pytest.raises(coldstart.NotThisRun, match="measured on NVIDIA A100-SXM4-80GB; this run is on NVIDIA H200"):
-        coldstart.check_bound(d, "f.json", gpu="NVIDIA H200", names={"coldstart_gelu"})
+    with pytest.raises(NotThisRun, match="measured on NVIDIA A100-SXM4-80GB; this run is on NVIDIA H200"):
+        check_bound(d, "f.json", gpu="NVIDIA H200", names={"coldstart_gelu"})
     # a save that saw nothing made at run time (fp8 linears: cuBLASLt's shipped kernels) is bound by its name
-    fp8 = coldstart.load(str(CS / "fp8_linear.json.gz"))
-    assert coldstart.observed_provenance(fp8) == {}
-    with pytest.raises(coldstart.NotThisRun, match=r"is the cold start of capture_coldstart:make_fp8_linear; this run "
+    fp8 = load(str(CS / "fp8_linear.json.gz"))
+    assert observed_provenance(fp8) == {}
+    with pytest.raises(NotThisRun, match=r"is the cold start of capture_coldstart:make_fp8_linear; this run "
                                                    r"is of llama_prefill"):
-        coldstart.check_bound(fp8, "f.json", gpu="NVIDIA H200", program="llama_prefill", names=set())
-    notes = coldstart.check_bound(fp8, "f.json", gpu="NVIDIA H200", program="fp8_linear", names=set())
+        check_bound(fp8, "f.json", gpu="NVIDIA H200", program="llama_prefill", names=set())
+    notes = check_bound(fp8, "f.json", gpu="NVIDIA H200", program="fp8_linear", names=set())
     assert notes == ["f.json was saved before cold-start recorded the program's content hash: bound by its "
                      "program's name (capture_coldstart:make_fp8_linear) and the GPU (NVIDIA H200)"]
 
 
 def test_a_new_save_carries_its_program_gpu_and_versions():
-    b = coldstart.load(str(REPEAT["numba"]))["binding"]
+    b = load(str(REPEAT["numba"]))["binding"]
     assert b["program"] == "numba_prog" and b["file"] == "numba_prog.py"
     import hashlib
     prog = Path(__file__).parent.parent / "scripts" / "coldstart_programs" / "numba_prog.py"
     assert b["sha256"] == hashlib.sha256(prog.read_bytes()).hexdigest()
     assert b["gpu"] == "NVIDIA H200" and b["versions"]["numba-cuda"] == "0.30.4" and b["versions"]["cuda"] == "13.0"
-    head = coldstart.render(coldstart.analyse(coldstart.load(str(REPEAT["numba"])))).splitlines()[1]
+    head = render(analyse(load(str(REPEAT["numba"])))).splitlines()[1]
     assert head.startswith(f"program numba_prog.py (sha256 {b['sha256'][:12]}…); torch 2.11.0, cuda 13.0")
 
 
 # --- noise: the median run per environment, each figure's spread, causes within noise --------------------------------
 @pytest.fixture(scope="module")
 def repeated():
-    return {p: coldstart.load(str(f)) for p, f in REPEAT.items()}
+    return {p: load(str(f)) for p, f in REPEAT.items()}
 
 
 @pytest.mark.parametrize("prog", list(REPEAT))
 def test_each_run_is_its_environments_median_and_the_sum_is_exact(repeated, prog):
     d = repeated[prog]
-    rounds = coldstart.rounds_of(d)
+    rounds = rounds_of(d)
     assert len(rounds) == 3 and "cold_again" in rounds[0] and all("cold_again" not in r for r in rounds[1:])
-    runs, _, left = coldstart.median_runs(rounds)
+    runs, _, left = median_runs(rounds)
     for name in ("warm", "preinit", "eager"):
-        walls = sorted(coldstart.step_walls(r[name])[0] for r in rounds)
-        assert coldstart.step_walls(runs[name])[0] == walls[1]
+        walls = sorted(step_walls(r[name])[0] for r in rounds)
+        assert step_walls(runs[name])[0] == walls[1]
     # the cold run: the median of the cold runs that found their files in the OS file cache and cold_again
     read = [k for k, r in enumerate(rounds, 1)
-            if coldstart.storage_read(coldstart.windows(r["cold"])["step1"]) >= coldstart.STORAGE_READ_MIN]
+            if storage_read(windows(r["cold"])["step1"]) >= STORAGE_READ_MIN]
     assert read == [1] and len(left) == 1 and left[0].startswith("the cold run of round 1 read")
-    pool = [coldstart.step_walls(r["cold"])[0] for r in rounds[1:]] + [coldstart.step_walls(rounds[0]["cold_again"])[0]]
-    assert coldstart.step_walls(runs["cold"])[0] == sorted(pool)[1]
-    a = coldstart.analyse(d)
-    assert a["step1_s"] == coldstart.step_walls(runs["cold"])[0]
+    pool = [step_walls(r["cold"])[0] for r in rounds[1:]] + [step_walls(rounds[0]["cold_again"])[0]]
+    assert step_walls(runs["cold"])[0] == sorted(pool)[1]
+    a = analyse(d)
+    assert a["step1_s"] == step_walls(runs["cold"])[0]
     assert sum(c["seconds"] for c in a["components"]) + a["unexplained_s"] == pytest.approx(a["excess_s"], abs=1e-9)
     # the issue's target: the causes add up to the excess within 10 % (measured: 0.1 %, 0.2 %, 0.4 %)
     assert abs(a["unexplained_pct"]) < 10 and a["unexplained_within_noise"]
@@ -309,8 +317,8 @@ def test_each_run_is_its_environments_median_and_the_sum_is_exact(repeated, prog
 @pytest.mark.parametrize("prog", list(REPEAT))
 def test_each_causes_spread_is_its_rounds_and_within_noise_is_size_within_spread(repeated, prog):
     d = repeated[prog]
-    a = coldstart.analyse(d)
-    per = [coldstart.analyse_round({**d, "runs": r}) for r in coldstart.rounds_of(d)]
+    a = analyse(d)
+    per = [analyse_round({**d, "runs": r}) for r in rounds_of(d)]
     flagged = 0
     for c in a["components"]:
         got = [next((x["measured_s"] or 0.0 for x in p["components"] if x["cause"] == c["cause"]), 0.0) for p in per]
@@ -321,7 +329,7 @@ def test_each_causes_spread_is_its_rounds_and_within_noise_is_size_within_spread
         assert c["within_noise"] == (width > 0 and c["seconds"] <= width)
         flagged += c["within_noise"]
     assert flagged >= 1
-    text = coldstart.render(a)
+    text = render(a)
     assert "3 rounds: each run the median of its environment's runs by step 1" in text
     for c in a["components"]:
         line = next(ln for ln in text.splitlines() if ln.startswith(f"  {c['label']}"))
@@ -332,7 +340,7 @@ def test_each_causes_spread_is_its_rounds_and_within_noise_is_size_within_spread
 def test_the_cupy_breakdown_over_three_rounds(repeated):
     """The figures the H200 gave (repeat/PROVENANCE.md): NVRTC's cold compile is real, PTX JIT is within its
     noise (37.1 ms inside 0.0–44.9), and nothing is left over."""
-    a = coldstart.analyse(repeated["cupy"])
+    a = analyse(repeated["cupy"])
     by = {c["cause"]: c for c in a["components"]}
     assert round(by["nvrtc_cupy"]["seconds"] * 1e3, 1) == 199.1 and not by["nvrtc_cupy"]["within_noise"]
     assert round(by["ptx_jit"]["seconds"] * 1e3, 1) == 37.1 and by["ptx_jit"]["within_noise"]
@@ -342,29 +350,29 @@ def test_the_cupy_breakdown_over_three_rounds(repeated):
 
 
 def test_a_save_of_one_round_is_analysed_as_before():
-    d = coldstart.load(str(CS / "compilers" / "cupy_run1.json.gz"))
-    a = coldstart.analyse(d)
+    d = load(str(CS / "compilers" / "cupy_run1.json.gz"))
+    a = analyse(d)
     assert a["repeat"] == 1 and "rounds" not in a
     assert not any("within_noise" in c for c in a["components"])
-    assert "rounds:" not in coldstart.render(a).splitlines()[0]
+    assert "rounds:" not in render(a).splitlines()[0]
 
 
 def test_later_rounds_repeat_only_the_runs_of_the_sum():
-    cupy = coldstart.load(str(CS / "compilers" / "cupy_run1.json.gz"))["runs"]
-    assert coldstart.repeat_envs(cupy) == ["cold", "warm", "preinit", "eager", "nocache"]   # no cold_again
-    numba = coldstart.load(str(CS / "compilers" / "numba_run1.json.gz"))["runs"]
-    assert coldstart.repeat_envs(numba) == ["cold", "warm", "preinit", "eager"]   # no matmul logged in a step
-    ptx = coldstart.load(str(CS / "ptx_module.json.gz"))["runs"]
-    assert set(ptx) > {"nojit", "forcejit"} and coldstart.repeat_envs(ptx) == ["cold", "warm"]   # no what-ifs
+    cupy = load(str(CS / "compilers" / "cupy_run1.json.gz"))["runs"]
+    assert repeat_envs(cupy) == ["cold", "warm", "preinit", "eager", "nocache"]   # no cold_again
+    numba = load(str(CS / "compilers" / "numba_run1.json.gz"))["runs"]
+    assert repeat_envs(numba) == ["cold", "warm", "preinit", "eager"]   # no matmul logged in a step
+    ptx = load(str(CS / "ptx_module.json.gz"))["runs"]
+    assert set(ptx) > {"nojit", "forcejit"} and repeat_envs(ptx) == ["cold", "warm"]   # no what-ifs
 
 
 def test_within_noise_and_spread_rules():
-    assert coldstart.within_noise(0.010, [0.0, 0.012, 0.004])
-    assert not coldstart.within_noise(0.010, [0.009, 0.011, 0.010])
-    assert not coldstart.within_noise(0.0, [0.0, 0.0])          # no spread: nothing to say
-    assert not coldstart.within_noise(0.010, [0.0])             # one round: no spread
-    assert coldstart.spread([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
-    assert coldstart.iqr([1.0, 2.0, 3.0, 100.0]) < 30 and not math.isnan(coldstart.iqr([1.0]))
+    assert within_noise(0.010, [0.0, 0.012, 0.004])
+    assert not within_noise(0.010, [0.009, 0.011, 0.010])
+    assert not within_noise(0.0, [0.0, 0.0])          # no spread: nothing to say
+    assert not within_noise(0.010, [0.0])             # one round: no spread
+    assert spread([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert iqr([1.0, 2.0, 3.0, 100.0]) < 30 and not math.isnan(iqr([1.0]))
 
 
 def test_repeat_option_is_checked():
@@ -373,7 +381,7 @@ def test_repeat_option_is_checked():
     d = _raw(REPEAT["cupy"])
     assert d["repeat"] == 3 and len(d["repeats"]) == 2
     c = copy.deepcopy(d)
-    assert coldstart.rounds_of(c)[0] is c["runs"]
+    assert rounds_of(c)[0] is c["runs"]
 
 
 # --- any number of a real save damaged: skipped or refused by name, never a traceback or an impossible figure -------

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cublaslt_probe.analysis import coldstart
+from cublaslt_probe.analysis.coldstart.breakdown import analyse, forced_jit
+from cublaslt_probe.analysis.coldstart.observed import observed_provenance
+from cublaslt_probe.analysis.coldstart.runs import compute_cache_written, modules_in, new_problems, ptx_loads, windows
+from cublaslt_probe.gpu.coldstart import run
 
 HERE = Path(__file__).resolve()
 
@@ -66,55 +69,55 @@ def _adds_up(a):
 
 @pytest.mark.gpu
 def test_eager_step_is_not_runtime_compiled_and_adds_up():
-    raw = coldstart.run(_target("make_eager_step"), steps=5, env_set="default", timeout=240, repeat=1)
+    raw = run(_target("make_eager_step"), steps=5, env_set="default", timeout=240, repeat=1)
     assert all(r.get("ok") for r in raw["runs"].values()), {k: r.get("error") for k, r in raw["runs"].items()}
-    a = coldstart.analyse(raw)
+    a = analyse(raw)
     assert not a["compilation"]["observed"], a["compilation"]
     _adds_up(a)
     cold = raw["runs"]["cold"]
     # CUPTI saw the lazy loads of step 1 and the eager run loaded its modules at start instead
-    assert coldstart.modules_in(cold, "step1").get("count", 0) > 0
-    assert coldstart.modules_in(raw["runs"]["eager"], "step1").get("count", 0) < \
-        coldstart.modules_in(cold, "step1")["count"]
+    assert modules_in(cold, "step1").get("count", 0) > 0
+    assert modules_in(raw["runs"]["eager"], "step1").get("count", 0) < \
+        modules_in(cold, "step1")["count"]
     # the level-2 log of step 1 holds its GEMMs (two per step: the Lt path with bias and the cuBLAS path)
-    newp, lines = coldstart.new_problems(cold)
+    newp, lines = new_problems(cold)
     assert lines >= 2 and newp >= 2
     assert {c["cause"] for c in a["components"]} >= {"initialisation", "module_loading", "heuristics"}
 
 
 @pytest.mark.gpu
 def test_compiled_step_is_runtime_compiled_and_a_warm_cache_removes_it():
-    raw = coldstart.run(_target("make_compiled_step"), steps=4, env_set="compile", timeout=300, repeat=1)
+    raw = run(_target("make_compiled_step"), steps=4, env_set="compile", timeout=300, repeat=1)
     assert all(r.get("ok") for r in raw["runs"].values()), {k: r.get("error") for k, r in raw["runs"].items()}
-    a = coldstart.analyse(raw)
+    a = analyse(raw)
     assert a["compilation"]["observed"] and "triton" in a["compilation"]["mechanisms"]
     comp = {c["cause"]: c for c in a["components"]}
     assert comp["runtime_compilation"]["seconds"] > 0.2
-    cold_w = coldstart.windows(raw["runs"]["cold"])["step1"]
-    warm_w = coldstart.windows(raw["runs"]["warm"])["step1"]
+    cold_w = windows(raw["runs"]["cold"])["step1"]
+    warm_w = windows(raw["runs"]["warm"])["step1"]
     assert cold_w.get("triton_kernels")
     assert not warm_w.get("triton_kernels")  # warm cache: nothing compiled again
-    prov = coldstart.observed_provenance(raw)
+    prov = observed_provenance(raw)
     assert any(v["mechanism"] == "triton" for v in prov.values())
     _adds_up(a)
 
 
 @pytest.mark.gpu
 def test_ptx_module_is_jit_compiled_detected_and_timed():
-    raw = coldstart.run(_target("make_ptx_step"), steps=4, envs="cold,warm,nojit,forcejit,forcejit_warm",
+    raw = run(_target("make_ptx_step"), steps=4, envs="cold,warm,nojit,forcejit,forcejit_warm",
                         timeout=240, repeat=1)
     runs = raw["runs"]
     assert runs["cold"]["ok"] and runs["warm"]["ok"], runs["cold"].get("error")
-    a = coldstart.analyse(raw)
+    a = analyse(raw)
     assert a["compilation"]["observed"] and "ptx-jit" in a["compilation"]["mechanisms"]
-    assert coldstart.compute_cache_written(runs["cold"]) > 0
-    loads = coldstart.ptx_loads(runs["cold"])
+    assert compute_cache_written(runs["cold"]) > 0
+    loads = ptx_loads(runs["cold"])
     assert loads and loads[0]["name"].startswith("cuModuleLoadData") and loads[0]["seconds"] > 0
-    prov = coldstart.observed_provenance(raw)
+    prov = observed_provenance(raw)
     assert prov.get("coldstart_ptx_0", {}).get("mechanism") == "ptx-jit"
     assert not runs["nojit"]["ok"]  # PTX only: with JIT disabled and an empty ComputeCache it cannot load
     assert runs["forcejit"]["ok"] and runs["forcejit_warm"]["ok"]
-    fj = coldstart.forced_jit(raw)
-    assert fj["detected"] and coldstart.compute_cache_written(runs["forcejit"]) > 0
+    fj = forced_jit(raw)
+    assert fj["detected"] and compute_cache_written(runs["forcejit"]) > 0
     assert fj["seconds"] > 0.05  # forced JIT, timed: forcejit step 1 − warm step 1
     _adds_up(a)

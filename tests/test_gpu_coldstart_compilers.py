@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from cublaslt_probe.analysis import coldstart
+from cublaslt_probe.analysis.coldstart.breakdown import analyse
+from cublaslt_probe.analysis.coldstart.observed import shipped_by
+from cublaslt_probe.analysis.coldstart.routes import JAX_WRITES, jit_calls, xla_autotune_seconds, xla_compiled, xla_hits
+from cublaslt_probe.analysis.coldstart.runs import Runs, windows
+from cublaslt_probe.gpu.coldstart import run
 
 PROGS = Path(__file__).resolve().parent.parent / "scripts" / "coldstart_programs"
 
@@ -24,7 +28,7 @@ def windows_cpu(run):
 
 
 def _run(name, envs="cold,warm"):
-    raw = coldstart.run(["python", str(PROGS / f"{name}_prog.py")], steps=4, envs=envs, timeout=300, repeat=1)
+    raw = run(["python", str(PROGS / f"{name}_prog.py")], steps=4, envs=envs, timeout=300, repeat=1)
     bad = {k: r.get("error") for k, r in raw["runs"].items() if not r.get("ok")}
     assert not bad, bad
     # every window keeps the process's own accounting (CPU seconds, its compilers' CPU, reads from storage)
@@ -32,7 +36,7 @@ def _run(name, envs="cold,warm"):
         for w in r["windows"]:
             assert {"cpu_s", "children_cpu_s", "majflt", "inblock_bytes"} <= set(w["process"]), w["name"]
         assert windows_cpu(r) > 0
-    a = coldstart.analyse(raw)
+    a = analyse(raw)
     total = sum(c["seconds"] for c in a["components"]) + a["unexplained_s"]
     assert total == pytest.approx(a["excess_s"], abs=1e-9)
     assert "torch.compile" not in a["compilation"]["verdict"] or name == "torch_compile"
@@ -51,7 +55,7 @@ def test_cupy_is_nvrtc_cupy_and_its_cache_is_isolated():
     cold, warm = raw["runs"]["cold"], raw["runs"]["warm"]
     assert cold["env"]["caches_before"]["CUPY_CACHE_DIR"] == 0 and cold["cache_written"]["CUPY_CACHE_DIR"]["count"]
     assert warm["env"]["caches_before"]["CUPY_CACHE_DIR"] > 0
-    assert coldstart.jit_calls(coldstart.windows(warm)["step1"], "cupy.nvrtc") == 0
+    assert jit_calls(windows(warm)["step1"], "cupy.nvrtc") == 0
 
 
 @pytest.mark.gpu
@@ -81,7 +85,7 @@ def test_numba_is_numba():
                     + (p.stderr.strip().splitlines() or ["no output"])[-1])
     raw, a = _run("numba")
     assert "numba" in a["compilation"]["mechanisms"], a["compilation"]
-    assert coldstart.jit_calls(coldstart.windows(raw["runs"]["cold"])["step1"], "numba.nvvm") >= 1
+    assert jit_calls(windows(raw["runs"]["cold"])["step1"], "numba.nvvm") >= 1
     # its kernel, loaded lazily from the cubin Numba linked (cuLibraryLoadData), is observed as Numba's
     seen = {k: v for k, v in a["kernels"].items() if "coldstart_saxpy_tanh" in k}
     assert seen and all(v["provenance"] == "runtime-compiled" and v["mechanism"] == "numba" for v in seen.values()), \
@@ -89,7 +93,7 @@ def test_numba_is_numba():
     # the call that loaded it was Numba's (through its CUDA bindings), not a library shipping its kernels
     recs = [m for m in raw["runs"]["cold"]["modules"]["step1"]["records"]
             if any("coldstart_saxpy_tanh" in k for k in m.get("kernels") or [])]
-    assert recs and all(m.get("caller") and not coldstart.shipped_by(m) for m in recs), recs
+    assert recs and all(m.get("caller") and not shipped_by(m) for m in recs), recs
 
 
 @pytest.mark.gpu
@@ -97,14 +101,14 @@ def test_jax_is_xla_compile_and_its_autotuning_is_timed():
     _need("jax")
     raw, a = _run("jax", envs="cold,warm,noautotune")
     assert "xla" in a["compilation"]["mechanisms"], a["compilation"]
-    assert coldstart.xla_autotune_seconds(raw["runs"]) is not None
+    assert xla_autotune_seconds(Runs(raw["runs"])) is not None
     assert raw["runs"]["cold"]["xla_flags"]["set"]
     # the warm run's XLA flags are the cold run's, so JAX's persistent cache serves the executable, unless the
     # cold compile was under JAX's minimum compile time for its cache: then nothing was written, and the analysis
     # says the warm run compiled again
-    c1, w1 = (coldstart.windows(raw["runs"][n])["step1"] for n in ("cold", "warm"))
-    if coldstart.jit_calls(c1, coldstart.JAX_WRITES):
-        assert coldstart.xla_hits(w1) >= 1 and not coldstart.xla_compiled(w1), w1.get("jit_s")
+    c1, w1 = (windows(raw["runs"][n])["step1"] for n in ("cold", "warm"))
+    if jit_calls(c1, JAX_WRITES):
+        assert xla_hits(w1) >= 1 and not xla_compiled(w1), w1.get("jit_s")
     else:
         assert any(c["cause"] == "xla_compile_warm" for c in a["components"]), a["components"]
     # cuBLASLt's kernels, loaded while XLA's autotuner timed them, were loaded by cuBLASLt (shipped, chosen by
@@ -112,8 +116,8 @@ def test_jax_is_xla_compile_and_its_autotuning_is_timed():
     recs = [m for m in raw["runs"]["cold"]["modules"]["step1"]["records"] if m.get("loaded_by")]
     lib = [m for m in recs if any(k.startswith("nvjet") for k in m.get("kernels") or [])]
     own = [m for m in recs if any(k.startswith("gemm_fusion") for k in m.get("kernels") or [])]
-    assert own and not any(coldstart.shipped_by(m) for m in own), own[:3]
-    assert lib and all(str(coldstart.shipped_by(m)).startswith("libcublas") for m in lib), recs[:3]
+    assert own and not any(shipped_by(m) for m in own), own[:3]
+    assert lib and all(str(shipped_by(m)).startswith("libcublas") for m in lib), recs[:3]
     assert not [k for k, v in a["kernels"].items() if k.startswith("nvjet") and v["provenance"] != "autotuned"]
 
 

@@ -145,7 +145,7 @@ def test_capture_without_group_sizes_writes_none(tmp_path):
 
 def test_grouped_alternatives_run_and_the_loop_matches(probe):
     """The alternatives of a routed grouped GEMM all run; one mm per group gives the grouped GEMM's output."""
-    from cublaslt_probe.gpu.probe import time_grouped_alternatives
+    from cublaslt_probe.gpu.alternatives import time_grouped_alternatives
     rows = time_grouped_alternatives(probe, CASES[0])
     by = {r["variant"]: r for r in rows}
     assert list(by) == ["original", "pad8", "pad16", "pad64", "pad128", "balanced", "bmm_padded", "fp8",
@@ -163,7 +163,7 @@ SPLIT_K = Case("torch", "grouped_mm", "bf16", "TN", 256, 512, 1024, 1, 8, "k:zip
 def test_the_weight_gradients_grouped_gemm_is_the_loop_over_its_k_slices(probe):
     """The weight gradient's form (A [m, k] column-major, B [k, n], offsets along k): each group's output is
     the product of its own slice of k; its record holds the sizes along k, and its alternatives run."""
-    from cublaslt_probe.gpu.probe import time_grouped_alternatives
+    from cublaslt_probe.gpu.alternatives import time_grouped_alternatives
     c = SPLIT_K
     b = probe.builder.build(c)
     try:

@@ -1,6 +1,6 @@
-"""GPU tests of the probe's kernel capture (`cupti.Activity` under `probe.profile_kernels`): it names each kernel,
-memset and copy as torch.profiler names them, with the same GPU durations, and takes turns with torch.profiler in
-one process. Skipped with a reason without a GPU."""
+"""GPU tests of the probe's kernel capture (`cupti.Activity` under `kernel_capture.profile_kernels`): it names each
+kernel, memset and copy as torch.profiler names them, with the same GPU durations, and takes turns with
+torch.profiler in one process. Skipped with a reason without a GPU."""
 import statistics
 
 import pytest
@@ -20,7 +20,7 @@ CASES = ["torch|mm|bf16|NN|4096|3584|3584|1", "torch-lt|mm|bf16|TN|4|3584|3584|1
 def calls():
     import torch
 
-    from cublaslt_probe.gpu.probe import Builder
+    from cublaslt_probe.gpu.operands import Builder
     b = Builder()
     out = []
     for key in CASES:
@@ -44,7 +44,7 @@ def torch_profiler_kernels(torch, calls, marker) -> list[list[tuple[str, float]]
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from cublaslt_probe.gpu.probe import run_marked, split_by_marker
+    from cublaslt_probe.gpu.kernel_capture import run_marked, split_by_marker
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run_marked(torch, calls, marker)
     evs = sorted((e.start_ns(), e.name(), e.duration_ns() / 1e3) for e in prof.profiler.kineto_results.events()
@@ -53,14 +53,14 @@ def torch_profiler_kernels(torch, calls, marker) -> list[list[tuple[str, float]]
 
 
 def test_the_capture_names_what_torch_profiler_names_with_its_durations(calls):
-    from cublaslt_probe.gpu.probe import profile_kernels
+    from cublaslt_probe.gpu.kernel_capture import profile_kernels
     torch, fns = calls
     marker = torch.zeros(1, dtype=torch.int8, device="cuda")
     # the two captures take turns, three rounds each, each right after the same calls ran untimed: our captures
     # after a torch.profiler session must keep their durations (kineto leaves its TSC timestamp callback in
     # force; before `Activity` registered its own clock, every kernel read 2.1x long after one: 307 against
     # 146 µs); the names must agree in every capture, the durations as medians
-    from cublaslt_probe.gpu.probe import run_marked
+    from cublaslt_probe.gpu.kernel_capture import run_marked
     ours, theirs = [], []
     for _ in range(3):
         for capture, into in ((lambda: profile_kernels(torch, fns, marker), ours),

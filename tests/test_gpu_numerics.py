@@ -19,7 +19,7 @@ def env():
 def test_numerics_catches_a_dropped_k_tail(env, dtype, trans_a, trans_b):
     torch, lib = env
     from cublaslt_probe.gpu import lt, numerics
-    from cublaslt_probe.gpu.probe import LtGemm
+    from cublaslt_probe.gpu.operands import LtGemm
     p = lt.Problem(4096, 16, 4096, dtype=dtype, trans_a=trans_a, trans_b=trans_b)
     with LtGemm(torch, lib, p) as g:
         algo = g.heuristic(1)[0].algo
@@ -38,7 +38,7 @@ def test_numerics_catches_a_dropped_k_tail(env, dtype, trans_a, trans_b):
 def test_numerics_catches_an_unwritten_output(env):
     torch, lib = env
     from cublaslt_probe.gpu import lt, numerics
-    from cublaslt_probe.gpu.probe import LtGemm
+    from cublaslt_probe.gpu.operands import LtGemm
     p = lt.Problem(4096, 64, 1024, dtype="bf16", trans_a="T")
     with LtGemm(torch, lib, p) as g:
         ref, absprod = numerics.reference(torch, p, g.A, g.B)

@@ -85,7 +85,7 @@ def test_time_gpu_returns_the_samples_and_their_evidence(probe):
 
 
 def test_candidates_are_run_and_compared(probe):
-    from cublaslt_probe.gpu.probe import lt_candidates
+    from cublaslt_probe.gpu.alternatives import lt_candidates
     rows = lt_candidates(probe, Case("lt", "mm", "bf16", "NT", 256, 4096, 4096), top=8, reps=5)
     assert 1 <= len(rows) <= 8 and rows[0]["rank"] == 0
     ok = [r for r in rows if r["error"] is None]
@@ -354,7 +354,7 @@ def test_a_retake_the_host_stalled_through_is_retaken_once_more(probe, monkeypat
     behind a spin sized by the stalled retake, passes; the record keeps both failures."""
     import time
 
-    from cublaslt_probe.gpu.probe import ATTEMPTS
+    from cublaslt_probe.gpu.timing import ATTEMPTS
     b = probe.builder
     c = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
     b.set_flags(c)
@@ -389,7 +389,7 @@ def test_the_drivers_events_time_what_torchs_events_time(probe):
 
     from cublaslt_probe.errors import CaptureError
     from cublaslt_probe.gpu.driver import Clock
-    from cublaslt_probe.gpu.probe import current_stream
+    from cublaslt_probe.gpu.operands import current_stream
     torch, clock = probe.torch, probe.clock
     assert isinstance(clock, Clock)
     c = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
@@ -465,8 +465,9 @@ def test_a_retaken_gemm_in_flight_runs_under_its_own_flags(probe, monkeypatch):
     Every call of every GEMM (warm-up, logged, estimating, timed, retaken, profiled) is checked against its
     case's flags as torch reads them at the call. The library is called for the warm-up, logged and estimating
     calls and the capture; the timed, retaken and profiled calls launch what the capture holds (`_replayed`)."""
-    from cublaslt_probe.gpu.probe import ATTEMPTS, WARM_CALLS, Built
-    from cublaslt_probe.gpu.timing import Timer
+    from cublaslt_probe.gpu.operands import Built
+    from cublaslt_probe.gpu.probe import WARM_CALLS
+    from cublaslt_probe.gpu.timing import ATTEMPTS, Timer
     torch, b = probe.torch, probe.builder
     cases = [Case("torch", "mm", "fp32", "NN", 16, 1024, 1024), Case("torch-lt", "mm", "tf32", "NN", 16, 1024, 1024),
              Case("torch", "mm", "fp32", "NT", 16, 1024, 1024), Case("torch-lt", "mm", "tf32", "NT", 16, 1024, 1024)]
@@ -541,7 +542,7 @@ def test_an_estimate_goes_without_its_spin_only_while_the_batches_in_flight_cove
     """The estimating call is queued without its spin while the batch of the GEMM in flight that covers that
     spin (`covering_batch`) has not started (`Timer.queue_estimate` with `behind`); with its spin once it has, or
     with nothing in flight. The estimate then reads what it reads behind the spin."""
-    from cublaslt_probe.gpu.probe import estimate_spin
+    from cublaslt_probe.gpu.timing import estimate_spin
     c = next(c for c in sweep.plan("decode").cases if c.backend == "torch" and c.dtype == "bf16")
     probe.builder.set_flags(c)
     b = probe.builder.build(c)
@@ -668,7 +669,7 @@ def test_a_windows_memory_budget_counts_the_outputs_replays_keep(probe, monkeypa
 def test_a_call_the_replay_cannot_make_keeps_the_librarys_launches_and_says_why(probe, monkeypatch):
     """A GEMM whose call also copies memory (a graph node the replay does not make) is timed through the
     library's launch path, with the reason in its raw record, and the window's other GEMMs are replayed."""
-    from cublaslt_probe.gpu.probe import Built
+    from cublaslt_probe.gpu.operands import Built
     cases = [Case("torch", "mm", "bf16", "NT", 16, 4096, 4096), Case("torch", "mm", "fp16", "NT", 16, 4096, 4096)]
     torch, build = probe.torch, probe.builder.build
     x, y = torch.zeros(1 << 20, device="cuda"), torch.ones(1 << 20, device="cuda")
@@ -703,7 +704,7 @@ def test_a_call_the_replay_cannot_make_keeps_the_librarys_launches_and_says_why(
 def _counting_build(probe, monkeypatch):
     """The builder's GEMMs with their library calls counted by key (the replay's timed calls are not the
     library's: only its capture is counted)."""
-    from cublaslt_probe.gpu.probe import Built
+    from cublaslt_probe.gpu.operands import Built
     calls, build = {}, probe.builder.build
 
     def counting(c, *a):
@@ -769,7 +770,7 @@ def test_a_gemm_that_fails_once_built_is_closed(probe, monkeypatch):
     """A GEMM that fails after it was built, before the GEMM in flight or the window's list holds it, becomes an
     error row and what it holds is closed (an lt GEMM's descriptors, a replay's graph); the window's other
     GEMMs run."""
-    from cublaslt_probe.gpu.probe import Built
+    from cublaslt_probe.gpu.operands import Built
     build, replayed, start, own_flags = probe.builder.build, probe._replayed, probe.timer.start, probe._own_flags
     current = {}
     failing = {"torch|mm|bf16|NT|16|4096|1024|1", "lt|mm|bf16|NT|16|4096|1024|1", "torch|mm|bf16|NT|4096|4096|4096|1"}

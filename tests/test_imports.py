@@ -135,7 +135,33 @@ def test_only_the_gpu_modules_import_torch_cupy_or_ctypes():
     bad += [f"{m}:{line} imports {t}" for m, p in MODULES.items() if m not in GPU_MODULES
             for t, line in _dynamic_imports(p) if t.split(".")[0] in GPU_LIBRARIES]
     assert bad == []
-    assert f"{GPU_PACKAGE}.probe" in GPU_MODULES     # the rule reads the package that exists
+    assert {f"{GPU_PACKAGE}.{m}" for m in ("probe", *PROBE_PARTS)} <= GPU_MODULES   # the rule reads what exists
+
+
+# The probe's parts (gpu/probe.py is the window scheduler over them).
+PROBE_PARTS = ("operands", "kernel_capture", "heuristic_helpers", "host", "alternatives")
+
+
+def _type_checking_lines(path: pathlib.Path) -> set[int]:
+    """The lines of the `if TYPE_CHECKING:` blocks of a module (imports for annotations only)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            out.update(range(node.lineno, node.end_lineno + 1))
+    return out
+
+
+def test_the_probes_parts_never_import_the_scheduler():
+    """operands, kernel_capture, heuristic_helpers, host and alternatives sit below gpu/probe.py: none imports it
+    to run (an annotation's import under `TYPE_CHECKING` aside), so the scheduler is the only module that
+    needs them all."""
+    bad = []
+    for part in PROBE_PARTS:
+        name = f"{GPU_PACKAGE}.{part}"
+        annotations = _type_checking_lines(MODULES[name])
+        bad += [f"{name}:{line}" for t, line, _ in IMPORTS[name]
+                if t == f"{GPU_PACKAGE}.probe" and line not in annotations]
+    assert bad == []
 
 
 def test_gpu_modules_import_on_a_cpu():
@@ -152,7 +178,7 @@ def test_no_import_circle_at_module_level():
 
 
 CPU_PACKAGES = [f"{ROOT}.{p}" for p in ("analysis", "render", "sweep", "names", "logs")] + \
-    [f"{ROOT}.{m}" for m in ("vocab", "dtypes", "cases", "runfiles", "streams", "errors")]
+    [f"{ROOT}.{m}" for m in ("vocab", "dtypes", "cases", "raw_record", "runfiles", "streams", "errors")]
 
 
 def test_the_cpu_side_never_reaches_into_gpu():
@@ -164,3 +190,101 @@ def test_the_cpu_side_never_reaches_into_gpu():
            for t, line, _ in imps if t == GPU_PACKAGE or t.startswith(GPU_PACKAGE + ".")]
     assert bad == []
     assert all(p in MODULES for p in CPU_PACKAGES)
+
+
+def _in(m: str, packages: list[str]) -> bool:
+    return any(m == p or m.startswith(p + ".") for p in packages)
+
+
+def test_the_cpu_side_starts_no_program():
+    """The CPU side does not import subprocess: a program it started (a cold-start child) would run GPU work
+    outside gpu/; the runner that starts `cold-start`'s children is `gpu.coldstart`, beside the child. (A pool of
+    worker processes running the CPU side's own functions, as the sweep's row builders, is CPU work.)"""
+    bad = [f"{m}:{line} imports {t}" for m, imps in IMPORTS.items() if _in(m, CPU_PACKAGES)
+           for t, line, _ in imps if t.split(".")[0] == "subprocess"]
+    assert bad == []
+    assert any(t == "subprocess" for t, _, _ in IMPORTS[f"{GPU_PACKAGE}.coldstart"])   # the rule reads the runner
+
+
+def _sys_modules_lookups(path: pathlib.Path) -> list[tuple[str, int]]:
+    """`sys.modules.get("x")` and `sys.modules["x"]` with a literal name: (x, line)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        target, key = None, None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args:
+            target, key = node.func.value, node.args[0]
+        elif isinstance(node, ast.Subscript):
+            target, key = node.value, node.slice
+        if isinstance(target, ast.Attribute) and target.attr == "modules" and isinstance(target.value, ast.Name) \
+                and target.value.id == "sys" and isinstance(key, ast.Constant) and isinstance(key.value, str):
+            out.append((key.value, node.lineno))
+    return out
+
+
+def test_no_module_finds_another_of_the_package_through_sys_modules():
+    """Modules of the package reach each other by import, never by looking a module of the package up in
+    `sys.modules` (a handshake that breaks when the module runs as ``__main__``): `cold_start_step` and the
+    cold-start child share `gpu.coldstart_step`'s active session instead."""
+    bad = [f"{m}:{line} looks up {k}" for m, p in MODULES.items() for k, line in _sys_modules_lookups(p)
+           if k == ROOT or k.startswith(ROOT + ".")]
+    assert bad == []
+    child = _sys_modules_lookups(MODULES[f"{GPU_PACKAGE}.coldstart_child"])
+    assert "torch._dynamo.utils" in {k for k, _ in child}   # the reader sees the lookups there are
+
+
+def _private_members() -> set[str]:
+    """The private attributes and methods (one leading underscore) of the package's classes."""
+    out = set()
+    for p in MODULES.values():
+        for cls in (n for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ClassDef)):
+            for n in ast.walk(cls):
+                name = n.name if isinstance(n, ast.FunctionDef) else n.attr if isinstance(n, ast.Attribute) and \
+                    isinstance(n.value, ast.Name) and n.value.id == "self" else ""
+                if name.startswith("_") and not name.startswith("__"):
+                    out.add(name)
+    return out
+
+
+def test_the_cold_start_modules_use_each_others_public_names_only():
+    """The cold-start modules (runner, child, step marker, analysis, render, command) read no private attribute of
+    another object of the package (``session._open``: the child's stages are `Session` methods) and import no
+    private name from another module."""
+    private = _private_members()
+    cold = {m: p for m, p in MODULES.items() if "coldstart" in m}
+    bad = []
+    for m, p in cold.items():
+        for n in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(n, ast.Attribute) and n.attr in private and \
+                    not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")):
+                bad.append(f"{m}:{n.lineno} reads {ast.unparse(n)}")
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(ROOT):
+                bad += [f"{m}:{n.lineno} imports {n.module}.{a.name}" for a in n.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
+    assert len(cold) >= 14 and "_open" in private          # the rule reads the modules and the session's state
+
+
+def test_the_step_marker_imports_on_any_machine():
+    """`cublaslt_probe.cold_start_step` (a program imports it, on a GPU machine or not) is `gpu.coldstart_step`,
+    whose imports, followed through the package (in functions too), reach no module that imports torch, cupy or
+    ctypes; `import cublaslt_probe` does not import it until it is asked for."""
+    start = f"{GPU_PACKAGE}.coldstart_step"
+    seen, todo = set(), [start]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo += [t for t, _, _ in IMPORTS[m] if t in MODULES]
+    bad = [f"{m}:{line} imports {t}" for m in sorted(seen) for t, line, _ in IMPORTS[m]
+           if t.split(".")[0] in GPU_LIBRARIES]
+    assert bad == [] and start in seen
+    import subprocess
+    import sys
+    code = ("import sys, cublaslt_probe\nbefore = 'cublaslt_probe.gpu.coldstart_step' in sys.modules\n"
+            "with cublaslt_probe.cold_start_step():\n    pass\n"
+            "print(before, cublaslt_probe.cold_start_step.__module__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, check=True)
+    assert done.stdout.split() == ["False", start]

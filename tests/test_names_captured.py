@@ -11,7 +11,8 @@ from collections import Counter
 import pytest
 from conftest import FIXTURES
 
-from cublaslt_probe.analysis.coldstart import load, observed_provenance
+from cublaslt_probe.analysis.coldstart.observed import observed_provenance
+from cublaslt_probe.analysis.coldstart.saved import load
 from cublaslt_probe.names import classes as C
 from cublaslt_probe.names import decode
 

@@ -6,7 +6,8 @@ import pandas as pd
 from click.testing import CliRunner
 
 from cublaslt_probe.analysis.audit import audit
-from cublaslt_probe.analysis.coldstart import apply_observed, load
+from cublaslt_probe.analysis.coldstart.observed import apply_observed
+from cublaslt_probe.analysis.coldstart.saved import load
 from cublaslt_probe.analysis.trace import read_chrome_trace
 from cublaslt_probe.cli import main
 from cublaslt_probe.names import decode
@@ -97,7 +98,7 @@ def test_kernels_xla_timed_become_autotuned_whatever_their_name_says():
     autotuner ran among its candidates, are library-selected by their name and autotuned by observation; XLA's
     own GEMM fusions likewise. A row table of those names is upgraded and counted by provenance."""
     cold = load(FIX / "coldstart" / "compilers" / "jax_run1.json.gz")
-    from cublaslt_probe.analysis.coldstart import observed_provenance
+    from cublaslt_probe.analysis.coldstart.observed import observed_provenance
     names = sorted(observed_provenance(cold))
     rows = pd.DataFrame({"kernel": names, "provenance": pd.Categorical([decode(n).provenance for n in names])})
     nvjet = rows.kernel.str.startswith("nvjet_")

@@ -6,8 +6,9 @@ import time
 import pytest
 
 from cublaslt_probe.cases import Case
+from cublaslt_probe.gpu.heuristic_helpers import HeuristicPrewarm, prewarm_problem
 from cublaslt_probe.gpu.lt import Problem
-from cublaslt_probe.gpu.probe import CUBLAS_WORKSPACE, HeuristicPrewarm, lt_problem, prewarm_problem
+from cublaslt_probe.gpu.operands import CUBLAS_WORKSPACE, lt_problem
 
 
 def test_each_backend_is_asked_the_question_its_first_call_asks():

@@ -7,7 +7,9 @@ import pytest
 
 from cublaslt_probe.cases import Case
 from cublaslt_probe.errors import OptionError, ProbeError
-from cublaslt_probe.gpu.probe import Probe, ProbeOptions, Timing, raw_record
+from cublaslt_probe.gpu.probe import Probe, ProbeOptions
+from cublaslt_probe.gpu.timing import Timing
+from cublaslt_probe.raw_record import RawRecord
 
 
 @pytest.mark.parametrize("field, value", [("reps", 0), ("reps", 2.5), ("reps", True), ("heuristic_reps", 0),
@@ -32,7 +34,7 @@ def test_options_are_frozen_and_the_probe_checks_them_before_any_gpu_work():
 
 def test_the_raw_record_of_a_case_before_it_runs():
     c = Case("torch", "mm", "bf16", "NT", 16, 4096, 1024)
-    r = raw_record(c)
+    r = RawRecord.of_case(c).to_dict()
     assert r["key"] == c.key and (r["blas_m"], r["blas_n"], r["blas_k"]) == (4096, 16, 1024)
     assert (r["blas_trans_a"], r["blas_trans_b"]) == ("T", "N")
     assert r["time_us"] is None and r["kernels"] == [] and r["error"] is None
@@ -55,8 +57,8 @@ def test_a_heuristic_companion_that_cannot_start_says_why():
     """The companion process loads torch's cuBLASLt; where it cannot (here: no GPU), asking it fails with the
     reason, and the probe then measures in its own process."""
     from cublaslt_probe.errors import CaptureError
+    from cublaslt_probe.gpu.heuristic_helpers import HeuristicCompanion
     from cublaslt_probe.gpu.lt import Problem
-    from cublaslt_probe.gpu.probe import HeuristicCompanion
     comp = HeuristicCompanion()
     try:
         with pytest.raises(CaptureError, match="heuristic companion could not start: .*(torch|CUDA|cuda)"):
@@ -68,7 +70,7 @@ def test_a_heuristic_companion_that_cannot_start_says_why():
 
 
 def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_their_own():
-    from cublaslt_probe.gpu.probe import cpu_cores, physical_cores
+    from cublaslt_probe.gpu.host import cpu_cores, physical_cores
 
     def smt(cpu):                       # 8 cores, two threads each: cpu c and c + 8 share a core
         return {cpu % 8, cpu % 8 + 8}
@@ -85,7 +87,7 @@ def test_each_probe_its_companion_and_its_prewarm_thread_get_physical_cores_of_t
 
 
 def test_a_probe_takes_its_cores_on_its_gpus_numa_node_when_the_node_has_them():
-    from cublaslt_probe.gpu.probe import cpu_cores, parse_cpulist
+    from cublaslt_probe.gpu.host import cpu_cores, parse_cpulist
 
     def smt(cpu):                       # two nodes of 8 cores, two threads each: cpu c and c + 16 share a core;
         return {cpu % 16, cpu % 16 + 16}   # node 0 holds cores 0-7, node 1 cores 8-15
@@ -107,7 +109,7 @@ def test_a_gpus_local_cpus_are_read_from_its_pci_device():
     import glob
     import types
 
-    from cublaslt_probe.gpu.probe import gpu_local_cpus, parse_cpulist
+    from cublaslt_probe.gpu.host import gpu_local_cpus, parse_cpulist
     devices = [d for d in sorted(glob.glob("/sys/bus/pci/devices/*")) if os.path.exists(d + "/local_cpulist")]
     if not devices:
         pytest.skip("this machine's sysfs lists no PCI device with a local_cpulist")
@@ -132,7 +134,8 @@ def test_the_cpu_slot_comes_from_devices_or_the_launcher():
 
 def test_heuristic_questions_are_keyed_by_every_field_of_the_problem():
     """Two Cases share one heuristic measurement only when their cuBLASLt problems are equal field by field."""
-    from cublaslt_probe.gpu.probe import heuristic_groups, lt_problem
+    from cublaslt_probe.gpu.heuristic_helpers import heuristic_groups
+    from cublaslt_probe.gpu.operands import lt_problem
     a = Case("torch", "mm", "bf16", "NT", 16, 4096, 4096)
     same = [Case("lt", "mm", "bf16", "NT", 16, 4096, 4096), Case("torch-lt", "mm", "bf16", "NT", 16, 4096, 4096)]
     other = [Case("torch", "mm", "bf16", "TN", 16, 4096, 4096), Case("torch", "mm", "fp16", "NT", 16, 4096, 4096),
@@ -170,7 +173,7 @@ def test_a_records_fields_are_the_cases_own():
     c = Case("lt", "addmm", "fp8", "NT", 16, 4096, 1024, 3)
     assert c.as_dict() == dataclasses.asdict(c)
     assert list(c.as_dict()) == [f.name for f in dataclasses.fields(Case)]
-    assert raw_record(c)["batch"] == 3 and raw_record(c)["key"] == c.key
+    assert RawRecord.of_case(c).to_dict()["batch"] == 3 and RawRecord.of_case(c).to_dict()["key"] == c.key
 
 
 @pytest.mark.parametrize("rows,cols,transposed,batch,offset", [
@@ -183,7 +186,7 @@ def test_an_operand_view_is_what_slicing_viewing_and_transposing_the_buffer_give
     last two dimensions when the operand is stored transposed. numpy's strides, in elements, are the judge."""
     import numpy as np
 
-    from cublaslt_probe.gpu.probe import operand_view
+    from cublaslt_probe.gpu.operands import operand_view
     buf = np.arange(offset + batch * rows * cols + 64, dtype=np.float32)
     shape = (cols, rows) if transposed else (rows, cols)
     x = buf[offset:offset + batch * rows * cols].reshape(((batch,) if batch > 1 else ()) + shape)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from cublaslt_probe.analysis import dataset
-from cublaslt_probe.gpu.probe import (
+from cublaslt_probe.gpu.timing import (
     CHEAP_SPIN,
     MAX_CALLS,
     MAX_PER,
@@ -145,7 +145,7 @@ def test_the_pipeline_runs_every_decode_gemm_and_heavy_ones_run_one_step_after_a
 def test_a_heavy_gemm_rests_the_gpu_for_the_whole_enqueue_at_least():
     """The 4096^3 bf16 GEMM of the quick preset (about 175 µs, 6 batches of 3): the lead's spin is shorter than
     the whole enqueue's; heavy, it gets the whole enqueue's. A spin that was already longer is kept."""
-    from cublaslt_probe.gpu.probe import enqueue_spin
+    from cublaslt_probe.gpu.timing import enqueue_spin
     host, once, reps, per = 27.0, 175.0, 6, 3
     lead = timing_spin(host, once, reps, per)
     assert lead < enqueue_spin(host, reps, per) == timing_spin(host, once, reps, per, heavy=True)
@@ -157,7 +157,7 @@ def test_the_estimating_call_is_queued_before_its_spin_ends():
     """The spin before the estimating call leaves the host three calls' worth of time to queue the call and its
     two events (`estimate_spin`): with two, the quick preset's plans changed between runs two to five times as
     often."""
-    from cublaslt_probe.gpu.probe import estimate_spin
+    from cublaslt_probe.gpu.timing import estimate_spin
     for host in (5.0, 25.0, 47.0, 160.0):
         assert estimate_spin(host) == SPIN_FLOOR_US + 3 * host
     assert estimate_spin(30.0) > SPIN_FLOOR_US + 2 * 30.0 + 25.0
@@ -166,7 +166,7 @@ def test_the_estimating_call_is_queued_before_its_spin_ends():
 def test_a_logged_estimating_call_is_queued_before_its_spin_ends():
     """A logged call that is the estimating call (`logged_estimate`) gets its own host time, the logger's line
     included, and two calls' worth more: more than a plain call's spin, less than three logged calls' worth."""
-    from cublaslt_probe.gpu.probe import estimate_spin
+    from cublaslt_probe.gpu.timing import estimate_spin
     for host, logged in ((35.0, 116.0), (21.0, 66.0), (71.0, 164.0)):
         spin = estimate_spin(host, logged)
         assert spin == SPIN_FLOOR_US + 2 * host + logged
@@ -178,7 +178,7 @@ def test_an_estimate_behind_the_batches_in_flight_starts_from_the_last_batch_tha
     """`covering_batch`: the latest of the in-flight plan's batches from whose start the GPU still has the
     estimating call's spin worth of work (at half the estimate per call, `timing_spin`'s rule); None when the
     whole plan is shorter, and the estimating call then gets its spin."""
-    from cublaslt_probe.gpu.probe import covering_batch, estimate_spin
+    from cublaslt_probe.gpu.timing import covering_batch, estimate_spin
     for once in GRID[::7]:
         reps, per = timing_plan(once)
         for host in (4.0, 22.0, 35.0, 160.0):

@@ -1,6 +1,6 @@
 """Heuristic candidates and regret (CPU side): was cuBLASLt's pick the fastest of its own candidates?
 
-The GPU side (`probe.lt_candidates`) asks `cublasLtMatmulAlgoGetHeuristic` for up to N candidates, runs each
+The GPU side (`alternatives.lt_candidates`) asks `cublasLtMatmulAlgoGetHeuristic` for up to N candidates, runs each
 and times it. Here: the table, the regret arithmetic and the headline over a dataset.
 
 - regret of one problem = time(#0) / time(best) − 1, over the candidates that ran and produced a result
@@ -99,7 +99,7 @@ CANDIDATE_KEYS = ("rank", "algo_id", "tile", "stages", "cluster", "split_k", "re
 
 
 def compact(row: dict) -> dict:
-    """The `CANDIDATE_KEYS` of a candidate row as `probe.lt_candidates` returns it (None where absent)."""
+    """The `CANDIDATE_KEYS` of a candidate row as `alternatives.lt_candidates` returns it (None where absent)."""
     return {k: row.get(k) for k in CANDIDATE_KEYS}
 
 

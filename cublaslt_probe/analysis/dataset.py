@@ -20,6 +20,7 @@ import pandas as pd
 
 from cublaslt_probe.analysis.evidence import consistency, log_matches_case, main_kernel, trace_record
 from cublaslt_probe.errors import ProbeError, SchemaError
+from cublaslt_probe.raw_record import REQUIRED, RawRecord
 from cublaslt_probe.streams import complete_lines, cut_note, open_text
 from cublaslt_probe.vocab import DECODED_COLUMNS, ENV_KEYS, ENV_MATCH
 
@@ -104,10 +105,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
                               "(known_issues; null: none, or no logged algo)"),
 }
 COLUMNS = list(SCHEMA)
-
-
-# The fields every raw probe record carries (`sweep` writes them); a line without them is not a record.
-RAW_REQUIRED = {"key": str, "backend": str, "op": str, "dtype": str, "layout": str, "m": int, "n": int, "k": int}
+# The raw record's fields (`raw_record.RawRecord`) no column reads: a grouped GEMM's groups (in its `key`), sizes
+# and their summary; the probe's own step times; where the heuristic was measured and what it refused; why the
+# candidates could not run; keys of other versions. `build_rows` reads every other field (tests/test_raw_record.py).
+RAW_NOT_READ = ("groups", "sizes", "group_sizes", "group_summary", "probe_ms", "candidates_error", "heuristic_where",
+                "heuristic_error", "extra")
 
 
 @dataclass
@@ -136,10 +138,10 @@ class RawStats:
 def _record_problem(obj) -> str | None:
     if not isinstance(obj, dict):
         return f"a JSON {type(obj).__name__}, not a record"
-    missing = [k for k in RAW_REQUIRED if k not in obj]
+    missing = [k for k in REQUIRED if k not in obj]
     if missing:
         return f"not a probe record (no {', '.join(missing)})"
-    wrong = [k for k, t in RAW_REQUIRED.items() if not isinstance(obj[k], t) or isinstance(obj[k], bool)]
+    wrong = [k for k, t in REQUIRED.items() if not isinstance(obj[k], t) or isinstance(obj[k], bool)]
     if wrong:
         return f"not a probe record ({', '.join(wrong)} of the wrong type)"
     return None
@@ -360,23 +362,26 @@ def write_from_raw(paths: list, out: str | os.PathLike, env_override: dict | Non
 
 
 def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dict]:
+    """One dataset row per raw record (a saved raw line, read through `RawRecord.from_dict`), with `env`'s
+    columns where the record carries none of its own."""
     from cublaslt_probe.names import decode
     env = env or {}
-    for r in records:
-        kernels = list(r.get("kernels") or [])
+    for d in records:
+        r = RawRecord.from_dict(d)
+        kernels = r.kernels
         main = main_kernel(kernels)
         kn = decode(main) if main else None
-        rec = trace_record(r.get("log_lines"))
-        t = r.get("time_us")
-        flops = 2 * r["m"] * r["n"] * r["k"] * r.get("batch", 1)
-        cfg = r.get("lt_config") or {}
+        rec = trace_record(r.log_lines)
+        t = r.time_us
+        flops = 2 * r.m * r.n * r.k * r.batch
+        cfg = r.lt_config or {}
         row = {c: env.get(c) for c in ENV_COLUMNS}
-        row.update({c: r.get(c, row.get(c)) for c in ENV_COLUMNS if r.get(c) is not None})
+        row.update({c: r.env[c] for c in ENV_COLUMNS if r.env.get(c) is not None})
         row.update({
-            "key": r["key"], "backend": r["backend"], "op": r["op"], "dtype": r["dtype"], "layout": r["layout"],
-            "m": r["m"], "n": r["n"], "k": r["k"], "batch": r.get("batch", 1),
-            "blas_m": r.get("blas_m"), "blas_n": r.get("blas_n"), "blas_k": r.get("blas_k"),
-            "blas_trans_a": r.get("blas_trans_a"), "blas_trans_b": r.get("blas_trans_b"),
+            "key": r.key, "backend": r.backend, "op": r.op, "dtype": r.dtype, "layout": r.layout,
+            "m": r.m, "n": r.n, "k": r.k, "batch": r.batch,
+            "blas_m": r.blas_m, "blas_n": r.blas_n, "blas_k": r.blas_k,
+            "blas_trans_a": r.blas_trans_a, "blas_trans_b": r.blas_trans_b,
             "kernel": main, "kernels": kernels, "n_kernels": len(kernels),
             **decoded_columns(kn),
             "log_function": rec.function if rec else None,
@@ -388,28 +393,29 @@ def build_rows(records: Iterable[dict], env: dict | None = None) -> Iterator[dic
             "algo_cta_swizzling": _int_or_none(rec.cta_swizzling) if rec else None,
             "workspace_bytes": rec.workspace_bytes if rec else None,
             "epilogue": rec.epilogue if rec else None,
-            "time_us": t, "time_us_min": r.get("time_us_min"), "time_reps": r.get("time_us_reps"),
-            "time_gap_us": r.get("time_gap_us"),
-            "time_behind": (r.get("timing") or {}).get("behind"),
-            "time_us_first": r.get("time_us_first", t),
-            "time_calls_per_rep": r.get("time_calls_per_rep", 1 if r.get("time_us_reps") else None),
-            "kernel_time_us": sum(r.get("kernel_us") or []) or None,
+            "time_us": t, "time_us_min": r.time_us_min, "time_reps": r.time_us_reps,
+            "time_gap_us": r.time_gap_us,
+            "time_behind": (r.timing or {}).get("behind"),
+            "time_us_first": r.time_us_first,
+            "time_calls_per_rep": r.time_calls_per_rep,
+            "kernel_time_us": sum(r.kernel_us) or None,
             "tflops": flops / t / 1e6 if t else None,
-            "heuristic_miss_us": r.get("heuristic_miss_us"), "heuristic_hit_us": r.get("heuristic_hit_us"),
-            "heuristic_shared": r.get("heuristic_shared"),
-            "lt_algo_tile": cfg.get("tile"), "lt_waves": r.get("lt_waves"),
-            "error": r.get("error"),
-            "consistent": consistency(kn, rec) if (kn and not r.get("error")) else None,
-            "log_matches_case": log_matches_case(r, rec) if not r.get("error") else None,
-            "known_issue": _known_issue(rec, main, row.get("cublaslt_version"), r.get("cc") or env.get("cc")),
+            "heuristic_miss_us": r.heuristic_miss_us, "heuristic_hit_us": r.heuristic_hit_us,
+            "heuristic_shared": r.heuristic_shared,
+            "lt_algo_tile": cfg.get("tile"), "lt_waves": r.lt_waves,
+            "error": r.error,
+            "consistent": consistency(kn, rec) if (kn and not r.error) else None,
+            "log_matches_case": log_matches_case(
+                {"backend": r.backend, "op": r.op, "dtype": r.dtype, "n": r.n, "k": r.k}, rec)
+            if not r.error else None,
+            "known_issue": _known_issue(rec, main, row.get("cublaslt_version"), r.env.get("cc") or env.get("cc")),
         })
-        cands = r.get("candidates")
-        if cands:
+        if r.candidates:
             from cublaslt_probe.analysis import candidates as cm
-            reg = cm.regret(cands, r["dtype"])
+            reg = cm.regret(r.candidates, r.dtype)
             row.update({"n_candidates": reg["n_candidates"], "regret_pct": reg["regret_pct"],
                         "best_rank": reg["best_rank"], "best_kernel": reg["best_kernel"],
-                        "noise_pct": reg["noise_pct"], "candidates": cm.to_json(cands)})
+                        "noise_pct": reg["noise_pct"], "candidates": cm.to_json(r.candidates)})
         yield row
 
 

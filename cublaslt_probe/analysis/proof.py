@@ -98,6 +98,9 @@ def _check_item(it, i: int) -> str | None:
             return "proven_us is larger than the steps it was measured on"
     if it.get("predicted_us") is not None and not _finite(it.get("predicted_us")):
         return f"predicted_us {it.get('predicted_us')!r} is not a finite number"
+    cost = it.get("applier_cost")
+    if cost is not None and not (isinstance(cost, dict) and _finite(cost.get("us"), nonneg=True)):
+        return f"applier_cost {cost!r} is not an object with a finite 'us' ≥ 0"
     return None
 
 
@@ -163,9 +166,11 @@ class ProofRefused(ProbeError):
 
 def apply(items: list[dict], proof: dict | None) -> list[dict]:
     """The advice (`analysis.audit.advice`'s items) with its proof: each item with a record of the same ``what``
-    gets ``proof`` (the record, its ``verdict`` and ``ratio`` = proven / predicted); an item proven slower or
-    within noise gets ``disproven`` (it is then not ranked); the ranked items are ordered by their best evidence
-    (the proven saving where proven, else the prediction), and ``excludes`` renumbered to the new order."""
+    gets ``proof`` (the record, its ``verdict`` and ``ratio`` = proven / predicted, the prediction less the
+    applier's own copies where the proof measured them: ``applier_cost``, `gpu.prove.applier_cost`); an item
+    proven slower or within noise gets ``disproven`` (it is then not ranked); the ranked items are ordered by
+    their best evidence (the proven saving where proven, else the prediction), and ``excludes`` renumbered to
+    the new order."""
     if not proof:
         return items
     by_what = {r["what"]: r for r in proof.get("items", [])}
@@ -174,7 +179,7 @@ def apply(items: list[dict], proof: dict | None) -> list[dict]:
         x = dict(it)
         r = by_what.get(it.get("what"))
         if r is not None:
-            pred = it.get("saving_us") or 0.0
+            pred = (it.get("saving_us") or 0.0) - ((r.get("applier_cost") or {}).get("us") or 0.0)
             x["proof"] = dict(r)
             if r.get("status") == "proven":
                 v = verdict(r["proven_us"], r["spread_us"], r.get("noise_us"))

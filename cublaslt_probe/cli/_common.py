@@ -470,3 +470,15 @@ def check_trace(file: str) -> None:
     fix = _NOT_A_TRACE.get(inner, "give a torch.profiler Chrome trace (.json or .json.gz) or an Nsight "
                                   "Systems SQLite export")
     raise ProbeError(f"{file} is {kind}, not a profiler trace: {fix}")
+
+
+def bound_or_usage(result: dict, path: str, *, echo, **run) -> None:
+    """For the commands that take ``--coldstart``: `check_bound` (analysis.coldstart.binding), its refusal a usage
+    error (exit 2, one line), its notes and the file's load notes through `echo`."""
+    from cublaslt_probe.analysis.coldstart.binding import NotThisRun, check_bound
+    try:
+        notes = check_bound(result, path, **run)
+    except NotThisRun as e:
+        raise click.UsageError(str(e)) from None
+    for n in list(result.get("load_notes") or []) + notes:
+        echo(f"note: {n}")

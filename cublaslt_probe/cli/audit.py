@@ -13,6 +13,7 @@ import click
 from cublaslt_probe.cli._common import (
     EXIT_PARTIAL,
     EXIT_USAGE,
+    bound_or_usage,
     check_trace,
     clean,
     out_format,
@@ -141,11 +142,10 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         check_trace(run)
     cold = None
     if coldstart_path:
-        from cublaslt_probe.analysis.coldstart import load
+        from cublaslt_probe.analysis.coldstart.saved import load
         cold = load(coldstart_path)
     a = audit(run, log_path, coldstart=cold, pid=pid, warmup=warmup, whole_trace=whole_trace)
     if cold is not None:
-        from cublaslt_probe.analysis.coldstart import bound_or_usage
         bound_or_usage(cold, coldstart_path, gpu=a.gpu, program=(a.env.get("capture") or {}).get("label"),
                        names=set((a.observed or {}).get("how") or {}), echo=lambda m: click.echo(m, err=True))
     meas = None

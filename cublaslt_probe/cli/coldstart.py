@@ -5,7 +5,7 @@ import json
 
 import click
 
-from cublaslt_probe.analysis.coldstart import ENV_SETS, REPEAT_DEFAULT
+from cublaslt_probe.analysis.coldstart.envs import ENV_SETS, REPEAT_DEFAULT
 from cublaslt_probe.cli._common import TEXT_JSON, out_format, output_option, wrap, write_result
 
 
@@ -37,9 +37,11 @@ def cold_start_cmd(steps, env_set, envs, repeat, no_cupti, timeout, label, fmt, 
     heuristics cache off, PTX JIT off or forced, XLA autotuning off) and split the first step's excess over the
     steady state by cause, each with its evidence.
 
-    SCRIPT either marks its steps (`with cublaslt_probe.analysis.coldstart.cold_start_step():`) or defines
+    SCRIPT either marks its steps (`with cublaslt_probe.cold_start_step():`) or defines
     `make_step()` (returns the step) or `step()` at module level. Needs a GPU unless --from."""
-    from cublaslt_probe.analysis import coldstart
+    from cublaslt_probe.analysis.coldstart.breakdown import analyse
+    from cublaslt_probe.analysis.coldstart.saved import load
+    from cublaslt_probe.render.coldstart import render
     fmt = out_format(fmt, output, TEXT_JSON)
     if save:
         from cublaslt_probe.cli.gpu import check_save
@@ -47,19 +49,20 @@ def cold_start_cmd(steps, env_set, envs, repeat, no_cupti, timeout, label, fmt, 
     if from_path:
         if script:
             raise click.UsageError("give either --from FILE.json or a script after `--`, not both")
-        raw = coldstart.load(from_path)
+        raw = load(from_path)
     else:
         if not script:
             raise click.UsageError("no program: use `cublaslt-probe cold-start -- python SCRIPT.py [ARGS]` "
                              "(or --from FILE.json)")
-        raw = coldstart.run(list(script), steps=steps, env_set=env_set, envs=envs, cupti=not no_cupti,
-                            repeat=repeat, timeout=timeout, label=label, log=lambda m: click.echo(m, err=True))
+        from cublaslt_probe.gpu.coldstart import run
+        raw = run(list(script), steps=steps, env_set=env_set, envs=envs, cupti=not no_cupti,
+                  repeat=repeat, timeout=timeout, label=label, log=lambda m: click.echo(m, err=True))
         if save:
             with open(save, "w") as f:
                 json.dump(raw, f, indent=1, default=str)
             click.echo(f"saved {save}", err=True)
-    a = coldstart.analyse(raw)
-    write_result(output, json.dumps(a, indent=1, default=str) if fmt == "json" else wrap(coldstart.render(a)))
+    a = analyse(raw)
+    write_result(output, json.dumps(a, indent=1, default=str) if fmt == "json" else wrap(render(a)))
     if a.get("baseline") is None:   # no run got through its steps: the report says where each failed
         from cublaslt_probe.cli._common import EXIT_PARTIAL
         click.get_current_context().exit(EXIT_PARTIAL)

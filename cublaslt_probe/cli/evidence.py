@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 from cublaslt_probe.cli._common import (
     EXIT_PARTIAL,
     FORMATS,
+    bound_or_usage,
     check_dataset_file,
     check_trace,
     check_writable,
@@ -197,7 +198,8 @@ def trace_cmd(file, by, fmt, output, top, coldstart_path):
     check_trace(file)
     summary = read_trace(file)
     if coldstart_path:
-        from cublaslt_probe.analysis.coldstart import apply_observed, bound_or_usage, load, trace_kernel_names
+        from cublaslt_probe.analysis.coldstart.observed import apply_observed, trace_kernel_names
+        from cublaslt_probe.analysis.coldstart.saved import load
         cold = load(coldstart_path)
         bound_or_usage(cold, coldstart_path, gpu=summary.device, names=trace_kernel_names(file, summary.kernels),
                        echo=lambda m: click.echo(m, err=True))

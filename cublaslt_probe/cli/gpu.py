@@ -119,7 +119,8 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
     if from_path:
         saved = _load(from_path, "candidates")
     else:
-        from cublaslt_probe.gpu.probe import Probe, lt_candidates
+        from cublaslt_probe.gpu.alternatives import lt_candidates
+        from cublaslt_probe.gpu.probe import Probe
         c = make_case("lt", m, n, k, dtype, layout, op, batch)
         probe = Probe(flush_l2=flush_l2, pipeline=False)
         rows = lt_candidates(probe, c, top=top, workspace_bytes=workspace, alignment=alignment, reps=reps)

@@ -98,7 +98,8 @@ def sweep_cmd(preset, spec_path, out, backends, resume, retry_errors, candidates
     if all(c.backend == "numpy" for c in cases):
         executor = sweep.NumpyExecutor()
     else:
-        from cublaslt_probe.gpu.probe import Probe, require_gpu
+        from cublaslt_probe.gpu.host import require_gpu
+        from cublaslt_probe.gpu.probe import Probe
         require_gpu("sweep")
         if not claims:   # started first: they get ready while the probe starts, on every CPU
             builders = sweep.RowBuilders()

@@ -3,7 +3,7 @@
     python -m cublaslt_probe.gpu.coldstart_child --steps N [--preinit] [--no-cupti] --func FILE_OR_MODULE:NAME
     python -m cublaslt_probe.gpu.coldstart_child --steps N [--preinit] [--no-cupti] --script SCRIPT [ARGS...]
 
-The parent (`cublaslt_probe.analysis.coldstart.run`) sets the environment (module loading, JIT and cache variables)
+The parent (`cublaslt_probe.gpu.coldstart.run`) sets the environment (module loading, JIT and cache variables)
 and reads the one JSON line this prints last. What is measured:
 
 - each step's wall time (the step, then `torch.cuda.synchronize()`) and host time (until the step returned);
@@ -15,11 +15,12 @@ and reads the one JSON line this prints last. What is measured:
 - the cuBLASLt level-2 log of each step (the in-process logger of `lt.Logger`), as lines;
 - with CUPTI (`cupti.Recorder`): each module the driver loaded and the load, link and allocation calls, with
   their host timestamps;
-- the compile entry points of the runtime compilers a program may use (`JIT_HOOKS`), wrapped when their module
-  is imported: CuPy's cached compile and its NVRTC call, Triton's `JITFunction.run`, `compile`, launcher build
-  and module load, Numba's CUDA compile (NVVM, link), JAX's own compile events (`jax.monitoring`: tracing,
-  lowering, XLA backend compile, persistent-cache hits); seconds and calls per window, and the spans of the
-  calls over 1 ms; with XLA, the autotuning results and logs XLA wrote (`CUBLASLT_PROBE_XLA_DUMP`) per window;
+- the compile entry points of the runtime compilers a program may use (`coldstart_hooks.JIT_HOOKS`), wrapped when
+  their module is imported: CuPy's cached compile and its NVRTC call, Triton's `JITFunction.run`, `compile`,
+  launcher build and module load, Numba's CUDA compile (NVVM, link), JAX's own compile events
+  (`jax.monitoring`: tracing, lowering, XLA backend compile, persistent-cache hits); seconds and calls per window,
+  and the spans of the calls over 1 ms; with XLA, the autotuning results and logs XLA wrote
+  (`CUBLASLT_PROBE_XLA_DUMP`) per window;
 - with ``--preinit``: before the first step, the libraries are initialised one by one (CUDA context, cuBLAS
   handle and first GEMM, cuBLASLt first GEMM with a bias, fp8 `_scaled_mm`, cuDNN; CuPy's own cuBLAS handle,
   first GEMM and first reduction, JAX's backend and first transfer, Numba's context and first transfer, each when
@@ -30,16 +31,14 @@ XLA_FLAGS is set to the run's flags (`CUBLASLT_PROBE_XLA_FLAGS`, from the parent
 is known to accept them (`apply_xla_flags`).
 
 A step is either a callable (``--func``: called once; if it returns a callable, that was the setup and the
-returned callable is the step) or a script: one that marks its steps with
-``with cublaslt_probe.analysis.coldstart.cold_start_step():`` runs as ``__main__`` and its marked steps are measured;
-one that
-marks none but defines ``make_step()`` or ``step()`` at module level has that run ``--steps`` times.
+returned callable is the step) or a script: one that marks its steps with ``with cublaslt_probe.cold_start_step():``
+runs as ``__main__`` and its marked steps are measured (`coldstart_step`: the session is active while the script
+runs); one that marks none but defines ``make_step()`` or ``step()`` at module level has that run ``--steps``
+times. `Session` holds each stage of the program's life (`run_target`, `run_func`, `run_script`, `run_steps`).
 """
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.abc
 import json
 import os
 import re
@@ -47,14 +46,22 @@ import resource
 import runpy
 import statistics
 import sys
-import threading
 import time
 import traceback
 
+from cublaslt_probe.analysis.coldstart.envs import CACHE_VARS
 from cublaslt_probe.errors import error_text
+from cublaslt_probe.gpu import coldstart_step
+from cublaslt_probe.gpu.coldstart_hooks import (
+    HOOKED,
+    TIMERS,
+    XLA_DUMP_FILES,
+    XLA_TEXT_KEPT,
+    hook_loaded,
+    install_hooks,
+    xla_autotune_summary,
+)
 
-CACHE_VARS = ("CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH",
-              "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "NUMBA_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")
 # Shared libraries reported when they appear: compilers, JIT, CUDA libraries (other new libraries are not kept)
 WATCHED_LIBS = ("libnvrtc", "libnvJitLink", "libnvptxcompiler", "libnvidia-ptxjitcompiler", "libcudnn",
                 "libcublas", "libcupti", "libtriton", "libcuda", "libnvvm", "libcufft", "libcusparse",
@@ -134,197 +141,10 @@ def cache_files(root: str | None) -> dict[str, int]:
     return out
 
 
-# --- compile entry points of the runtime compilers ---------------------------------------------------------------
-SPAN_NS = 1_000_000   # calls longer than this keep their span (module loads inside them are attributed to them)
-MAX_SPANS = 5000
-XLA_DUMP_FILES = ("autotune_results.txt", "autotune_logs.txt")
-XLA_TEXT_KEPT = 24_000
-
-
-class Timers:
-    """Seconds and calls inside each watched entry point (outermost call of a key per thread), process-wide,
-    and the spans of the calls longer than `SPAN_NS`."""
-
-    def __init__(self):
-        self.acc: dict[str, list] = {}     # key -> [ns, calls]
-        self.spans: list[tuple] = []       # (key, t0_ns, t1_ns)
-        self.local = threading.local()
-        self.errors: list[str] = []
-
-    def add(self, key: str, t0: int, t1: int) -> None:
-        g = self.acc.setdefault(key, [0, 0])
-        g[0] += t1 - t0
-        g[1] += 1
-        if t1 - t0 >= SPAN_NS and len(self.spans) < MAX_SPANS:
-            self.spans.append((key, t0, t1))
-
-    def count(self, key: str) -> None:
-        self.acc.setdefault(key, [0, 0])[1] += 1
-
-    def inside(self, key: str) -> bool:
-        return bool(getattr(self.local, key.replace(".", "_"), 0))
-
-    def wrap(self, key, fn):
-        """`fn` timed under `key` (a string, or a function of nothing that names the key at call time)."""
-        timers = self
-
-        @functools.wraps(fn)
-        def timed(*args, **kwargs):
-            k = key() if callable(key) else key
-            slot = k.replace(".", "_")
-            if getattr(timers.local, slot, 0):
-                return fn(*args, **kwargs)
-            setattr(timers.local, slot, 1)
-            t0 = time.perf_counter_ns()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                t1 = time.perf_counter_ns()
-                setattr(timers.local, slot, 0)
-                timers.add(k, t0, t1)
-        timed.__cublaslt_probe_timer__ = key
-        return timed
-
-    def snapshot(self) -> dict[str, tuple[int, int]]:
-        return {k: (v[0], v[1]) for k, v in self.acc.items()}
-
-
-TIMERS = Timers()
-
-
-def _triton_compile_key() -> str:
-    # a compile inside JITFunction.run is Triton used directly; any other caller (Inductor) is not
-    return "triton.compile.direct" if TIMERS.inside("triton.run") else "triton.compile.other"
-
-
-def _triton_load_key() -> str:
-    return "triton.load.direct" if TIMERS.inside("triton.run") else "triton.load.other"
-
-
-def _jax_listeners(mod) -> None:
-    """Register on JAX's monitoring events (durations, counts, time spans) under ``jax:EVENT``."""
-    offset = time.perf_counter_ns() - time.time_ns()
-
-    def duration(event, secs, **_):
-        g = TIMERS.acc.setdefault("jax:" + event, [0, 0])
-        g[0] += int(secs * 1e9)
-        g[1] += 1
-
-    def span(event, start, end, **_):
-        if int((end - start) * 1e9) >= SPAN_NS and len(TIMERS.spans) < MAX_SPANS:
-            TIMERS.spans.append(("jax:" + event, int(start * 1e9) + offset, int(end * 1e9) + offset))
-
-    mod.register_event_duration_secs_listener(duration)
-    mod.register_event_listener(lambda event, **_: TIMERS.count("jax:" + event))
-    if hasattr(mod, "register_event_time_span_listener"):
-        mod.register_event_time_span_listener(span)
-
-
-# module -> [(attribute, possibly Class.method, timer key)]; a missing attribute is skipped (other versions)
-JIT_HOOKS: dict[str, list] = {
-    "cupy.cuda.compiler": [("_compile_with_cache_cuda", "cupy.compile"),
-                           ("_compile_using_nvrtc_no_warning", "cupy.nvrtc"), ("compile_using_nvrtc", "cupy.nvrtc"),
-                           ("compile_using_nvcc", "cupy.nvcc")],
-    "triton.runtime.jit": [("JITFunction.run", "triton.run")],
-    "triton.compiler.compiler": [("compile", _triton_compile_key), ("CompiledKernel._init_handles", _triton_load_key)],
-    "triton.compiler": [("compile", _triton_compile_key)],
-    "triton.runtime.build": [("compile_module_from_src", "triton.launcher"), ("_build", "triton.build")],
-    "triton.backends.nvidia.driver": [("compile_module_from_src", "triton.launcher")],
-    "triton.runtime.autotuner": [("Autotuner._bench", "triton.autotune")],
-    "numba.cuda.dispatcher": [("CUDADispatcher.compile", "numba.compile")],
-    "numba.cuda.cudadrv.nvvm": [("compile_ir", "numba.nvvm")],
-    "numba.cuda.codegen": [("CUDACodeLibrary.get_cubin", "numba.link")],
-    "jax._src.monitoring": _jax_listeners,
-}
-_HOOKED: set[str] = set()
-
-
-def hook_module(name: str, mod) -> None:
-    """Wrap the watched entry points of module `name` (once); a failure is kept as text, the program runs on."""
-    if name in _HOOKED or name not in JIT_HOOKS:
-        return
-    _HOOKED.add(name)
-    spec = JIT_HOOKS[name]
-    try:
-        if callable(spec):
-            spec(mod)
-            return
-        for attr, key in spec:
-            owner, _, meth = attr.rpartition(".")
-            obj = getattr(mod, owner, None) if owner else mod
-            fn = getattr(obj, meth, None) if obj is not None else None
-            if fn is None or getattr(fn, "__cublaslt_probe_timer__", None) is not None:
-                continue
-            setattr(obj, meth, TIMERS.wrap(key, fn))
-    except Exception as e:  # noqa: BLE001
-        TIMERS.errors.append(f"{name}: {error_text(e)}")
-
-
-def hook_loaded() -> None:
-    """Wrap the entry points of every watched module already imported."""
-    for name in JIT_HOOKS:
-        mod = sys.modules.get(name)
-        if mod is not None:
-            hook_module(name, mod)
-
-
-class _PostImportHook(importlib.abc.MetaPathFinder):
-    """Wraps a watched module's entry points as soon as the module has executed (before its importer uses it)."""
-
-    _busy = threading.local()
-
-    def find_spec(self, fullname, path, target=None):
-        # not re-entered: another finder (numba-cuda's redirector) may ask every finder again for the same name
-        if fullname not in JIT_HOOKS or fullname in _HOOKED or getattr(self._busy, "on", False):
-            return None
-        self._busy.on = True
-        try:
-            spec = None
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self._busy.on = False
-        if spec is None or spec.loader is None:
-            return None
-        loader = spec.loader
-        run = getattr(loader, "exec_module", None)
-        if run is None:
-            return None
-
-        def exec_module(module):
-            run(module)
-            hook_module(fullname, module)
-        try:
-            loader.exec_module = exec_module
-        except (AttributeError, TypeError):
-            return None
-        return spec
-
-
-def install_hooks() -> None:
-    if not any(isinstance(f, _PostImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PostImportHook())
-    hook_loaded()
-
-
-def xla_autotune_summary(text: str) -> dict:
-    """Counts in an XLA autotuning results/logs text proto: entries timed (``run_time``), by candidate kind."""
-    kinds: dict[str, int] = {}
-    for m in re.finditer(r"^\s*(gemm|triton|cuda_conv|custom_kernel_fusion|algorithm|cudnn|other)\s*\{", text, re.M):
-        kinds[m.group(1)] = kinds.get(m.group(1), 0) + 1
-    return {"timed": len(re.findall(r"\brun_time\s*\{", text)), "results": len(re.findall(r"^results\s*\{", text,
-                                                                                               re.M)),
-            "logs": len(re.findall(r"^logs\s*\{", text, re.M)), "kinds": kinds, "bytes": len(text)}
-
-
 class Session:
     """Per-step bookkeeping of one child process."""
 
-    def __init__(self, torch, steps: int, recorder=None, logger=None):
+    def __init__(self, torch, steps: int, recorder=None, logger=None, preinit: bool = False):
         self.torch = torch
         self.steps_wanted = steps
         self.rec = recorder
@@ -345,8 +165,9 @@ class Session:
         self._xla_autotune()  # what the dumps held before the program ran is not the program's
         self._open: tuple[str, int] | None = None
         self._t_host = 0
-        self.preinit_wanted = False
+        self.preinit_wanted = preinit
         self.preinit_result: dict | None = None
+        self.func_was_factory: bool | None = None  # --func: whether the function returned the step (a factory)
 
     # --- snapshots -------------------------------------------------------------------------------------
     def _mem_stats(self) -> dict:
@@ -489,15 +310,39 @@ class Session:
             self.lt_lines[name] = lines[:MAX_LOG_LINES]
 
     # --- steps -------------------------------------------------------------------------------------------
-    def start_step(self) -> None:
-        """Close the setup window, initialise the libraries apart if asked (once), open the next step."""
+    def open_setup(self) -> None:
+        """Open the setup window: what the program does before its first step (imports, building the model).
+        Nothing is synchronised: the program has not touched the GPU yet, and the window must not make the
+        CUDA context itself."""
+        self._open = ("setup", time.perf_counter_ns())
+
+    def close_setup(self) -> None:
+        """Close the setup window if it is still open (a script that marked no step, a factory's first call)."""
         if self._open is not None and self._open[0] == "setup":
             self.end()
+
+    def start_step(self) -> None:
+        """Close the setup window, initialise the libraries apart if asked (once), open the next step."""
+        self.close_setup()
         if self.preinit_wanted and self.preinit_result is None:
             self.begin("preinit")
             self.preinit_result = preinit(self.torch)
             self.end()
         self.begin(f"step{len(self.steps) + 1}")
+
+    def end_marked(self, error: str | None = None) -> None:
+        """Close the step a script marked (`coldstart_step.cold_start_step`), failed where `error` is given."""
+        if self._open is not None:
+            self.host_done()
+            self.end(ok=error is None, error=error)
+
+    def abort(self, error: str) -> None:
+        """Close the open window as failed with `error` (the program raised); a second error is not reported."""
+        if self._open is not None:
+            try:
+                self.end(ok=False, error=error)
+            except Exception:  # noqa: BLE001  the first error is the one reported
+                pass
 
     def run_steps(self, step) -> None:
         for _ in range(self.steps_wanted):
@@ -510,6 +355,78 @@ class Session:
                 self.end(ok=False, error=error_text(e))
                 raise
 
+    def run_func(self, fn) -> None:
+        """``--func``: the first call is step 1, unless it returns a callable: then that call was the setup (its
+        window, its log lines and counts renamed ``factory``) and the callable is the step, run `steps_wanted`
+        times; else the function is the step, run `steps_wanted` − 1 times more."""
+        self.start_step()
+        try:
+            ret = fn()
+            self.host_done()
+            self.end()
+        except Exception as e:
+            self.end(ok=False, error=error_text(e))
+            raise
+        self.func_was_factory = callable(ret)
+        if callable(ret):
+            w = self.steps.pop()
+            w["name"] = "factory"
+            if "step1" in self.lt_lines:
+                self.lt_lines["factory"] = self.lt_lines.pop("step1")
+            self.lt_counts["factory"] = self.lt_counts.pop("step1", 0)
+            self.run_steps(ret)
+        else:
+            self.steps_wanted -= 1
+            self.run_steps(fn)
+
+    def run_script(self, script: str, args: list[str]) -> None:
+        """``--script``: the script runs as ``__main__`` with `args`; the steps it marked
+        (`cublaslt_probe.cold_start_step`) are measured as it runs them. One that marked none but defines
+        ``make_step()`` (called once, in the setup window: it returns the step) or ``step()`` has that run
+        `steps_wanted` times."""
+        old = sys.argv
+        sys.argv = [script, *args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        try:
+            ns = runpy.run_path(script, run_name="__main__")
+        finally:
+            sys.argv = old
+        if self.steps:
+            self.close_setup()
+            return
+        maker, plain = ns.get("make_step"), ns.get("step")
+        if callable(maker):
+            step = maker()
+        elif callable(plain):
+            step = plain
+        else:
+            raise SystemExit(f"{script}: it marked no step (`with cublaslt_probe.cold_start_step():`) "
+                             "and defines neither make_step() nor step()")
+        self.run_steps(step)
+
+    def run_target(self, func: str | None, script: list[str] | None) -> None:
+        """The program of the child's arguments, from its setup window on (`run_func` or `run_script`)."""
+        self.open_setup()
+        if func:
+            self.run_func(load_callable(func))
+        elif script:
+            self.run_script(script[0], script[1:])
+        else:
+            raise SystemExit("give --func or --script")
+
+    def ok(self) -> bool:
+        """Whether the program ran steps and every one completed."""
+        return bool(self.steps) and all(w["ok"] for w in self.steps)
+
+    def record(self) -> dict:
+        """What the session measured, for the child's record: the preinit items (when asked), the windows, the
+        cuBLASLt log lines and counts per window."""
+        out: dict = {}
+        if self.preinit_result is not None:
+            out["preinit"] = self.preinit_result
+        out.update({"windows": self.windows, "lt_lines": self.lt_lines, "lt_counts": self.lt_counts})
+        return out
+
 
 def _by_ext(files: dict[str, int]) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -517,21 +434,6 @@ def _by_ext(files: dict[str, int]) -> dict[str, int]:
         ext = os.path.splitext(p)[1].lstrip(".") or "(none)"
         out[ext] = out.get(ext, 0) + 1
     return out
-
-
-# --- the active session, for scripts that mark their own steps -------------------------------------------------
-_ACTIVE: Session | None = None
-
-
-def marked_step_begin() -> None:
-    if _ACTIVE is not None:
-        _ACTIVE.start_step()
-
-
-def marked_step_end(error: str | None = None) -> None:
-    if _ACTIVE is not None and _ACTIVE._open is not None:
-        _ACTIVE.host_done()
-        _ACTIVE.end(ok=error is None, error=error)
 
 
 # --- preinit ---------------------------------------------------------------------------------------------------
@@ -670,20 +572,20 @@ def _no_paths(var: str, value: str) -> str:
     return re.sub(r"=/\S*/([^/\s]+)", r"=\1", value) if var == "XLA_FLAGS" else value
 
 
-# Long: the child's one life in the order it happens (hooks, torch's import, CUPTI, the log, the target's steps,
-# the record), each stage reading the state the ones before set up; it runs only on a GPU, where a split of it is
-# to be checked (tests/test_gpu_coldstart*.py).
-def main(argv: list[str] | None = None) -> dict:
-    """Run the target (`--func FILE_OR_MODULE:NAME` or `--script FILE ARGS`) for `--steps` steps, observed, and
-    return the record the parent reads (see the module docstring)."""
-    global _ACTIVE
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m cublaslt_probe.gpu.coldstart_child")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--preinit", action="store_true")
     ap.add_argument("--no-cupti", action="store_true")
     ap.add_argument("--func")
     ap.add_argument("--script", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def process_record() -> dict:
+    """The record's start: not ok yet, the process id, the XLA flags set (`apply_xla_flags`), the environment the
+    process sees of the variables a run controls (folders by their last part only), and how Python writes
+    bytecode and whether the kernel's delay accounting is on (what the process counters can show)."""
     xla = apply_xla_flags()
     res: dict = {"ok": False, "pid": os.getpid(), "xla_flags": xla,
                  "env_seen": {k: _no_paths(k, v) for k, v in sorted(os.environ.items())
@@ -696,122 +598,93 @@ def main(argv: list[str] | None = None) -> dict:
             res["process_info"]["task_delayacct"] = f.read().strip()
     except OSError:
         pass
+    return res
+
+
+def start_cupti(off: bool) -> tuple[object | None, dict]:
+    """The CUPTI recorder of module loads and driver calls, started (None where off or where it failed: the run
+    goes on without it, and its record says so), and what the record says of it."""
+    if off:
+        return None, {"off": True}
+    try:
+        from cublaslt_probe.gpu import cupti
+        rec = cupti.Recorder(kernel_names=os.environ.get("CUDA_MODULE_LOADING") != "EAGER")
+        t = time.perf_counter()
+        rec.start()
+        return rec, {"path": os.path.basename(rec.path), "start_s": time.perf_counter() - t,
+                     "watched": sorted(n for n, _ in rec.cbids.values())}
+    except Exception as e:  # noqa: BLE001  (the run goes on without CUPTI, and says so)
+        return None, {"error": error_text(e)}
+
+
+def start_lt_log() -> tuple[object | None, dict]:
+    """cuBLASLt's level-2 log, taken in this process (`lt.Logger`) from the library torch's import mapped (no GEMM
+    is run for it), and what the record says of it; None where the library is not mapped yet or failed."""
+    try:
+        from cublaslt_probe.gpu import lt
+        found = lt.loaded_libraries()
+        if not found:
+            return None, {"error": "libcublasLt not mapped before the first step; no log"}
+        lib = lt.LtLibrary(found[0])
+        logger = lt.Logger(lib)
+        logger.set_level(2)
+        return logger, {"library": os.path.basename(found[0]), "version": lib.version_str}
+    except Exception as e:  # noqa: BLE001
+        return None, {"error": error_text(e)}
+
+
+def device_record(torch) -> dict:
+    """The GPU and the versions (torch, CUDA, cuDNN) and whether cuDNN's benchmark mode was on; empty where torch
+    cannot say (the device facts are optional)."""
+    try:
+        p = torch.cuda.get_device_properties(0)
+        return {"device": {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "torch": torch.__version__,
+                           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()},
+                "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+    except Exception:  # noqa: BLE001  the device facts are optional
+        return {}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the target (`--func FILE_OR_MODULE:NAME` or `--script FILE ARGS`) for `--steps` steps, observed, and
+    return the record the parent reads (see the module docstring). The stages in the order the child lives them:
+    the record's start, the compile hooks, torch's import, CUPTI, the cuBLASLt log, the program in its `Session`
+    (active for the steps a script marks), then what each stage measured."""
+    a = _arguments(argv)
+    res = process_record()
     install_hooks()
     t = time.perf_counter()
     import torch
     res["import_torch_s"] = time.perf_counter() - t
     res["libraries_at_import"] = [b for b in mapped_libraries() if b.startswith(WATCHED_LIBS)]
-    rec = None
-    if not a.no_cupti:
-        try:
-            from cublaslt_probe.gpu import cupti
-            rec = cupti.Recorder(kernel_names=os.environ.get("CUDA_MODULE_LOADING") != "EAGER")
-            t = time.perf_counter()
-            rec.start()
-            res["cupti"] = {"path": os.path.basename(rec.path), "start_s": time.perf_counter() - t,
-                            "watched": sorted(n for n, _ in rec.cbids.values())}
-        except Exception as e:  # noqa: BLE001  (the run goes on without CUPTI, and says so)
-            res["cupti"] = {"error": error_text(e)}
-            rec = None
-    else:
-        res["cupti"] = {"off": True}
-    logger = None
+    rec, res["cupti"] = start_cupti(a.no_cupti)
+    logger, res["lt_log"] = start_lt_log()
+    s = Session(torch, a.steps, rec, logger, preinit=a.preinit)
+    failed = None
     try:
-        from cublaslt_probe.gpu import lt
-        found = lt.loaded_libraries()
-        if found:  # mapped by torch's import: take it without running a GEMM
-            lib = lt.LtLibrary(found[0])
-            logger = lt.Logger(lib)
-            logger.set_level(2)
-            res["lt_log"] = {"library": os.path.basename(found[0]), "version": lib.version_str}
-        else:
-            res["lt_log"] = {"error": "libcublasLt not mapped before the first step; no log"}
-    except Exception as e:  # noqa: BLE001
-        res["lt_log"] = {"error": error_text(e)}
-    s = Session(torch, a.steps, rec, logger)
-    s.preinit_wanted = a.preinit
-    _ACTIVE = s
-    try:
-        s._open = ("setup", time.perf_counter_ns())
-        step = None
-        if a.func:
-            fn = load_callable(a.func)
-            s.start_step()  # the first call is step 1, unless it returns the step (then it was the setup)
-            try:
-                ret = fn()
-                s.host_done()
-                s.end()
-            except Exception as e:
-                s.end(ok=False, error=error_text(e))
-                raise
-            res["func_was_factory"] = callable(ret)
-            if callable(ret):
-                w = s.steps.pop()
-                w["name"] = "factory"
-                if "step1" in s.lt_lines:
-                    s.lt_lines["factory"] = s.lt_lines.pop("step1")
-                s.lt_counts["factory"] = s.lt_counts.pop("step1", 0)
-                step = ret
-            else:
-                step = fn
-                s.steps_wanted -= 1
-        elif a.script:
-            script, *args = a.script
-            old = sys.argv
-            sys.argv = [script, *args]
-            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-            try:
-                ns = runpy.run_path(script, run_name="__main__")
-            finally:
-                sys.argv = old
-            if not s.steps:
-                maker, plain = ns.get("make_step"), ns.get("step")
-                if callable(maker):
-                    step = maker()
-                elif callable(plain):
-                    step = plain
-                else:
-                    raise SystemExit(f"{script}: it marked no step "
-                                     "(`with cublaslt_probe.analysis.coldstart.cold_start_step():`) "
-                                     "and defines neither make_step() nor step()")
-        else:
-            raise SystemExit("give --func or --script")
-        if step is not None:
-            s.run_steps(step)
-        elif s._open is not None and s._open[0] == "setup":
-            s.end()
-        res["ok"] = bool(s.steps) and all(w["ok"] for w in s.steps)
+        with coldstart_step.active(s):
+            s.run_target(a.func, a.script)
     except BaseException as e:  # noqa: BLE001  (everything measured so far is still reported)
-        if s._open is not None:
-            try:
-                s.end(ok=False, error=error_text(e))
-            except Exception:  # noqa: BLE001  the first error is the one reported
-                pass
-        res["error"] = error_text(e)
-        res["traceback"] = traceback.format_exc()[-2000:]
+        s.abort(error_text(e))
+        failed = {"error": error_text(e), "traceback": traceback.format_exc()[-2000:]}
     finally:
-        _ACTIVE = None
         if rec is not None:
             rec.stop()
-    if s.preinit_result is not None:
-        res["preinit"] = s.preinit_result
-    res["windows"] = s.windows
-    res["lt_lines"] = s.lt_lines
-    res["lt_counts"] = s.lt_counts
-    res["jit_hooks"] = sorted(_HOOKED)
+    if s.func_was_factory is not None:
+        res["func_was_factory"] = s.func_was_factory
+    if failed:
+        res.update(failed)
+    else:
+        res["ok"] = s.ok()
+    res.update(s.record())
+    res["jit_hooks"] = sorted(HOOKED)
     if TIMERS.errors:
         res["jit_hook_errors"] = TIMERS.errors[:20]
     if rec is not None:
         res["modules"], res["driver_calls"] = _events(rec, s.windows)
         if rec.errors:
             res["cupti"]["callback_errors"] = rec.errors
-    try:
-        p = torch.cuda.get_device_properties(0)
-        res["device"] = {"gpu": p.name, "cc": f"{p.major}.{p.minor}", "torch": torch.__version__,
-                         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
-        res["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-    except Exception:  # noqa: BLE001  the device facts are optional
-        pass
+    res.update(device_record(torch))
     if s.steps:
         walls = [w["wall_s"] for w in s.steps]
         res["steady_s"] = statistics.median(walls[2:]) if len(walls) > 2 else min(walls)
@@ -890,9 +763,7 @@ def _start(windows: list[dict], name: str) -> int:
 
 
 if __name__ == "__main__":
-    # run the module under its own name, so that `coldstart.cold_start_step` finds the active session there
-    from cublaslt_probe.gpu import coldstart_child as _self
-    out = _self.main()
+    out = main()
     sys.stdout.flush()
     print("\n" + json.dumps(out, default=str), flush=True)
     os._exit(0)  # no CUDA/CUPTI teardown: the parent has what it needs

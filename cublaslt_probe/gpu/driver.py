@@ -74,7 +74,7 @@ class Clock:
 
     @staticmethod
     def stream(handle: int) -> ctypes.c_void_p:
-        """A stream's raw handle (`probe.current_stream`; a torch Stream's `cuda_stream`) as `record` takes it."""
+        """A stream's raw handle (`operands.current_stream`; a torch Stream's `cuda_stream`) as `record` takes it."""
         return ctypes.c_void_p(handle)
 
     def done(self, ev) -> bool:

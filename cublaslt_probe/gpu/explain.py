@@ -9,7 +9,8 @@ def gather(case, *, top: int = 32, first_call: bool = False, probe=None) -> dict
     """Run the GEMM through the probe, its candidates, optionally the first-call anatomy (GPU)."""
     from cublaslt_probe.analysis.candidates import compact
     from cublaslt_probe.analysis.evidence import heuristic_workspace
-    from cublaslt_probe.gpu.probe import Probe, lt_candidates
+    from cublaslt_probe.gpu.alternatives import lt_candidates
+    from cublaslt_probe.gpu.probe import Probe
     probe = probe or Probe(pipeline=False)  # one GEMM: nothing to overlap
     [rec] = probe.run_window([case])
     ev = {"case": case.as_dict(), "env": probe.env, "record": rec}

@@ -44,7 +44,7 @@ RUNS = {
 
 def run(key: str, timeout: float = 240.0) -> dict:
     """Run every child for the case `key` (see cases.Case.key); returns the raw result (JSON-ready)."""
-    from cublaslt_probe.gpu.probe import require_gpu
+    from cublaslt_probe.gpu.host import require_gpu
     require_gpu("first-call")
     out = {"key": key, "runs": {}}
     for name, extra in RUNS.items():
@@ -72,7 +72,7 @@ def _child(key: str) -> dict:
     t_start = time.perf_counter()
     import torch
 
-    from cublaslt_probe.gpu.probe import Builder
+    from cublaslt_probe.gpu.operands import Builder
     c = Case.from_key(key)
     res = _library_init(torch, t_start)
     b = Builder()   # an lt-backend Case binds it to the libcublasLt torch loaded
@@ -140,7 +140,7 @@ def _new_shape(torch, b, c, fn) -> dict:
     """The kernels `fn` (the GEMM of Case `c`) launches (the probe's kernel capture), and a new shape whose
     kernel is already loaded: variants built by `b` are tried, the first that launches the same kernels is
     kept."""
-    from cublaslt_probe.gpu.probe import profile_kernels
+    from cublaslt_probe.gpu.kernel_capture import profile_kernels
     marker = torch.zeros(1, dtype=torch.int8, device="cuda")
 
     def kernels(f):

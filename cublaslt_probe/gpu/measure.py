@@ -1,7 +1,7 @@
 """`audit --measure` on the GPU: for each GEMM of a program, what the alternatives would have cost.
 
 For one GEMM (torch view: op, dtype, layout, m, n, k, batch, and the library path it took), measured with the
-probe (`Probe.run_window`, the same timing and kernel capture as a sweep; `probe.lt_candidates` for the
+probe (`Probe.run_window`, the same timing and kernel capture as a sweep; `alternatives.lt_candidates` for the
 heuristic's candidates):
 
 - ``original``: the GEMM on the path it took in the program;
@@ -18,7 +18,7 @@ heuristic's candidates):
 A grouped GEMM (`aten::_grouped_mm`, `_scaled_grouped_mm`; 2-D x 3-D, its offsets splitting the rows, or the
 weight gradient's 2-D x 2-D, its offsets splitting k) is measured
 with the group sizes the audit joined to it (``sizes_source``: recorded, or assumed equal) through
-`probe.time_grouped_alternatives` (``grouped``: the original, every group padded to 8, 16, 64, 128 rows,
+`alternatives.time_grouped_alternatives` (``grouped``: the original, every group padded to 8, 16, 64, 128 rows,
 balanced sizes, one `torch.mm` per group, all groups padded to the largest as one `torch.bmm`, fp8) plus
 transformers' `batched_mm` experts forward (`batched_mm_variant`), with each variant's numerics against the
 original on the same operands (`_grouped_numerics`); ``implementations`` maps transformers'
@@ -337,11 +337,11 @@ def _split_k_numerics(torch, alts: dict, a, w, ref, sizes: list[int], starts: li
 
 def measure_grouped(probe, g: dict) -> dict:
     """One grouped GEMM's alternatives (the module doc): ``original`` and ``original_us``, ``grouped`` (the
-    variants, `probe.time_grouped_alternatives` and `batched_mm_variant`), ``sizes_source`` and
+    variants, `alternatives.time_grouped_alternatives` and `batched_mm_variant`), ``sizes_source`` and
     ``group_summary`` (the sizes measured), ``implementations``, ``numerics`` and ``tolerance`` (the original
     dtype's; fp8's for the fp8 variant, ``tolerance_fp8``); or ``skipped`` with the reason."""
     from cublaslt_probe.analysis import candidates as cand
-    from cublaslt_probe.gpu.probe import time_grouped_alternatives
+    from cublaslt_probe.gpu.alternatives import time_grouped_alternatives
     c, why = grouped_case_of(g)
     if c is None:
         return {"skipped": why}
@@ -440,10 +440,10 @@ def graph_times(probe, cases: list[Case], calls: int = GRAPH_CALLS, reps: int = 
 
 
 def graph_candidate_times(probe, c: Case, top: int, calls: int = GRAPH_CALLS, reps: int = GRAPH_REPS) -> dict:
-    """The heuristic's first `top` cuBLASLt candidates of `c` (as `probe.lt_candidates` asks for them: same
+    """The heuristic's first `top` cuBLASLt candidates of `c` (as `alternatives.lt_candidates` asks for them: same
     problem, workspace and alignment, so the same ranks), each replayed from a CUDA graph (`_replayed_us`) on a
     stream of its own (the call is bound to the stream it was built on). Returns {rank: µs or None}."""
-    from cublaslt_probe.gpu.probe import CUBLAS_WORKSPACE, lt_problem
+    from cublaslt_probe.gpu.operands import CUBLAS_WORKSPACE, lt_problem
     torch = probe.torch
     out: dict[int, float | None] = {}
     side = torch.cuda.Stream()
@@ -868,7 +868,8 @@ def measure_gemms(gemms: list[dict], *, top: int = 8, reps: int = 10, allow_tf32
     """Measure the alternatives of each GEMM in `gemms` (dicts as `case_of` takes them, with any extra keys —
     `module`, `calls`, `kernel` — carried into the result). Returns {"env", "gemms": [...], "seconds"}."""
     from cublaslt_probe.analysis import candidates as cand
-    from cublaslt_probe.gpu.probe import Probe, lt_candidates
+    from cublaslt_probe.gpu.alternatives import lt_candidates
+    from cublaslt_probe.gpu.probe import Probe
     t_all = time.perf_counter()
     probe = probe or Probe(reps=reps, pipeline=False)  # GEMMs timed one at a time, no windows
     results = []

@@ -75,7 +75,7 @@ def check(torch, p, y, ref, absprod, *, split_k: int = 1, reduction_in_output_ty
 
 def run_config(torch, g, algo, ref=None, absprod=None, *, split_k: int = 1,
                reduction_in_output_type: bool = False) -> dict:
-    """Run `algo` once on `probe.LtGemm` g's operands (C filled with NaN first, so a kernel that skips an
+    """Run `algo` once on `operands.LtGemm` g's operands (C filled with NaN first, so a kernel that skips an
     element shows) and `check` its output against the float64 reference of those operands (computed here
     when not given)."""
     if ref is None:

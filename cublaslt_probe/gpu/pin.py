@@ -4,18 +4,22 @@ graph's capture).
 
 `pin_linear(module, algo, tokens=...)` replaces the module's forward with one that runs `y = x W^T (+ b)` as the
 cuBLASLt matmul torch itself would issue (column-major m = out features, n = tokens, k = in features, A = W
-transposed, B = x; the bias through the BIAS epilogue), with the pinned algo config, on torch's current stream,
-its workspace from torch's caching allocator, through the libcublasLt instance torch loaded (`gpu.lt`: ctypes,
-because the pin must run in the very library instance, handle and heuristics cache torch uses). Nothing syncs
-the host, so the forward can be captured in a CUDA graph. Calls whose problem is not the pinned one (another
-token count, a non-contiguous input, another dtype or device) run the module's own forward. The backward is
-torch's (`grad_x = grad_y W`, `grad_W = grad_yᵀ x`), so a pin changes the forward GEMM only.
+transposed, B = x; the bias through the BIAS epilogue), with the pinned algo config, on torch's current stream, its
+workspace from torch's caching allocator, through the libcublasLt instance torch loaded (`gpu.lt`: ctypes, because
+the pin must run in the very library instance, handle and heuristics cache torch uses). Nothing syncs the host, so
+the forward can be captured in a CUDA graph; in code torch.compile traces the matmul is a torch.library custom op,
+so torch.compile (reduce-overhead included) keeps it whole instead of tracing into ctypes. Calls whose problem is
+not the pinned one (another token count, a non-contiguous input, another dtype or device) run the module's own
+forward. The backward is torch's (`grad_x = grad_y W`, `grad_W = grad_yᵀ x`), so a pin changes the forward GEMM
+only.
 
 Limits: inputs must be contiguous in their last dimension and 16-byte aligned (torch's allocations are); the
 algo must be valid for the problem (`cublasLtMatmulAlgoCheck` is asked once, at pinning); the pinned forward
 costs a few µs of host time per call more than torch's (the ctypes call), measured by tests/test_gpu_prove.py.
 """
 from __future__ import annotations
+
+import itertools
 
 from cublaslt_probe.errors import CaptureError
 
@@ -60,8 +64,11 @@ class PinnedLinear:
                                                              "reduction_scheme", "custom_option",
                                                              "cta_swizzling", "inner_shape")})
         self.workspace = max(int(algo.get("workspace_bytes") or 0), self._check())
+        self.key = next(_KEYS)
+        _PINS[self.key] = self
         self._fn = _pinned_function(torch)
-        module.forward = self.forward
+        self._op = _op(torch)
+        self.attach()
 
     def _check(self) -> int:
         """`lt.algo_check` of the pinned algo on the problem: the workspace it needs (bytes)."""
@@ -92,15 +99,48 @@ class PinnedLinear:
     def forward(self, x):
         if not self.matches(x):
             return type(self.module).forward(self.module, x)
-        return self._fn.apply(x, self.module.weight, self.module.bias, self)
+        w, b = self.module.weight, self.module.bias
+        if self.torch.compiler.is_compiling():
+            return self._op(x, w, b, self.key)
+        return self._fn.apply(x, w, b, self)   # eager: an autograd.Function costs less host time than the op
 
-    def remove(self) -> None:
+    def attach(self) -> None:
+        """The pinned forward on the module (again). The same bound method every time, so a compiled program
+        that saw it once finds its compiled code again instead of compiling anew."""
+        self.module.forward = self.forward
+
+    def detach(self) -> None:
+        """The module's own forward back; the pin stays ready to `attach` again."""
         if self.module.__dict__.get("forward") == self.forward:
             del self.module.forward
-        self.mm.close()
+
+    def remove(self) -> None:
+        """`detach`, and the pin's cuBLASLt objects freed (idempotent)."""
+        self.detach()
+        if _PINS.pop(self.key, None) is not None:
+            self.mm.close()
+
+
+_PINS: dict[int, PinnedLinear] = {}
+_KEYS = itertools.count(1)
+
+
+def _backward(ctx, gy):
+    """torch's backward of `y = x Wᵀ (+ b)`: the pin changes the forward GEMM only."""
+    x, w = ctx.saved_tensors
+    g2 = gy.reshape(-1, gy.shape[-1])
+    gx = (gy @ w) if ctx.needs_input_grad[0] else None
+    gw = (g2.t() @ x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None
+    gb = g2.sum(0) if ctx.has_b and ctx.needs_input_grad[2] else None
+    return gx, gw, gb, None
 
 
 def _pinned_function(torch):
+    """The pinned matmul as an autograd.Function (eager calls: its dispatch costs less host time than the
+    custom op's); defined once per process."""
+    if "fn" in _LIB:
+        return _LIB["fn"]
+
     class Pinned(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, w, b, pin):
@@ -110,16 +150,40 @@ def _pinned_function(torch):
             ctx.has_b = b is not None
             return out
 
-        @staticmethod
-        def backward(ctx, gy):
-            x, w = ctx.saved_tensors
-            g2 = gy.reshape(-1, gy.shape[-1])
-            gx = (gy @ w) if ctx.needs_input_grad[0] else None
-            gw = (g2.t() @ x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None
-            gb = g2.sum(0) if ctx.has_b and ctx.needs_input_grad[2] else None
-            return gx, gw, gb, None
+        backward = staticmethod(_backward)
 
+    _LIB["fn"] = Pinned
     return Pinned
+
+
+def _op(torch):
+    """The pinned matmul as one torch.library custom op, ``cublaslt_probe::pinned_linear(x, w, b, pin)``
+    (defined once per process; `pin` keys the live pins), for the code torch.compile traces: torch.compile and
+    CUDA-graph trees see an opaque op with a shape function and a registered backward instead of tracing into
+    ctypes (a graph break, and a `torch.Stream` without a CUDA handle inside the traced code), so a pin applies
+    under ``torch.compile``, reduce-overhead included."""
+    if "op" in _LIB:
+        return _LIB["op"]
+
+    @torch.library.custom_op("cublaslt_probe::pinned_linear", mutates_args=(),
+                             schema="(Tensor x, Tensor w, Tensor? b, int pin) -> Tensor")
+    def pinned_linear(x, w, b, pin):
+        out = torch.empty((*x.shape[:-1], w.shape[0]), dtype=x.dtype, device=x.device)
+        _PINS[pin].launch(x, out)
+        return out
+
+    @pinned_linear.register_fake
+    def _(x, w, b, pin):
+        return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+    def setup_context(ctx, inputs, output):
+        x, w, b, _pin = inputs
+        ctx.save_for_backward(x, w)
+        ctx.has_b = b is not None
+
+    pinned_linear.register_autograd(_backward, setup_context=setup_context)
+    _LIB["op"] = pinned_linear
+    return pinned_linear
 
 
 def pin_linear(module, algo: dict, *, tokens: int) -> PinnedLinear:

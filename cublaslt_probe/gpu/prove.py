@@ -198,25 +198,40 @@ class BalancedRouting:
 
     def __init__(self, torch, routers: list, experts: int):
         self.torch, self.routers, self.experts, self._hooks = torch, routers, experts, []
+        self._at: dict[int, int | None] = {}
 
-    def _balance(self, out):
+    def _index_at(self, router, items: list) -> int | None:
+        """Where the router's output holds the expert indices (an integer [tokens, k] tensor whose values are
+        expert ids), found at the router's first call and kept: the look at the values reads them on the host,
+        and a read at every call would stall the GPU's queue once per layer per step, timing the hook instead
+        of the what-if."""
+        key = id(router)
+        if key not in self._at:
+            torch, E = self.torch, self.experts
+            at = [i for i, t in enumerate(items) if torch.is_tensor(t) and not t.is_floating_point()
+                  and t.dim() == 2 and t.numel() and int(t.max()) < E]
+            self._at[key] = at[0] if at else None
+        return self._at[key]
+
+    def _balance(self, router, out):
         torch, E = self.torch, self.experts
         items = list(out) if isinstance(out, tuple) else [out]
-        idx_at = [i for i, t in enumerate(items) if torch.is_tensor(t) and not t.is_floating_point()
-                  and t.dim() == 2 and t.numel() and int(t.max()) < E]
-        if not idx_at:
+        i = self._index_at(router, items)
+        if i is None or i >= len(items) or not torch.is_tensor(items[i]) or items[i].dim() != 2:
             return out
-        i = idx_at[0]
         T, k = items[i].shape
-        bal = (torch.arange(T * k, device=items[i].device) % E).view(T, k).to(items[i].dtype)
+        dev = items[i].device
+        bal = (torch.arange(T * k, device=dev) % E).view(T, k).to(items[i].dtype)
         items[i] = bal
+        # the balanced counts without a host read (torch.bincount reads its input's maximum on the host)
+        counts = (T * k) // E + (torch.arange(E, device=dev) < (T * k) % E).long()
         for j, t in enumerate(items):
             if j != i and torch.is_tensor(t) and not t.is_floating_point() and t.dim() == 1 and t.numel() == E:
-                items[j] = torch.bincount(bal.flatten(), minlength=E).to(t.dtype)
+                items[j] = counts.to(t.dtype)
         return tuple(items) if isinstance(out, tuple) else items[0]
 
     def apply(self) -> None:
-        self._hooks = [r.register_forward_hook(lambda m, a, out: self._balance(out)) for r in self.routers]
+        self._hooks = [r.register_forward_hook(lambda m, a, out: self._balance(m, out)) for r in self.routers]
 
     def restore(self) -> None:
         for h in self._hooks:
@@ -294,10 +309,21 @@ class PinLinears:
         self.mods, self.algo, self.tokens, self._pins = mods, algo, tokens, []
 
     def apply(self) -> None:
+        """The pins made once and attached again at every switch: the same forwards each round, so a compiled
+        program compiles the pinned variant once (new pins each round recompile it until torch.compile's
+        cache limit sends it to eager)."""
         from cublaslt_probe.gpu.pin import pin_linear
-        self._pins = [pin_linear(m, self.algo, tokens=self.tokens) for _, m in self.mods]
+        if self._pins:
+            for p in self._pins:
+                p.attach()
+        else:
+            self._pins = [pin_linear(m, self.algo, tokens=self.tokens) for _, m in self.mods]
 
     def restore(self) -> None:
+        for p in self._pins:
+            p.detach()
+
+    def close(self) -> None:
         for p in self._pins:
             p.remove()
         self._pins = []
@@ -358,16 +384,17 @@ class _State:
 
 
 def _time_block(torch, step, n: int) -> list[float]:
-    """n steps, each between two CUDA events on the current stream: their GPU spans in µs."""
-    out = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    """n steps back to back, as a training or serving loop runs them, each between two CUDA events on the
+    current stream, the host synchronised once after the last: their GPU spans in µs. A synchronisation after
+    every step would start each step on an idle GPU and time the host's launch latency with it (docs/prove.md
+    has the noise either way)."""
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for a, b in ev:
         a.record()
         step()
         b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    return out
+    ev[-1][1].synchronize()
+    return [a.elapsed_time(b) * 1e3 for a, b in ev]
 
 
 def _rounds(torch, step, on, off, rounds: int, steps: int, warmup: int) -> tuple[list, list]:
@@ -394,7 +421,7 @@ def _numerics(torch, applier, sample) -> dict:
     what the program computes on purpose, or nothing of it, and are not compared)."""
     if not isinstance(applier, (PadLinear, PinLinears)) or sample is None:
         return {"checked": False}
-    m, x = sample
+    m, x = sample[0], sample[1]
     with torch.no_grad():
         y0 = m(x)
         applier.apply()
@@ -412,17 +439,100 @@ def _numerics(torch, applier, sample) -> dict:
 
 
 def _sample_input(torch, step, mods: list):
-    """One input the first of `mods` really saw: a forward pre-hook during one step of the program."""
+    """One input the first of `mods` really saw, from a forward pre-hook during one step of the program:
+    ``(module, input, calls, grad)`` with the module's forward calls in the step and whether its forward ran
+    with gradients; None without modules or calls."""
     if not mods:
         return None
     m = mods[0][1]
-    seen = []
-    h = m.register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach().clone()) if not seen else None)
+    seen, calls = [], [0]
+
+    def hook(mod, args):
+        calls[0] += 1
+        if not seen:
+            w = getattr(mod, "weight", None)
+            grad = torch.is_grad_enabled() and w is not None and w.requires_grad
+            seen.append((args[0].detach().clone(), grad))
+    h = m.register_forward_pre_hook(hook)
     try:
         step()
     finally:
         h.remove()
-    return (m, seen[0]) if seen else None
+    return (m, seen[0][0], calls[0], seen[0][1]) if seen else None
+
+
+def _per_call_us(torch, fn, reps: int = 20) -> float:
+    """GPU µs per call of `fn`, `reps` calls back to back between two CUDA events after one untimed call."""
+    fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1e3 / reps
+
+
+def applier_cost(torch, applier, sample) -> dict | None:
+    """What a padded linear (`PadLinear`) adds around its GEMMs per step, timed on the item's own sizes: for
+    output features, the sliced output made contiguous (by a consumer that needs it, as a loss does) and, with
+    gradients, the output's gradient padded back; for input features, the input padded and, with gradients, the
+    input's gradient made contiguous. Each copy's GPU time × the modules × their calls per step. The GEMMs'
+    prediction does not see these copies; the proof's does (`predicted_us` less ``us``). None for other
+    appliers or without a sample."""
+    if not isinstance(applier, PadLinear) or sample is None:
+        return None
+    _m, x, calls, grad = sample
+    F = torch.nn.functional
+    tokens, old, new = x.numel() // x.shape[-1], applier.old, applier.new
+    wide = torch.empty((tokens, new), dtype=x.dtype, device=x.device)
+    narrow = torch.empty((tokens, old), dtype=x.dtype, device=x.device)
+    if applier.dim == "out":
+        ops = [("the sliced output made contiguous", lambda: wide[:, :old].contiguous())]
+        ops += [("its gradient padded", lambda: F.pad(narrow, (0, new - old)))] if grad else []
+    else:
+        ops = [("the input padded", lambda: F.pad(narrow, (0, new - old)))]
+        ops += [("the input's gradient made contiguous", lambda: wide[:, :old].contiguous())] if grad else []
+    n = len(applier.mods) * calls
+    parts = {what: _per_call_us(torch, fn) * n for what, fn in ops}
+    return {"us": sum(parts.values()), "parts": parts, "tokens": tokens, "calls": n}
+
+
+def _prove_item(torch, step, ap, it: dict, rec: dict, noise: list, rounds: int, steps: int, warmup: int,
+                n: int, of: int, say, t1: float) -> dict:
+    """One item's record: its numerics and the applier's own cost checked, then the alternating rounds."""
+    if isinstance(ap, BalancedRouting):
+        rec["what_if"] = ("the router forced to a balanced assignment: the upper bound of a router change, "
+                          "not a change (the model computes something else)")
+    sample = _sample_input(torch, step, getattr(ap, "mods", []))
+    rec["numerics"] = _numerics(torch, ap, sample)
+    cost = applier_cost(torch, ap, sample)
+    if cost is not None:
+        rec["applier_cost"] = cost
+    head = f"prove {n}/{of}: {it.get('what')}"
+    if rec["numerics"].get("checked") and not rec["numerics"]["ok"]:
+        say(f"{head}: failed (numerics)")
+        return {**rec, "status": "failed", "why": "the applied module's output differs: "
+                + rec["numerics"].get("why", f"relative error {rec['numerics']['rel_err']:.3g}")}
+    breaks = _graph_breaks()
+    try:
+        a, b = _rounds(torch, step, ap.apply, ap.restore, rounds, steps, warmup)
+    # the program's own error under the variant: the item failed, the run goes on
+    except Exception as e:  # noqa: BLE001
+        say(f"{head}: failed ({e.__class__.__name__})")
+        return {**rec, "status": "failed", "why": f"the step failed under the change: "
+                f"{e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    s = summarize(a, b, noise)
+    broke = _graph_breaks() - breaks
+    if broke:      # the applier's own forward split a compiled program: the rounds timed the applier
+        say(f"{head}: failed ({broke} graph breaks)")
+        return {**rec, "status": "failed", **s, "why": (
+            f"the applier broke the compiled program's graphs ({broke} graph breaks while it was on): the "
+            "rounds timed the applier, not the change; apply the change in the model's code and compare")}
+    less = f" less the applier's copies {cost['us']:,.1f}" if cost else ""
+    say(f"{head}: {s['proven_us']:,.1f} µs/step [{s['spread_us'][0]:,.1f}, {s['spread_us'][1]:,.1f}] "
+        f"(predicted {it.get('saving_us'):,.1f}{less})")
+    return {**rec, "status": "proven", **s, "seconds": time.perf_counter() - t1}
 
 
 def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUNDS, steps: int = STEPS,
@@ -453,36 +563,11 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
                 out_items.append({**rec, "status": "unproven", "why": str(e)})
                 say(f"prove {n}/{len(todo)}: {it.get('what')}: unproven ({e})")
                 continue
-            if isinstance(ap, BalancedRouting):
-                rec["what_if"] = ("the router forced to a balanced assignment: the upper bound of a router change, "
-                                  "not a change (the model computes something else)")
-            mods = getattr(ap, "mods", [])
-            rec["numerics"] = _numerics(torch, ap, _sample_input(torch, step, mods))
-            if rec["numerics"].get("checked") and not rec["numerics"]["ok"]:
-                out_items.append({**rec, "status": "failed", "why": "the applied module's output differs: "
-                                  + rec["numerics"].get("why", f"relative error {rec['numerics']['rel_err']:.3g}")})
-                say(f"prove {n}/{len(todo)}: {it.get('what')}: failed (numerics)")
-                continue
-            breaks = _graph_breaks()
             try:
-                a, b = _rounds(torch, step, ap.apply, ap.restore, rounds, steps, warmup)
-            # the program's own error under the variant: the item failed, the run goes on
-            except Exception as e:  # noqa: BLE001
-                out_items.append({**rec, "status": "failed", "why": f"the step failed under the change: "
-                                  f"{e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
-                say(f"prove {n}/{len(todo)}: {it.get('what')}: failed ({e.__class__.__name__})")
-                continue
-            s = summarize(a, b, noise)
-            broke = _graph_breaks() - breaks
-            if broke:      # the applier's own forward split a compiled program: the rounds timed the applier
-                out_items.append({**rec, "status": "failed", **s, "why": (
-                    f"the applier broke the compiled program's graphs ({broke} graph breaks while it was on): the "
-                    "rounds timed the applier, not the change; apply the change in the model's code and compare")})
-                say(f"prove {n}/{len(todo)}: {it.get('what')}: failed ({broke} graph breaks)")
-                continue
-            out_items.append({**rec, "status": "proven", **s, "seconds": time.perf_counter() - t1})
-            say(f"prove {n}/{len(todo)}: {it.get('what')}: {s['proven_us']:,.1f} µs/step "
-                f"[{s['spread_us'][0]:,.1f}, {s['spread_us'][1]:,.1f}] (predicted {it.get('saving_us'):,.1f})")
+                out_items.append(_prove_item(torch, step, ap, it, rec, noise, rounds, steps, warmup, n, len(todo),
+                                             say, t1))
+            finally:
+                getattr(ap, "close", lambda: None)()
     finally:
         torch.cuda.synchronize()
         state.restore()

@@ -509,7 +509,7 @@ class Capture:
     # --- open / close --------------------------------------------------------------------------------------
     def __enter__(self) -> "Capture":
         from cublaslt_probe.gpu import lt
-        from cublaslt_probe.gpu.probe import require_gpu
+        from cublaslt_probe.gpu.host import require_gpu
         self._torch = torch = require_gpu("capture")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.log:
@@ -558,7 +558,7 @@ class Capture:
         self._write()
 
     def _write(self) -> None:
-        from cublaslt_probe.gpu.probe import environment
+        from cublaslt_probe.gpu.host import environment
         with tempfile.TemporaryDirectory() as tmp:
             raw = os.path.join(tmp, "trace.json")
             self._prof.export_chrome_trace(raw)

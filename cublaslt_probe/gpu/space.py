@@ -19,7 +19,8 @@ SPLITS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
 def measure(lib, torch, p, algo_id: int, *, budget_s: float = 60.0, sample_bases: int = 40,
             sample_kernels: int = 1500, seed: int = 0) -> dict:
     from cublaslt_probe.gpu import lt
-    from cublaslt_probe.gpu.probe import LtGemm, profile_kernels
+    from cublaslt_probe.gpu.kernel_capture import profile_kernels
+    from cublaslt_probe.gpu.operands import LtGemm
     t0 = time.time()
     rng = random.Random(seed)
     out: dict = {"problem": {k: getattr(p, k) for k in ("m", "n", "k", "dtype", "trans_a", "trans_b")},

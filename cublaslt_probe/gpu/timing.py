@@ -62,7 +62,7 @@ class Timing:
     rule: str = "lead"              # the spin rule of the first attempt
     gap_limit_us: float | None = None   # the GPU idle allowed per sample (None with an L2 flush)
     sized_by: str = "estimating call"   # what `estimate_us` is: "estimating call", "logged call" (the probe's
-                                        # `_capture`) or "samples" (a re-time)
+                                        # `_prepare_stepwise`) or "samples" (a re-time)
 
     @property
     def min_us(self) -> float:

@@ -151,10 +151,11 @@ def proof_words(it: dict) -> str | None:
     if r is None:
         return None
     if r.get("status") == "proven":
-        ratio = r.get("ratio")
+        ratio, cost = r.get("ratio"), (r.get("applier_cost") or {}).get("us")
+        less = f" less the applier's own copies, {cost:,.1f} µs/step measured" if cost else ""
         return (f"proven {r['proven_us']:,.1f} µs/step [{r['spread_us'][0]:,.1f}, {r['spread_us'][1]:,.1f}] in the "
                 f"program's step over {r.get('rounds')} rounds, noise ±{r.get('noise_us') or 0:,.1f}"
-                + (f" ({100 * ratio:.0f} % of the prediction)" if ratio is not None else "")
+                + (f" ({100 * ratio:.0f} % of the prediction{less})" if ratio is not None else "")
                 + (f"; {r['what_if']}" if r.get("what_if") else ""))
     return f"unproven estimate: {r.get('why') or r.get('status')}"
 

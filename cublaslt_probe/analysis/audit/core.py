@@ -37,7 +37,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
           pid: int | None = None, warmup: int | None = None, whole_trace: bool = False) -> Audit:
     """Audit a run folder or a bare trace: one row per distinct GEMM of a step (see the module doc). With
     `coldstart` (a saved `cold-start` result), kernels the process was seen compiling get that provenance with
-    ``evidence: observed`` (`coldstart.apply_observed`). `pid`: of a file of several processes (merged rank
+    ``evidence: observed`` (`coldstart.observed.apply_observed`). `pid`: of a file of several processes (merged rank
     traces), audit only that one (`trace.TraceDetail.for_process`). `warmup`: of a trace without step marks, the
     steps found (`steps.found_steps`) left out first as warm-up (None: the capture's ``warmup``, else 1).
     `whole_trace`: the whole trace is one step, whatever its step marks. When the steps hold under half of the
@@ -88,7 +88,7 @@ def audit(path: str | os.PathLike, log_path: str | os.PathLike | None = None, co
     notes += _missing_notes(G, det, s.meta, attribution, no_shape, no_shape_us / steps, gemm_us)
     observed = None
     if coldstart is not None:
-        from cublaslt_probe.analysis.coldstart import apply_observed
+        from cublaslt_probe.analysis.coldstart.observed import apply_observed
         df, observed = apply_observed(df, coldstart, per_name, steps)
     else:
         df = df.assign(evidence=pd.array(["name"] * len(df), dtype="string"))

@@ -110,7 +110,7 @@ class Audit:
     notes: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     stalls: pd.DataFrame | None = None    # host stalls of the step (`stalls.host_stalls`)
-    observed: dict | None = None          # cold-start evidence applied (`coldstart.apply_observed`)
+    observed: dict | None = None          # cold-start evidence applied (`coldstart.observed.apply_observed`)
     partial: bool = False                 # the trace was damaged (cut off, malformed events, durations lost)
     warning: str | None = None            # the steps hold under half of the trace's GEMM time: how much is left
                                           # out and how to count it (the audit's first line)
