@@ -19,8 +19,9 @@ def copy_run(tmp_path, src, trace=None, env=None, log=None, name=None):
         with gzip.open(dst / runfiles.TRACE_FILE, "rt") as f:
             doc = json.load(f)
         trace(doc)
-        with gzip.open(dst / runfiles.TRACE_FILE, "wt") as f:
-            json.dump(doc, f)
+        # level 1 writes a large trace 6x faster than the default 9; the bytes read back are the same
+        with gzip.open(dst / runfiles.TRACE_FILE, "wt", compresslevel=1) as f:
+            f.write(json.dumps(doc))
     if env is not None:
         doc = json.loads((dst / runfiles.ENV_FILE).read_text())
         (dst / runfiles.ENV_FILE).write_text(json.dumps(env(doc)))

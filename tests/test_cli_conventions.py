@@ -128,9 +128,16 @@ def test_format_and_suffix_must_agree(tmp_path):
 
 
 def test_report_writes_the_page_where_a_html_is_given(tmp_path):
-    grid = DATA / "h200_grid.parquet"
+    """-o X.html writes the page X.html (its folder made), not a folder X.html/ with an index.html: on a slice
+    of the shipped grid (the small bf16 shapes), as the choice of the output depends on -o alone."""
+    from cublaslt_probe.analysis.dataset import write_parquet
+    from cublaslt_probe.render import plots
+    grid = plots.load(DATA / "h200_grid.parquet")
+    data = tmp_path / "slice.parquet"
+    write_parquet(grid[(grid["m"] <= 32) & (grid["n"] <= 32) & (grid["dtype"] == "bf16")].reset_index(drop=True),
+                  data, grid.attrs["env"])
     out = tmp_path / "sub" / "r.html"
-    r = run("report", grid, "-o", out, "--dpi", "20", "--quiet")
+    r = run("report", data, "-o", out, "--dpi", "20", "--quiet")
     assert r.exit_code == 0, r.output
     assert out.is_file() and not (out / "index.html").exists()
     assert out.read_text(encoding="utf-8").startswith("<!doctype html>")
@@ -230,10 +237,54 @@ def _table_lines(text: str) -> list[str]:
     return out
 
 
+MOE = FIXTURES / "moe"
+PROSE = [
+    ["audit", MOE / "mixtral_train", "--from", MOE / "measure" / "mixtral_train.json"],
+    ["audit", FIXTURES / "programs" / "gpt2_train", "--from", FIXTURES / "programs" / "measure" / "gpt2_train.json"],
+    ["trace", FIXTURES / "programs" / "gpt2_train" / "trace.json.gz"],
+    ["diff", DATA / "h200_grid.parquet", DATA / "h200_square.parquet"],
+    ["grammars", "nvjet"],
+]
+
+
+def _over(text: str, columns: int) -> list[str]:
+    """The lines wider than `columns` that hold more than one word (a kernel name alone may be wider)."""
+    return [ln for ln in text.splitlines() if len(ln) > columns and len(ln.split()) > 1]
+
+
+@pytest.mark.parametrize("args", PROSE, ids=lambda a: " ".join(str(x).split("/")[-1] for x in a[:2]))
+def test_prose_fits_the_terminal(args):
+    """Sentences, advice, notes and headers are broken at spaces to the terminal's width, as tables are
+    fitted to it: no line of the captured runs' outputs is wider than 80 characters but a lone kernel name."""
+    wide = run(*args, env={"COLUMNS": "0"})
+    assert wide.exit_code == 0 and _over(wide.stdout, 120)      # wider than the terminal without the width
+    r = run(*args, env={"COLUMNS": "80"})
+    assert r.exit_code == 0
+    assert not _over(r.stdout, 80), _over(r.stdout, 80)[:3]
+
+
+def test_wrapped_prose_keeps_every_word_and_figure():
+    """`wrap` on a whole audit (advice with kernel names, notes, host stalls, tables): every word in order, a
+    figure on the line of its unit, a kernel name whole, the continuation under the item's text, and the
+    table's rows untouched."""
+    from cublaslt_probe.render.text import wrap
+    text = run(*PROSE[0], env={"COLUMNS": "0"}).stdout + run(*PROSE[1], env={"COLUMNS": "0"}).stdout
+    out = wrap(text, 80)
+    assert out.split() == text.split() and out != text
+    rows = [ln for ln in text.splitlines() if "  " in ln.strip() and len(ln) > 80]
+    assert rows and set(_over(out, 80)) == set(rows)            # only the (unfitted) table rows are wider
+    assert not re.search(r"\d\n\s*(µs|ms|%)", out)
+    assert "sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x256x32_warpgroupsize2x1x1_execute_segment_k_off_" \
+           "kernel__5x_cublas" in out
+    item = next(ln for ln in out.splitlines() if ln.startswith("1. pad the vocabulary"))
+    after = out.splitlines()[out.splitlines().index(item) + 1]
+    assert after.startswith("   ") and not after.startswith("    ")
+
+
 def test_a_fitted_table_names_the_columns_it_left_out():
     r = run("audit", FIXTURES / "programs" / "gpt2_train", env={"COLUMNS": "80"})
-    assert ("\n(11 more columns not shown in 80 characters: n, k, groups, family, provenance, decoded, algo, "
-            "pct_peak, floor_ratio, waves, flags; COLUMNS=0 or -o FILE.csv shows every column)\n") in r.stdout
+    assert ("\n(11 more columns not shown in 80 characters: n, k, groups, family, provenance,\n  decoded, algo, "
+            "pct_peak, floor_ratio, waves, flags; COLUMNS=0 or -o FILE.csv\n  shows every column)\n") in r.stdout
     assert "more column" not in run("audit", FIXTURES / "programs" / "gpt2_train", env={"COLUMNS": "0"}).stdout
 
 

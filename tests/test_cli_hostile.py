@@ -224,8 +224,10 @@ def test_trace_cut_off_is_partial_and_says_so_once(tmp_path):
 # --- parse-log ------------------------------------------------------------------------------------------
 
 def test_parse_log_refuses_a_png_and_random_bytes(tmp_path):
+    from matplotlib.figure import Figure
     png = tmp_path / "map.png"
-    run("map", ROOT / "data" / "h200_grid.parquet", "-o", png)
+    Figure(figsize=(1, 1)).savefig(png, dpi=20)      # a PNG as the plotting commands write one
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rnd = tmp_path / "random.bin"
     rnd.write_bytes(os.urandom(20_000).replace(b"\x1f\x8b", b"xx"))
     for p in (png, rnd):

@@ -26,10 +26,11 @@ _RAW = re.compile(r"-?\d+\.\d{5,}(?:e-?\d+)?|True|False|None|nan|NaN")
 
 
 def _cells(page: str) -> list[str]:
-    """The text of every table cell and list item of `page` (figures and styles left out)."""
+    """The text of every table cell, list item, paragraph, heading and summary of `page` (figures and styles
+    left out)."""
     body = re.sub(r"<style.*?</style>|<svg.*?</svg>|src=\"data:[^\"]*\"", "", page, flags=re.S)
-    return [html.unescape(re.sub(r"<[^>]+>", " ", c)) for c in
-            re.findall(r"<(?:td|li)[^>]*>(.*?)</(?:td|li)>", body, flags=re.S)]
+    return [html.unescape(re.sub(r"<[^>]+>", " ", c)) for _, c in
+            re.findall(r"<(td|li|p|h[1-4]|summary)\b[^>]*>(.*?)</\1>", body, flags=re.S)]
 
 
 def check_page(page: str) -> None:

@@ -440,6 +440,7 @@ def test_any_value_of_any_field_damaged_is_never_an_internal_error(audits, name)
     base = _doc(name)
     fields = _fields(base)
     assert len(fields) > 30
+    r = a.rows.iloc[0].to_dict()
     for (lst, i, k, j, kk), bad in ((f, b) for f in fields for b in (math.inf, -7, "x")):
         doc = json.loads(json.dumps(base))
         rec = doc[lst][i]
@@ -451,7 +452,6 @@ def test_any_value_of_any_field_damaged_is_never_an_internal_error(audits, name)
             rec[k][j][kk] = bad
         items = advice(a.rows, doc, a.step_gpu_us, a.step_gpu_us * a.steps)
         "\n".join(advice_lines(items) + grouped_lines(checked(doc)))
-        r = a.rows.iloc[0].to_dict()
         for g in checked(doc).gemms[:1]:
             chain(r, g, labels=a.kernel_labels)
         assert all(math.isfinite(it["saving_us"]) and 0 <= it["saving_us"] <= a.step_gpu_us for it in items), \

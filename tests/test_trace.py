@@ -36,6 +36,7 @@ from cublaslt_probe.analysis.trace import (
     timeline_groups,
     timeline_sentence,
 )
+from cublaslt_probe.analysis.trace.schema import kernel_kind
 from cublaslt_probe.cli import main
 from cublaslt_probe.errors import ProbeError
 from cublaslt_probe.names import decode
@@ -373,6 +374,104 @@ def test_nsys_without_kernel_table(tmp_path):
     con.close()
     with pytest.raises(ProbeError, match="no table CUPTI_ACTIVITY_KIND_KERNEL.*nsys profile --trace cuda"):
         read_nsys_sqlite(p)
+
+
+def nsys_from_chrome(doc: dict, path):
+    """The kernel events of a real Chrome capture written into the documented nsys schema by this test (not an
+    nsys export): one row per event (start and end in ns, device, stream, correlation, its name in StringIds),
+    so two events alike are two rows alike. An end too large for an SQLite integer is stored as a real."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+                "deviceId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
+                "demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL)")
+    ids: dict = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") != "kernel":
+            continue
+        if e["name"] not in ids:
+            ids[e["name"]] = len(ids) + 1
+            con.execute("INSERT INTO StringIds VALUES (?, ?)", (ids[e["name"]], e["name"]))
+        a = e.get("args") or {}
+        start = round(e["ts"] * 1000)
+        end = start + round(e["dur"] * 1000) if e["dur"] < 1e15 else float(start + e["dur"] * 1000)
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (start, end, a.get("device", 0), a.get("stream", 0), a.get("correlation"), ids[e["name"]],
+                     ids[e["name"]]))
+    con.commit()
+    con.close()
+    return path
+
+
+def _real_doc():
+    with gzip.open(TRACES / "transformer_bf16.json.gz", "rt") as f:
+        return json.load(f)
+
+
+def test_nsys_reader_agrees_with_the_chrome_reader_on_a_real_capture(tmp_path):
+    """The H200 capture's kernels read through either reader: the same kernels, GPU time and GEMM rows."""
+    doc = _real_doc()
+    c = read_chrome_trace(TRACES / "transformer_bf16.json.gz")
+    n = read_trace(nsys_from_chrome(doc, tmp_path / "t.sqlite"))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert n.stats.kernels == len(kernels) == c.stats.kernels and n.stats.gemm_launches == c.stats.gemm_launches
+    assert n.gpu_time_us == pytest.approx(sum(e["dur"] for e in kernels), abs=1e-3 * len(kernels))
+    assert n.stats.gemm_launches > 10
+    by_n = n.kernels.groupby("kernel")["total_us"].sum()
+    by_c = c.kernels.groupby("kernel")["total_us"].sum()
+    assert by_n.to_dict() == pytest.approx(by_c.to_dict(), abs=1e-3 * len(kernels))
+    assert (n.stats.duplicate_events, n.stats.long_durations, n.stats.bad_durations) == (0, 0, 0)
+
+
+def test_nsys_rows_written_twice_or_longer_than_the_trace_are_set_aside_as_in_a_chrome_trace(tmp_path):
+    """Every kernel written twice and three GEMM kernels given 1e300 µs, in the Chrome trace and in the same
+    events through the nsys schema: both readers count each event once, count the three 0 µs, and agree on
+    every figure; the GEMM time is the capture's less the three kernels' real durations."""
+    doc = _real_doc()
+    ks = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    gemms = [e for e in ks if kernel_kind(e["name"], {}) == 1]
+    lost = 0.0
+    for e in gemms[::len(gemms) // 3][:3]:
+        lost += e["dur"]
+        e["dur"] = 1e300
+    doc["traceEvents"] += [json.loads(json.dumps(e)) for e in ks]
+    write_trace(tmp_path / "t.json", doc["traceEvents"])
+    c, c0 = read_trace(tmp_path / "t.json"), read_chrome_trace(TRACES / "transformer_bf16.json.gz")
+    n = read_trace(nsys_from_chrome(doc, tmp_path / "t.sqlite"))
+    for s in (c, n):
+        assert (s.stats.duplicate_events, s.stats.long_durations, s.stats.kernels) == (len(ks), 3, len(ks))
+        assert s.gemm_time_us == pytest.approx(c0.gemm_time_us - lost, abs=1e-3 * len(ks))
+    assert n.stats.duplicate_us == pytest.approx(c.stats.duplicate_us, rel=1e-9)
+    r = CliRunner().invoke(main, ["trace", str(tmp_path / "t.sqlite")])
+    assert "internal error" not in r.output and "e+" not in r.stdout
+    assert f"{len(ks):,} kernel or copy events repeating another exactly" in r.output
+    assert "longer than the trace: 3" in r.output
+
+
+@pytest.mark.parametrize("value", [None, "fast", -5])
+def test_nsys_row_without_a_valid_end_counts_nothing(tmp_path, value):
+    """One GEMM row of the real capture (in the nsys schema) whose end is missing, text or before its start:
+    it counts 0 µs and is counted as without a valid duration; every other figure is the capture's."""
+    doc = _real_doc()
+    p = nsys_from_chrome(doc, tmp_path / "t.sqlite")
+    n0 = read_trace(p)
+    con = sqlite3.connect(p)
+    con.execute("PRAGMA ignore_check_constraints = 1")
+    rowid, start, end = next(r for r in con.execute(
+        "SELECT k.rowid, k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+        "WHERE s.value LIKE 'nvjet%' ORDER BY k.rowid"))
+    con.execute("CREATE TABLE k2 AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL")   # without NOT NULL
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    con.execute("ALTER TABLE k2 RENAME TO CUPTI_ACTIVITY_KIND_KERNEL")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = ? WHERE rowid = ?",
+                (start + value if type(value) is int else value, rowid))
+    con.commit()
+    con.close()
+    n = read_trace(p)
+    assert n.stats.bad_durations == 1 and n.stats.kernels == n0.stats.kernels
+    assert n.gemm_time_us == pytest.approx(n0.gemm_time_us - (end - start) / 1e3)
+    r = CliRunner().invoke(main, ["trace", str(p)])
+    assert "internal error" not in r.output and "Traceback" not in r.output
 
 
 # ----------------------------------------------------------------------------------------------- CLI

@@ -439,13 +439,24 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in [
 ]}
 
 
+_HOLDS: dict[Path, tuple[bool, bool]] = {}
+
+
+def _holds(path: Path) -> tuple[bool, bool]:
+    """Whether the committed capture holds step marks, and GEMM kernels (read once: `applies` asks per case)."""
+    if path not in _HOLDS:
+        doc = load(path)
+        _HOLDS[path] = (bool(_steps(doc)), gemm_truth(doc["traceEvents"])[1] > 0)
+    return _HOLDS[path]
+
+
 def applies(m: Mutation, src: Source) -> bool:
     if m.needs == "env":
         return src.folder is not None and (src.folder / "env.json").exists()
     if m.needs == "steps":
-        return bool(_steps(load(src.trace)))
+        return _holds(src.trace)[0]
     if m.needs == "gemm":
-        return gemm_truth(load(src.trace)["traceEvents"])[1] > 0
+        return _holds(src.trace)[1]
     return True
 
 

@@ -28,6 +28,7 @@ from cublaslt_probe.render.text import (  # noqa: F401
     render_table,
     set_line_width,
     terminal_width,
+    wrap,
 )
 from cublaslt_probe.streams import GZIP_MAGIC, cut_note, is_gzip, open_binary
 
@@ -308,7 +309,8 @@ def clean_text(s: str) -> str:
 
 # ------------------------------------------------------------------------------------------- data frames
 def write_frame(df, kind: str, output: str | None, table: Callable[[], str] | None = None) -> None:
-    """`df` as table (`table()` renders the people's view), csv, jsonl or parquet (needs `output`).
+    """`df` as table (`table()` renders the people's view; its prose lines wrapped to the terminal's width,
+    `wrap`), csv, jsonl or parquet (needs `output`).
 
     For frames that are already small (summaries, one GEMM's candidates, a trace's kernels): the rows are
     written one at a time, never as one big string.
@@ -323,7 +325,7 @@ def write_frame(df, kind: str, output: str | None, table: Callable[[], str] | No
     with text_output(output) as out:
         buf = Lines(out)
         if kind == "table":
-            buf.add(table() if table is not None else render_table(
+            buf.add(wrap(table()) if table is not None else render_table(
                 [str(c) for c in df.columns], ([cell(v) for v in r] for r in df.itertuples(index=False))))
         elif kind == "csv":
             buf.add(csv_row(df.columns))

@@ -6,7 +6,7 @@ import json
 import click
 
 from cublaslt_probe.analysis.coldstart.envs import ENV_SETS, REPEAT_DEFAULT
-from cublaslt_probe.cli._common import TEXT_JSON, out_format, output_option, write_result
+from cublaslt_probe.cli._common import TEXT_JSON, out_format, output_option, wrap, write_result
 
 
 @click.command("cold-start", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -62,7 +62,7 @@ def cold_start_cmd(steps, env_set, envs, repeat, no_cupti, timeout, label, fmt, 
                 json.dump(raw, f, indent=1, default=str)
             click.echo(f"saved {save}", err=True)
     a = analyse(raw)
-    write_result(output, json.dumps(a, indent=1, default=str) if fmt == "json" else render(a))
+    write_result(output, json.dumps(a, indent=1, default=str) if fmt == "json" else wrap(render(a)))
     if a.get("baseline") is None:   # no run got through its steps: the report says where each failed
         from cublaslt_probe.cli._common import EXIT_PARTIAL
         click.get_current_context().exit(EXIT_PARTIAL)

@@ -19,6 +19,7 @@ from cublaslt_probe.cli._common import (
     output_option,
     output_options,
     text_output,
+    wrap,
     write_result,
 )
 from cublaslt_probe.errors import UnknownKernelName
@@ -214,7 +215,7 @@ def grammars_cmd(family: str | None, fmt: str | None, output: str | None) -> Non
         family = "helpers"
     gs = [g for g in GRAMMARS.values() if family is None or family in (g.name, g.family)]
     write_result(output, json.dumps([g.to_dict() for g in gs], indent=2, ensure_ascii=False) if fmt == "json"
-                 else render_grammars(gs))
+                 else wrap(render_grammars(gs)))
 
 
 def render_grammars(gs) -> str:

@@ -17,6 +17,7 @@ from cublaslt_probe.cli._common import (
     output_option,
     render_table,
     suffix_format,
+    wrap,
     write_frame,
     write_result,
 )
@@ -154,7 +155,7 @@ def candidates_cmd(m, n, k, dtype, layout, op, batch, top, workspace, alignment,
         header = (f"{c['dtype']} {c['layout']} M={c['m']} N={c['n']} K={c['k']} on {env.get('gpu')} "
                   f"(cuBLASLt {env.get('cublaslt_version')}); workspace {saved.get('workspace_bytes')} B, alignment "
                   f"{saved.get('alignment')} B; {saved.get('timing')}")
-        write_result(output, _candidates_text(df, reg, header) + (_space_text(sp) if sp else ""))
+        write_result(output, wrap(_candidates_text(df, reg, header)) + (_space_text(sp) if sp else ""))
 
 
 def _candidates_text(df, reg: dict, header: str) -> str:
@@ -167,7 +168,7 @@ def _candidates_text(df, reg: dict, header: str) -> str:
         rows.append([cell(r.rank), cell(r.algo_id), cell(r.tile), cell(r.stages), cell(r.cluster), cell(r.split_k),
                      f"{kn.family} {kn.short}".strip() if kn else "", cell(r.time_us, ".2f") or "-",
                      cell(r.tflops, ".1f") or "-", ok, r.mark or ""])
-    table = render_table(["#", "algo", "tile", "stages", "cluster", "splitK", "kernel", "µs", "TFLOP/s", "ok", ""],
+    table = render_table(["#", "algo", "tile", "stages", "cluster", "splitK", "kernel", "µs", "TFLOP/s", "ok", "note"],
                          rows, {"µs", "TFLOP/s"}, caps={"kernel": 44}, rule=False)
     if reg.get("regret_pct") is not None:
         tail = (f"regret = time(#0) / time(best) - 1 = {reg['pick_time_us']:.2f} / {reg['best_time_us']:.2f} - 1 "
@@ -241,7 +242,7 @@ def first_call_cmd(m, n, k, dtype, layout, op, batch, backend, fmt, output, save
         raw = firstcall.run(make_case(backend, m, n, k, dtype, layout, op, batch).key)
         _save(raw, save)
     a = firstcall.analyse(raw)
-    write_result(output, json.dumps(a, indent=1) if fmt == "json" else firstcall.render(a))
+    write_result(output, json.dumps(a, indent=1) if fmt == "json" else wrap(firstcall.render(a)))
 
 
 @click.command("explain")
@@ -266,7 +267,7 @@ def explain_cmd(m, n, k, dtype, layout, op, batch, backend, top, with_first_call
         from cublaslt_probe.gpu.explain import gather
         ev = gather(make_case(backend, m, n, k, dtype, layout, op, batch), top=top, first_call=with_first_call)
         _save(ev, save)
-    write_result(output, json.dumps(ev, indent=1, default=str) if fmt == "json" else explain.render(ev))
+    write_result(output, json.dumps(ev, indent=1, default=str) if fmt == "json" else wrap(explain.render(ev)))
 
 
 @click.command("replay")
@@ -301,7 +302,7 @@ def replay_cmd(logfile, line_no, all_lines, fmt, output, save, from_path):
                              "before the program starts")
         results = replay.replay(trace)
         _save(results, save)
-    write_result(output, json.dumps(results, indent=1, default=str) if fmt == "json" else replay.render(results))
+    write_result(output, json.dumps(results, indent=1, default=str) if fmt == "json" else wrap(replay.render(results)))
 
 
 COMMANDS = [candidates_cmd, first_call_cmd, explain_cmd, replay_cmd]

@@ -376,7 +376,7 @@ def render_html(a: Audit, items: list[dict] | None = None, measure: Measurement 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>cublaslt-probe audit</title><style>"
              "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:12px}"
              "td,th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}"
-             "td,li,p,summary{overflow-wrap:anywhere}"
+             "td,li,p,summary,h3,h4{overflow-wrap:anywhere}"
              ".note{color:#a33}.bar{background:#55a868;height:10px;display:inline-block}</style></head><body>",
              "<h1>GEMM audit</h1>", "<ul>" + "".join(
                  f"<li class='{'note' if ln.startswith('note:') else ''}'>{e(ln)}</li>" for ln in summary_lines(a))

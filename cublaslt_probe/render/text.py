@@ -1,13 +1,15 @@
 """Text tables: the one table renderer every command and page writes its tables with (`Table`,
-`render_table`), cells fitted to one line of at most `MAX_CELL` characters (`fit`), and tables for the
-terminal fitted to its width (`line_width`)."""
+`render_table`), cells fitted to one line of at most `MAX_CELL` characters (`fit`), and tables and prose for
+the terminal fitted to its width (`line_width`, `wrap`)."""
 from __future__ import annotations
 
 import contextvars
 import itertools
 import os
+import re
 import shutil
 import sys
+import textwrap
 from typing import Iterable, Iterator
 
 MAX_CELL = 80  # no table cell is wider: longer values are cut with an ellipsis
@@ -40,6 +42,35 @@ def set_line_width(width: int | None) -> None:
 def line_width() -> int | None:
     """The width set by `set_line_width` (None: no limit)."""
     return _LINE_WIDTH.get()
+
+
+_NBSP = "\u00a0"   # textwrap breaks at ASCII whitespace only: a figure and its unit stay on one line
+_UNIT = re.compile(r"(?<=\d) (?=(?:µs|ms|s|%|ns|GB|MB|B)\b|%)")
+_GAP = re.compile(r"(?<=\S) {2,}(?=\S)")   # two of them make a table's row: columns apart by 2+ spaces
+_MARKER = re.compile(r"( *)(\d+\. +|[-*] +|[a-z][a-z ()-]*: +)?")
+
+
+def wrap(text: str, width: int | None | str = "terminal") -> str:
+    """`text`'s lines (prose: sentences, advice, notes) each broken at spaces to at most `width` characters
+    (default `line_width()`: the terminal's when the output goes there; None: unchanged). A continuation line
+    is indented under the text after the line's own indent and marker (``1. ``, ``- ``, ``evidence: ``), or two
+    spaces in from the indent when that leaves under half the width. A word longer than the width (a kernel
+    name) stays whole on a line of its own, so it can still be copied. A line with two gaps of two spaces or
+    more after its marker is a table's row: it is left whole (`Table` fits its own rows)."""
+    width = line_width() if width == "terminal" else width
+    if not width:
+        return text
+    out = []
+    for line in text.split("\n"):
+        m = _MARKER.match(line)
+        if len(line) <= width or len(_GAP.findall(line, m.end())) >= 2:
+            out.append(line)
+            continue
+        hang = len(m.group(0)) if m.group(2) and len(m.group(0)) <= width // 2 else len(m.group(1)) + 2
+        out += [x.replace(_NBSP, " ") for x in textwrap.wrap(
+            _UNIT.sub(_NBSP, line), width, subsequent_indent=" " * hang, break_long_words=False,
+            break_on_hyphens=False)] or [line]
+    return "\n".join(out)
 
 
 def fit(s: str, width: int = MAX_CELL, tail: bool = False) -> str:
@@ -126,8 +157,8 @@ class Table:
         gone = self.header[self.shown:]
         if not gone:
             return ""
-        return (f"{self.indent}({len(gone)} more column{'s' if len(gone) > 1 else ''} not shown in {self.width} "
-                f"characters: {', '.join(gone)}; COLUMNS=0 or -o FILE.csv shows every column)\n")
+        return wrap(f"{self.indent}({len(gone)} more column{'s' if len(gone) > 1 else ''} not shown in {self.width} "
+                    f"characters: {', '.join(gone)}; COLUMNS=0 or -o FILE.csv shows every column)", self.width) + "\n"
 
     def head(self) -> str:
         """The header line and the rule under it (empty without a header)."""

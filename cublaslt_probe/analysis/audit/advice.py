@@ -172,10 +172,12 @@ def _measured_gemms(rows: pd.DataFrame, measure: Measurement) -> tuple[list[_Mea
     measured (grouped, an error). Calls per step and the time a change can save come from the run's rows,
     never from the measurement; a row two records stand for is counted by the first (a measurement without
     module names matching rows another record names)."""
+    from cublaslt_probe.analysis.audit.measured import row_keys
     from cublaslt_probe.analysis.evidence import path_of
     out, quiet, claimed = [], [], set()
+    keys, narrow = row_keys(rows), rows[["module", "pass", "calls", "gpu_us"]]   # once for all the GEMMs
     for i, g in enumerate(measure.gemms):
-        matched = match_rows(rows, g)
+        matched = match_rows(narrow, g, keys)
         matched = matched[[int(x) not in claimed for x in matched.index]] if len(matched) else matched
         if not len(matched):          # not a GEMM of this run (`measured.bind_measure` names those)
             continue

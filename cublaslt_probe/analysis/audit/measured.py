@@ -69,8 +69,8 @@ def row_keys(rows) -> list[tuple | None]:
     """The `binding.gemm_key` of each audit row, in order (pandas' missing values as None)."""
     if not len(rows):
         return []
-    return [gemm_key({c: (None if _na(v) else v) for c, v in zip(GEMM_KEY, r)})
-            for r in rows[list(GEMM_KEY)].itertuples(index=False)]
+    cols = [rows[c].tolist() for c in GEMM_KEY]       # column by column: no copy of the rows
+    return [gemm_key({c: (None if _na(v) else v) for c, v in zip(GEMM_KEY, r)}) for r in zip(*cols)]
 
 
 def run_fingerprint(a, source: str | None = None) -> dict:
@@ -390,28 +390,38 @@ def load_bound(a, measure, run: str | None = None) -> tuple[Measurement, list[st
     return doc, notes + bound
 
 
-def match_rows(rows, g: GemmMeasurement):
+def match_rows(rows, g: GemmMeasurement, keys: list | None = None):
     """The audit rows a measured GEMM stands for: the same problem (`binding.gemm_key`: the key a saved
-    measurement is bound to its run by), and the same module and pass when the measurement names them."""
+    measurement is bound to its run by), and the same module and pass when the measurement names them.
+    `keys`: the rows' `row_keys`, when the caller matches many GEMMs against the same rows."""
     if rows.empty:
         return rows
     want = gemm_key(g.key if isinstance(g.key, dict) else {})
     if want is None:
         return rows.iloc[:0]
-    hit = [k == want for k in row_keys(rows)]
-    out = rows[hit]
+    at = [i for i, k in enumerate(row_keys(rows) if keys is None else keys) if k == want]
     for col, v in (("module", g.module), ("pass", g.pass_)):
-        if v is not None and (out[col] == v).any():
-            out = out[out[col] == v]
-    return out
+        if v is not None and at:
+            vals = rows[col].to_numpy()
+            at = [i for i in at if _equal(vals[i], v)] or at
+    return rows.iloc[at]
+
+
+def _equal(x, v) -> bool:
+    """``x == v`` for a cell and a value read from a file; a missing cell or an incomparable value is unequal."""
+    try:
+        return bool(x == v)
+    except (TypeError, ValueError):
+        return False
 
 
 def measured_rows(rows, measure: Measurement | None) -> dict[int, GemmMeasurement]:
     """Audit row index -> the measured GEMM that stands for it (`match_rows`; the first where two do): what a page
     shows beside each row."""
     out: dict[int, GemmMeasurement] = {}
+    keys = row_keys(rows) if measure is not None else []
     for g in measure.gemms if measure is not None else []:
-        for i in match_rows(rows, g).index:
+        for i in match_rows(rows, g, keys).index:
             out.setdefault(int(i), g)
     return out
 

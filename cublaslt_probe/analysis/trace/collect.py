@@ -92,7 +92,7 @@ def _id(v, stats: TraceStats) -> int:
     return v if type(v) is int and 0 <= v < _I64 else _as_id(v, stats)
 
 
-def _duration(v) -> float | None:
+def valid_duration(v) -> float | None:
     """A kernel or copy event's ``dur`` in µs: a finite number >= 0 (an int, float or numeric string), else
     None (missing, not a number, NaN, negative or infinite)."""
     if type(v) is not float:
@@ -203,7 +203,7 @@ class Launches:
             self.e_row.append(-1)
 
     def _bad_duration(self, cat: str, name: str, dur) -> float:
-        d = _duration(dur)
+        d = valid_duration(dur)
         if d is None:
             self.stats.bad_durations += 1
             if self.stats.bad_durations <= 3:
@@ -227,18 +227,14 @@ class Launches:
             return
         names, dur = self.names.items, _np(self.e_dur, np.float64).copy()
         ts, rows = _np(self.e_ts, np.float64), _np(self.e_row, np.int32)
-        dup = _repeats(h, _np(self.e_corr, np.int64), calls)
-        lo, hi = min(lo, self.lo), max(hi, self.hi)
-        fine = dur <= hi - lo
-        if fine.any():
-            hi = max(hi, float((ts[fine] + dur[fine]).max()))
-        long = ~dup & (dur > hi - lo) if hi > lo else np.zeros(len(h), dtype=bool)
+        dup = repeats(h, _np(self.e_corr, np.int64), calls)
+        long, span = too_long(ts, dur, dup, min(lo, self.lo), max(hi, self.hi))
         if not dup.any() and not long.any():
             return
         e_name, kernel = _np(self.e_name, np.int32), _np(self.e_kernel, np.int8).astype(bool)
         for i in np.flatnonzero(long).tolist()[:3]:
             log.warning("%s: %r lasts %g µs, longer than the trace (%g µs): counted, with 0 µs", self.stats.path,
-                        names[e_name[i]][:80], dur[i], hi - lo)
+                        names[e_name[i]][:80], dur[i], span)
         self.stats.duplicate_events += int(dup.sum())
         self.stats.duplicate_us += float(dur[dup].sum())
         self.stats.bad_durations += int(long.sum())
@@ -264,7 +260,20 @@ class Launches:
                 setattr(self, attr, array(a.typecode, np.frombuffer(a, dtype=a.typecode)[keep].tobytes()))
 
 
-def _repeats(h: np.ndarray, corr: np.ndarray, calls: "Calls | None") -> np.ndarray:
+def too_long(ts: np.ndarray, dur: np.ndarray, dup: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, float]:
+    """Which GPU events (start `ts`, duration `dur`, µs; the repeats `dup` left aside) last longer than the
+    trace, and how long the trace is: from `lo` to `hi` (at least the events' first and last start), widened to
+    the ends of the events no longer than that. Such a duration cannot be one (a damaged value): the readers
+    count it 0 µs. With one start only (``hi == lo``) nothing is too long."""
+    ends = ts[dur <= hi - lo] + dur[dur <= hi - lo]
+    ends = ends[~np.isnan(ends)]                 # a start that is not a number widens nothing
+    if len(ends):
+        hi = max(hi, float(ends.max()))
+    long = ~dup & (dur > hi - lo) if hi > lo else np.zeros(len(dur), dtype=bool)
+    return long, hi - lo
+
+
+def repeats(h: np.ndarray, corr: np.ndarray, calls: "Calls | None") -> np.ndarray:
     """Which events repeat an earlier one of the same identity hash `h` beyond the distinct launch calls
     (process, time) of `calls` that carry their correlation `corr` (at least one: a first occurrence is never
     a repeat)."""

@@ -1,17 +1,23 @@
 """An Nsight Systems SQLite export (``nsys export --type sqlite``) read into the same `TraceSummary` as a
 Chrome trace, through the stdlib sqlite3: table ``CUPTI_ACTIVITY_KIND_KERNEL`` (``start``, ``end`` in ns,
-``demangledName`` / ``shortName`` ids into ``StringIds``). UNTESTED on a real export: nsys cannot write
-reports on the machine the project's captures come from, so it is tested only on a file built with the
-documented schema. The export has no torch op shapes: ``op`` and the problem columns are null."""
+``demangledName`` / ``shortName`` ids into ``StringIds``), with the Chrome reader's rules for its values
+(`collect`): a row that repeats another exactly is counted once, a duration that is missing, not a number or
+negative counts 0 µs, and so does one longer than the trace. UNTESTED on a real export: nsys cannot write
+reports on the machine the project's captures come from, so it is tested only on files the tests build with
+the documented schema. The export has no torch op shapes: ``op`` and the problem columns are null; it is read
+for `trace` only (no step or module ranges)."""
 from __future__ import annotations
 
 import logging
 import os
 import sqlite3
 import time
+from array import array
 
+import numpy as np
 import pandas as pd
 
+from cublaslt_probe.analysis.trace.collect import repeats, too_long, valid_duration
 from cublaslt_probe.analysis.trace.rows import finish
 from cublaslt_probe.analysis.trace.schema import TraceStats, TraceSummary, kernel_kind
 from cublaslt_probe.analysis.trace.timeline import families, timeline_frame
@@ -51,38 +57,42 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
             raise ProbeError(f"{path}: no table {t} in this SQLite file; export the report with "
                              "`nsys export --type sqlite REPORT.nsys-rep` from a capture that traced CUDA "
                              "(`nsys profile --trace cuda ...`)")
-    cols = {r[1] for r in con.execute(f"PRAGMA table_info({_NSYS_KERNEL})")}
+    cols = [r[1] for r in con.execute(f"PRAGMA table_info({_NSYS_KERNEL})")]
     name_cols = [c for c in ("demangledName", "shortName", "mangledName") if c in cols]
     missing = [c for c in ("start", "end") if c not in cols]
     if missing or not name_cols:
         raise ProbeError(f"{path}: {_NSYS_KERNEL} lacks columns "
                          f"{missing + ([] if name_cols else ['demangledName or shortName'])}")
-    name_expr = "COALESCE(" + ", ".join(f"k.{c}" for c in name_cols) + ")" if len(name_cols) > 1 \
-        else f"k.{name_cols[0]}"
-    dev = "k.deviceId" if "deviceId" in cols else "0"
-    stream = "k.streamId" if "streamId" in cols else "0"
-    per_name: dict[str, list] = {}
+    strings = dict(con.execute("SELECT id, value FROM StringIds"))
+    ev = _kernel_rows(con, cols, name_cols, strings, stats)
     kind_cache: dict[str, int] = {}
-    gemm_ids: list[int] = []
-    for sid, value, n, total in con.execute(
-            f"SELECT {name_expr} AS sid, s.value, COUNT(*), SUM(k.end - k.start) FROM {_NSYS_KERNEL} k "
-            "LEFT JOIN StringIds s ON s.id = " + name_expr + " GROUP BY sid"):
-        name = value if value is not None else f"<string id {sid}>"
-        per_name[name] = [n, (total or 0) / 1e3]
-        stats.kernels += n
-        stats.gpu_time_us += (total or 0) / 1e3
-        if kernel_kind(name, kind_cache) and sid is not None:
-            gemm_ids.append(sid)
-    stats.events = stats.kernels
-    agg: dict[str, list] = {}
-    if gemm_ids:
-        con.execute("CREATE TEMP TABLE _gemm_ids(id INTEGER PRIMARY KEY)")
-        con.executemany("INSERT INTO _gemm_ids VALUES (?)", [(i,) for i in gemm_ids])
-        q = (f"SELECT {dev}, {stream}, k.start, k.end, s.value FROM {_NSYS_KERNEL} k "
-             f"JOIN StringIds s ON s.id = {name_expr} WHERE {name_expr} IN (SELECT id FROM _gemm_ids) "
-             f"ORDER BY {dev}, {stream}, k.start")
-        agg = _gemm_groups(con.execute(q), stats, kind_cache)
-    groups = pd.DataFrame([(name, -1, *a) for name, a in agg.items()],
+    names = ev["names"]
+    kind = np.array([kernel_kind(n, kind_cache) for n in names], dtype=np.int8)
+    dup = repeats(ev["hash"], np.zeros(len(ev["hash"]), np.int64), None) if len(ev["hash"]) else \
+        np.zeros(0, dtype=bool)
+    ts, dur = ev["ts"], ev["dur"]
+    starts = ts[~np.isnan(ts)]
+    long, span = (too_long(ts, dur, dup, float(starts.min()), float(starts.max())) if len(starts)
+                  else (np.zeros(len(dur), dtype=bool), 0.0))
+    for i in np.flatnonzero(long).tolist()[:3]:
+        log.warning("%s: %r lasts %g µs, longer than the trace (%g µs): counted, with 0 µs", path,
+                    names[ev["name"][i]][:80], dur[i], span)
+    stats.duplicate_events, stats.duplicate_us = int(dup.sum()), float(dur[dup].sum())
+    stats.bad_durations += int(long.sum())
+    stats.long_durations = int(long.sum())
+    dur[long] = 0.0
+    kept = ~dup
+    name = ev["name"]
+    count = np.bincount(name[kept], minlength=len(names))
+    total = np.bincount(name[kept], weights=dur[kept], minlength=len(names))
+    per_name = {n: [int(count[i]), float(total[i])] for i, n in enumerate(names) if count[i]}
+    stats.kernels = int(kept.sum())
+    stats.gpu_time_us = float(dur[kept].sum())
+    g = np.flatnonzero(kept & (kind[name] > 0))
+    g = g[np.lexsort((np.nan_to_num(ts[g], nan=np.inf), ev["stream"][g], ev["dev"][g]))]
+    agg = _gemm_groups(((ev["dev"][i], ev["stream"][i], dur[i], names[name[i]]) for i in g.tolist()), stats,
+                       kind_cache)
+    groups = pd.DataFrame([(n, -1, *a) for n, a in agg.items()],
                           columns=["kernel", "op", "count", "total_us", "min_us", "max_us", "reduce_us"])
     out = finish(groups, [None] * len(groups), stats)
     stats.seconds = time.perf_counter() - t0
@@ -91,8 +101,65 @@ def _read_nsys(con: sqlite3.Connection, path, stats: TraceStats, t0: float) -> T
     return TraceSummary(out, stats.gpu_time_us, stats, {}, families(timeline), timeline)
 
 
+def _number(v) -> float:
+    """A start or end as stored (an integer, a real, a number written as text), else NaN."""
+    if type(v) is int or type(v) is float:
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
+
+
+def _kernel_rows(con: sqlite3.Connection, cols: list, name_cols: list, strings: dict, stats: TraceStats) -> dict:
+    """Every row of the kernel table as arrays: ``hash`` (of the whole row: two rows alike are one launch
+    exported twice), ``name`` (index into ``names``: the first of `name_cols` set, looked up in `strings`),
+    ``ts`` (start, µs; NaN when not a number), ``dur`` (µs: `valid_duration`, else 0 and counted in
+    ``stats.bad_durations``), ``dev``, ``stream``."""
+    at = {c: i for i, c in enumerate(cols)}
+    i_start, i_end = at["start"], at["end"]
+    i_names = [at[c] for c in name_cols]
+    i_dev, i_stream = at.get("deviceId"), at.get("streamId")
+    index: dict = {}
+    names: list[str] = []
+    h, nm, ts, dur, dev, stream = array("q"), array("i"), array("d"), array("d"), array("q"), array("q")
+    for row in con.execute(f"SELECT * FROM {_NSYS_KERNEL}"):
+        stats.events += 1
+        h.append(hash(row))
+        sid = next((row[i] for i in i_names if row[i] is not None), None)
+        n = strings.get(sid) if type(sid) is int else None
+        n = n if type(n) is str else f"<string id {sid}>"
+        k = index.get(n)
+        if k is None:
+            k = index[n] = len(names)
+            names.append(n)
+        nm.append(k)
+        start, end = _number(row[i_start]), _number(row[i_end])
+        ts.append(start / 1e3)
+        d = valid_duration((end - start) / 1e3)
+        if d is None:
+            stats.bad_durations += 1
+            if stats.bad_durations <= 3:
+                log.warning("%s: kernel %r has no valid duration (start %r, end %r): counted, with 0 µs",
+                            stats.path, n[:80], row[i_start], row[i_end])
+            d = 0.0
+        elif d == 0.0:
+            stats.zero_durations += 1
+        dur.append(d)
+        dev.append(_int(row[i_dev]) if i_dev is not None else 0)
+        stream.append(_int(row[i_stream]) if i_stream is not None else 0)
+    return {"hash": np.array(h, dtype=np.int64), "name": np.array(nm, dtype=np.int64), "names": names,
+            "ts": np.array(ts, dtype=np.float64), "dur": np.array(dur, dtype=np.float64),
+            "dev": np.array(dev, dtype=np.int64), "stream": np.array(stream, dtype=np.int64)}
+
+
+def _int(v) -> int:
+    """A device or stream id as stored, else -1."""
+    return v if type(v) is int and -(1 << 63) <= v < 1 << 63 else -1
+
+
 def _gemm_groups(launches, stats: TraceStats, kind_cache: dict) -> dict[str, list]:
-    """The GEMM and reduce launches (device, stream, start, end, name), in (device, stream, start) order,
+    """The GEMM and reduce launches (device, stream, duration µs, name), in (device, stream, start) order,
     grouped by kernel name: [count, total µs, min, max, reduce µs]; each reduce is counted with the GEMM
     launched before it on its stream (an orphan reduce is a row of its own)."""
     agg: dict[str, list] = {}
@@ -111,8 +178,7 @@ def _gemm_groups(launches, stats: TraceStats, kind_cache: dict) -> dict[str, lis
             a[3] = max(a[3], t)
             a[4] += r
 
-    for d, st, start, end, name in launches:
-        dur = (end - start) / 1e3
+    for d, st, dur, name in launches:
         key = (d, st)
         prev = last.get(key)
         if kernel_kind(name, kind_cache) == 1:
