@@ -220,3 +220,19 @@ def test_every_proven_item_joins_the_advice_its_saved_measurement_makes(name):
     whats = {it["what"] for it in advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)}
     proof, _ = P.load(PROOFS / name / "proof.json")
     assert proof.items and {it.what for it in proof.items} <= whats, {it.what for it in proof.items} - whats
+
+
+def test_the_prove_command_reads_its_options_after_the_run_and_the_script_after_the_dashes(tmp_path):
+    """`cublaslt-probe prove RUN --from M -- SCRIPT.py ARGS`, as docs/prove.md writes it: --from after RUN is the
+    command's option (not the script's), and a script without `model` and `step()` is a usage error naming it
+    (checked before anything needs a GPU)."""
+    from click.testing import CliRunner
+
+    from cublaslt_probe.cli import main
+    script = tmp_path / "prog.py"
+    script.write_text("x = 1\n")
+    run = PROOFS / "llama_vocab32001"
+    r = CliRunner().invoke(main, ["prove", str(run), "--from", str(run / "measure.json"), "--rounds", "3", "--",
+                                  str(script), "--lr", "3"])
+    assert r.exit_code == 2, r.output
+    assert "defines no `model` and `step()`" in r.output and "Missing option" not in r.output

@@ -8,7 +8,7 @@ import click
 from cublaslt_probe.cli._common import suffix_format
 
 
-@click.command("prove", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("prove", context_settings={"ignore_unknown_options": True})
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.option("--from", "from_path", required=True, type=click.Path(dir_okay=False),
               help="the run's saved measurement (audit RUN --measure --save FILE)")
@@ -17,12 +17,12 @@ from cublaslt_probe.cli._common import suffix_format
 @click.option("--rounds", type=click.IntRange(min=3), default=None, help="alternating rounds per item [default: 9]")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED, required=True)
 def prove_cmd(run, from_path, output, rounds, script):
-    """Prove RUN's advice in SCRIPT (after `--`): the script is loaded (not run as __main__) and must define,
-    at its top level, `model` (the nn.Module the run captured), `step()` (one step of the program) and, for a
-    training step, `optimizer`. Each advice item is applied to the live model, the step timed in alternating
-    rounds against the original (noise floor from original against original), and the program restored; the
-    proof is written beside the run and `audit RUN --from M --proof FILE` shows predicted against proven.
-    Needs a GPU. docs/prove.md."""
+    """Prove RUN's advice in SCRIPT (after `--`, with its own arguments): the script is loaded (not run as __main__)
+    and must define, at its top level, `model` (the nn.Module the run captured), `step()` (one step of the
+    program) and, for a training step, `optimizer`. Each advice item is applied to the live model, the step
+    timed in alternating rounds against the original (noise floor from original against original), and the
+    program restored; the proof is written beside the run and `audit RUN --from M --proof FILE` shows predicted
+    against proven. Needs a GPU. docs/prove.md."""
     import runpy
     import sys
     suffix_format(output, ("json",))
