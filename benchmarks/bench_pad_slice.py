@@ -32,18 +32,10 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from cublaslt_probe.gpu.prove import PadLinear
+    from cublaslt_probe.gpu.timing import per_call_us
     m0, step0 = cp._gpt2_train(50257)
     m1, step1 = cp._gpt2_train(50264)
     pad = PadLinear(torch, [("lm_head", m0.lm_head)], "out", 50257, 50264)
-
-    def timed(step, n):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(n):
-            step()
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1) * 1e3 / n
 
     variants = {"original": (step0, None), "applier": (step0, pad), "model_50264": (step1, None)}
     times = collections.defaultdict(list)
@@ -58,8 +50,7 @@ def main() -> None:
         for name, (step, ap_) in variants.items():
             if ap_:
                 ap_.apply()
-            step()
-            times[name].append(timed(step, a.steps))
+            times[name].append(per_call_us(torch, step, a.steps))
             if ap_:
                 ap_.restore()
     res = {"step_us": {k: statistics.median(v) for k, v in times.items()}, "all_us": dict(times), "kernels": {}}

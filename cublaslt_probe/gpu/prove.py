@@ -461,18 +461,6 @@ def _sample_input(torch, step, mods: list):
     return (m, seen[0][0], calls[0], seen[0][1]) if seen else None
 
 
-def _per_call_us(torch, fn, reps: int = 20) -> float:
-    """GPU µs per call of `fn`, `reps` calls back to back between two CUDA events after one untimed call."""
-    fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) * 1e3 / reps
-
-
 def applier_cost(torch, applier, sample) -> dict | None:
     """What a padded linear (`PadLinear`) adds around its GEMMs per step, timed on the item's own sizes: for
     output features, the sliced output made contiguous (by a consumer that needs it, as a loss does) and, with
@@ -494,7 +482,8 @@ def applier_cost(torch, applier, sample) -> dict | None:
         ops = [("the input padded", lambda: F.pad(narrow, (0, new - old)))]
         ops += [("the input's gradient made contiguous", lambda: wide[:, :old].contiguous())] if grad else []
     n = len(applier.mods) * calls
-    parts = {what: _per_call_us(torch, fn) * n for what, fn in ops}
+    from cublaslt_probe.gpu.timing import per_call_us
+    parts = {what: per_call_us(torch, fn) * n for what, fn in ops}
     return {"us": sum(parts.values()), "parts": parts, "tokens": tokens, "calls": n}
 
 

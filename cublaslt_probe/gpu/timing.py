@@ -427,6 +427,20 @@ class Timer:
 # Both read torch's CUDA events (each record and read is cheap next to what they bracket), and each says the
 # evidence it gives.
 
+def per_call_us(torch, fn, reps: int = 20) -> float:
+    """µs per call of `fn`, `reps` calls back to back between two CUDA events on the current stream after one
+    untimed call. Evidence: the GPU span of a run of calls as a loop issues them, launches and any idle between
+    them included: a cost per call of work too small or too mixed to time one call at a time (a copy, a step)."""
+    fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1e3 / reps
+
+
 def replayed_us(torch, fn, stream, calls: int, reps: int) -> float:
     """The median µs per call of `fn` (a zero-argument launch on `stream`, warmed up) replayed from a CUDA graph
     that holds `calls` calls of it: the CUDA-event span of each of `reps` replays divided by `calls`. Evidence: a
