@@ -241,7 +241,8 @@ def apply(items: list[dict], proof: Proof | None) -> list[dict]:
             x["proof"] = dict(r.raw)
             if r.status == "proven":
                 v = verdict(r.proven_us, list(r.spread_us), r.noise_us)
-                x["proof"].update(verdict=v, ratio=(r.proven_us / pred if pred > 0 else None))
+                x["proof"].update(verdict=v, ratio=(r.proven_us / pred if pred > 0 else None),
+                                  applier_cost_us=r.applier_cost_us)
                 if v != "saves":
                     x["disproven"] = (f"proven {v} in the program's step: {r.proven_us:,.1f} µs/step "
                                       f"[{r.spread_us[0]:,.1f}, {r.spread_us[1]:,.1f}]")

@@ -137,7 +137,7 @@ def proof_words(it: dict) -> str | None:
     if r is None:
         return None
     if r.get("status") == "proven":
-        ratio, cost = r.get("ratio"), (r.get("applier_cost") or {}).get("us")
+        ratio, cost = r.get("ratio"), r.get("applier_cost_us")
         less = f" less the applier's own copies, {cost:,.1f} µs/step measured" if cost else ""
         return (f"proven {r['proven_us']:,.1f} µs/step [{r['spread_us'][0]:,.1f}, {r['spread_us'][1]:,.1f}] in the "
                 f"program's step over {r.get('rounds')} rounds, noise ±{r.get('noise_us') or 0:,.1f}"
