@@ -77,6 +77,35 @@ def test_a_padded_linear_computes_the_original_answer_forward_and_backward_and_r
         assert float((a.float() - b.float()).abs().max()) <= 5e-2 * float(a.float().abs().max()) + 1e-6
 
 
+def test_a_hidden_width_is_padded_on_both_sides_and_computes_the_original_answer(torch):
+    """A pad item whose module pattern names both linears around a hidden width of 4095 (as `*` names a
+    Sequential's children): the first linear's output and the second's input are padded together (`PadWidth`),
+    the activation between them matched and left alone; the answer and gradients are the original's."""
+    from cublaslt_probe.gpu.prove import PadWidth, Unproven, applier_for
+    model, _, x, _ = _program(torch, train=True)
+    ap = applier_for(torch, model, {**PAD_OUT, "module": "*"})
+    assert isinstance(ap, PadWidth) and [(p.dim, [n for n, _ in p.mods]) for p in ap.parts] == [
+        ("out", ["odd"]), ("in", ["even"])]
+    ptrs = [p.data_ptr() for p in model.parameters()]
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        y = model(x)
+        y.float().pow(2).mean().backward()
+        return y.detach().clone(), [p.grad.detach().clone() for p in model.parameters()]
+    y0, g0 = run()
+    ap.apply()
+    assert model.odd.forward is not None and "forward" in model.even.__dict__
+    y1, g1 = run()
+    ap.restore()
+    assert [p.data_ptr() for p in model.parameters()] == ptrs and "forward" not in model.odd.__dict__
+    assert float((y1.float() - y0.float()).abs().max()) <= 2e-2 * float(y0.float().abs().max())
+    for a, b in zip(g0, g1):
+        assert float((a.float() - b.float()).abs().max()) <= 5e-2 * float(a.float().abs().max()) + 1e-6
+    with pytest.raises(Unproven, match="number of tokens"):
+        applier_for(torch, model, {**PAD_OUT, "module": "*", "change": {"from": 1024, "to": 1032}})
+
+
 def test_proving_leaves_the_program_bit_for_bit_as_it_was(torch):
     from cublaslt_probe.gpu.prove import prove
     model, opt, x, step = _program(torch, train=True)

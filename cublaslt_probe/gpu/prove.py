@@ -14,6 +14,8 @@ Appliers (each reversible; `apply()` then `restore()` leaves the module as it wa
   the result sliced back (output) or the input padded with zeros per call (input, a copy the change costs): the
   forward and backward GEMMs run at the padded size, and the parameter's storage becomes the head rows (columns)
   of the padded buffer, so the optimizer's updates reach the padded weight and gradients reach the parameter.
+  A value that is some linears' output and others' input (a hidden width between two layers) pads each linear
+  on its own side (`PadWidth`), every module's output sliced back to what it was.
 - `BlasPath`: torch's BLAS switch (`torch.backends.cuda.preferred_blas_library`).
 - `ExpertsImplementation`: transformers' experts implementation (`set_experts_implementation`).
 - `BalancedRouting`: a what-if, labelled so: the router's top-k indices replaced by a balanced assignment, the
@@ -250,6 +252,47 @@ def _routers(torch, model, experts_pattern: str | None, groups: int | None) -> l
     return out
 
 
+class PadWidth:
+    """Pads a value that is the output features of some linears and the input features of others (a hidden
+    width between two layers): one `PadLinear` per side, applied together and restored in reverse order."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self.mods = [nm for p in parts for nm in p.mods]
+
+    def apply(self) -> None:
+        for p in self.parts:
+            p.apply()
+
+    def restore(self) -> None:
+        for p in reversed(self.parts):
+            p.restore()
+
+
+def _pad_applier(torch, mods: list, pattern: str | None, old: int, new: int):
+    """The applier that pads `old` → `new` in the modules a pad item names: each `nn.Linear` on the side where
+    its features are `old` (output, input, or one side on some linears and the other on others: `PadWidth`).
+    Modules the pattern also matches that hold no weight of that size (a container, an activation) change
+    nothing; one that does and is not a linear cannot be padded here, and a linear with `old` on both sides
+    is ambiguous: both raise Unproven."""
+    lin = [(n, m) for n, m in mods if isinstance(m, torch.nn.Linear)]
+    held = [n for n, m in mods if not isinstance(m, torch.nn.Linear)
+            and any(old in p.shape for p in m.parameters(recurse=False))]
+    if held or not lin:
+        raise Unproven(f"{held[0] if held else pattern}: not an nn.Linear (only a linear's features can be padded "
+                       "here)")
+    both = [n for n, m in lin if m.out_features == old and m.in_features == old]
+    if both:
+        raise Unproven(f"{old} is both the input and the output features of {both[0]}: which to pad is ambiguous")
+    outs = [(n, m) for n, m in lin if m.out_features == old]
+    ins = [(n, m) for n, m in lin if m.in_features == old]
+    if not outs and not ins:
+        raise Unproven(f"{old} is the number of tokens (m): the program's input, which the tool cannot pad")
+    parts = ([PadLinear(torch, outs, "out", old, new)] if outs else []) + (
+        [PadLinear(torch, ins, "in", old, new)] if ins else [])
+    return parts[0] if len(parts) == 1 else PadWidth(parts)
+
+
 def applier_for(torch, model, item: dict):
     """The applier of one advice item, or raises Unproven saying why it cannot be applied."""
     kind, change = item.get("kind"), item.get("change") or {}
@@ -257,22 +300,10 @@ def applier_for(torch, model, item: dict):
         mods = _modules(model, item.get("module"))
         if not mods:
             raise Unproven(f"no module of the model is named {item.get('module')!r}")
-        lin = [(n, m) for n, m in mods if isinstance(m, torch.nn.Linear)]
-        if len(lin) != len(mods):
-            raise Unproven(f"{item.get('module')}: not an nn.Linear (only a linear's features can be padded here)")
         old, new = change.get("from"), change.get("to")
         if not (isinstance(old, int) and isinstance(new, int) and new > old):
             raise Unproven("the item does not say which value to pad to which")
-        outs = {m.out_features for _, m in lin}
-        ins = {m.in_features for _, m in lin}
-        if outs == {old} and old not in ins:
-            return PadLinear(torch, lin, "out", old, new)
-        if ins == {old} and old not in outs:
-            return PadLinear(torch, lin, "in", old, new)
-        if old in outs and old in ins:
-            raise Unproven(f"{old} is both the input and the output features of {item.get('module')}: "
-                           "which to pad is ambiguous")
-        raise Unproven(f"{old} is the number of tokens (m): the program's input, which the tool cannot pad")
+        return _pad_applier(torch, mods, item.get("module"), old, new)
     if kind == "path":
         lib = PATHS.get(change.get("path"))
         if lib is None:
@@ -487,15 +518,37 @@ def applier_cost(torch, applier, sample) -> dict | None:
     return {"us": sum(parts.values()), "parts": parts, "tokens": tokens, "calls": n}
 
 
+def _worst(checks: list[dict]) -> dict:
+    """One numerics record of several parts': a failed one first, else the largest relative error checked."""
+    done = [c for c in checks if c.get("checked")]
+    if not done:
+        return {"checked": False}
+    bad = [c for c in done if not c["ok"]]
+    return bad[0] if bad else max(done, key=lambda c: c.get("rel_err", 0.0))
+
+
+def _summed(costs: list[dict]) -> dict | None:
+    """One applier cost of several parts' (`applier_cost`): their copies' times added, per copy and in all."""
+    if not costs:
+        return None
+    parts: dict = {}
+    for c in costs:
+        for what, us in c["parts"].items():
+            parts[what] = parts.get(what, 0.0) + us
+    return {"us": sum(c["us"] for c in costs), "parts": parts, "tokens": costs[0]["tokens"],
+            "calls": sum(c["calls"] for c in costs)}
+
+
 def _prove_item(torch, step, ap, it: dict, rec: dict, noise: list, rounds: int, steps: int, warmup: int,
                 n: int, of: int, say, t1: float) -> dict:
     """One item's record: its numerics and the applier's own cost checked, then the alternating rounds."""
     if isinstance(ap, BalancedRouting):
         rec["what_if"] = ("the router forced to a balanced assignment: the upper bound of a router change, "
                           "not a change (the model computes something else)")
-    sample = _sample_input(torch, step, getattr(ap, "mods", []))
-    rec["numerics"] = _numerics(torch, ap, sample)
-    cost = applier_cost(torch, ap, sample)
+    parts = getattr(ap, "parts", [ap])          # a PadWidth checks and costs each side on its own input
+    samples = [_sample_input(torch, step, getattr(p, "mods", [])) for p in parts]
+    rec["numerics"] = _worst([_numerics(torch, p, x) for p, x in zip(parts, samples)])
+    cost = _summed([c for p, x in zip(parts, samples) if (c := applier_cost(torch, p, x)) is not None])
     if cost is not None:
         rec["applier_cost"] = cost
     head = f"prove {n}/{of}: {it.get('what')}"
