@@ -3,11 +3,11 @@
     PYTHONPATH=. python3 scripts/prove_programs.py --out OUT [--only NAME,...] [--rounds 5]
 
 For each program: build it (random weights, nothing downloaded), warm it up, capture two steps into OUT/NAME/
-(`cublaslt_probe.capture`), audit the run, measure its six largest GEMMs (`audit --measure`'s measurement, saved
-as OUT/NAME/measure.json), make the advice, then prove every item with a predicted saving in the same process
-(`cublaslt_probe.gpu.prove.prove`: rounds alternating the original and the changed program, the noise floor
-from original against original) and write OUT/NAME/proof.json. OUT/prove_programs.json lists per program and item
-the predicted and proven saving per step, and the cost of proving.
+(`cublaslt_probe.capture`), audit the run, measure its six largest GEMMs and the other GEMMs of their modules (`audit
+--measure`'s measurement, saved as OUT/NAME/measure.json), make the advice, then prove every item with a predicted
+saving in the same process (`cublaslt_probe.gpu.prove.prove`: rounds alternating the original and the changed
+program, the noise floor from original against original) and write OUT/NAME/proof.json. OUT/prove_programs.json lists
+per program and item the predicted and proven saving per step, and the cost of proving.
 
 Programs:
 - llama_vocab32001: Llama-shaped (2 layers, hidden 4096, intermediate 14336), vocabulary 32001, bf16, prefill
@@ -41,6 +41,7 @@ import capture_programs as cp
 
 from cublaslt_probe.analysis.audit import audit
 from cublaslt_probe.analysis.audit.measured import stamp
+from cublaslt_probe.analysis.audit.plan import to_measure
 from cublaslt_probe.cli._common import clean
 from cublaslt_probe.gpu import measure as M
 from cublaslt_probe.gpu.prove import ROUNDS, prove_run
@@ -199,7 +200,7 @@ def run_one(name: str, out: str, rounds: int) -> dict:
             with cap.step():
                 step()
     a = audit(folder)
-    gemms = [{k: clean(v) for k, v in r.items()} for r in a.rows.head(6).to_dict("records")]
+    gemms, _ = to_measure([{k: clean(v) for k, v in r.items()} for r in a.rows.to_dict("records")], 6)
     tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
     meas = stamp(M.measure_gemms(gemms, allow_tf32=tf32), a, folder)     # as `audit --measure --save` writes it
     mpath = os.path.join(folder, "measure.json")

@@ -236,3 +236,19 @@ def test_the_prove_command_reads_its_options_after_the_run_and_the_script_after_
                                   str(script), "--lr", "3"])
     assert r.exit_code == 2, r.output
     assert "defines no `model` and `step()`" in r.output and "Missing option" not in r.output
+
+
+def test_the_measured_gemms_are_the_largest_and_every_other_gemm_of_their_modules():
+    """The hand-written MoE's six largest GEMMs hold three of its experts' six grouped GEMMs: the other three are
+    measured too (a balanced router changes all six; its first prediction, over three, was 144 % short), the
+    router's small GEMMs, whose module did not rank, are not."""
+    from cublaslt_probe.analysis.audit import audit
+    from cublaslt_probe.analysis.audit.plan import to_measure
+    rows = audit(PROOFS / "titan_moe_train").rows.to_dict("records")
+    got, more = to_measure(rows, 6)
+    experts = [r for r in rows if r["module"].startswith("layers.*.experts")]
+    assert len(experts) == 6 and sum(r in rows[:6] for r in experts) == 3
+    assert more == 3 and len(got) == 9
+    assert all(r in got for r in experts) and not any("router" in r["module"] for r in got)
+    assert got == [r for r in rows if r in got]            # still largest first
+    assert to_measure(rows, len(rows)) == (rows, 0)

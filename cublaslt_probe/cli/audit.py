@@ -83,7 +83,7 @@ def _with_proof(a, items: list[dict], path: str) -> list[dict]:
 @click.option("--measure", is_flag=True,
               help="On the GPU: time each GEMM's candidates, other paths and padded shapes (largest first).")
 @click.option("--top-measure", type=click.IntRange(min=1), default=12, show_default=True,
-              help="With --measure: how many GEMMs, largest share first.")
+              help="With --measure: how many GEMMs, largest share first (then the other GEMMs of their modules).")
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
               help="With --measure: write the measurements here (JSON, with the run's fingerprint), to render "
                    "later with --from.")
@@ -153,10 +153,14 @@ def audit_cmd(run, log_path, measure, top_measure, save_path, from_path, html_pa
         meas = _from_measure(a, from_path, run)
     elif measure:
         from cublaslt_probe.analysis.audit.measured import check_measure, stamp
-        from cublaslt_probe.analysis.audit.plan import require
+        from cublaslt_probe.analysis.audit.plan import require, to_measure
         from cublaslt_probe.gpu import measure as M
-        gemms = [{k: clean(v) for k, v in r.items()} for r in a.rows.head(top_measure).to_dict("records")]
+        gemms, more = to_measure([{k: clean(v) for k, v in r.items()} for r in a.rows.to_dict("records")],
+                                 top_measure)
         require(gemms)
+        if more:
+            click.echo(f"measuring {len(gemms)} GEMMs: the {len(gemms) - more} largest and {more} more of their "
+                       "modules (a change to a module is predicted over all of its GEMMs)", err=True)
         tf32 = bool((a.env.get("capture") or {}).get("allow_tf32"))
         doc = stamp(M.measure_gemms(gemms, allow_tf32=tf32), a, run)   # bound to this run (--from checks it)
         if save_path:

@@ -170,6 +170,18 @@ def experts_problem(rows: list[dict]) -> tuple[dict | None, str | None]:
             "calls": float(up.get("calls") or 1), "train": train, "dtype": dtype}, None
 
 
+def to_measure(rows: list[dict], top: int) -> tuple[list[dict], int]:
+    """The audited rows `audit --measure` times: the `top` largest (the rows come largest share first), then
+    every other row of a module among them, in the same order, so that a change to a module (padding a width,
+    balancing its experts, another BLAS path) is predicted over all of its GEMMs, forward and backward, not
+    over those that happened to rank. Returns the rows and how many were added for their modules."""
+    head = rows[:top]
+    mods = {r.get("module") for r in head if r.get("module")}
+    more = [r for r in rows[top:] if r.get("module") in mods]
+    keep = {id(r) for r in head + more}
+    return [r for r in rows if id(r) in keep], len(more)
+
+
 def require(gemms) -> None:
     if not gemms:
         raise CaptureError("audit --measure: no GEMM to measure (the trace has no GEMM-kind kernel)")
