@@ -2,12 +2,13 @@
 its whole algo space searched (`sweep --space`), then nvMatmulHeuristics' columns beside them.
 
     # on the GPU machine (repo root, PYTHONPATH=.): the sweep, under a hard deadline
-    python3 scripts/capture_space_atlas.py capture OUTDIR [--budget-s 1.2] [--tokens 16,128,1] [--deadline-s 200]
-    # anywhere (CPU; the nvidia-matmul-heuristics wheel): the atlas from the raw records
-    python3 scripts/capture_space_atlas.py finish OUTDIR/h200_space.raw.jsonl[.gz] -o data/h200_space.parquet
+    python3 scripts/capture_space_atlas.py capture OUTDIR [--budget-s 1.2] [--tokens 16,128,1] [--dtype bf16|fp8]
+        [--deadline-s 200]
+    # anywhere (CPU; the nvidia-matmul-heuristics wheel): the atlas from the raw records (one capture or several)
+    python3 scripts/capture_space_atlas.py finish OUTDIR/h200_space.raw.jsonl[.gz] [MORE_RAW ...] -o data/h200_space.parquet
 
 `capture` writes OUTDIR/space_spec.json (the subset: every (N, K) of `sweep.presets.llm_weights()` at the token
-counts given, lt backend, mm, bf16, NT), runs `cublaslt-probe sweep --spec ... --space BUDGET` into
+counts given, lt backend, NT, bf16 `mm` or fp8 `scaled_mm`), runs `cublaslt-probe sweep --spec ... --space BUDGET` into
 OUTDIR/h200_space.parquet (raw records beside it, written window by window: a deadline that stops the sweep
 keeps every finished window), and OUTDIR/env.txt (nvidia-smi, versions). `finish` builds the dataset from the
 raw records (`cublaslt-probe dataset`), adds `nvmmh.scored`'s columns and the model against the space's best
@@ -30,7 +31,8 @@ def capture(args) -> int:
     from cublaslt_probe.sweep.presets import llm_weights
     os.makedirs(args.outdir, exist_ok=True)
     tokens = [int(t) for t in args.tokens.split(",")]
-    spec = {"name": "llm-space", "group": [{"backends": ["lt"], "ops": ["mm"], "dtypes": ["bf16"], "layouts": ["NT"],
+    op = {"bf16": "mm", "fp8": "scaled_mm"}[args.dtype]
+    spec = {"name": "llm-space", "group": [{"backends": ["lt"], "ops": [op], "dtypes": [args.dtype], "layouts": ["NT"],
                                             "shapes": [[t, n, k] for t in tokens for n, k in llm_weights()]}]}
     spec_path = os.path.join(args.outdir, "space_spec.json")
     with open(spec_path, "w") as f:
@@ -63,7 +65,7 @@ def finish(args) -> int:
     from cublaslt_probe import nvmmh
     from cublaslt_probe.analysis import dataset
     tmp = args.output + ".base.parquet"
-    subprocess.run([sys.executable, "-m", "cublaslt_probe", "dataset", args.raw, "-o", tmp], check=True)
+    subprocess.run([sys.executable, "-m", "cublaslt_probe", "dataset", *args.raw, "-o", tmp], check=True)
     df = dataset.read_parquet(tmp)
     os.remove(tmp)
     env = df.attrs.get("env") or {}
@@ -93,10 +95,11 @@ def main(argv=None) -> int:
     c.add_argument("outdir")
     c.add_argument("--budget-s", type=float, default=1.2)
     c.add_argument("--tokens", default="16,128,1")
+    c.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
     c.add_argument("--window", type=int, default=4)
     c.add_argument("--deadline-s", type=float, default=200.0)
     f = sub.add_parser("finish")
-    f.add_argument("raw")
+    f.add_argument("raw", nargs="+")
     f.add_argument("-o", "--output", required=True)
     args = ap.parse_args(argv)
     return capture(args) if args.cmd == "capture" else finish(args)
