@@ -5,7 +5,8 @@ its whole algo space searched (`sweep --space`), then nvMatmulHeuristics' column
     python3 scripts/capture_space_atlas.py capture OUTDIR [--budget-s 1.2] [--tokens 16,128,1] [--dtype bf16|fp8]
         [--deadline-s 200]
     # anywhere (CPU; the nvidia-matmul-heuristics wheel): the atlas from the raw records (one capture or several)
-    python3 scripts/capture_space_atlas.py finish OUTDIR/h200_space.raw.jsonl[.gz] [MORE_RAW ...] -o data/h200_space.parquet
+    python3 scripts/capture_space_atlas.py finish OUTDIR/h200_space.raw.jsonl[.gz] [MORE_RAW ...] \
+        -o data/h200_space.parquet
 
 `capture` writes OUTDIR/space_spec.json (the subset: every (N, K) of `sweep.presets.llm_weights()` at the token
 counts given, lt backend, NT, bf16 `mm` or fp8 `scaled_mm`), runs `cublaslt-probe sweep --spec ... --space BUDGET` into

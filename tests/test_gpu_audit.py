@@ -66,7 +66,11 @@ def test_capture_audit_measure_end_to_end(tmp_path):
                                   "--html", str(tmp_path / "audit.html"), "--format", "jsonl"])
     assert r.exit_code == 0, r.output
     meas = json.loads(save.read_text())
-    assert len(meas["gemms"]) == 3
+    # the 3 largest and every other GEMM of their modules (`plan.to_measure`): both linears' fwd and bwd
+    from cublaslt_probe.analysis.audit.plan import to_measure
+    want, more = to_measure(a.rows.to_dict("records"), 3)
+    assert more > 0 and len(meas["gemms"]) == len(want) == 3 + more, [g["module"] for g in meas["gemms"]]
+    assert {g["module"] for g in meas["gemms"]} == {r["module"] for r in want}
     # bound to the run it measured: its GEMM problems, GPU and libraries (tests/test_measure_binding.py)
     from cublaslt_probe.analysis.audit.measured import run_fingerprint
     from cublaslt_probe.analysis.audit.measurement import SCHEMA_VERSION

@@ -252,3 +252,13 @@ def test_the_measured_gemms_are_the_largest_and_every_other_gemm_of_their_module
     assert all(r in got for r in experts) and not any("router" in r["module"] for r in got)
     assert got == [r for r in rows if r in got]            # still largest first
     assert to_measure(rows, len(rows)) == (rows, 0)
+
+
+def test_a_saving_is_settled_when_its_rounds_quartile_range_is_within_half_of_it():
+    """The prover adds rounds while an item's saving is not pinned down (`proof.settled`): the Mixtral what-if
+    proven at 404.6 µs/step with its rounds' quartiles [343.1, 1,062.8] is not; the compiled decode's padding,
+    456.3 [455.8, 457.3], is; a saving of about zero never is (its rounds run to the cap)."""
+    assert not P.settled({"proven_us": 404.6, "spread_us": [343.1, 1062.8]})
+    assert P.settled({"proven_us": 456.3, "spread_us": [455.8, 457.3]})
+    assert P.settled({"proven_us": -664.4, "spread_us": [-713.3, -635.4]})
+    assert not P.settled({"proven_us": -1.9, "spread_us": [-4.2, 0.7]})

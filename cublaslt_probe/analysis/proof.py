@@ -112,6 +112,19 @@ def summarize(original_us: list[list[float]], variant_us: list[list[float]],
             "noise_us": noise, "rounds": len(d)}
 
 
+SETTLED_WIDTH = 0.5   # the rounds' quartile range at most this share of the saving: it is pinned down
+MORE_ROUNDS = 3       # ... else rounds are added, up to this many times the rounds asked for
+
+
+def settled(s: dict) -> bool:
+    """Whether an item's rounds pin its saving down (`summarize`'s dict): the quartile range of the rounds'
+    savings is at most `SETTLED_WIDTH` of the saving's size, so its ratio to the prediction is known to about
+    ±25 %. A noisy program (a host-bound MoE step whose rounds differ by ±700 µs) otherwise gives a median that
+    moves from one proof to the next; the prover adds rounds until settled or `MORE_ROUNDS` times the rounds."""
+    lo, hi = s["spread_us"]
+    return hi - lo <= SETTLED_WIDTH * abs(s["proven_us"])
+
+
 def verdict(proven_us: float, spread_us: list[float], noise_us: float | None) -> str:
     """'saves' | 'slower' | 'within noise': within noise when the proven saving lies inside the larger of the
     noise floor and the spread's half-width around zero."""

@@ -2,12 +2,12 @@
 
 `prove(step, model, items, ...)` takes the program's step (a zero-argument callable), its model and the audit's
 advice items (`analysis.audit.advice`'s dicts). For each item it finds an applier (`applier_for`), checks the
-applier's numerics on an input the module really saw, then runs rounds that alternate the original and the
-variant (a warm-up step after each switch, each step between CUDA events on torch's current stream), and
-restores the program. The original-against-original rounds, run once, give the noise floor. The model's
-parameters and buffers, the optimizer's state when one is given, and the RNG states are saved before and put
-back after, so the program continues from where it was, bit for bit. The statistics, the verdict and the file
-live in `analysis.proof`.
+applier's numerics on an input the module really saw, then runs rounds that alternate the original and the variant
+(a warm-up step after each switch, each step between CUDA events on torch's current stream; more rounds while the
+saving's spread is wide: `analysis.proof.settled`), and restores the program. The original-against-original rounds,
+run once, give the noise floor. The model's parameters and buffers, the optimizer's state when one is given, and the
+RNG states are saved before and put back after, so the program continues from where it was, bit for bit. The
+statistics, the verdict and the file live in `analysis.proof`.
 
 Appliers (each reversible; `apply()` then `restore()` leaves the module as it was):
 - `PadLinear`: an `nn.Linear`'s output features (n) or input features (k) padded with zeros to the advised size,
@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 
-from cublaslt_probe.analysis.proof import summarize
+from cublaslt_probe.analysis.proof import MORE_ROUNDS, settled, summarize
 
 ROUNDS = 9          # alternating rounds per item (and of the noise floor)
 STEPS = 3           # timed steps per block
@@ -559,12 +559,16 @@ def _prove_item(torch, step, ap, it: dict, rec: dict, noise: list, rounds: int, 
     breaks = _graph_breaks()
     try:
         a, b = _rounds(torch, step, ap.apply, ap.restore, rounds, steps, warmup)
+        s = summarize(a, b, noise)
+        while not settled(s) and len(a) < MORE_ROUNDS * rounds:     # a noisy saving: more rounds
+            a2, b2 = _rounds(torch, step, ap.apply, ap.restore, rounds, steps, warmup)
+            a, b = a + a2, b + b2
+            s = summarize(a, b, noise)
     # the program's own error under the variant: the item failed, the run goes on
     except Exception as e:  # noqa: BLE001
         say(f"{head}: failed ({e.__class__.__name__})")
         return {**rec, "status": "failed", "why": f"the step failed under the change: "
                 f"{e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-    s = summarize(a, b, noise)
     broke = _graph_breaks() - breaks
     if broke:      # the applier's own forward split a compiled program: the rounds timed the applier
         say(f"{head}: failed ({broke} graph breaks)")
@@ -573,7 +577,7 @@ def _prove_item(torch, step, ap, it: dict, rec: dict, noise: list, rounds: int, 
             "rounds timed the applier, not the change; apply the change in the model's code and compare")}
     less = f" less the applier's copies {cost['us']:,.1f}" if cost else ""
     say(f"{head}: {s['proven_us']:,.1f} µs/step [{s['spread_us'][0]:,.1f}, {s['spread_us'][1]:,.1f}] "
-        f"(predicted {it.get('saving_us'):,.1f}{less})")
+        f"over {s['rounds']} rounds (predicted {it.get('saving_us'):,.1f}{less})")
     return {**rec, "status": "proven", **s, "seconds": time.perf_counter() - t1}
 
 
