@@ -58,6 +58,9 @@ def fixtures():
 
 @pytest.fixture(autouse=True)
 def _no_terminal_width(monkeypatch):
-    """Exact-output tests see tables at their full width whatever the shell exports; a test that wants a
-    terminal's width sets COLUMNS itself."""
+    """Exact-output tests see tables at their full width whatever the shell exports or an earlier test's
+    command set (`set_line_width` holds for the thread); a test that wants a terminal's width sets COLUMNS
+    itself."""
+    from cublaslt_probe.render.text import set_line_width
     monkeypatch.delenv("COLUMNS", raising=False)
+    set_line_width(None)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from cublaslt_probe.analysis.coldstart.routes import MECH_LABEL
 from cublaslt_probe.analysis.coldstart.runs import fmt_ms
+from cublaslt_probe.render.text import Table
 
 
 def _share(sec: float, ex: float) -> str:
     """A cause's share of the excess; beyond 100 % (a cause measured in other runs larger than the excess: the runs
     disagree, `analyse_round` says so) it is shown as such, not as a number of thousands of percent."""
     if ex <= 0:
-        return "    n/a"
-    return "  >100%" if sec > ex else f"{100 * sec / ex:6.1f}%"
+        return "n/a"
+    return ">100%" if sec > ex else f"{100 * sec / ex:.1f}%"
 
 
 def _range(sp: dict | None) -> str:
@@ -20,18 +21,70 @@ def _range(sp: dict | None) -> str:
     return f"{sp['min'] * 1e3:.1f}–{sp['max'] * 1e3:.1f}" if sp else ""
 
 
-def _unexplained_line(a: dict, rounds: bool = False) -> str:
-    """The table's last line: what no cause explains, or, where the measured causes add up to more than the
+def _unexplained_row(a: dict, rounds: bool = False) -> list[str]:
+    """The causes table's last row: what no cause explains, or, where the measured causes add up to more than the
     excess (each is measured in its own runs, and the runs vary), by how much they over-explain it; with rounds,
     the noise it is compared with (`combine_rounds`)."""
     u, pct = a["unexplained_s"], a.get("unexplained_pct")
     label = "unexplained" if u >= 0 else "causes beyond the excess (noise between the runs)"
-    share = ("  >100%" if abs(pct) > 100 else f"{abs(pct):6.1f}%") if pct is not None else "    n/a"
+    share = (">100%" if abs(pct) > 100 else f"{abs(pct):.1f}%") if pct is not None else "n/a"
     if not rounds:
-        return f"  {label:<72} {abs(u) * 1e3:10.1f} {share}"
+        return [label, f"{abs(u) * 1e3:.1f}", share, ""]
     noise = (f"within noise (the excess and the rounds' unexplained vary by {a['noise_s'] * 1e3:.1f} ms)"
              if a.get("unexplained_within_noise") else f"beyond the noise ({a['noise_s'] * 1e3:.1f} ms)")
-    return f"  {label:<72} {abs(u) * 1e3:10.1f} {'':>15} {share}  {noise}"
+    return [label, f"{abs(u) * 1e3:.1f}", "", share, noise]
+
+
+# The two tables, drawn by the one table renderer (`render.text.Table`) and so fitted to the terminal's width: the
+# prose columns break onto more lines, the figures are never cut, and where that is not enough the last columns
+# are left out (the closing line names them; the page written with -o FILE.txt has them all). A failed run is
+# marked FAILED on the line under its row, with its error: a column the width leaves out cannot take it along.
+_RUNS = ["run", "environment", "step 1", "step 2", "steady", "run wall"]
+_RUNS_ROUNDS = ["step 1 spread ms", "runs", "round"]
+_CAUSES = ["cause", "ms", "share", "how"]
+_CAUSES_ROUNDS = ["cause", "ms", "spread ms", "share", "how"]
+_FIGURES = {"step 1", "step 2", "steady", "run wall", "step 1 spread ms", "runs", "round", "ms", "spread ms",
+            "share"}
+_PROSE = {"environment", "cause", "how"}
+_CELL = 400   # a prose cell is written whole where the width allows (`Table`'s cap)
+
+
+def _table(header: list[str]) -> Table:
+    """A table of the page: indented under its heading, figures right-aligned, prose broken rather than cut."""
+    return Table(header, _FIGURES, indent="  ", max_width=_CELL, wrap=_PROSE, whole="-o FILE.txt")
+
+
+def _runs_lines(a: dict, rounds: bool) -> list[str]:
+    """The run table, each failed run marked FAILED, with its error, on a line under its row."""
+    header = _RUNS + (_RUNS_ROUNDS if rounds else [])
+    rows = []
+    for t in a["table"]:
+        rows.append([t["run"], t["env"], fmt_ms(t["step1_s"]), fmt_ms(t["step2_s"]), fmt_ms(t["steady_s"]),
+                     f"{t['wall_s'] or 0:.1f}s"]
+                    + ([_range((t.get("spread") or {}).get("step1_s")), str(t.get("rounds", 1)),
+                        str(t.get("round", 1))] if rounds else []))
+    table = _table(header)
+    table.layout(rows)
+    out = [table.head()]
+    for t, r in zip(a["table"], rows):
+        out.append(table.row(r))
+        err = " ".join((t.get("error") or "").split())[-160:]
+        said = ([] if t["ok"] else ["FAILED" + (":" if err else "")]) + ([err] if err else [])
+        if said:
+            out.append(f"      {' '.join(said)}\n")
+    out.append(table.left_out())
+    return "".join(out).rstrip("\n").split("\n")
+
+
+def _causes_lines(a: dict, rounds: bool) -> list[str]:
+    """The causes table, largest first, then the unexplained row."""
+    ex = a["excess_s"]
+    rows = []
+    for c in sorted(a["components"], key=lambda c: -c["seconds"]):
+        rows.append([c["label"], f"{c['seconds'] * 1e3:.1f}"] + ([_range(c.get("spread"))] if rounds else [])
+                    + [_share(c["seconds"], ex), ("within noise; " if c.get("within_noise") else "") + c["how"]])
+    rows.append(_unexplained_row(a, rounds))
+    return _table(_CAUSES_ROUNDS if rounds else _CAUSES).text(rows).rstrip("\n").split("\n")
 
 
 def render(a: dict) -> str:
@@ -46,15 +99,7 @@ def render(a: dict) -> str:
         lines.append(f"program {b.get('file')} (sha256 {str(b['sha256'])[:12]}…); "
                      + ", ".join(f"{k} {v}" for k, v in (b.get("versions") or {}).items()))
     lines += [f"note: {n}" for n in a.get("notes") or []] + [""]
-    lines.append(f"  {'run':<14} {'environment':<48} {'step 1':>11} {'step 2':>10} {'steady':>10} {'run wall':>9}"
-                 + (f" {'step 1 spread ms':>17} {'runs':>4} round" if rounds else ""))
-    for t in a["table"]:
-        lines.append(f"  {t['run']:<14} {t['env'][:48]:<48} {fmt_ms(t['step1_s']):>11} {fmt_ms(t['step2_s']):>10} "
-                     f"{fmt_ms(t['steady_s']):>10} {t['wall_s'] or 0:8.1f}s"
-                     + (f" {_range((t.get('spread') or {}).get('step1_s')):>17} {t.get('rounds', 1):>4} "
-                        f"{t.get('round', 1):>5}" if rounds else "") + ("" if t["ok"] else "  FAILED"))
-        if t.get("error"):
-            lines.append(f"      {' '.join(t['error'].split())[-160:]}")
+    lines += _runs_lines(a, rounds)
     lines.append("")
     if a.get("baseline") is None:
         lines.append(a.get("verdict", ""))
@@ -65,13 +110,7 @@ def render(a: dict) -> str:
                  f"{fmt_ms(ex)} (step 2: {fmt_ms(a['step2_s'])})"
                  + (f"; over the rounds step 1 {_range(fig['step1_s'])} ms, excess {_range(fig['excess_s'])} ms"
                     if rounds else ""))
-    lines.append(f"  {'cause':<72} {'ms':>10} " + (f"{'spread ms':>15} " if rounds else "") + f"{'share':>7}  how")
-    for c in sorted(a["components"], key=lambda c: -c["seconds"]):
-        share = _share(c["seconds"], ex)
-        mid = f"{_range(c.get('spread')):>15} " if rounds else ""
-        flag = "within noise; " if c.get("within_noise") else ""
-        lines.append(f"  {c['label']:<72} {c['seconds'] * 1e3:10.1f} {mid}{share}  {flag}{c['how']}")
-    lines.append(_unexplained_line(a, rounds))
+    lines += _causes_lines(a, rounds)
     lines += ["", "evidence:"]
     for c in a["components"]:
         for e in c["evidence"]:

@@ -84,6 +84,16 @@ def fit(s: str, width: int = MAX_CELL, tail: bool = False) -> str:
     return "…" + s[len(s) - width + 1:] if tail else s[:width - 1] + "…"
 
 
+def _broken(s: str, width: int) -> list[str]:
+    """`s` on lines of at most `width` characters, broken at spaces (a figure kept with its unit, a word
+    longer than the width split), control characters written as escapes (`fit`)."""
+    s = fit(s, sys.maxsize)
+    if len(s) <= width:
+        return [s]
+    return [x.replace(_NBSP, " ") for x in textwrap.wrap(_UNIT.sub(_NBSP, s), max(width, 1),
+                                                         break_on_hyphens=False)] or [""]
+
+
 class Table:
     """The one table renderer: aligned columns under a dashed rule, streamed in flat memory.
 
@@ -91,13 +101,16 @@ class Table:
     columns known to grow, such as line numbers), at most `max_width` (or the column's own cap in
     `caps`); a later cell that is wider but within the cap is written whole (its row stands out), and any
     cell beyond its cap is cut with an ellipsis (at its start for the columns named in `tail`). Columns
-    named in `right` are right-aligned. No rows, no
-    table (not even its header).
+    named in `right` are right-aligned. A cell of a column named in `wrap` (prose: a label, how a figure was
+    measured) is never cut: where it is wider than its column's cap it is broken at spaces onto continuation
+    lines under itself (a figure stays on the line of its unit), the row's other cells on its first line. No
+    rows, no table (not even its header).
 
     A line wider than `width` (default: `line_width()`, the terminal's when the output goes there) is fitted
-    by one rule: the widest text columns are cut first (each to at least `MIN_SHRUNK` characters or its
-    header, cells shortened with an ellipsis); numbers are never cut; if that is not enough, the last columns
-    are left out and a closing line names them.
+    by one rule: the widest text columns are narrowed first (each to at least `MIN_SHRUNK` characters or its
+    header, cells shortened with an ellipsis, or broken onto more lines in the `wrap` columns); numbers are
+    never cut; if that is not enough, the last columns are left out and a closing line names them, with the
+    output that holds them all (`whole`: a command's file at full width).
 
     `lines(rows)` does it all; a caller with its own fast loop (parse-log) calls `layout` on its first
     rows, then `head` and `row` itself.
@@ -106,7 +119,7 @@ class Table:
     def __init__(self, header: list[str], right: Iterable[str] = (), *, caps: dict[str, int] | None = None,
                  max_width: int = MAX_CELL, rule: bool = True, indent: str = "", show_header: bool = True,
                  min_widths: dict[str, int] | None = None, width: int | None | str = "terminal",
-                 tail: Iterable[str] = ()):
+                 tail: Iterable[str] = (), wrap: Iterable[str] = (), whole: str = "-o FILE.csv"):
         self.header = list(header)
         self.right = [h in set(right) for h in self.header]
         caps = caps or {}
@@ -116,6 +129,8 @@ class Table:
         self.widths: list[int] = []
         self.width = line_width() if width == "terminal" else width
         self.tail = [h in set(tail) for h in self.header]
+        self.wrap = [h in set(wrap) for h in self.header]
+        self.whole = whole   # the output that holds every column, for the closing line of a fitted table
         self.shown = len(self.header)   # columns written (the rest left out to fit `width`)
 
     def layout(self, sample: list[list[str]]) -> None:
@@ -158,7 +173,7 @@ class Table:
         if not gone:
             return ""
         return wrap(f"{self.indent}({len(gone)} more column{'s' if len(gone) > 1 else ''} not shown in {self.width} "
-                    f"characters: {', '.join(gone)}; COLUMNS=0 or -o FILE.csv shows every column)", self.width) + "\n"
+                    f"characters: {', '.join(gone)}; COLUMNS=0 or {self.whole} shows every column)", self.width) + "\n"
 
     def head(self) -> str:
         """The header line and the rule under it (empty without a header)."""
@@ -170,13 +185,31 @@ class Table:
         return out
 
     def row(self, cells: Iterable[str]) -> str:
-        """One row's line (with ``"\\n"``), once `layout` has fixed the widths."""
+        """One row's line (with ``"\\n"``), once `layout` has fixed the widths; with the continuation lines of
+        its `wrap` cells wider than their column, several."""
+        if any(self.wrap):
+            return self._wrapped_row(cells)
         out = []
         for c, w, cap, rj, tl in itertools.islice(zip(cells, self.widths, self.caps, self.right, self.tail),
                                                   self.shown):
             c = fit(c, cap, tl)
             out.append(c.rjust(w) if rj else c.ljust(w))
         return (self.indent + "  ".join(out)).rstrip() + "\n"
+
+    def _wrapped_row(self, cells: Iterable[str]) -> str:
+        """`row` for a table with `wrap` columns: each of their cells wider than its cap broken over lines
+        (`_broken`), the other cells on the first."""
+        cols = list(itertools.islice(zip(cells, self.widths, self.caps, self.right, self.tail, self.wrap),
+                                     self.shown))
+        stacks = [_broken(c, cap) if wr else [fit(c, cap, tl)] for c, _, cap, _, tl, wr in cols]
+        lines = []
+        for k in range(max(map(len, stacks))):
+            out = []
+            for s, (_, w, _, rj, _, _) in zip(stacks, cols):
+                c = s[k] if k < len(s) else ""
+                out.append(c.rjust(w) if rj else c.ljust(w))
+            lines.append((self.indent + "  ".join(out)).rstrip() + "\n")
+        return "".join(lines)
 
     def lines(self, rows: Iterable[list[str]]) -> Iterator[str]:
         """The table's lines (each with ``"\\n"``) for `rows` (lists of strings)."""
