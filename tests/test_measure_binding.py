@@ -146,26 +146,27 @@ def test_a_fingerprinted_measurement_names_its_run_when_refused(audits, tmp_path
 
 
 def test_a_saved_measurement_carries_its_schema_version_and_older_files_read_unchanged(audits, tmp_path):
-    """`stamp` (what `--save` writes) puts ``schema_version``; every committed measurement (none has one: version
-    1 without a fingerprint, 2 with ``schema``) reads into a `Measurement` with all its records; a version past
-    this tool's is refused in one line naming the file."""
+    """`stamp` (what `--save` writes) puts ``schema_version``; every committed measurement (version 1 without a
+    fingerprint, 2 with ``schema``, 3 with ``schema_version``) reads into a `Measurement` with all its records;
+    a version past this tool's is refused in one line naming the file."""
     from cublaslt_probe.analysis.audit.measurement import SCHEMA_VERSION
     doc = stamp(_doc("llama_decode"), audits["llama_decode"], str(PAIRS["llama_decode"][0]))
     assert doc["schema_version"] == SCHEMA_VERSION and "schema" not in doc
     assert check_measure(doc)[0].schema_version == SCHEMA_VERSION
-    stamped = {p.parent.name: p for p in sorted((FIXTURES / "proofs").glob("*/measure.json"))}   # schema 2
-    assert stamped
+    stamped = {p.parent.name: p for p in sorted((FIXTURES / "proofs").glob("*/measure.json"))}   # schema 2, 3
+    seen = set()
     for name, path in [(n, p) for n, (_r, p) in PAIRS.items()] + list(stamped.items()):
         raw = json.loads(path.read_text())
-        assert "schema_version" not in raw
         m, notes = check_measure(raw, str(path))
-        assert m.schema_version == raw.get("schema", 1) and notes == [], name
+        seen.add(m.schema_version)
+        assert m.schema_version == raw.get("schema_version", raw.get("schema", 1)) and notes == [], name
         assert [g.key for g in m.gemms] == [r["key"] for r in raw["gemms"]], name
         for g, r in zip(m.gemms, raw["gemms"]):
             assert g.original_us == r.get("original_us") and g.module == r.get("module"), name
             for part in ("paths", "whatifs", "candidates", "grouped"):
                 assert len(getattr(g, part)) == len(r.get(part) or []), (name, part)
         assert len(m.experts or []) == len(raw.get("experts") or []), name
+    assert seen == {1, 2, SCHEMA_VERSION}
     p = _write(tmp_path, {**doc, "schema_version": SCHEMA_VERSION + 1})
     r = _cli(PAIRS["llama_decode"][0], p)
     assert r.exit_code != 0 and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
