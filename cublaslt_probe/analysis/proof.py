@@ -238,7 +238,8 @@ class ProofRefused(ProbeError):
 def apply(items: list[dict], proof: Proof | None) -> list[dict]:
     """The advice (`analysis.audit.advice`'s items) with its proof: each item with a record of the same ``what``
     gets ``proof`` (the record, its ``verdict`` and ``ratio`` = proven / predicted, the prediction less the
-    applier's own copies where the proof measured them: ``applier_cost``, `gpu.prove.applier_cost`); an item
+    applier's own copies where the proof measured them: ``applier_cost``, `gpu.prove.applier_cost`; the
+    rounds' quartiles as shares of the prediction, ``ratio_spread``; whether the saving is ``settled``); an item
     proven slower or within noise gets ``disproven`` (it is then not ranked); the ranked items are ordered by
     their best evidence (the proven saving where proven, else the prediction), and ``excludes`` renumbered to
     the new order."""
@@ -255,6 +256,8 @@ def apply(items: list[dict], proof: Proof | None) -> list[dict]:
             if r.status == "proven":
                 v = verdict(r.proven_us, list(r.spread_us), r.noise_us)
                 x["proof"].update(verdict=v, ratio=(r.proven_us / pred if pred > 0 else None),
+                                  ratio_spread=([q / pred for q in r.spread_us] if pred > 0 else None),
+                                  settled=settled({"proven_us": r.proven_us, "spread_us": list(r.spread_us)}),
                                   applier_cost_us=r.applier_cost_us)
                 if v != "saves":
                     x["disproven"] = (f"proven {v} in the program's step: {r.proven_us:,.1f} µs/step "

@@ -130,6 +130,16 @@ def advice_entries(items: list[dict]) -> tuple[list[tuple[int, str, str, str]], 
     return out, total, [it["what"] for it in items if it["saving_us"] <= 0]
 
 
+def _unsettled(r: dict) -> str:
+    """Where a proven saving is not pinned down (`analysis.proof.settled`): how far its rounds' quartiles
+    spread, as shares of the prediction; else nothing."""
+    sp = r.get("ratio_spread")
+    if r.get("settled", True) or not sp:
+        return ""
+    return (f"; not pinned down after {r.get('rounds')} rounds: its rounds' quartiles are "
+            f"{100 * sp[0]:.0f}–{100 * sp[1]:.0f} % of the prediction")
+
+
 def proof_words(it: dict) -> str | None:
     """What the item's proof says (`analysis.proof.apply`), or None where no proof was given: proven µs/step
     with its spread and its share of the prediction, or why it is unproven (an *unproven estimate*)."""
@@ -142,7 +152,7 @@ def proof_words(it: dict) -> str | None:
         return (f"proven {r['proven_us']:,.1f} µs/step [{r['spread_us'][0]:,.1f}, {r['spread_us'][1]:,.1f}] in the "
                 f"program's step over {r.get('rounds')} rounds, noise ±{r.get('noise_us') or 0:,.1f}"
                 + (f" ({100 * ratio:.0f} % of the prediction{less})" if ratio is not None else "")
-                + (f"; {r['what_if']}" if r.get("what_if") else ""))
+                + _unsettled(r) + (f"; {r['what_if']}" if r.get("what_if") else ""))
     return f"unproven estimate: {r.get('why') or r.get('status')}"
 
 
