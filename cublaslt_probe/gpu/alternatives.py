@@ -1,21 +1,20 @@
 """What else a GEMM could have run, each run through a probe: cuBLASLt's heuristic candidates for a Case
-(`lt_candidates`), and a grouped GEMM's alternatives (`time_grouped_alternatives`)."""
+(`lt_candidates`), and a grouped GEMM's alternatives (`time_grouped_alternatives`).
+
+`probe` is the `gpu.probe.Probe` that calls them (its torch, library, timing and profiling); the probe
+imports this module, so this module names the class in words only, as `gpu.space.search` does."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from cublaslt_probe.analysis.candidates import max_rel_diff
 from cublaslt_probe.cases import Case, grouped_alternatives, invalid_reason
 from cublaslt_probe.errors import CaptureError, error_text
 from cublaslt_probe.gpu.operands import CUBLAS_WORKSPACE, lt_problem
 
-if TYPE_CHECKING:
-    from cublaslt_probe.gpu.probe import Probe
-
 
 # --- heuristic candidates -------------------------------------------------------------------------------------
-def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = CUBLAS_WORKSPACE,
+def lt_candidates(probe, c: Case, top: int = 32, workspace_bytes: int = CUBLAS_WORKSPACE,
                   alignment: int = 16, reps: int = 10, trust_rounds: int = 5) -> list[dict]:
     """Every candidate cuBLASLt's heuristic returns for Case `c` (its cuBLAS view), each run: config,
     waves, workspace, the kernels it launched (CUPTI), median time (events, same method as the probe),
@@ -73,7 +72,7 @@ def lt_candidates(probe: Probe, c: Case, top: int = 32, workspace_bytes: int = C
 
 
 # --- grouped GEMM alternatives --------------------------------------------------------------------------------
-def time_grouped_alternatives(probe: Probe, c: Case) -> list[dict]:
+def time_grouped_alternatives(probe, c: Case) -> list[dict]:
     """Grouped GEMM `c` and its alternatives (`cases.grouped_alternatives`: padded groups, balanced groups, one
     batched GEMM padded to the largest group, fp8), each run through `probe.run_window` as any GEMM is, and one
     `torch.mm` per non-empty group (the eager experts' loop), timed with `probe.time_gpu` and checked against
