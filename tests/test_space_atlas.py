@@ -241,3 +241,41 @@ def test_the_candidates_regret_is_the_trust_model_s():
     reg = cm.regret(cands, "bf16")
     assert reg["regret_label"] == tr["label"] == "pick is best" and reg["best_rank"] == 0
     assert reg["noise_pct"] == tr["noise_pct"] and reg["pick_time_us"] == tr["medians"]["pick"]
+
+
+def _doc_rows(table_head: str) -> list[list[str]]:
+    """The rows of the docs/space.md table whose header starts with `table_head`: cells without ** and spaces."""
+    lines = (ROOT / "docs" / "space.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(table_head))
+    rows = []
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        rows.append([c.strip().replace("**", "") for c in ln.strip("|").split("|")])
+    return rows
+
+
+def test_the_docs_atlas_tables_are_the_atlas_s_figures(atlas):
+    """docs/space.md's two atlas tables, row by row, are `by_tokens` and `nvmmh_by_tokens` on the shipped atlas
+    (to the digits written)."""
+    t = sm.by_tokens(atlas)
+    doc = _doc_rows("| dtype | tokens | GEMMs | regret median")
+    assert len(doc) == len(t)
+    for cells, r in zip(doc, t.to_dict("records")):
+        assert cells[0] == r["dtype"] and int(cells[2]) == r["gemms"], cells
+        want_m = "all" if r["tokens"] == "all" else ", ".join(f"{int(m):,}" for m in r["m"].split(", "))
+        assert cells[1] == want_m, cells
+        assert cells[3] == " / ".join(f"{r[c]:.1f}" for c in ("regret_median_pct", "regret_p90_pct",
+                                                                 "regret_worst_pct")) + " %", cells
+        assert cells[4] == " / ".join(str(r[lab]) for lab in sm.LABELS), cells
+        assert cells[5] == f"{r['best_outside_topn']} ({r['best_outside_topn_pct']:.0f} %)", cells
+        assert cells[6] == f"{r['noise_median_pct']:.1f} %", cells
+        assert cells[9] == f"{r['timed']} / {r['pruned']}", cells
+    nv = sm.nvmmh_by_tokens(atlas)
+    doc = _doc_rows("| dtype | tokens | GEMMs | top-1 tile")
+    assert len(doc) == len(nv)
+    for cells, r in zip(doc, nv.to_dict("records")):
+        assert cells[0] == r["dtype"] and int(cells[2]) == r["gemms"], cells
+        assert cells[3:] == [f"{r['tile_is_pick_s_pct']:.1f} %", f"{r['tile_is_space_best_s_pct']:.1f} %",
+                             f"{r['median_abs_log_err_pick']:.2f}", f"{r['median_abs_log_err_space_best']:.2f}",
+                             f"{r['median_pred_over_pick']:.2f}"], cells
