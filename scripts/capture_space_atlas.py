@@ -1,5 +1,5 @@
-"""The H200 space atlas: the llm preset's bf16 F.linear GEMMs at decode and small-batch token counts, each with
-its whole algo space searched (`sweep --space`), then nvMatmulHeuristics' columns beside them.
+"""The H200 space atlas: the llm preset's F.linear GEMMs (bf16 `mm` or fp8 `scaled_mm`) at the token counts given,
+each with its whole algo space searched (`sweep --space`), then nvMatmulHeuristics' columns beside them.
 
     # on the GPU machine (repo root, PYTHONPATH=.): the sweep, under a hard deadline
     python3 scripts/capture_space_atlas.py capture OUTDIR [--budget-s 1.2] [--tokens 16,128,1] [--dtype bf16|fp8]
@@ -14,7 +14,7 @@ OUTDIR/h200_space.parquet (raw records beside it, written window by window: a de
 keeps every finished window), and OUTDIR/env.txt (nvidia-smi, versions). `finish` builds the dataset from the
 raw records (`cublaslt-probe dataset`), adds `nvmmh.scored`'s columns and the model against the space's best
 (`nvmmh_space_agrees`: its top-1 CTA tile is the space best's; `nvmmh_space_log_err`: ln(predicted / space best
-µs)), and writes the Parquet.
+µs)), and writes the Parquet. The raw files of data/h200_space.parquet and their commands: data/PROVENANCE.md.
 """
 from __future__ import annotations
 

@@ -94,6 +94,18 @@ def test_shape_class(m, n, k, cls):
     assert sm.shape_class(m, n, k) == cls
 
 
+@pytest.mark.parametrize("m,cls", [(1, "decode"), (16, "decode"), (17, "small"), (256, "small"), (257, "mid"),
+                                   (2048, "mid"), (2049, "large"), (16384, "large")])
+def test_token_class_bounds(m, cls):
+    assert sm.token_class(m) == cls and sm.shape_class(m, 4096, 4096) == f"{cls} square"
+
+
+def test_token_range_names_each_class_s_m():
+    assert [sm.token_range(c) for c, _ in sm.TOKEN_CLASSES] == ["m ≤ 16", "17–256", "257–2048", "m > 2048"]
+    with pytest.raises(ValueError, match="unknown token class"):
+        sm.token_range("prefill")
+
+
 def test_space_options_are_checked_before_any_gpu_work(tmp_path):
     from click.testing import CliRunner
 

@@ -7,7 +7,8 @@ accepts for a problem, times them under a budget and keeps a `space` record. Her
 - the trust model of a regret (`trust`): the finalists (the heuristic's pick, the best of its top-N, the
   space's best few) timed in interleaved rounds, the pick twice per round (its noise floor against itself),
   the winner's flip rate across rounds; a regret within the noise floor is labelled so and never a loss;
-- the dataset columns of a `space` record (`columns`) and the headline over a dataset (`summary`).
+- the dataset columns of a `space` record (`columns`), the headline over a dataset (`summary`) and its
+  figures by dtype and token class (`by_tokens`, `nvmmh_by_tokens`) and by shape class (`by_class`).
 
 docs/space.md says how the space is enumerated, sampled and pruned, and what the H200 atlas showed.
 """
@@ -201,9 +202,10 @@ def columns(sp: dict | None) -> dict:
 
 
 def summary(df) -> dict:
-    """The headline of a dataset with space columns: GEMMs, the regret distribution (quantiles over all, over the
-    losses), labels, how often the space's best is outside the heuristic's top-N, configs timed and pruned,
-    wrong configs and wrong picks. A dataset without them is a SchemaError naming the sweep that makes them."""
+    """The headline of a dataset with space columns: GEMMs (and per dtype), the regret distribution (quantiles
+    over all, over the losses), labels, how often the space's best is outside the heuristic's top-N, configs
+    timed and pruned, wrong configs and wrong picks. A dataset without them is a SchemaError naming the sweep
+    that makes them."""
     from cublaslt_probe.errors import SchemaError
     if "space_regret" not in df.columns:
         raise SchemaError("this dataset has no space columns: sweep with `--space SECONDS` (docs/space.md)")
@@ -215,7 +217,9 @@ def summary(df) -> dict:
     lab = d["space_regret_label"].astype("string")
     loss = r[lab == "loss"]
     q = {f"p{int(x * 100)}": float(r.quantile(x)) for x in (0.5, 0.9, 0.99)}
-    out = {"gemms": int(len(d)), "regret_pct": {**q, "max": float(r.max()), "mean": float(r.mean())},
+    out = {"gemms": int(len(d)), "dtypes": {str(k): int(v) for k, v in d["dtype"].value_counts(sort=False)
+                                            .sort_index().items()},
+           "regret_pct": {**q, "max": float(r.max()), "mean": float(r.mean())},
            "labels": {k: int((lab == k).sum()) for k in LABELS},
            "loss_regret_pct": {"median": float(loss.median()), "max": float(loss.max())} if len(loss) else None,
            "best_outside_topn": int((d["space_best_in_topn"] == False).sum()),  # noqa: E712 (nullable)
@@ -226,26 +230,134 @@ def summary(df) -> dict:
     return out
 
 
+# Token classes: (class, the largest m it holds; None: no bound). An LLM layer's m is its token count; the
+# classes part decode, small batches, prefill chunks and long prefills.
+TOKEN_CLASSES = (("decode", 16), ("small", 256), ("mid", 2048), ("large", None))
+
+
+def token_class(m: int) -> str:
+    """The `TOKEN_CLASSES` class of a torch-view GEMM's m: decode (m ≤ 16), small (≤ 256), mid (≤ 2048), large."""
+    for name, top in TOKEN_CLASSES:
+        if top is None or m <= top:
+            return name
+    raise AssertionError("TOKEN_CLASSES ends with an unbounded class")
+
+
+def token_range(name: str) -> str:
+    """`m ≤ 16`, `17–256`, `> 2048`: the m a token class holds, as the tables write it."""
+    lo = 1
+    for cls, top in TOKEN_CLASSES:
+        if cls == name:
+            return f"m ≤ {top}" if lo == 1 else f"m > {lo - 1}" if top is None else f"{lo}–{top}"
+        lo = (top or 0) + 1
+    raise ValueError(f"unknown token class {name!r}: one of {[c for c, _ in TOKEN_CLASSES]}")
+
+
 def shape_class(m: int, n: int, k: int) -> str:
-    """A coarse class of a torch-view GEMM for the report: tokens (m) as decode (≤ 16), small (≤ 256), mid
-    (≤ 2048) or large, and the weight's aspect (n > k: up, n < k: down, square)."""
-    tok = "decode" if m <= 16 else "small" if m <= 256 else "mid" if m <= 2048 else "large"
+    """A coarse class of a torch-view GEMM for the report: its `token_class` and the weight's aspect (n > k: up,
+    n < k: down, square)."""
+    tok = token_class(m)
     asp = "up" if n > k else "down" if n < k else "square"
     return f"{tok} {asp}"
 
 
-def by_class(df):
-    """Regret by `shape_class`: GEMMs, losses, median and worst regret (%), sorted by the worst first."""
-    import pandas as pd
+def _searched(df):
+    """The rows with a searched space, with their `token_class` (column `tokens`)."""
     d = df[df["space_regret"].notna()].copy()
+    d["tokens"] = [token_class(int(m)) for m in d["m"]]
+    return d
+
+
+def by_class(df):
+    """Regret by dtype and `shape_class`: GEMMs, losses, median and worst regret (%), best outside the top-N,
+    median valid configs; sorted by the worst first."""
+    import pandas as pd
+    d = _searched(df)
     d["shape_class"] = [shape_class(int(a), int(b), int(c)) for a, b, c in zip(d["m"], d["n"], d["k"])]
     rows = []
-    for cls, g in d.groupby("shape_class", sort=True):
+    for (dt, cls), g in d.groupby(["dtype", "shape_class"], sort=True):
         r = g["space_regret"].astype(float) * 100
-        rows.append({"shape_class": cls, "gemms": len(g), "losses": int((g["space_regret_label"] == "loss").sum()),
+        rows.append({"dtype": dt, "shape_class": cls, "gemms": len(g),
+                     "losses": int((g["space_regret_label"] == "loss").sum()),
                      "median_regret_pct": float(r.median()), "worst_regret_pct": float(r.max()),
                      "best_outside_topn": int((g["space_best_in_topn"] == False).sum()),  # noqa: E712
                      "configs_valid": int(g["space_configs"].astype(float).median())
                      if g["space_configs"].notna().any() else None})
     return pd.DataFrame(rows).sort_values("worst_regret_pct", ascending=False, ignore_index=True) \
         if rows else pd.DataFrame(rows)
+
+
+def _token_groups(d):
+    """(dtype, token class or "all", its rows) in dtype order, the classes in `TOKEN_CLASSES` order, each dtype's
+    rows together last ("all")."""
+    order = [c for c, _ in TOKEN_CLASSES]
+    for dt, g in d.groupby("dtype", sort=True):
+        for cls in order:
+            part = g[g["tokens"] == cls]
+            if len(part):
+                yield dt, cls, part
+        yield dt, "all", g
+
+
+def _token_cols(dt, cls, g) -> dict:
+    return {"dtype": dt, "tokens": cls if cls == "all" else f"{cls} ({token_range(cls)})",
+            "m": ", ".join(str(v) for v in sorted(set(int(x) for x in g["m"]))), "gemms": len(g)}
+
+
+def by_tokens(df):
+    """The space's figures by dtype and `token_class` (and over each dtype, tokens "all"): GEMMs and their
+    token counts (m), the regret's median, p90 and worst (%), the labels, the space's best outside the
+    heuristic's top-N (count and %), the pick's noise floor (median %), the median of valid configs, distinct
+    kernels, configs timed and pruned per GEMM. A dataset without space columns is `summary`'s SchemaError."""
+    import pandas as pd
+    summary(df)
+    rows = []
+    for dt, cls, g in _token_groups(_searched(df)):
+        r = g["space_regret"].astype(float) * 100
+        lab = g["space_regret_label"].astype("string")
+        out = int((g["space_best_in_topn"] == False).sum())  # noqa: E712 (nullable)
+        med = {c: g[c].dropna().astype(float).median() for c in ("space_configs", "space_kernels", "space_timed",
+                                                                  "space_pruned")}
+        med = {c: None if math.isnan(v) else int(v) for c, v in med.items()}
+        rows.append({**_token_cols(dt, cls, g),
+                     "regret_median_pct": float(r.median()), "regret_p90_pct": float(r.quantile(0.9)),
+                     "regret_worst_pct": float(r.max()), **{k: int((lab == k).sum()) for k in LABELS},
+                     "best_outside_topn": out, "best_outside_topn_pct": 100.0 * out / len(g),
+                     "noise_median_pct": float(g["space_noise_pct"].astype(float).median()),
+                     "configs_valid": med["space_configs"], "kernels": med["space_kernels"],
+                     "timed": med["space_timed"], "pruned": med["space_pruned"]})
+    return pd.DataFrame(rows)
+
+
+def nvmmh_by_tokens(df):
+    """nvMatmulHeuristics against the pick and the space's best by dtype and `token_class` (and "all" per
+    dtype), over the rows it scored: its top-1 CTA tile = the pick's (`nvmmh_agrees`) and = the space best's
+    (`nvmmh_space_agrees`), %; the median |ln(predicted / measured µs)| against the pick's time
+    (`nvmmh_log_err`) and the space best's (`nvmmh_space_log_err`); the median predicted / pick's µs. None when
+    the dataset has no `nvmmh_us` (scripts/capture_space_atlas.py `finish` adds the columns)."""
+    import pandas as pd
+    if "nvmmh_us" not in df.columns or df["nvmmh_us"].isna().all():
+        return None
+    d = _searched(df)
+    d = d[d["nvmmh_us"].notna()]
+
+    def pct(s):
+        s = s.dropna()
+        return 100.0 * float(s.astype(bool).mean()) if len(s) else None
+
+    def med_abs(s):
+        s = s.dropna().astype(float).abs()
+        return float(s.median()) if len(s) else None
+
+    def col(g, c):
+        return g[c] if c in g.columns else pd.Series(dtype=float)
+    rows = []
+    for dt, cls, g in _token_groups(d):
+        le = col(g, "nvmmh_log_err").dropna().astype(float)
+        rows.append({**_token_cols(dt, cls, g),
+                     "tile_is_pick_s_pct": pct(col(g, "nvmmh_agrees")),
+                     "tile_is_space_best_s_pct": pct(col(g, "nvmmh_space_agrees")),
+                     "median_abs_log_err_pick": med_abs(le),
+                     "median_abs_log_err_space_best": med_abs(col(g, "nvmmh_space_log_err")),
+                     "median_pred_over_pick": math.exp(float(le.median())) if len(le) else None})
+    return pd.DataFrame(rows)

@@ -462,9 +462,11 @@ REGRET_BINS = [0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, math.inf]
 
 def space_section(df: pd.DataFrame) -> dict:
     """The whole-space section (datasets swept with `--space`): the headline (`analysis.space.summary`), the
-    regret distribution by label (bins of %), the shape classes worst first (`analysis.space.by_class`), the
-    largest losses, and nvMatmulHeuristics against the pick and the space's best where its columns are there
-    (scripts/capture_space_atlas.py adds them). {"present": False} without space columns."""
+    figures by dtype and token class (`analysis.space.by_tokens`), the regret distribution by dtype and label
+    (bins of %), the shape classes worst first (`analysis.space.by_class`), the largest losses, and
+    nvMatmulHeuristics against the pick and the space's best by dtype and token class
+    (`analysis.space.nvmmh_by_tokens`) where its columns are there (scripts/capture_space_atlas.py adds them).
+    {"present": False} without space columns."""
     from cublaslt_probe.analysis import space as sm
     if "space_regret" not in df.columns or df["space_regret"].isna().all():
         return {"present": False}
@@ -472,36 +474,33 @@ def space_section(df: pd.DataFrame) -> dict:
     d["regret %"] = d["space_regret"].astype(float) * 100
     cut = pd.cut(d["regret %"], REGRET_BINS, right=False,
                  labels=[f"[{a:g}, {b:g})" for a, b in zip(REGRET_BINS, REGRET_BINS[1:])])
-    dist = (d.assign(bin=cut, label=d["space_regret_label"].astype(str))
+    label = d["space_regret_label"].astype(str)
+    if d["dtype"].nunique() > 1:
+        label = d["dtype"].astype(str) + ": " + label
+    dist = (d.assign(bin=cut, label=label)
             .pivot_table(index="bin", columns="label", values="key", aggfunc="size", fill_value=0, observed=False)
             .reset_index().rename(columns={"bin": "regret %"}))
+    dist.columns.name = None
     worst = d.sort_values("regret %", ascending=False).head(15)
     worst = pd.DataFrame({"GEMM (m×n×k)": [f"{a}×{b}×{c}" for a, b, c in zip(worst["m"], worst["n"], worst["k"])],
+                          "dtype": worst["dtype"].astype(str),
                           "pick": worst["kernel"].astype(str), "pick µs": worst["space_pick_us"].round(2),
                           "space best": worst["space_best_config"].astype(str),
                           "best kernel": worst["space_best_kernel"].astype(str),
                           "best µs": worst["space_best_us"].round(2), "regret %": worst["regret %"].round(1),
                           "label": worst["space_regret_label"].astype(str),
                           "noise %": worst["space_noise_pct"].round(1),
-                          "in top-N": worst["space_best_in_topn"]})
-    out = {"present": True, "summary": sm.summary(df), "dist": dist, "classes": sm.by_class(df), "worst": worst,
-           "nvmmh": None}
-    if "nvmmh_us" in d.columns and d["nvmmh_us"].notna().any():
-        def pct(s):
-            s = s.dropna()
-            return round(100 * float(s.astype(bool).mean()), 1) if len(s) else None
-
-        def med_abs(s):
-            s = s.dropna().astype(float).abs()
-            return round(float(s.median()), 3) if len(s) else None
-        out["nvmmh"] = pd.DataFrame([{
-            "GEMMs": int(d["nvmmh_us"].notna().sum()),
-            "top-1 tile = pick's %": pct(d["nvmmh_agrees"]) if "nvmmh_agrees" in d else None,
-            "top-1 tile = space best's %": pct(d["nvmmh_space_agrees"]) if "nvmmh_space_agrees" in d else None,
-            "median |ln(pred / pick µs)|": med_abs(d["nvmmh_log_err"]) if "nvmmh_log_err" in d else None,
-            "median |ln(pred / space best µs)|": med_abs(d["nvmmh_space_log_err"])
-            if "nvmmh_space_log_err" in d else None}])
-    return out
+                          "in top-N": worst["space_best_in_topn"].astype(object)})
+    tok = sm.by_tokens(df)
+    tok = tok.round({c: 1 for c in tok.columns if c.endswith("_pct")})
+    nv = sm.nvmmh_by_tokens(df)
+    if nv is not None:
+        nv = nv.round({c: (1 if c.endswith("_pct") else 3 if "log_err" in c else 2)
+                       for c in nv.columns if nv[c].dtype == float})
+    cls = sm.by_class(df)
+    cls = cls.round({c: 1 for c in cls.columns if c.endswith("_pct")})
+    return {"present": True, "summary": sm.summary(df), "tokens": tok, "dist": dist, "classes": cls,
+            "worst": worst, "nvmmh": nv}
 
 
 def _consistency_section(df: pd.DataFrame) -> dict:
@@ -672,20 +671,25 @@ def _render_space(s: dict, draw) -> str:
                 "(docs/space.md).</p>")
     sm = s["summary"]
     r, lab = sm["regret_pct"], sm["labels"]
-    out = [f"<p>For {sm['gemms']} GEMMs the whole algo space was searched (every valid config of every algo id; "
-           f"median {sm['configs_valid_median']:,.0f} valid configs per GEMM; {sm['timed']:,} configs timed, "
+    dts = ", ".join(f"{k} {v:,}" for k, v in sm["dtypes"].items())
+    out = [f"<p>For {sm['gemms']} GEMMs ({dts}) the whole algo space was searched (every valid config of every algo "
+           f"id; median {sm['configs_valid_median']:,.0f} valid configs per GEMM; {sm['timed']:,} configs timed, "
            f"{sm['pruned']:,} of them pruned after one sample). The heuristic's pick against the space's best "
            f"correct config, both timed in interleaved rounds: regret median {r['p50']:.1f} %, p90 {r['p90']:.1f} %, "
            f"worst {r['max']:.1f} %. <b>{lab['loss']}</b> losses beyond noise, {lab['within noise']} within noise, "
            f"{lab['pick is best']} where the pick is the best. The space's best is outside the heuristic's top-N "
            f"on {sm['best_outside_topn']} GEMMs. Wrong answers: {sm['wrong_configs']} configs timed, "
            f"{sm['wrong_picks']} heuristic picks.</p>",
+           "<h3>By dtype and token count</h3><p>Regret (%) and labels, the space's best outside the heuristic's "
+           "top-N, the pick's noise floor, and per GEMM (median) the valid configs, distinct kernels, configs "
+           "timed and pruned; m is the GEMM's token count.</p>", _table(s["tokens"]),
            "<h3>Regret distribution</h3>", _table(s["dist"]),
            "<h3>Shape classes, worst first</h3>", _table(s["classes"]),
            "<h3>The largest regrets</h3>", _table(s["worst"])]
     if s["nvmmh"] is not None:
         out += ["<h3>nvMatmulHeuristics</h3><p>Its top-1 config (CUTLASS 3 target) against cuBLASLt's pick and "
-                "the space's best: CTA-tile agreement and the error of its predicted time.</p>", _table(s["nvmmh"])]
+                "the space's best, by dtype and token count: CTA-tile agreement and the error of its predicted time "
+                "(|ln(predicted / measured µs)|).</p>", _table(s["nvmmh"])]
     return "".join(out)
 
 
