@@ -279,3 +279,15 @@ def test_the_docs_atlas_tables_are_the_atlas_s_figures(atlas):
         assert cells[3:] == [f"{r['tile_is_pick_s_pct']:.1f} %", f"{r['tile_is_space_best_s_pct']:.1f} %",
                              f"{r['median_abs_log_err_pick']:.2f}", f"{r['median_abs_log_err_space_best']:.2f}",
                              f"{r['median_pred_over_pick']:.2f}"], cells
+
+
+def test_each_rows_search_budget_and_time_are_its_records(atlas, raw):
+    """The atlas mixes budgets (0.6 s a GEMM in the first capture, 1.2 s in the two later): each row says its
+    own (`space_budget_s`) and what its search took (`space_elapsed_s`), as its raw record has them."""
+    assert atlas.groupby(["dtype", "space_budget_s"]).size().to_dict() == {
+        ("bf16", 0.6): 48, ("bf16", 1.2): 104, ("fp8", 1.2): 20}
+    by_key = {r["key"]: r["space"] for r in raw}
+    for r in atlas.itertuples():
+        sp = by_key[r.key]
+        assert r.space_budget_s == sp["budget_s"] and r.space_elapsed_s == pytest.approx(sp["elapsed_s"])
+    assert (atlas["space_elapsed_s"] > 0).all()

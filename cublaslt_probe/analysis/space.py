@@ -147,6 +147,9 @@ SCHEMA = {
     "space_wrong": ("Int64", "timed configs whose output failed the numerics check"),
     "numerics_ok": ("boolean", "the heuristic's pick's output is within the tolerance of a float64 reference"),
     "pick_in_space": ("boolean", "the heuristic's pick is among the enumerated valid configs"),
+    "space_budget_s": ("float64", "the search's time budget for the GEMM, s (`--space SECONDS`)"),
+    "space_elapsed_s": ("float64", "the search's own time for the GEMM, s (the types' enumeration, once per "
+                                   "process, not counted)"),
 }
 
 
@@ -197,6 +200,7 @@ def columns(sp: dict | None) -> dict:
         "space_configs": cnt.get("valid"), "space_kernels": cnt.get("kernels"), "space_timed": cnt.get("timed"),
         "space_pruned": cnt.get("pruned"), "space_wrong": cnt.get("wrong"),
         "numerics_ok": pick.get("numerics_ok"), "pick_in_space": sp.get("pick_in_space"),
+        "space_budget_s": sp.get("budget_s"), "space_elapsed_s": sp.get("elapsed_s"),
     })
     return out
 
