@@ -3,8 +3,9 @@
 `prove(step, model, items, ...)` takes the program's step (a zero-argument callable), its model and the audit's
 advice items (`analysis.audit.advice`'s dicts). For each item it finds an applier (`applier_for`), checks the
 applier's numerics on an input the module really saw, then runs rounds that alternate the original and the variant
-(a warm-up step after each switch, each step between CUDA events on torch's current stream; more rounds while the
-saving's spread is wide: `analysis.proof.settled`), and restores the program. The original-against-original rounds,
+(a warm-up step after each switch, each step between CUDA events on torch's current stream:
+`timing.step_block_us`; more rounds while the saving's spread is wide: `analysis.proof.settled`), and restores the
+program. The original-against-original rounds,
 run once, give the noise floor. The model's parameters and buffers, the optimizer's state when one is given, and the
 RNG states are saved before and put back after, so the program continues from where it was, bit for bit. The
 statistics, the verdict and the file live in `analysis.proof`.
@@ -22,9 +23,16 @@ Appliers (each reversible; `apply()` then `restore()` leaves the module as it wa
   upper bound of a router change (the model then computes something else).
 - `PinLinears`: a heuristic candidate's algo pinned on an `nn.Linear`'s forward (`gpu.pin`), for the GEMM's
   token count: the way a pin reaches a program on torch 2.11.
-Everything else is *unproven* with the reason: token (m) padding is the program's input; a workspace size must
-be set before torch's first cuBLASLt handle (a fresh process); a backward GEMM's pin; a grouped change that
-restructures the experts layer (one bmm, fp8, padded groups).
+A cuBLASLt workspace (`FRESH_KINDS`), which torch reads once before its first cuBLASLt handle, is proven in fresh
+processes when the program's script is given (`prove(..., script=[SCRIPT, ARGS])`, as `cublaslt-probe prove` does):
+`FRESH_ROUNDS` pairs of children (`gpu.prove_child`: the original, and the variant with torch's BLAS preference
+and CUBLASLT_WORKSPACE_SIZE set, the order alternating), against `FRESH_NOISE` original-against-original pairs run
+once per proof, summarised as the live rounds are (`fresh_summary`). A round costs two starts of the program (torch
+imported, the script loaded, `FRESH_WARMUP` + `FRESH_BLOCKS` × `FRESH_STEPS` steps each, `FRESH_TIMEOUT_S` at most);
+with the defaults an item takes 16 children.
+Everything else is *unproven* with the reason: token (m) padding is the program's input; a workspace without the
+program's script; a backward GEMM's pin; a grouped change that restructures the experts layer (one bmm, fp8, padded
+groups).
 """
 from __future__ import annotations
 

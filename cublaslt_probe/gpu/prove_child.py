@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         blocks = [step_block_us(torch, step, opts.steps) for _ in range(opts.blocks)]
         print(json.dumps({"ok": True, "blocks_us": blocks, "observed": observed(torch, workspace)}), flush=True)
         return 0
-    except BaseException as e:  # noqa: BLE001  (the program's own error: reported to the parent, which goes on)
-        if isinstance(e, KeyboardInterrupt):
-            raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:      # the program's own error, a SystemExit too: reported to the parent
         import traceback
         traceback.print_exc()
         print(json.dumps({"ok": False, "error": f"{e.__class__.__name__}: {e}"}), flush=True)
