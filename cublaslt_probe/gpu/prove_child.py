@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         raise
-    except BaseException as e:      # the program's own error, a SystemExit too: reported to the parent
+    except BaseException as e:  # noqa: BLE001  (the program's own error, a SystemExit too: to the parent)
         import traceback
         traceback.print_exc()
         print(json.dumps({"ok": False, "error": f"{e.__class__.__name__}: {e}"}), flush=True)
