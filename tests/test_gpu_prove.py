@@ -395,3 +395,44 @@ def test_the_prove_command_proves_a_scripts_advice_and_audit_shows_it(torch, tmp
     assert at, r.output
     said = " ".join(lines[i] + " " + (lines[i + 1] if i + 1 < len(lines) else "") for i in at)
     assert re.search(r"(?<!un)proven ", said), said      # proven (saves, within noise or slower), not unproven
+
+
+WORKSPACE = {"kind": "workspace", "saving_us": 5.0, "change": {"path": "lt", "workspace_bytes": 32 << 20},
+             "what": "run on cuBLASLt with a 32 MiB workspace (preferred_blas_library('cublaslt') and "
+                     "CUBLASLT_WORKSPACE_SIZE=32768)"}
+
+
+def test_a_workspace_is_proven_in_fresh_processes_that_really_ran_with_it(torch, tmp_path, monkeypatch):
+    """A workspace item cannot be switched in the live step: given the script, `prove` starts it again in child
+    processes, the variant's with torch's BLAS preference set to cuBLASLt before the script and
+    CUBLASLT_WORKSPACE_SIZE=32768 (KiB), the original's with neither; every variant child reports that it ran
+    with them, and the item is proven over the rounds asked for, with a noise floor from the original's pairs,
+    in a record a proof file accepts. Without the script the item is unproven, naming the command."""
+    import json
+    import runpy
+
+    from cublaslt_probe.analysis import proof as P
+    from cublaslt_probe.gpu.prove import prove
+    monkeypatch.delenv("CUBLASLT_WORKSPACE_SIZE", raising=False)
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    ns = runpy.run_path(str(script), run_name="__cublaslt_probe_prove__")
+    said = []
+    out = prove(ns["step"], ns["model"], [WORKSPACE], optimizer=ns["optimizer"], rounds=3,
+                script=[str(script), "--unused"], fresh_rounds=3, progress=said.append)
+    (rec,) = out["items"]
+    assert rec["status"] == "proven", rec
+    assert rec["rounds"] == 3 and rec["noise_us"] is not None and rec["measured"].startswith("in fresh processes")
+    assert rec["observed"]["variant"]["blas"] == "cublaslt"
+    assert rec["observed"]["variant"]["CUBLASLT_WORKSPACE_SIZE"] == "32768"
+    assert rec["observed"]["original"]["CUBLASLT_WORKSPACE_SIZE"] is None
+    assert rec["setting"] == {"blas": "cublaslt", "env": {"CUBLASLT_WORKSPACE_SIZE": "32768"}}
+    assert rec["original_step_us"] > 0 and rec["variant_step_us"] > 0 and out["restored"] == []
+    assert any(s.startswith("prove 1/1: ") and "fresh processes" in s for s in said), said
+    path = tmp_path / "proof.json"
+    P.write(path, json.loads(json.dumps(out)))
+    proof, notes = P.load(path)
+    assert notes == [] and proof.items[0].status == "proven"
+    out = prove(ns["step"], ns["model"], [WORKSPACE], rounds=3, progress=said.append)
+    (rec,) = out["items"]
+    assert rec["status"] == "unproven" and "cublaslt-probe prove RUN --from M -- SCRIPT.py" in rec["why"]

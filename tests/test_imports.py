@@ -277,9 +277,9 @@ def test_the_step_marker_imports_on_any_machine():
     assert done.stdout.split() == ["False", start]
 
 
-# The GPU modules that time with CUDA events of their own, beside `gpu/timing.py`: prove's A/B rounds (its step
-# loop is the proof's method, docs/prove.md). Every other timing loop lives in gpu/timing.py.
-EVENT_TIMERS = {f"{GPU_PACKAGE}.timing", f"{GPU_PACKAGE}.prove"}
+# The GPU module that reads CUDA events: `gpu/timing.py`, home of every timing loop (the proof's step loop too,
+# `timing.step_block_us`, which the live prover and its fresh-process child share: docs/prove.md).
+EVENT_TIMERS = {f"{GPU_PACKAGE}.timing"}
 
 
 def test_every_timing_loop_is_in_gpu_timing():
@@ -292,6 +292,8 @@ def test_every_timing_loop_is_in_gpu_timing():
         bad += [f"{m}:{n.lineno}" for n in ast.walk(tree)
                 if isinstance(n, ast.Attribute) and n.attr == "elapsed_time"]
     assert bad == []
+    for prover in ("prove", "prove_child"):      # the live prover and its fresh-process child time through it
+        assert f"{GPU_PACKAGE}.timing" in {t for t, _, _ in IMPORTS[f"{GPU_PACKAGE}.{prover}"]}, prover
 
 
 def test_what_audit_measure_measures_is_planned_on_the_cpu():

@@ -22,7 +22,9 @@ def prove_cmd(run, from_path, output, rounds, script):
     program) and, for a training step, `optimizer`. Each advice item is applied to the live model, the step
     timed in alternating rounds against the original (noise floor from original against original), and the
     program restored; the proof is written beside the run and `audit RUN --from M --proof FILE` shows predicted
-    against proven. Needs a GPU. docs/prove.md."""
+    against proven. A cuBLASLt workspace, which torch reads before its first handle, is proven in fresh processes
+    of SCRIPT instead: the script started again with and without the setting, in alternating rounds. Needs a GPU.
+    docs/prove.md."""
     import runpy
     import sys
     suffix_format(output, ("json",))
@@ -41,7 +43,7 @@ def prove_cmd(run, from_path, output, rounds, script):
                                "keep the training loop under `if __name__ == '__main__':`)")
     from cublaslt_probe.gpu.prove import ROUNDS, prove_run
     proof = prove_run(run, step, model, from_path, optimizer=ns.get("optimizer"), out=output,
-                      rounds=rounds or ROUNDS, progress=lambda s: click.echo(s, err=True))
+                      rounds=rounds or ROUNDS, progress=lambda s: click.echo(s, err=True), script=list(script))
     for note in proof.get("notes") or []:
         click.echo(f"note: {note}", err=True)
     click.echo(f"wrote {proof['path']}: show it with `cublaslt-probe audit {run} --from {from_path} "

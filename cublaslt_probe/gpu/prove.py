@@ -3,8 +3,9 @@
 `prove(step, model, items, ...)` takes the program's step (a zero-argument callable), its model and the audit's
 advice items (`analysis.audit.advice`'s dicts). For each item it finds an applier (`applier_for`), checks the
 applier's numerics on an input the module really saw, then runs rounds that alternate the original and the variant
-(a warm-up step after each switch, each step between CUDA events on torch's current stream; more rounds while the
-saving's spread is wide: `analysis.proof.settled`), and restores the program. The original-against-original rounds,
+(a warm-up step after each switch, each step between CUDA events on torch's current stream:
+`timing.step_block_us`; more rounds while the saving's spread is wide: `analysis.proof.settled`), and restores the
+program. The original-against-original rounds,
 run once, give the noise floor. The model's parameters and buffers, the optimizer's state when one is given, and the
 RNG states are saved before and put back after, so the program continues from where it was, bit for bit. The
 statistics, the verdict and the file live in `analysis.proof`.
@@ -22,20 +23,32 @@ Appliers (each reversible; `apply()` then `restore()` leaves the module as it wa
   upper bound of a router change (the model then computes something else).
 - `PinLinears`: a heuristic candidate's algo pinned on an `nn.Linear`'s forward (`gpu.pin`), for the GEMM's
   token count: the way a pin reaches a program on torch 2.11.
-Everything else is *unproven* with the reason: token (m) padding is the program's input; a workspace size must
-be set before torch's first cuBLASLt handle (a fresh process); a backward GEMM's pin; a grouped change that
-restructures the experts layer (one bmm, fp8, padded groups).
+A cuBLASLt workspace (`FRESH_KINDS`), which torch reads once before its first cuBLASLt handle, is proven in fresh
+processes when the program's script is given (`prove(..., script=[SCRIPT, ARGS])`, as `cublaslt-probe prove` does):
+`FRESH_ROUNDS` pairs of children (`gpu.prove_child`: the original, and the variant with torch's BLAS preference
+and CUBLASLT_WORKSPACE_SIZE set, the order alternating), against `FRESH_NOISE` original-against-original pairs run
+once per proof, summarised as the live rounds are (`fresh_summary`). A round costs two starts of the program (torch
+imported, the script loaded, `FRESH_WARMUP` + `FRESH_BLOCKS` × `FRESH_STEPS` steps each, `FRESH_TIMEOUT_S` at most);
+with the defaults an item takes 16 children.
+Everything else is *unproven* with the reason: token (m) padding is the program's input; a workspace without the
+program's script; a backward GEMM's pin; a grouped change that restructures the experts layer (one bmm, fp8, padded
+groups).
 """
 from __future__ import annotations
 
 import copy
 import fnmatch
+import json
 import math
+import os
 import statistics
+import subprocess
 import sys
 import time
 
 from cublaslt_probe.analysis.proof import MORE_ROUNDS, settled, summarize
+from cublaslt_probe.gpu import prove_child
+from cublaslt_probe.gpu.timing import step_block_us
 
 ROUNDS = 9          # alternating rounds per item (and of the noise floor)
 STEPS = 3           # timed steps per block
@@ -309,9 +322,10 @@ def applier_for(torch, model, item: dict):
         if lib is None:
             raise Unproven(f"path {change.get('path')!r} has no torch switch")
         return BlasPath(torch, lib)
-    if kind == "workspace":
-        raise Unproven("a workspace size takes effect before torch's first cuBLASLt handle: run the program in a "
-                       "fresh process with the variable set and compare")
+    if kind in FRESH_KINDS:
+        raise Unproven("a workspace size takes effect before torch's first cuBLASLt handle: it is proven in fresh "
+                       "processes of the program's script (`cublaslt-probe prove RUN --from M -- SCRIPT.py`, or "
+                       "prove(..., script=[SCRIPT, ARGS...])), not in a live step")
     if kind == "pin":
         return _pin_applier(torch, model, item, change)
     if kind == "grouped":
@@ -414,32 +428,18 @@ class _State:
                 if not self.torch.equal(v.detach(), self.tensors[k])]
 
 
-def _time_block(torch, step, n: int) -> list[float]:
-    """n steps back to back, as a training or serving loop runs them, each between two CUDA events on the
-    current stream, the host synchronised once after the last: their GPU spans in µs. A synchronisation after
-    every step would start each step on an idle GPU and time the host's launch latency with it (docs/prove.md
-    has the noise either way)."""
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    for a, b in ev:
-        a.record()
-        step()
-        b.record()
-    ev[-1][1].synchronize()
-    return [a.elapsed_time(b) * 1e3 for a, b in ev]
-
-
 def _rounds(torch, step, on, off, rounds: int, steps: int, warmup: int) -> tuple[list, list]:
     """Alternating rounds: original block, then variant block (switched on, warmed up), switched off again."""
     orig, var = [], []
     for _ in range(rounds):
         for _ in range(warmup):
             step()
-        orig.append(_time_block(torch, step, steps))
+        orig.append(step_block_us(torch, step, steps))
         on()
         try:
             for _ in range(warmup):
                 step()
-            var.append(_time_block(torch, step, steps))
+            var.append(step_block_us(torch, step, steps))
         finally:
             off()
     return orig, var
@@ -581,13 +581,185 @@ def _prove_item(torch, step, ap, it: dict, rec: dict, noise: list, rounds: int, 
     return {**rec, "status": "proven", **s, "seconds": time.perf_counter() - t1}
 
 
+# --------------------------------------------------------------------------- in fresh processes
+# A setting torch reads once, before its first cuBLASLt handle (the workspace variable), cannot be switched in the
+# live program: the script is started again in child processes (`gpu.prove_child`), the original and the variant
+# alternating, and their steps compared as the live rounds compare blocks.
+
+FRESH_KINDS = ("workspace",)   # advice proven in fresh processes, never in the live step
+FRESH_BLAS = {"lt": "cublaslt"}  # the advice's path -> torch's BLAS preference the variant child sets
+FRESH_ROUNDS = 5        # child pairs (original, variant) per item
+FRESH_NOISE = 3         # original-against-original child pairs, once per proof (fewer than the live rounds: each
+                        # child starts the program again)
+FRESH_BLOCKS = 3        # timed blocks per child ...
+FRESH_STEPS = 3         # ... of this many steps back to back
+FRESH_WARMUP = 3        # untimed steps first: a fresh process's first steps make its handles, caches and graphs
+FRESH_TIMEOUT_S = 600.0  # one child at most
+
+
+def fresh_setting(item: dict) -> dict:
+    """What the variant child of a fresh-process item runs with: ``blas`` (torch's BLAS preference) and ``env``
+    (the variables set before torch starts), from the item's ``change`` (``{"path": "lt", "workspace_bytes": N}``:
+    CUBLASLT_WORKSPACE_SIZE is N in KiB, as torch reads it, rounded up). Raises Unproven when the item does not say
+    the size (a measurement whose paths do not record the workspace they were timed with) or the path."""
+    change = item.get("change") or {}
+    ws = change.get("workspace_bytes")
+    if not isinstance(ws, int) or isinstance(ws, bool) or ws <= 0:
+        raise Unproven("the item does not say the workspace size its GEMMs were timed with (the measurement's "
+                       "paths do not record it): measure the run again (audit --measure --save)")
+    blas = FRESH_BLAS.get(change.get("path"))
+    if blas is None:
+        raise Unproven(f"path {change.get('path')!r} has no torch switch")
+    return {"blas": blas, "env": {prove_child.WORKSPACE_VAR: str(-(-ws // 1024))}}
+
+
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def fresh_env(base: dict, setting: dict | None) -> dict[str, str]:
+    """A child's environment: `base` (this process's: the program as it runs) with this package first on
+    PYTHONPATH (the child imports the same cublaslt_probe) and, for the variant, `setting`'s variables."""
+    env = dict(base)
+    env.update((setting or {}).get("env") or {})
+    env["PYTHONPATH"] = PKG_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def fresh_command(script: list[str], setting: dict | None, *, blocks: int = FRESH_BLOCKS, steps: int = FRESH_STEPS,
+                  warmup: int = FRESH_WARMUP) -> list[str]:
+    """A child's command line (`prove_child.command`): the variant's (`setting`) sets torch's BLAS preference
+    before the script runs; the original's leaves it to the script."""
+    return prove_child.command(script, blocks=blocks, steps=steps, warmup=warmup,
+                               blas=(setting or {}).get("blas"))
+
+
+def run_child(cmd: list[str], env: dict, timeout: float = FRESH_TIMEOUT_S) -> dict:
+    """One child run: its JSON line (``ok``, ``blocks_us``, ``observed``) and ``wall_s``; a child that failed,
+    timed out or printed no result gives ``ok`` False and ``why``: the last line of its stderr (the exception
+    of a traceback)."""
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "why": f"timed out after {timeout:.0f} s", "wall_s": time.perf_counter() - t0}
+    res = None
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                res = json.loads(line)
+            except ValueError:
+                res = None
+            break
+    if rc == 0 and isinstance(res, dict) and res.get("ok") and isinstance(res.get("blocks_us"), list):
+        return {**res, "wall_s": time.perf_counter() - t0}
+    lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    why = lines[-1] if lines else (res or {}).get("error") or f"exit status {rc}, no output"
+    return {"ok": False, "why": why, "wall_s": time.perf_counter() - t0}
+
+
+def _steps(blocks: list[list[float]]) -> list[float]:
+    return [x for b in blocks for x in b]
+
+
+def fresh_summary(original: list[list[list[float]]], variant: list[list[list[float]]],
+                  noise: list[tuple[list[list[float]], list[list[float]]]]) -> dict:
+    """The statistics of fresh-process rounds, as `analysis.proof.summarize` gives a live item's: round i compares
+    child ``original[i]``'s timed steps (its blocks, each a list of step µs) with child ``variant[i]``'s; the noise
+    rounds are the original-against-original pairs' differences of medians. Adds ``measured`` (how)."""
+    noise_rounds = [statistics.median(_steps(a)) - statistics.median(_steps(b)) for a, b in noise]
+    s = summarize([_steps(b) for b in original], [_steps(b) for b in variant], noise_rounds)
+    s["measured"] = (f"in fresh processes: {len(original)} rounds of child pairs (original and variant, the order "
+                     f"alternating), noise from {len(noise)} original-against-original pairs")
+    return s
+
+
+def _fresh_pair(script, first, second, blocks, steps, warmup, timeout) -> tuple[dict, dict]:
+    """Two children, `first` then `second` (each a setting, None for the original): their runs."""
+    out = []
+    for setting in (first, second):
+        out.append(run_child(fresh_command(script, setting, blocks=blocks, steps=steps, warmup=warmup),
+                             fresh_env(os.environ, setting), timeout))
+        if not out[-1]["ok"]:
+            break
+    return out[0], (out[1] if len(out) > 1 else {"ok": False, "why": "not run"})
+
+
+def _fresh_noise(script, pairs, blocks, steps, warmup, timeout) -> dict:
+    """The original-against-original pairs: their blocks, the original's observed settings, or the failure."""
+    got = []
+    for _ in range(pairs):
+        a, b = _fresh_pair(script, None, None, blocks, steps, warmup, timeout)
+        if not (a["ok"] and b["ok"]):
+            return {"ok": False, "why": f"the original program's child failed: {(a if not a['ok'] else b)['why']}"}
+        got.append((a, b))
+    return {"ok": True, "pairs": [(a["blocks_us"], b["blocks_us"]) for a, b in got],
+            "observed": got[0][0].get("observed")}
+
+
+def fresh_mismatch(setting: dict, observed: dict | None) -> str | None:
+    """Why a variant child did not run with `setting` (its ``observed``: torch's BLAS preference after the steps,
+    the workspace variable it started with), or None."""
+    observed = observed or {}
+    if observed.get("blas") != setting["blas"]:
+        return (f"the variant's child ran on {observed.get('blas')!r}, not {setting['blas']!r} (the script sets "
+                "torch's BLAS preference itself)")
+    for var, value in setting["env"].items():
+        if observed.get(var) != value:
+            return f"the variant's child started with {var}={observed.get(var)!r}, not {value!r}"
+    return None
+
+
+def _prove_fresh(it: dict, rec: dict, script: list[str], setting: dict, noise: dict, rounds: int, head: str,
+                 say, t1: float, blocks: int = FRESH_BLOCKS, steps: int = FRESH_STEPS, warmup: int = FRESH_WARMUP,
+                 timeout: float = FRESH_TIMEOUT_S) -> dict:
+    """A fresh-process item's record: `rounds` pairs of children (the original and the variant, the order
+    alternating from round to round so that a drift of the GPU falls on both), compared with `noise`'s pairs
+    (`_fresh_noise`, shared by the proof's fresh items)."""
+    rec = {**rec, "setting": setting}
+    if not noise["ok"]:
+        say(f"{head}: failed (the original's child)")
+        return {**rec, "status": "failed", "why": noise["why"]}
+    orig, var, walls = [], [], []
+    for r in range(rounds):
+        first, second = (None, setting) if r % 2 == 0 else (setting, None)
+        a, b = _fresh_pair(script, first, second, blocks, steps, warmup, timeout)
+        o, v = (a, b) if first is None else (b, a)
+        ran = (("original", a), ("variant", b)) if first is None else (("variant", a), ("original", b))
+        bad = next(((w, c) for w, c in ran if not c["ok"]), None)        # the first to fail, in the order run
+        if bad:
+            say(f"{head}: failed (the {bad[0]}'s child)")
+            return {**rec, "status": "failed", "why": f"the {bad[0]}'s child failed: {bad[1]['why']}"}
+        wrong = fresh_mismatch(setting, v.get("observed"))
+        if wrong:
+            say(f"{head}: failed (the variant did not apply)")
+            return {**rec, "status": "failed", "why": wrong, "observed": {"original": o.get("observed"),
+                                                                         "variant": v.get("observed")}}
+        orig.append(o["blocks_us"])
+        var.append(v["blocks_us"])
+        walls += [o["wall_s"], v["wall_s"]]
+    s = fresh_summary(orig, var, noise["pairs"])
+    say(f"{head}: {s['proven_us']:,.1f} µs/step [{s['spread_us'][0]:,.1f}, {s['spread_us'][1]:,.1f}] over "
+        f"{s['rounds']} rounds of fresh processes (predicted {it.get('saving_us'):,.1f})")
+    return {**rec, "status": "proven", **s,
+            "observed": {"original": noise.get("observed"), "variant": v.get("observed")},
+            "fresh": {"rounds": rounds, "noise_pairs": len(noise["pairs"]), "blocks": blocks, "steps": steps,
+                      "warmup": warmup, "child_s": statistics.median(walls)},
+            "seconds": time.perf_counter() - t1}
+
+
 def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUNDS, steps: int = STEPS,
-          warmup: int = WARMUP, progress=None) -> dict:
-    """Proves each advice item in the program's own step (see the module doc). Returns the proof (without the
-    run's binding, which the caller adds): ``noise`` (the original-against-original rounds), ``items`` (one
-    record per item with a predicted saving: ``status`` proven | unproven | failed, the statistics of
-    `analysis.proof.summarize`, ``numerics``, ``why``), ``cost_s``, ``restored`` (the tensors that differ
-    after restoring: empty)."""
+          warmup: int = WARMUP, progress=None, script: list[str] | None = None,
+          fresh_rounds: int = FRESH_ROUNDS) -> dict:
+    """Proves each advice item in the program's own step (see the module doc). `script` (the program's script
+    and its arguments, as `cublaslt-probe prove` runs it) lets the items that must precede torch's first
+    cuBLASLt handle (`FRESH_KINDS`) be proven in fresh processes, `fresh_rounds` child pairs each; without it
+    they are unproven. Returns the proof (without the run's binding, which the caller adds): ``noise`` (the
+    original-against-original rounds), ``items`` (one record per item with a predicted saving: ``status``
+    proven | unproven | failed, the statistics of `analysis.proof.summarize`, ``numerics``, ``why``; a
+    fresh-process item ``measured``, ``setting``, ``observed`` and ``fresh``), ``cost_s``, ``restored`` (the
+    tensors that differ after restoring: empty)."""
     import torch
     say = progress or (lambda s: print(s, file=sys.stderr, flush=True))
     t0 = time.perf_counter()
@@ -599,10 +771,24 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
         o1, o2 = _rounds(torch, step, lambda: None, lambda: None, rounds, steps, warmup)
         noise = [statistics.median(a) - statistics.median(b) for a, b in zip(o1, o2)]
         todo = [it for it in items if (it.get("saving_us") or 0) > 0]
+        fresh_noise = None
         for n, it in enumerate(todo, 1):
             rec = {"what": it.get("what"), "kind": it.get("kind"), "module": it.get("module"),
                    "predicted_us": it.get("saving_us")}
             t1 = time.perf_counter()
+            if it.get("kind") in FRESH_KINDS and script:
+                try:
+                    setting = fresh_setting(it)
+                except Unproven as e:
+                    out_items.append({**rec, "status": "unproven", "why": str(e)})
+                    say(f"prove {n}/{len(todo)}: {it.get('what')}: unproven ({e})")
+                    continue
+                if fresh_noise is None:
+                    fresh_noise = _fresh_noise(list(script), FRESH_NOISE, FRESH_BLOCKS, FRESH_STEPS, FRESH_WARMUP,
+                                               FRESH_TIMEOUT_S)
+                out_items.append(_prove_fresh(it, rec, list(script), setting, fresh_noise, fresh_rounds,
+                                              f"prove {n}/{len(todo)}: {it.get('what')}", say, t1))
+                continue
             try:
                 ap = applier_for(torch, model, it)
             except Unproven as e:
@@ -622,12 +808,14 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
 
 
 def prove_run(run, step, model, measure, *, optimizer=None, out=None, rounds: int = ROUNDS, steps: int = STEPS,
-              warmup: int = WARMUP, progress=None) -> dict:
+              warmup: int = WARMUP, progress=None, script: list[str] | None = None,
+              fresh_rounds: int = FRESH_ROUNDS) -> dict:
     """Proves the advice of a run in the program that made it: `run` is the run folder (`capture`'s), `measure`
     its saved measurement (a path, or the dict `audit --measure --save` writes), checked and bound to the run as
     `audit --from` does (another run's is refused). The advice is made as `audit` makes it, every item with a
-    predicted saving is proven in `step` (`prove`), and the proof, bound to the run by its fingerprint, is
-    written to `out` (default: ``proof.json`` in the run folder). Returns the proof."""
+    predicted saving is proven in `step` (`prove`; with `script`, the program's script and arguments, a workspace
+    item in fresh processes of it), and the proof, bound to the run by its fingerprint, is written to `out`
+    (default: ``proof.json`` in the run folder). Returns the proof."""
     import os
 
     import torch
@@ -639,7 +827,7 @@ def prove_run(run, step, model, measure, *, optimizer=None, out=None, rounds: in
     meas, notes = load_bound(a, measure, str(run))
     items = advice(a.rows, meas, a.step_gpu_us, a.step_gpu_us * a.steps)
     proof = prove(step, model, items, optimizer=optimizer, rounds=rounds, steps=steps, warmup=warmup,
-                  progress=progress)
+                  progress=progress, script=script, fresh_rounds=fresh_rounds)
     proof["fingerprint"] = run_fingerprint(a, str(run))
     proof["notes"] = notes
     proof["env"] = {"gpu": torch.cuda.get_device_name(), "torch_version": torch.__version__,

@@ -423,9 +423,24 @@ class Timer:
 
 
 # --------------------------------------------------------------------------- whole calls and graph replays
-# Two loops beside `Timer` for what it does not time: a CUDA graph's replay and a whole call of a program's module.
-# Both read torch's CUDA events (each record and read is cheap next to what they bracket), and each says the
-# evidence it gives.
+# Loops beside `Timer` for what it does not time: a CUDA graph's replay, a whole call of a program's module, a
+# program's steps. They read torch's CUDA events (each record and read is cheap next to what they bracket), and
+# each says the evidence it gives.
+
+def step_block_us(torch, step, n: int) -> list[float]:
+    """n steps back to back, as a training or serving loop runs them, each between two CUDA events on the
+    current stream, the host synchronised once after the last: their GPU spans in µs. Evidence: each step's GPU
+    time as the program's loop pays it, queued behind the one before. A synchronisation after every step would
+    start each step on an idle GPU and time the host's launch latency with it (docs/prove.md has the noise either
+    way). The proof's method: `gpu.prove`'s rounds in the live program and `gpu.prove_child`'s in a fresh one."""
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for a, b in ev:
+        a.record()
+        step()
+        b.record()
+    ev[-1][1].synchronize()
+    return [a.elapsed_time(b) * 1e3 for a, b in ev]
+
 
 def per_call_us(torch, fn, reps: int = 20) -> float:
     """µs per call of `fn`, `reps` calls back to back between two CUDA events on the current stream after one

@@ -123,8 +123,10 @@ class AdviceItem:
     replay: str | None = None
     excludes: list[int] = field(default_factory=list)
     estimate: str | None = None
-    change: dict | None = None     # what an applier needs (gpu.prove): pad {"from", "to"}; path/workspace
-                                   # {"path"}; pin {"algo", "kernel", "key", "pass"}; grouped {"variant", "groups"}
+    change: dict | None = None     # what an applier needs (gpu.prove): pad {"from", "to"}; path {"path"};
+                                   # workspace {"path", "workspace_bytes"} (the size its GEMMs were timed with,
+                                   # None where the measurement does not say); pin {"algo", "kernel", "key",
+                                   # "pass"}; grouped {"variant", "groups"}
 
     def clashes(self, other: AdviceItem) -> bool:
         return bool(self.touches & other.touches) or (self.setting is not None and self.setting == other.setting)
@@ -277,7 +279,7 @@ def _switch_items(rows: pd.DataFrame, ms: list[_Measured]) -> tuple[list[AdviceI
             [m.label for m, _ in done],
             frozenset().union(*(m.ids for m, _ in done)) | frozenset(("row", r) for r in moved),
             frozenset(m.i for (m, _), (d, _) in zip(done, changes) if d > 0), setting="blas path",
-            change={"path": target}))
+            change={"path": target, **({"workspace_bytes": ws or None} if kind == "workspace" else {})}))
     return items, quiet
 
 
