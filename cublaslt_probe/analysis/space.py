@@ -279,7 +279,7 @@ def by_class(df):
     d = _searched(df)
     d["shape_class"] = [shape_class(int(a), int(b), int(c)) for a, b, c in zip(d["m"], d["n"], d["k"])]
     rows = []
-    for (dt, cls), g in d.groupby(["dtype", "shape_class"], sort=True):
+    for (dt, cls), g in d.groupby(["dtype", "shape_class"], sort=True, observed=True):
         r = g["space_regret"].astype(float) * 100
         rows.append({"dtype": dt, "shape_class": cls, "gemms": len(g),
                      "losses": int((g["space_regret_label"] == "loss").sum()),
@@ -295,7 +295,7 @@ def _token_groups(d):
     """(dtype, token class or "all", its rows) in dtype order, the classes in `TOKEN_CLASSES` order, each dtype's
     rows together last ("all")."""
     order = [c for c, _ in TOKEN_CLASSES]
-    for dt, g in d.groupby("dtype", sort=True):
+    for dt, g in d.groupby("dtype", sort=True, observed=True):
         for cls in order:
             part = g[g["tokens"] == cls]
             if len(part):
