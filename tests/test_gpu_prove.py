@@ -50,6 +50,15 @@ PAD_IN = {"kind": "pad", "what": "pad 4095 → 4096 (a multiple of 8) in even", 
           "change": {"from": 4095, "to": 4096}}
 
 
+def _output_and_grads(model, x):
+    """One forward and backward of `model` on `x` (loss: the output's mean square): the output and every
+    parameter's gradient, copied."""
+    model.zero_grad(set_to_none=True)
+    y = model(x)
+    y.float().pow(2).mean().backward()
+    return y.detach().clone(), [p.grad.detach().clone() for p in model.parameters()]
+
+
 @pytest.mark.parametrize("item", [PAD_OUT, PAD_IN], ids=["out", "in"])
 def test_a_padded_linear_computes_the_original_answer_forward_and_backward_and_restores_the_module(torch, item):
     from cublaslt_probe.gpu.prove import PadLinear, applier_for
@@ -59,15 +68,10 @@ def test_a_padded_linear_computes_the_original_answer_forward_and_backward_and_r
     m = model.get_submodule(item["module"])
     w_ptr, w_shape = m.weight.data_ptr(), tuple(m.weight.shape)
 
-    def run():
-        model.zero_grad(set_to_none=True)
-        y = model(x)
-        y.float().pow(2).mean().backward()
-        return y.detach().clone(), [p.grad.detach().clone() for p in model.parameters()]
-    y0, g0 = run()
+    y0, g0 = _output_and_grads(model, x)
     ap.apply()
     assert tuple(m.weight.shape) == w_shape and m.weight.data_ptr() != w_ptr   # inside the padded buffer
-    y1, g1 = run()
+    y1, g1 = _output_and_grads(model, x)
     ap.restore()
     assert m.weight.data_ptr() == w_ptr and "forward" not in m.__dict__
     assert y1.shape == y0.shape
@@ -88,15 +92,10 @@ def test_a_hidden_width_is_padded_on_both_sides_and_computes_the_original_answer
         ("out", ["odd"]), ("in", ["even"])]
     ptrs = [p.data_ptr() for p in model.parameters()]
 
-    def run():
-        model.zero_grad(set_to_none=True)
-        y = model(x)
-        y.float().pow(2).mean().backward()
-        return y.detach().clone(), [p.grad.detach().clone() for p in model.parameters()]
-    y0, g0 = run()
+    y0, g0 = _output_and_grads(model, x)
     ap.apply()
     assert model.odd.forward is not None and "forward" in model.even.__dict__
-    y1, g1 = run()
+    y1, g1 = _output_and_grads(model, x)
     ap.restore()
     assert [p.data_ptr() for p in model.parameters()] == ptrs and "forward" not in model.odd.__dict__
     assert float((y1.float() - y0.float()).abs().max()) <= 2e-2 * float(y0.float().abs().max())
