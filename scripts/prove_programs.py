@@ -210,7 +210,8 @@ def run_one(name: str, out: str, rounds: int) -> dict:
     proof = prove_run(folder, step, model, mpath, optimizer=opt, rounds=rounds)
     proof["program"] = name
     table = [{**{k: r.get(k) for k in ("what", "kind", "status", "predicted_us", "proven_us", "spread_us", "why")},
-              "applier_cost_us": (r.get("applier_cost") or {}).get("us")} for r in proof["items"]]
+              "applier_cost_us": (r.get("applier_cost") or {}).get("us"),
+              "kernel_saving_us": (r.get("kernels") or {}).get("saving_us")} for r in proof["items"]]
     return {"step_gpu_us": a.step_gpu_us, "items": table, "noise_us": proof["noise"]["rounds_us"],
             "prove_s": round(time.perf_counter() - t1, 2), "total_s": round(time.perf_counter() - t0, 2),
             "restored_differs": proof["restored"]}

@@ -2,6 +2,8 @@
 original's answer and restores the module, the proof leaves parameters and optimizer state bit for bit as they
 were, an applier that forgets to slice is caught by its numerics, and what cannot be applied is unproven with a
 reason. Skipped with a reason without a GPU."""
+import copy
+
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -186,6 +188,18 @@ def _kernels(torch, fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+def _pinned_forward(torch, lin, algo: dict, x) -> None:
+    """One forward of a copy of `lin` with `algo` pinned on it, on `x`."""
+    from cublaslt_probe.gpu.pin import pin_linear
+    twin = copy.deepcopy(lin)
+    pin = pin_linear(twin, algo, tokens=x.shape[0])
+    try:
+        with torch.no_grad():
+            twin(x)
+    finally:
+        pin.remove()
+
+
 def test_a_pinned_linear_launches_the_candidates_kernel_eagerly_and_in_a_cuda_graph(torch):
     from cublaslt_probe.gpu.pin import pin_linear
     torch.manual_seed(0)
@@ -246,6 +260,15 @@ def test_a_pin_is_proven_in_a_training_step_with_its_backward_left_to_torch(torc
     proof = prove(step, model, [item], optimizer=opt, rounds=3, progress=lambda s: None)
     assert proof["items"][0]["status"] == "proven", proof["items"][0]
     assert proof["restored"] == [] and all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    # the step's kernels with the pin off and on: the pinned candidate's kernel runs only in the variant, the
+    # GEMM torch picked only in the original, and everything else both times
+    pinned = _kernels(torch, lambda: _pinned_forward(torch, lin, cands[1], x))
+    k = proof["items"][0]["kernels"]
+    assert k["steps"] == 3 and k["original_us"] > 0 and k["variant_us"] > 0, k
+    new = [c for c in k["changed"] if c["original_us"] == 0 and c["variant_us"] > 0]
+    gone = [c for c in k["changed"] if c["variant_us"] == 0 and c["original_us"] > 0]
+    assert set(pinned) & {c["name"] for c in new}, (pinned, k["changed"])
+    assert gone, k["changed"]
     # overhead: candidate #0 pinned (torch's own kernel) against torch's call, host time per call
     small = torch.nn.Linear(1024, 1024, bias=False).cuda().to(torch.bfloat16)
     xs = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
@@ -418,10 +441,11 @@ def test_a_workspace_is_proven_in_fresh_processes_that_really_ran_with_it(torch,
     ns = runpy.run_path(str(script), run_name="__cublaslt_probe_prove__")
     said = []
     out = prove(ns["step"], ns["model"], [WORKSPACE], optimizer=ns["optimizer"], rounds=3,
-                script=[str(script), "--unused"], fresh_rounds=3, progress=said.append)
+                script=[str(script), "--unused"], fresh_rounds=2, fresh_noise=1, progress=said.append)
     (rec,) = out["items"]
     assert rec["status"] == "proven", rec
-    assert rec["rounds"] == 3 and rec["noise_us"] is not None and rec["measured"].startswith("in fresh processes")
+    assert rec["rounds"] == 2 and rec["noise_us"] is not None and rec["measured"].startswith("in fresh processes")
+    assert rec["fresh"]["noise_pairs"] == 1
     assert rec["observed"]["variant"]["blas"] == "cublaslt"
     assert rec["observed"]["variant"]["CUBLASLT_WORKSPACE_SIZE"] == "32768"
     assert rec["observed"]["original"]["CUBLASLT_WORKSPACE_SIZE"] is None

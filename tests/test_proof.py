@@ -299,3 +299,21 @@ def test_a_saving_not_pinned_down_after_the_rounds_says_how_far_its_quartiles_sp
             "prediction" in first), first
     first = next(ln for ln in _audit(tmp_path, "titan_moe_train").output.splitlines() if ln.startswith("1. "))
     assert "(97 % of the prediction)" in first and "not pinned down" not in first, first
+
+
+def test_the_steps_kernels_are_split_per_name_per_step_and_the_most_changed_kept():
+    """`kernel_split` of the events CUPTI records over a block of steps with the change off and on: time per step
+    per name (a kernel the variant never runs is 0 on its side), the totals' difference, the names ordered by how
+    much their time changed."""
+    original = [(0, "gemm_a", 560.0), (1, "norm", 3.0), (2, "gemm_a", 566.0), (3, "norm", 3.2), (4, "copy", 1.0)]
+    variant = [(0, "gemm_b", 511.0), (1, "norm", 2.4), (2, "gemm_b", 512.0), (3, "norm", 2.4), (4, "copy", 1.0)]
+    k = P.kernel_split(original, variant, steps=2)
+    assert k["original_us"] == pytest.approx(566.6) and k["variant_us"] == pytest.approx(514.4)
+    assert k["saving_us"] == pytest.approx(52.2) and k["steps"] == 2 and k["names"] == 4
+    assert [c["name"] for c in k["changed"]] == ["gemm_a", "gemm_b", "norm", "copy"]
+    assert k["changed"][0] == {"name": "gemm_a", "original_us": 563.0, "variant_us": 0.0}
+    assert k["changed"][1] == {"name": "gemm_b", "original_us": 0.0, "variant_us": 511.5}
+    many = [(i, f"k{i}", float(i)) for i in range(20)]
+    assert len(P.kernel_split(many, [], 1)["changed"]) == P.KERNELS_SHOWN
+    with pytest.raises(ValueError):
+        P.kernel_split(original, variant, steps=0)

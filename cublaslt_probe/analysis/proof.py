@@ -112,6 +112,37 @@ def summarize(original_us: list[list[float]], variant_us: list[list[float]],
             "noise_us": noise, "rounds": len(d)}
 
 
+KERNELS_SHOWN = 8    # the kernels whose time per step changed most, kept per item
+
+
+def kernel_split(original: list, variant: list, steps: int) -> dict:
+    """The GPU's own work in a proof's step with the change off and on: `original` and `variant` are the
+    (start ns, name, µs) events CUPTI recorded over `steps` steps of each (every kernel, memset and copy). Returns
+    ``original_us`` and ``variant_us`` (the events' time per step, summed: concurrent events count each), their
+    difference ``saving_us`` (positive: the variant's kernels take less), ``steps``, ``names`` (distinct names in
+    either), and ``changed``: the `KERNELS_SHOWN` names whose time per step changed most, each with its
+    ``original_us`` and ``variant_us`` per step (0 where that side never ran it).
+
+    A prediction times the changed GEMMs alone; in the step they run behind other work, on other operands and
+    clocks. Where the saving over whole steps departs from the prediction, this says whether the kernels
+    themselves saved that much in the step (the prediction mis-timed them) or the rest of the step moved
+    (launch gaps, host time, kernels the change added)."""
+    if steps < 1:
+        raise ValueError("kernel_split: steps must be at least 1")
+
+    def per_name(events) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for ev in events:
+            out[ev[1]] = out.get(ev[1], 0.0) + float(ev[2]) / steps
+        return out
+    a, b = per_name(original), per_name(variant)
+    names = sorted(set(a) | set(b), key=lambda k: (-abs(a.get(k, 0.0) - b.get(k, 0.0)), k))
+    return {"original_us": sum(a.values()), "variant_us": sum(b.values()),
+            "saving_us": sum(a.values()) - sum(b.values()), "steps": steps, "names": len(names),
+            "changed": [{"name": k, "original_us": a.get(k, 0.0), "variant_us": b.get(k, 0.0)}
+                        for k in names[:KERNELS_SHOWN]]}
+
+
 SETTLED_WIDTH = 0.5   # the rounds' quartile range at most this share of the saving: it is pinned down
 MORE_ROUNDS = 3       # ... else rounds are added, up to this many times the rounds asked for
 

@@ -19,6 +19,20 @@ def profile_kernels(torch, calls, marker) -> list[list[tuple[str, float]]]:
     return split_by_marker(evs, len(calls))
 
 
+def recorded(torch, fn) -> list[tuple[int, str, float]]:
+    """Run `fn` under CUPTI's activity API (`cupti.Activity`) and wait for the GPU: every kernel, memset and copy
+    it ran, as (start ns, name, µs) in start order, named as torch.profiler names them."""
+    from cublaslt_probe.gpu.cupti import activity
+    rec = activity()
+    rec.start()
+    try:
+        fn()
+        torch.cuda.synchronize()
+    finally:
+        evs = rec.stop()
+    return evs
+
+
 def run_marked(torch, calls, marker) -> None:
     """Run `calls` ((setup, fn) pairs or callables), filling `marker` (a 1-element int8 CUDA tensor) on the same
     stream before each and once after the last, then wait for the GPU: the marker's kernels split the kernel

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 
-from cublaslt_probe.analysis.proof import MORE_ROUNDS, settled, summarize
+from cublaslt_probe.analysis.proof import MORE_ROUNDS, kernel_split, settled, summarize
 from cublaslt_probe.gpu import prove_child
 from cublaslt_probe.gpu.timing import step_block_us
 
@@ -445,6 +445,32 @@ def _rounds(torch, step, on, off, rounds: int, steps: int, warmup: int) -> tuple
     return orig, var
 
 
+def _in_step_kernels(torch, step, on, off, steps: int, warmup: int) -> dict:
+    """The step's kernels with the change off, then on (`steps` steps each after `warmup`, recorded by CUPTI:
+    `kernel_capture.recorded`), split by `analysis.proof.kernel_split`; ``{"why": ...}`` where CUPTI cannot
+    record (another profiler holds it, no CUPTI library)."""
+    from cublaslt_probe.errors import CaptureError
+    from cublaslt_probe.gpu.kernel_capture import recorded
+
+    def block():
+        for _ in range(steps):
+            step()
+    try:
+        for _ in range(warmup):
+            step()
+        original = recorded(torch, block)
+        on()
+        try:
+            for _ in range(warmup):
+                step()
+            variant = recorded(torch, block)
+        finally:
+            off()
+    except (CaptureError, OSError) as e:
+        return {"why": f"CUPTI could not record the step's kernels: {str(e).splitlines()[0] if str(e) else e}"}
+    return kernel_split(original, variant, steps)
+
+
 def _numerics(torch, applier, sample) -> dict:
     """The applied module's output against the original on an input it saw: max |Δ| over max |y|
     (`candidates.max_rel_diff`), within the dtype's tolerance (`candidates.tolerance`), and the shapes equal (a padded
@@ -575,10 +601,12 @@ def _prove_item(torch, step, ap, it: dict, rec: dict, noise: list, rounds: int, 
         return {**rec, "status": "failed", **s, "why": (
             f"the applier broke the compiled program's graphs ({broke} graph breaks while it was on): the "
             "rounds timed the applier, not the change; apply the change in the model's code and compare")}
+    kernels = _in_step_kernels(torch, step, ap.apply, ap.restore, steps, warmup)
     less = f" less the applier's copies {cost['us']:,.1f}" if cost else ""
+    in_step = (f"; its kernels in the step {kernels['saving_us']:,.1f}" if "saving_us" in kernels else "")
     say(f"{head}: {s['proven_us']:,.1f} µs/step [{s['spread_us'][0]:,.1f}, {s['spread_us'][1]:,.1f}] "
-        f"over {s['rounds']} rounds (predicted {it.get('saving_us'):,.1f}{less})")
-    return {**rec, "status": "proven", **s, "seconds": time.perf_counter() - t1}
+        f"over {s['rounds']} rounds (predicted {it.get('saving_us'):,.1f}{less}{in_step})")
+    return {**rec, "status": "proven", **s, "kernels": kernels, "seconds": time.perf_counter() - t1}
 
 
 # --------------------------------------------------------------------------- in fresh processes
@@ -751,15 +779,16 @@ def _prove_fresh(it: dict, rec: dict, script: list[str], setting: dict, noise: d
 
 def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUNDS, steps: int = STEPS,
           warmup: int = WARMUP, progress=None, script: list[str] | None = None,
-          fresh_rounds: int = FRESH_ROUNDS) -> dict:
+          fresh_rounds: int = FRESH_ROUNDS, fresh_noise: int = FRESH_NOISE) -> dict:
     """Proves each advice item in the program's own step (see the module doc). `script` (the program's script
     and its arguments, as `cublaslt-probe prove` runs it) lets the items that must precede torch's first
-    cuBLASLt handle (`FRESH_KINDS`) be proven in fresh processes, `fresh_rounds` child pairs each; without it
-    they are unproven. Returns the proof (without the run's binding, which the caller adds): ``noise`` (the
-    original-against-original rounds), ``items`` (one record per item with a predicted saving: ``status``
-    proven | unproven | failed, the statistics of `analysis.proof.summarize`, ``numerics``, ``why``; a
-    fresh-process item ``measured``, ``setting``, ``observed`` and ``fresh``), ``cost_s``, ``restored`` (the
-    tensors that differ after restoring: empty)."""
+    cuBLASLt handle (`FRESH_KINDS`) be proven in fresh processes, `fresh_rounds` child pairs each against
+    `fresh_noise` original-against-original pairs; without it they are unproven. Returns the proof (without the
+    run's binding, which the caller adds): ``noise`` (the original-against-original rounds), ``items`` (one
+    record per item with a predicted saving: ``status`` proven | unproven | failed, the statistics of
+    `analysis.proof.summarize`, ``numerics``, ``why``; a live item proven, ``kernels``: the step's kernels with
+    the change off and on, `analysis.proof.kernel_split`; a fresh-process item ``measured``, ``setting``,
+    ``observed`` and ``fresh``), ``cost_s``, ``restored`` (the tensors that differ after restoring: empty)."""
     import torch
     say = progress or (lambda s: print(s, file=sys.stderr, flush=True))
     t0 = time.perf_counter()
@@ -771,7 +800,7 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
         o1, o2 = _rounds(torch, step, lambda: None, lambda: None, rounds, steps, warmup)
         noise = [statistics.median(a) - statistics.median(b) for a, b in zip(o1, o2)]
         todo = [it for it in items if (it.get("saving_us") or 0) > 0]
-        fresh_noise = None
+        noise_children = None       # the original-against-original children, run once for the fresh items
         for n, it in enumerate(todo, 1):
             rec = {"what": it.get("what"), "kind": it.get("kind"), "module": it.get("module"),
                    "predicted_us": it.get("saving_us")}
@@ -783,10 +812,10 @@ def prove(step, model, items: list[dict], *, optimizer=None, rounds: int = ROUND
                     out_items.append({**rec, "status": "unproven", "why": str(e)})
                     say(f"prove {n}/{len(todo)}: {it.get('what')}: unproven ({e})")
                     continue
-                if fresh_noise is None:
-                    fresh_noise = _fresh_noise(list(script), FRESH_NOISE, FRESH_BLOCKS, FRESH_STEPS, FRESH_WARMUP,
-                                               FRESH_TIMEOUT_S)
-                out_items.append(_prove_fresh(it, rec, list(script), setting, fresh_noise, fresh_rounds,
+                if noise_children is None:
+                    noise_children = _fresh_noise(list(script), fresh_noise, FRESH_BLOCKS, FRESH_STEPS,
+                                                  FRESH_WARMUP, FRESH_TIMEOUT_S)
+                out_items.append(_prove_fresh(it, rec, list(script), setting, noise_children, fresh_rounds,
                                               f"prove {n}/{len(todo)}: {it.get('what')}", say, t1))
                 continue
             try:
