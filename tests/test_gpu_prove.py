@@ -135,7 +135,7 @@ def test_proving_leaves_the_program_bit_for_bit_as_it_was(torch):
         "why"]                                  # a pin item without its candidate's config cannot be applied
     assert by["pad 1024 → 1032 in odd"]["status"] == "unproven" and "tokens" in by["pad 1024 → 1032 in odd"]["why"]
     r = by[PAD_OUT["what"]]
-    assert r["rounds"] == 3 and r["original_step_us"] > 0 and r["variant_step_us"] > 0
+    assert r["rounds"] in (3, 6, 9) and r["original_step_us"] > 0 and r["variant_step_us"] > 0
     assert len(proof["noise"]["rounds_us"]) == 3
     # the padded linears' own copies, timed on the item's sizes: a training step has both (forward and gradient)
     for what in (PAD_OUT["what"], PAD_IN["what"]):
@@ -253,22 +253,30 @@ def test_a_pin_is_proven_in_a_training_step_with_its_backward_left_to_torch(torc
     from cublaslt_probe.gpu.prove import prove
     model, opt, x, step = _program(torch, train=True)
     lin = model.odd
-    cands = _candidates(torch, lin, 1024)
+
+    def gemm(names):          # the call's first kernel that is not a copy or a memset: its GEMM
+        return next(n for n in names if not n.startswith(("Memcpy", "Memset")))
+    with torch.no_grad():
+        own = gemm(_kernels(torch, lambda: lin(x)))
+    # the first candidate after torch's own pick whose kernel is not torch's (its name tells them apart)
+    for algo in _candidates(torch, lin, 1024)[1:]:
+        pinned = gemm(_kernels(torch, lambda a=algo: _pinned_forward(torch, lin, a, x)))
+        if pinned != own:
+            break
     item = {"kind": "pin", "what": "pin candidate #1 for odd", "module": "odd", "saving_us": 3.0,
-            "change": {"algo": cands[1], "key": {"m": 1024, "n": 4095, "k": 2048, "batch": 1}, "pass": "fwd"}}
+            "change": {"algo": algo, "key": {"m": 1024, "n": 4095, "k": 2048, "batch": 1}, "pass": "fwd"}}
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     proof = prove(step, model, [item], optimizer=opt, rounds=3, progress=lambda s: None)
     assert proof["items"][0]["status"] == "proven", proof["items"][0]
     assert proof["restored"] == [] and all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    # the step's kernels with the pin off and on: the pinned candidate's kernel runs only in the variant, the
-    # GEMM torch picked only in the original, and everything else both times
-    pinned = _kernels(torch, lambda: _pinned_forward(torch, lin, cands[1], x))
+    # the step's kernels with the pin off and on: the variant launches the candidate's kernel once more per step
+    # (the forward; other GEMMs of the step may use it too) and torch's own forward kernel once less
     k = proof["items"][0]["kernels"]
     assert k["steps"] == 3 and k["original_us"] > 0 and k["variant_us"] > 0, k
-    new = [c for c in k["changed"] if c["original_us"] == 0 and c["variant_us"] > 0]
-    gone = [c for c in k["changed"] if c["variant_us"] == 0 and c["original_us"] > 0]
-    assert set(pinned) & {c["name"] for c in new}, (pinned, k["changed"])
-    assert gone, k["changed"]
+    by = {c["name"]: c for c in k["changed"]}
+    said = [(c["name"][:60], c["original_calls"], c["variant_calls"]) for c in k["changed"]]
+    assert pinned in by and by[pinned]["variant_calls"] - by[pinned]["original_calls"] == 1, (pinned, said)
+    assert own in by and by[own]["original_calls"] - by[own]["variant_calls"] == 1, (own, said)
     # overhead: candidate #0 pinned (torch's own kernel) against torch's call, host time per call
     small = torch.nn.Linear(1024, 1024, bias=False).cuda().to(torch.bfloat16)
     xs = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)

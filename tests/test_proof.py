@@ -311,8 +311,11 @@ def test_the_steps_kernels_are_split_per_name_per_step_and_the_most_changed_kept
     assert k["original_us"] == pytest.approx(566.6) and k["variant_us"] == pytest.approx(514.4)
     assert k["saving_us"] == pytest.approx(52.2) and k["steps"] == 2 and k["names"] == 4
     assert [c["name"] for c in k["changed"]] == ["gemm_a", "gemm_b", "norm", "copy"]
-    assert k["changed"][0] == {"name": "gemm_a", "original_us": 563.0, "variant_us": 0.0}
-    assert k["changed"][1] == {"name": "gemm_b", "original_us": 0.0, "variant_us": 511.5}
+    assert k["changed"][0] == {"name": "gemm_a", "original_us": 563.0, "variant_us": 0.0, "original_calls": 1.0,
+                               "variant_calls": 0.0}
+    assert k["changed"][1] == {"name": "gemm_b", "original_us": 0.0, "variant_us": 511.5, "original_calls": 0.0,
+                               "variant_calls": 1.0}
+    assert k["changed"][3]["original_calls"] == k["changed"][3]["variant_calls"] == 0.5
     many = [(i, f"k{i}", float(i)) for i in range(20)]
     assert len(P.kernel_split(many, [], 1)["changed"]) == P.KERNELS_SHOWN
     with pytest.raises(ValueError):

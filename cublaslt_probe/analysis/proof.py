@@ -121,7 +121,9 @@ def kernel_split(original: list, variant: list, steps: int) -> dict:
     ``original_us`` and ``variant_us`` (the events' time per step, summed: concurrent events count each), their
     difference ``saving_us`` (positive: the variant's kernels take less), ``steps``, ``names`` (distinct names in
     either), and ``changed``: the `KERNELS_SHOWN` names whose time per step changed most, each with its
-    ``original_us`` and ``variant_us`` per step (0 where that side never ran it).
+    ``original_us`` and ``variant_us`` per step (0 where that side never ran it) and its launches per step,
+    ``original_calls`` and ``variant_calls`` (a kernel a change moves from one GEMM to another keeps its name and
+    changes its launches).
 
     A prediction times the changed GEMMs alone; in the step they run behind other work, on other operands and
     clocks. Where the saving over whole steps departs from the prediction, this says whether the kernels
@@ -130,16 +132,19 @@ def kernel_split(original: list, variant: list, steps: int) -> dict:
     if steps < 1:
         raise ValueError("kernel_split: steps must be at least 1")
 
-    def per_name(events) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def per_name(events) -> tuple[dict[str, float], dict[str, float]]:
+        us: dict[str, float] = {}
+        calls: dict[str, int] = {}
         for ev in events:
-            out[ev[1]] = out.get(ev[1], 0.0) + float(ev[2]) / steps
-        return out
-    a, b = per_name(original), per_name(variant)
+            us[ev[1]] = us.get(ev[1], 0.0) + float(ev[2])
+            calls[ev[1]] = calls.get(ev[1], 0) + 1
+        return {k: v / steps for k, v in us.items()}, {k: v / steps for k, v in calls.items()}
+    (a, ac), (b, bc) = per_name(original), per_name(variant)
     names = sorted(set(a) | set(b), key=lambda k: (-abs(a.get(k, 0.0) - b.get(k, 0.0)), k))
     return {"original_us": sum(a.values()), "variant_us": sum(b.values()),
             "saving_us": sum(a.values()) - sum(b.values()), "steps": steps, "names": len(names),
-            "changed": [{"name": k, "original_us": a.get(k, 0.0), "variant_us": b.get(k, 0.0)}
+            "changed": [{"name": k, "original_us": a.get(k, 0.0), "variant_us": b.get(k, 0.0),
+                         "original_calls": ac.get(k, 0.0), "variant_calls": bc.get(k, 0.0)}
                         for k in names[:KERNELS_SHOWN]]}
 
 
