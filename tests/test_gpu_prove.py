@@ -246,10 +246,8 @@ def test_a_pinned_linear_launches_the_candidates_kernel_eagerly_and_in_a_cuda_gr
 
 def test_a_pin_is_proven_in_a_training_step_with_its_backward_left_to_torch(torch):
     """The pin applier (`prove`'s route for a pin item) on a training step: the step runs, the parameters are
-    put back, and the pinned forward's overhead against torch's own call is reported."""
-    import time
-
-    from cublaslt_probe.gpu.pin import pin_linear
+    put back, and the step's kernels show the candidate's kernel in place of torch's. (The pinned forward's
+    host overhead is a benchmark: benchmarks/bench_pin_overhead.py.)"""
     from cublaslt_probe.gpu.prove import prove
     model, opt, x, step = _program(torch, train=True)
     lin = model.odd
@@ -277,28 +275,6 @@ def test_a_pin_is_proven_in_a_training_step_with_its_backward_left_to_torch(torc
     said = [(c["name"][:60], c["original_calls"], c["variant_calls"]) for c in k["changed"]]
     assert pinned in by and by[pinned]["variant_calls"] - by[pinned]["original_calls"] == 1, (pinned, said)
     assert own in by and by[own]["original_calls"] - by[own]["variant_calls"] == 1, (own, said)
-    # overhead: candidate #0 pinned (torch's own kernel) against torch's call, host time per call
-    small = torch.nn.Linear(1024, 1024, bias=False).cuda().to(torch.bfloat16)
-    xs = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
-
-    def per_call_us(n=300):
-        with torch.no_grad():
-            for _ in range(20):
-                small(xs)
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(n):
-                small(xs)
-            torch.cuda.synchronize()
-        return (time.perf_counter() - t) / n * 1e6
-    base = per_call_us()
-    pin = pin_linear(small, _candidates(torch, small, 8)[0], tokens=8)
-    try:
-        pinned = per_call_us()
-    finally:
-        pin.remove()
-    print(f"pinned forward: {pinned:.1f} µs per call against torch's {base:.1f} µs (host-bound small GEMM)")
-    assert pinned < base + 60.0
 
 
 def test_a_pinned_linear_runs_whole_under_torch_compile_and_reduce_overhead(torch):

@@ -46,6 +46,7 @@ class ProofItem:
     rounds: int | None = None
     why: str | None = None
     applier_cost_us: float = 0.0    # the applier's own copies per step (`gpu.prove.applier_cost`), 0 where none
+    kernel_saving_us: float | None = None   # the step's kernels, original less variant (`kernel_split`), per step
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -53,7 +54,8 @@ class ProofItem:
         sp = it.get("spread_us")
         return cls(it["what"], it["status"], it.get("kind"), it.get("predicted_us"), it.get("proven_us"),
                    tuple(sp) if isinstance(sp, list) else None, it.get("noise_us"), it.get("rounds"),
-                   it.get("why"), float((it.get("applier_cost") or {}).get("us") or 0.0), dict(it))
+                   it.get("why"), float((it.get("applier_cost") or {}).get("us") or 0.0),
+                   (it.get("kernels") or {}).get("saving_us"), dict(it))
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,38 @@ def verdict(proven_us: float, spread_us: list[float], noise_us: float | None) ->
     return "saves" if proven_us > 0 else "slower"
 
 
+def kernel_phrase(kernel_saving_us: float) -> str:
+    """``its kernels in the step saved 52.4 µs/step`` (or ``took 115.1 µs/step more``): the step's kernels'
+    saving (`kernel_split`) in words, for the text and the page alike."""
+    if kernel_saving_us < 0:
+        return f"its kernels in the step took {-kernel_saving_us:,.1f} µs/step more"
+    return f"its kernels in the step saved {kernel_saving_us:,.1f} µs/step"
+
+
+PREDICTION_BAND = (0.7, 1.3)    # proven / predicted inside this band: the prediction holds
+
+
+def holds(ratio: float | None) -> bool:
+    """Whether a proven saving's share of its prediction lies in `PREDICTION_BAND`."""
+    return ratio is not None and PREDICTION_BAND[0] <= ratio <= PREDICTION_BAND[1]
+
+
+def in_step_reading(proven_us: float, predicted_us: float, kernel_saving_us: float | None) -> str | None:
+    """Where a proven saving departs from its prediction (outside `PREDICTION_BAND`), what the step's own kernels
+    (`kernel_split`) say about why: ``"kernels"`` when the kernels saved what the step saved (they ran at
+    another speed in the step than alone: the prediction, corrected by their time in the step, holds);
+    ``"rest"`` when the kernels saved what was predicted and the step did not follow (the GPU's kernels are not
+    the step's bound: idle gaps, host time or launches took the difference); ``"both"`` when neither holds.
+    None where the prediction holds, or without the kernels or a positive prediction."""
+    if kernel_saving_us is None or predicted_us <= 0 or holds(proven_us / predicted_us):
+        return None
+    if kernel_saving_us > 0 and holds(proven_us / kernel_saving_us):
+        return "kernels"
+    if holds(kernel_saving_us / predicted_us):
+        return "rest"
+    return "both"
+
+
 def write(path: str | Path, proof: dict) -> None:
     """Writes a proof (the dict `gpu.prove.prove` returns) as JSON, with the schema and its version."""
     out = {"schema": PROOF_SCHEMA, "schema_version": PROOF_VERSION,
@@ -208,6 +242,22 @@ def _check_item(it, i: int) -> str | None:
     cost = it.get("applier_cost")
     if cost is not None and not (isinstance(cost, dict) and _finite(cost.get("us"), nonneg=True)):
         return f"applier_cost {cost!r} is not an object with a finite 'us' ≥ 0"
+    return _check_kernels(it.get("kernels"))
+
+
+def _check_kernels(k) -> str | None:
+    """Why an item's ``kernels`` record (`kernel_split`'s, or ``{"why": ...}`` where CUPTI could not record)
+    cannot be used, or None (also when there is none)."""
+    if k is None or (isinstance(k, dict) and set(k) == {"why"} and isinstance(k["why"], str)):
+        return None
+    if not isinstance(k, dict):
+        return f"kernels {k!r} is not an object"
+    for f in ("original_us", "variant_us"):
+        if not _finite(k.get(f), nonneg=True):
+            return f"kernels.{f} {k.get(f)!r} is not a finite number ≥ 0"
+    if not _finite(k.get("saving_us")) or abs(k["saving_us"] - (k["original_us"] - k["variant_us"])) > 1e-6 * max(
+            1.0, k["original_us"]):
+        return f"kernels.saving_us {k.get('saving_us')!r} is not original_us less variant_us"
     return None
 
 
@@ -275,7 +325,9 @@ def apply(items: list[dict], proof: Proof | None) -> list[dict]:
     """The advice (`analysis.audit.advice`'s items) with its proof: each item with a record of the same ``what``
     gets ``proof`` (the record, its ``verdict`` and ``ratio`` = proven / predicted, the prediction less the
     applier's own copies where the proof measured them: ``applier_cost``, `gpu.prove.applier_cost`; the
-    rounds' quartiles as shares of the prediction, ``ratio_spread``; whether the saving is ``settled``); an item
+    rounds' quartiles as shares of the prediction, ``ratio_spread``; whether the saving is ``settled``; the
+    step's kernels' saving, ``kernel_saving_us``, and what it says of a departure from the prediction,
+    ``in_step``: `in_step_reading`); an item
     proven slower or within noise gets ``disproven`` (it is then not ranked); the ranked items are ordered by
     their best evidence (the proven saving where proven, else the prediction), and ``excludes`` renumbered to
     the new order."""
@@ -294,10 +346,13 @@ def apply(items: list[dict], proof: Proof | None) -> list[dict]:
                 x["proof"].update(verdict=v, ratio=(r.proven_us / pred if pred > 0 else None),
                                   ratio_spread=([q / pred for q in r.spread_us] if pred > 0 else None),
                                   settled=settled({"proven_us": r.proven_us, "spread_us": list(r.spread_us)}),
-                                  applier_cost_us=r.applier_cost_us)
+                                  applier_cost_us=r.applier_cost_us, kernel_saving_us=r.kernel_saving_us,
+                                  in_step=in_step_reading(r.proven_us, pred, r.kernel_saving_us))
                 if v != "saves":
+                    k = r.kernel_saving_us
                     x["disproven"] = (f"proven {v} in the program's step: {r.proven_us:,.1f} µs/step "
-                                      f"[{r.spread_us[0]:,.1f}, {r.spread_us[1]:,.1f}]")
+                                      f"[{r.spread_us[0]:,.1f}, {r.spread_us[1]:,.1f}]"
+                                      + (f"; {kernel_phrase(k)}" if k is not None else ""))
         out.append(x)
 
     def best(x):

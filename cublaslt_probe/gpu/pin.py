@@ -15,7 +15,8 @@ only.
 
 Limits: inputs must be contiguous in their last dimension and 16-byte aligned (torch's allocations are); the
 algo must be valid for the problem (`cublasLtMatmulAlgoCheck` is asked once, at pinning); the pinned forward
-costs a few µs of host time per call more than torch's (the ctypes call), measured by tests/test_gpu_prove.py.
+costs host time per call more than torch's (the ctypes call): benchmarks/bench_pin_overhead.py measures it, A/B in
+one process (docs/prove.md has the figures).
 """
 from __future__ import annotations
 

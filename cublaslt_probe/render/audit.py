@@ -15,6 +15,7 @@ from cublaslt_probe.analysis.audit.advice import advice_total, disproven, estima
 from cublaslt_probe.analysis.audit.measured import measured_rows
 from cublaslt_probe.analysis.audit.measurement import GemmMeasurement, Measurement
 from cublaslt_probe.analysis.audit.schema import Audit, _na, row_label
+from cublaslt_probe.analysis.proof import kernel_phrase
 from cublaslt_probe.vocab import FIGURE_FORMATS, figure
 
 # --------------------------------------------------------------------------- rendering
@@ -152,8 +153,28 @@ def proof_words(it: dict) -> str | None:
         return (f"proven {r['proven_us']:,.1f} µs/step [{r['spread_us'][0]:,.1f}, {r['spread_us'][1]:,.1f}] in the "
                 f"program's step over {r.get('rounds')} rounds, noise ±{r.get('noise_us') or 0:,.1f}"
                 + (f" ({100 * ratio:.0f} % of the prediction{less})" if ratio is not None else "")
-                + _unsettled(r) + (f"; {r['what_if']}" if r.get("what_if") else ""))
+                + _unsettled(r) + kernel_words(r) + (f"; {r['what_if']}" if r.get("what_if") else ""))
     return f"unproven estimate: {r.get('why') or r.get('status')}"
+
+
+def kernel_words(r: dict) -> str:
+    """What the step's own kernels say (`analysis.proof.in_step_reading`): their saving per step with the change
+    on, and, where the proven saving departs from the prediction, whether the kernels ran at another speed in
+    the step than alone or the rest of the step took the difference; '' without them."""
+    k = r.get("kernel_saving_us")
+    if k is None:
+        return ""
+    said = f"; {kernel_phrase(k)}"
+    reading, ratio = r.get("in_step"), r.get("ratio")
+    share = f"{100 * r['proven_us'] / k:.0f} %" if k > 0 else None
+    if reading == "kernels":
+        return (f"{said} and the step {share} of that: the prediction timed its GEMMs alone, and in the step they "
+                f"ran at another speed (corrected by their time in the step, the prediction holds)")
+    if reading == "rest" and ratio is not None:
+        return (f"{said}, {100 * k / (r['proven_us'] / ratio):.0f} % of the prediction, the step "
+                + (f"{share} of that" if share else "not") + ": the rest of the step (GPU idle gaps, host time, "
+                "launches) took the difference")
+    return said
 
 
 def _saves(it: dict) -> str:
