@@ -408,3 +408,35 @@ def test_a_proof_whose_kernels_are_impossible_drops_that_item_with_a_note(tmp_pa
     path.write_text(json.dumps(d))
     proof, notes = P.load(path)
     assert notes == [] and proof.items[1].kernel_saving_us is None
+
+
+def test_every_field_of_the_steps_kernels_damaged_never_breaks_the_audit(tmp_path):
+    """Each field of the titan proof's `kernels` records (every item that has one, the list of changed names
+    included) replaced by a value of another type, an impossible number or nothing: the proof loads, an item
+    whose kernels cannot be read is dropped with a note naming `kernels`, and the advice renders; the audit
+    command on the worst case exits 0."""
+    from cublaslt_probe.render.audit import proof_words
+    base = json.loads((PROOFS / "titan_moe_train" / "proof.json").read_text())
+    with_kernels = [i for i, it in enumerate(base["items"]) if "kernels" in it]
+    assert len(with_kernels) == 3
+    bad = ["fast", None, float("nan"), -1.0, 1e300, [], {}, True]
+    checked = 0
+    for i in with_kernels:
+        for field in list(base["items"][i]["kernels"]) + [None]:
+            for value in bad:
+                d = json.loads(json.dumps(base))
+                if field is None:
+                    d["items"][i]["kernels"] = value
+                else:
+                    d["items"][i]["kernels"][field] = value
+                path = tmp_path / "proof.json"
+                path.write_text(json.dumps(d))
+                proof, notes = P.load(path)
+                assert len(proof.items) + len(notes) == len(d["items"])
+                assert all(n.startswith(f"proof.json: item {i} skipped: kernels") for n in notes), notes
+                for x in P.apply([{"what": it.what, "saving_us": 100.0} for it in proof.items], proof):
+                    proof_words(x)
+                checked += 1
+    assert checked == 3 * (6 + 1) * len(bad)
+    r = _audit(tmp_path, "titan_moe_train", proof=path)
+    assert r.exit_code == 0, r.output
