@@ -188,14 +188,18 @@ def holds(ratio: float | None) -> bool:
     return ratio is not None and PREDICTION_BAND[0] <= ratio <= PREDICTION_BAND[1]
 
 
-def in_step_reading(proven_us: float, predicted_us: float, kernel_saving_us: float | None) -> str | None:
+def in_step_reading(proven_us: float, predicted_us: float, kernel_saving_us: float | None,
+                    pinned_down: bool = True) -> str | None:
     """Where a proven saving departs from its prediction (outside `PREDICTION_BAND`), what the step's own kernels
     (`kernel_split`) say about why: ``"kernels"`` when the kernels saved what the step saved (they ran at
     another speed in the step than alone: the prediction, corrected by their time in the step, holds);
     ``"rest"`` when the kernels saved what was predicted and the step did not follow (the GPU's kernels are not
     the step's bound: idle gaps, host time or launches took the difference); ``"both"`` when neither holds.
-    None where the prediction holds, or without the kernels or a positive prediction."""
-    if kernel_saving_us is None or predicted_us <= 0 or holds(proven_us / predicted_us):
+    None where the prediction holds, without the kernels or a positive prediction, or where the proven saving is
+    not `pinned_down` (`settled`): it is then read as its quartiles' range, and one block of kernels each way
+    cannot explain a median that moves from one proof to the next."""
+    if (kernel_saving_us is None or predicted_us <= 0 or not pinned_down
+            or holds(proven_us / predicted_us)):
         return None
     if kernel_saving_us > 0 and holds(proven_us / kernel_saving_us):
         return "kernels"
@@ -343,11 +347,12 @@ def apply(items: list[dict], proof: Proof | None) -> list[dict]:
             x["proof"] = dict(r.raw)
             if r.status == "proven":
                 v = verdict(r.proven_us, list(r.spread_us), r.noise_us)
+                pinned = settled({"proven_us": r.proven_us, "spread_us": list(r.spread_us)})
                 x["proof"].update(verdict=v, ratio=(r.proven_us / pred if pred > 0 else None),
                                   ratio_spread=([q / pred for q in r.spread_us] if pred > 0 else None),
-                                  settled=settled({"proven_us": r.proven_us, "spread_us": list(r.spread_us)}),
-                                  applier_cost_us=r.applier_cost_us, kernel_saving_us=r.kernel_saving_us,
-                                  in_step=in_step_reading(r.proven_us, pred, r.kernel_saving_us))
+                                  settled=pinned, applier_cost_us=r.applier_cost_us,
+                                  kernel_saving_us=r.kernel_saving_us,
+                                  in_step=in_step_reading(r.proven_us, pred, r.kernel_saving_us, pinned))
                 if v != "saves":
                     k = r.kernel_saving_us
                     x["disproven"] = (f"proven {v} in the program's step: {r.proven_us:,.1f} µs/step "
