@@ -428,44 +428,41 @@ class _State:
                 if not self.torch.equal(v.detach(), self.tensors[k])]
 
 
-def _rounds(torch, step, on, off, rounds: int, steps: int, warmup: int) -> tuple[list, list]:
-    """Alternating rounds: original block, then variant block (switched on, warmed up), switched off again."""
+def _rounds(torch, step, on, off, rounds: int, steps: int, warmup: int, block=step_block_us) -> tuple[list, list]:
+    """Alternating rounds: original block, then variant block (switched on, warmed up), switched off again; a
+    block is `block(torch, step, steps)` (default: the steps' GPU spans)."""
     orig, var = [], []
     for _ in range(rounds):
         for _ in range(warmup):
             step()
-        orig.append(step_block_us(torch, step, steps))
+        orig.append(block(torch, step, steps))
         on()
         try:
             for _ in range(warmup):
                 step()
-            var.append(step_block_us(torch, step, steps))
+            var.append(block(torch, step, steps))
         finally:
             off()
     return orig, var
 
 
-def _in_step_kernels(torch, step, on, off, steps: int, warmup: int) -> dict:
-    """The step's kernels with the change off, then on (`steps` steps each after `warmup`, recorded by CUPTI:
-    `kernel_capture.recorded`), split by `analysis.proof.kernel_split`; ``{"why": ...}`` where CUPTI cannot
-    record (another profiler holds it, no CUPTI library)."""
-    from cublaslt_probe.errors import CaptureError
+def _recorded_block(torch, step, n: int) -> list[tuple[int, str, float]]:
+    """n steps under CUPTI (`kernel_capture.recorded`): every kernel, memset and copy they ran."""
     from cublaslt_probe.gpu.kernel_capture import recorded
 
     def block():
-        for _ in range(steps):
+        for _ in range(n):
             step()
+    return recorded(torch, block)
+
+
+def _in_step_kernels(torch, step, on, off, steps: int, warmup: int) -> dict:
+    """The step's kernels with the change off, then on: one round of `_rounds` whose blocks are recorded by CUPTI
+    (`_recorded_block`), split by `analysis.proof.kernel_split`; ``{"why": ...}`` where CUPTI cannot record
+    (another profiler holds it, no CUPTI library)."""
+    from cublaslt_probe.errors import CaptureError
     try:
-        for _ in range(warmup):
-            step()
-        original = recorded(torch, block)
-        on()
-        try:
-            for _ in range(warmup):
-                step()
-            variant = recorded(torch, block)
-        finally:
-            off()
+        (original,), (variant,) = _rounds(torch, step, on, off, 1, steps, warmup, _recorded_block)
     except (CaptureError, OSError) as e:
         return {"why": f"CUPTI could not record the step's kernels: {str(e).splitlines()[0] if str(e) else e}"}
     return kernel_split(original, variant, steps)
