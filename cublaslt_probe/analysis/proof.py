@@ -330,8 +330,8 @@ def apply(items: list[dict], proof: Proof | None) -> list[dict]:
     gets ``proof`` (the record, its ``verdict`` and ``ratio`` = proven / predicted, the prediction less the
     applier's own copies where the proof measured them: ``applier_cost``, `gpu.prove.applier_cost`; the
     rounds' quartiles as shares of the prediction, ``ratio_spread``; whether the saving is ``settled``; the
-    step's kernels' saving, ``kernel_saving_us``, and what it says of a departure from the prediction,
-    ``in_step``: `in_step_reading`); an item
+    step's kernels' saving, ``kernel_saving_us``, its share of the prediction, ``kernel_ratio``, and what it
+    says of a departure from the prediction, ``in_step``: `in_step_reading`); an item
     proven slower or within noise gets ``disproven`` (it is then not ranked); the ranked items are ordered by
     their best evidence (the proven saving where proven, else the prediction), and ``excludes`` renumbered to
     the new order."""
@@ -352,6 +352,8 @@ def apply(items: list[dict], proof: Proof | None) -> list[dict]:
                                   ratio_spread=([q / pred for q in r.spread_us] if pred > 0 else None),
                                   settled=pinned, applier_cost_us=r.applier_cost_us,
                                   kernel_saving_us=r.kernel_saving_us,
+                                  kernel_ratio=(r.kernel_saving_us / pred if pred > 0 and r.kernel_saving_us
+                                                is not None else None),
                                   in_step=in_step_reading(r.proven_us, pred, r.kernel_saving_us, pinned))
                 if v != "saves":
                     k = r.kernel_saving_us

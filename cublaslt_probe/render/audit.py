@@ -165,13 +165,13 @@ def kernel_words(r: dict) -> str:
     if k is None:
         return ""
     said = f"; {kernel_phrase(k)}"
-    reading, ratio = r.get("in_step"), r.get("ratio")
+    reading = r.get("in_step")
     share = f"{100 * r['proven_us'] / k:.0f} %" if k > 0 else None
     if reading == "kernels":
         return (f"{said} and the step {share} of that: the prediction timed its GEMMs alone, and in the step they "
                 f"ran at another speed (corrected by their time in the step, the prediction holds)")
-    if reading == "rest" and ratio is not None:
-        return (f"{said}, {100 * k / (r['proven_us'] / ratio):.0f} % of the prediction, the step "
+    if reading == "rest" and r.get("kernel_ratio") is not None:
+        return (f"{said}, {100 * r['kernel_ratio']:.0f} % of the prediction, the step "
                 + (f"{share} of that" if share else "not") + ": the rest of the step (GPU idle gaps, host time, "
                 "launches) took the difference")
     return said
