@@ -147,6 +147,16 @@ def test_summary_and_classes_of_the_atlas(atlas):
 TOKENS = {"decode": (1, 16), "small": (17, 256), "mid": (257, 2048), "large": (2049, 10**9)}
 
 
+def _rows_of(atlas, r: dict):
+    """The atlas's rows a `by_tokens` / `nvmmh_by_tokens` row stands for: its dtype, and its token class's m."""
+    cls = r["tokens"].split()[0]
+    g = atlas[atlas["dtype"] == r["dtype"]]
+    if cls != "all":
+        lo, hi = TOKENS[cls]
+        g = g[(g["m"] >= lo) & (g["m"] <= hi)]
+    return g
+
+
 def test_the_figures_by_dtype_and_token_class(atlas):
     """Each (dtype, token class) row of `by_tokens` is its GEMMs' figures, recomputed here from the rows; each
     dtype ends with its "all" row. The atlas has bf16 in all four classes, fp8 at 16 and 128 tokens."""
@@ -155,11 +165,7 @@ def test_the_figures_by_dtype_and_token_class(atlas):
         [("fp8", c) for c in ("decode", "small", "all")]
     assert [(r.dtype, r.tokens.split()[0]) for r in t.itertuples()] == want
     for r in t.to_dict("records"):
-        cls = r["tokens"].split()[0]
-        g = atlas[atlas["dtype"] == r["dtype"]]
-        if cls != "all":
-            lo, hi = TOKENS[cls]
-            g = g[(g["m"] >= lo) & (g["m"] <= hi)]
+        g = _rows_of(atlas, r)
         reg = 100 * g["space_regret"].astype(float)
         assert r["gemms"] == len(g) and r["m"] == ", ".join(str(m) for m in sorted(set(g["m"])))
         assert r["regret_median_pct"] == pytest.approx(reg.median())
@@ -174,11 +180,7 @@ def test_the_figures_by_dtype_and_token_class(atlas):
     nv = sm.nvmmh_by_tokens(atlas)
     assert list(nv["tokens"]) == list(t["tokens"]) and list(nv["dtype"]) == list(t["dtype"])
     for r in nv.to_dict("records"):
-        cls = r["tokens"].split()[0]
-        g = atlas[atlas["dtype"] == r["dtype"]]
-        if cls != "all":
-            lo, hi = TOKENS[cls]
-            g = g[(g["m"] >= lo) & (g["m"] <= hi)]
+        g = _rows_of(atlas, r)
         assert r["tile_is_pick_s_pct"] == pytest.approx(100 * g["nvmmh_agrees"].astype(bool).mean())
         assert r["tile_is_space_best_s_pct"] == pytest.approx(100 * g["nvmmh_space_agrees"].astype(bool).mean())
         assert r["median_abs_log_err_pick"] == pytest.approx(g["nvmmh_log_err"].abs().median())
